@@ -1,0 +1,1 @@
+"""Benchmarks: run with `make bench` (or `python -m bench ...`); each reports ratios to a reference run alongside."""

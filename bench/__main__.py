@@ -1,0 +1,94 @@
+"""Benchmarks of the `recommend` contract, each next to a reference measured in the same run.
+
+`python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
+(`recommender recommend ... --horizon 24h`) and, as the reference, a bare pandas+pyarrow read of the same file
+in a fresh interpreter: the ratio says what our work costs on top of just loading the data. Peak memory is the
+child's max RSS. Results are printed and written to bench/results/<name>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_INPUT = REPO.parent / "shared" / "data" / "bitbrains-aug" / "usage.csv.gz"
+RESULTS = REPO / "bench" / "results"
+
+
+def timed(command: list[str], timeout: float) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process; raises if it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    elapsed = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise SystemExit(f"benchmark command failed: {' '.join(command)}\n{completed.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return elapsed, max(peak, before) / 1024
+
+
+def bench_recommend(input_path: Path, runs: int, as_of: int | None) -> dict[str, object]:
+    script = str(Path(sys.executable).parent / "recommender")
+    if as_of is None:
+        import pandas as pd
+
+        stamps = pd.read_csv(input_path, usecols=["timestamp"], engine="pyarrow")["timestamp"]
+        as_of = int(stamps.max()) + 1
+    reference = [sys.executable, "-c", f"import pandas as pd; pd.read_csv({str(input_path)!r}, engine='pyarrow')"]
+    ours_times, reference_times, peaks = [], [], []
+    with tempfile.TemporaryDirectory() as scratch:
+        output = str(Path(scratch) / "out.json")
+        command = [script, "recommend", "--input", str(input_path), "--as-of", str(as_of), "--horizon", "24h", "--output", output]
+        for run in range(runs):
+            ref_seconds, _ = timed(reference, timeout=600)
+            ours_seconds, peak = timed(command, timeout=600)
+            reference_times.append(ref_seconds)
+            ours_times.append(ours_seconds)
+            peaks.append(peak)
+            print(f"run {run + 1}/{runs}: recommend {ours_seconds:.2f} s, reference read {ref_seconds:.2f} s", file=sys.stderr)
+        recommendations = len(json.loads(Path(output).read_text())["recommendations"])
+    ours, ref = statistics.median(ours_times), statistics.median(reference_times)
+    return {
+        "benchmark": "recommend",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["recommender", *command[1:]]).replace(output, "OUT.json"),
+        "input": str(input_path),
+        "runs": runs,
+        "recommendations": recommendations,
+        "median_seconds": round(ours, 2),
+        "all_seconds": [round(t, 2) for t in ours_times],
+        "reference_median_seconds": round(ref, 2),
+        "ratio_to_reference": round(ours / ref, 2),
+        "peak_rss_mib": round(max(peaks)),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = parser.add_subparsers(dest="name", required=True)
+    rec = sub.add_parser("recommend", help="time `recommender recommend` against a bare read of the same file")
+    rec.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    rec.add_argument("--runs", type=int, default=3)
+    rec.add_argument("--as-of", type=int, default=None, help="decision time (default: end of the data)")
+    args = parser.parse_args(sys.argv[1:] or ["recommend"])
+    if not args.input.is_file():
+        raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
+    result = bench_recommend(args.input, args.runs, args.as_of)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

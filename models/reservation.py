@@ -1,0 +1,200 @@
+"""Reservation lines of Koordinator's resource model: long-term (its mid rule) and a first short-term forecast.
+
+Long-term: the p95 (CPU) / p98 (memory) of a decaying histogram x 1.10, as Koordinator's mid resources use.
+Short-term: for each 5-minute step of the horizon, the max of (a) the usage of the last hour ("fast up") and
+(b) the usage at the same time of day on each of the last days, taken over a window around that time because
+daily spikes come a few minutes early or late. Honest, cheap and seasonal; the forecasting models refine it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from models._validation import factorize_groups, require_columns
+from models.histogram import DecayingHistogram, FloatArray
+
+SECONDS_PER_DAY = 86400
+
+
+class PercentileReservation(BaseEstimator):  # type: ignore[misc]
+    """A constant line per group: percentile of a decaying histogram x (1 + margin). Koordinator mid by default."""
+
+    def __init__(
+        self,
+        percentile: float = 0.95,
+        margin_fraction: float = 0.10,
+        half_life_seconds: float = 12 * 3600.0,
+        first_bucket_size: float = 0.01,
+        max_value: float = 1000.0,
+        bucket_growth_ratio: float = 0.05,
+        sample_weight: float = 1.0,
+        epsilon: float = 1e-4,
+    ) -> None:
+        self.percentile = percentile
+        self.margin_fraction = margin_fraction
+        self.half_life_seconds = half_life_seconds
+        self.first_bucket_size = first_bucket_size
+        self.max_value = max_value
+        self.bucket_growth_ratio = bucket_growth_ratio
+        self.sample_weight = sample_weight
+        self.epsilon = epsilon
+
+    def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        self.histogram_ = DecayingHistogram(
+            first_bucket_size=self.first_bucket_size,
+            max_value=self.max_value,
+            bucket_growth_ratio=self.bucket_growth_ratio,
+            half_life_seconds=self.half_life_seconds,
+            sample_weight=self.sample_weight,
+            epsilon=self.epsilon,
+        ).fit(X)
+        self.groups_ = self.histogram_.groups_
+        return self
+
+    def partial_fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        if not hasattr(self, "histogram_"):
+            return self.fit(X)
+        self.histogram_.partial_fit(X)
+        self.groups_ = self.histogram_.groups_
+        return self
+
+    def predict(self, groups: npt.ArrayLike | None = None) -> FloatArray:
+        """The line's value for each group (all fitted groups in `groups_` order when none are named)."""
+        check_is_fitted(self, "histogram_")
+        values = self.histogram_.quantile(self.percentile) * (1.0 + self.margin_fraction)
+        if groups is None:
+            return values
+        index = pd.Index(self.groups_).get_indexer(pd.Index(np.asarray(groups, dtype=str)))
+        if np.any(index < 0):
+            raise KeyError("unknown group(s) asked of PercentileReservation")
+        result: FloatArray = values[index]
+        return result
+
+
+class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
+    """Short-term line: the seasonal max of past days around each time of day, lifted when usage runs above it.
+
+    For each step, the seasonal value is the max over the last `seasonal_days` days of a window of
+    +- `slot_tolerance_seconds` around the same time of day (spikes recur a few minutes early or late). When the
+    last `recent_window_seconds` ran higher than the same window on those days, the whole line is lifted by the
+    difference ("fast up"), and the first window of the horizon never drops below the recent max.
+    `fit` keeps, per group, the per-slot max of the last `seasonal_days` days on a grid of `step_seconds`
+    (pods pooled: the line must cover every pod of the workload). `predict(as_of, horizon_seconds)` returns a
+    (groups x steps) array starting at `as_of`. Steps with no seasonal or recent data fall back to the max of the
+    group's own last `seasonal_days` days of samples.
+    """
+
+    def __init__(
+        self,
+        step_seconds: int = 300,
+        recent_window_seconds: int = 3600,
+        seasonal_days: int = 7,
+        slot_tolerance_seconds: int = 900,
+    ) -> None:
+        self.step_seconds = step_seconds
+        self.recent_window_seconds = recent_window_seconds
+        self.seasonal_days = seasonal_days
+        self.slot_tolerance_seconds = slot_tolerance_seconds
+
+    def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        require_columns(X, ("group", "timestamp", "value"), type(self).__name__)
+        all_codes, labels = factorize_groups(X["group"])
+        present = X["value"].notna().to_numpy()
+        group_codes = all_codes[present]
+        times = X["timestamp"].to_numpy(dtype=np.float64)[present]
+        values = X["value"].to_numpy(dtype=np.float64)[present]
+        step = self.step_seconds
+        end = float(X["timestamp"].max()) if len(X) else 0.0
+        n_slots = (self.seasonal_days * SECONDS_PER_DAY + self.slot_tolerance_seconds) // step + 2
+        origin = (np.floor(end / step) - n_slots + 1) * step
+        grid = np.full((len(labels), n_slots), -np.inf)
+        inside = times >= origin
+        slots = ((times[inside] - origin) // step).astype(np.int64)
+        np.maximum.at(grid, (group_codes[inside], slots), values[inside])
+        # A group whose samples all predate the grid (a workload that stopped) falls back to the max of its own
+        # last `seasonal_days` days, so its line stays of the size it last needed rather than its last sample.
+        own_end = np.full(len(labels), -np.inf)
+        np.maximum.at(own_end, group_codes, times)
+        own_recent = times >= own_end[group_codes] - self.seasonal_days * SECONDS_PER_DAY
+        fallback = np.full(len(labels), -np.inf)
+        np.maximum.at(fallback, group_codes[own_recent], values[own_recent])
+        self.groups_ = np.asarray(labels, dtype=str)
+        self.grid_ = grid
+        self.grid_origin_ = float(origin)
+        self.data_end_ = end
+        self.fallback_ = np.where(np.isfinite(fallback), fallback, np.nan)
+        return self
+
+    def predict(self, as_of: float, horizon_seconds: int = SECONDS_PER_DAY) -> FloatArray:
+        """The line for every group over [as_of, as_of + horizon) at `step_seconds` steps."""
+        check_is_fitted(self, "grid_")
+        step = self.step_seconds
+        n_groups, n_slots = self.grid_.shape
+        n_steps = int(np.ceil(horizon_seconds / step))
+        if n_groups == 0:
+            return np.zeros((0, n_steps))
+        half = self.slot_tolerance_seconds // step
+        padded = np.pad(self.grid_, ((0, 0), (half, half)), constant_values=-np.inf)
+        window_max = sliding_window_view(padded, 2 * half + 1, axis=1).max(axis=2)
+        seasonal = self._seasonal_max(window_max, as_of + step * np.arange(n_steps, dtype=np.float64))
+        recent_slots = as_of - self.recent_window_seconds + step * np.arange(max(self.recent_window_seconds // step, 1), dtype=np.float64)
+        recent = self._observed_max(recent_slots)
+        seasonal_recent = self._seasonal_max(window_max, recent_slots).max(axis=1)
+        # Fast up: usage above what the same window of past days saw lifts the whole line by the difference.
+        comparable = np.isfinite(seasonal_recent) & np.isfinite(recent)
+        uplift = np.zeros(n_groups)
+        uplift[comparable] = np.maximum(recent[comparable] - seasonal_recent[comparable], 0.0)
+        line = np.where(np.isfinite(seasonal), seasonal + uplift[:, None], recent[:, None])
+        first_window = np.arange(n_steps) * step < self.recent_window_seconds
+        line[:, first_window] = np.fmax(line[:, first_window], recent[:, None])
+        line = np.where(np.isfinite(line), line, self.fallback_[:, None])
+        result: FloatArray = np.nan_to_num(line, nan=0.0)
+        return result
+
+
+    def _slots(self, times: FloatArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        slots = np.floor((times - self.grid_origin_) / self.step_seconds).astype(np.int64)
+        return slots, (slots >= 0) & (slots < self.grid_.shape[1])
+
+    def _seasonal_max(self, window_max: FloatArray, times: FloatArray) -> FloatArray:
+        """Per group and time: max over the past `seasonal_days` days of the tolerance window at that time of day."""
+        seasonal = np.full((self.grid_.shape[0], times.size), -np.inf)
+        for day in range(1, self.seasonal_days + 1):
+            slots, inside = self._slots(times - day * SECONDS_PER_DAY)
+            seasonal[:, inside] = np.maximum(seasonal[:, inside], window_max[:, slots[inside]])
+        return seasonal
+
+    def _observed_max(self, times: FloatArray) -> FloatArray:
+        """Per group: the max of the observed slots at these times (-inf where none)."""
+        slots, inside = self._slots(times)
+        if not inside.any():
+            return np.full(self.grid_.shape[0], -np.inf)
+        observed: FloatArray = self.grid_[:, slots[inside]].max(axis=1)
+        return observed
+
+    def recent(self, as_of: float, window_seconds: int) -> FloatArray:
+        """Observed line (max over pods per step) for [as_of - window, as_of); NaN where there was no sample."""
+        check_is_fitted(self, "grid_")
+        step = self.step_seconds
+        n_steps = int(np.ceil(window_seconds / step))
+        slots, inside = self._slots(as_of - window_seconds + step * np.arange(n_steps, dtype=np.float64))
+        out = np.full((self.grid_.shape[0], n_steps), np.nan)
+        out[:, inside] = self.grid_[:, slots[inside]]
+        result: FloatArray = np.where(np.isfinite(out), out, np.nan)
+        return result
+
+
+def peak_of(line: FloatArray, as_of: float, step_seconds: int) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """Value and start time (Unix seconds) of the highest step of each group's forecast line."""
+    if line.shape[1] == 0:
+        raise ValueError("a peak needs at least one forecast step")
+    at = np.argmax(line, axis=1)
+    times = (as_of + at * step_seconds).astype(np.int64)
+    return line[np.arange(line.shape[0]), at], times

@@ -1,0 +1,297 @@
+"""The composite estimator: everything we learn about a fleet of workload containers from tidy usage.
+
+`WorkloadRecommender.fit(usage)` takes a tidy usage frame (the columns of the shared data format) and fits, per
+(namespace, workload, container) with pods pooled:
+- VPA's CPU histogram and memory-peak histogram (request target and bounds),
+- Koordinator's mid rule for the long-term reservation,
+- the seasonal-max short-term reservation (and, from it, the peak forecast).
+`predict(as_of, horizon_seconds)` turns them into a `RecommendationSet`, the JSON contract of the project.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Self
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from models._validation import require_columns
+from models.histogram import DecayingHistogram, FloatArray, MemoryPeakHistogram
+from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
+from recommender.identity import KEY_COLUMNS
+from recommender.policy import request_bounds
+from recommender.resources import (
+    CurrentResources,
+    History,
+    Peak,
+    RecommendationSet,
+    ResourceRecommendation,
+    WorkloadRecommendation,
+)
+from recommender.settings import HistogramSettings, PolicySettings, ReservationSettings
+
+USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
+CURRENT_COLUMNS = ("cpu_request_cores", "cpu_limit_cores", "memory_request_bytes", "memory_limit_bytes")
+
+
+def group_label(namespace: str, workload: str, container: str) -> str:
+    """Unambiguous string label of a workload container (names may hold any character)."""
+    return json.dumps([namespace, workload, container], ensure_ascii=False)
+
+
+def with_group_labels(usage: pd.DataFrame) -> pd.DataFrame:
+    """The usage frame with a `group` column of labels, computed once per distinct key."""
+    # Factorizing each column, then the combined integer code, is far cheaper than hashing string triples.
+    per_column = [pd.factorize(usage[column]) for column in KEY_COLUMNS]
+    sizes = [max(len(uniques), 1) for _, uniques in per_column]
+    combined = np.zeros(len(usage), dtype=np.int64)
+    for (codes, _), size in zip(per_column, sizes):
+        combined = combined * size + codes
+    group_codes, distinct = pd.factorize(combined)
+    parts = []
+    for (_, uniques), size in zip(reversed(per_column), reversed(sizes)):
+        parts.append(np.asarray(uniques, dtype=object)[distinct % size])
+        distinct = distinct // size
+    labels = [group_label(str(ns), str(wl), str(ct)) for ct, wl, ns in zip(*parts)]
+    return usage.assign(group=pd.Categorical.from_codes(group_codes, categories=pd.Index(labels, dtype=object)))
+
+
+class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
+    """Histogram models and reservation lines for every workload container of a tidy usage frame."""
+
+    def __init__(
+        self,
+        histogram: HistogramSettings | None = None,
+        policy: PolicySettings | None = None,
+        reservation: ReservationSettings | None = None,
+    ) -> None:
+        self.histogram = histogram
+        self.policy = policy
+        self.reservation = reservation
+
+    def fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
+        """Learn from tidy usage rows; `oom_events` (timestamp, namespace, workload, pod, container and optionally
+        memory_bytes at the kill) bumps the memory histogram as VPA does."""
+        require_columns(X, USAGE_COLUMNS, type(self).__name__)
+        if len(X) == 0:
+            raise ValueError("no usage rows to learn from")
+        hist = self.histogram or HistogramSettings()
+        res = self.reservation or ReservationSettings()
+        usage = with_group_labels(X)
+        cpu = usage[["group", "pod", "timestamp"]].assign(value=usage["cpu_cores"])
+        memory = usage[["group", "pod", "timestamp"]].assign(value=usage["memory_bytes"])
+
+        self.cpu_histogram_ = DecayingHistogram(
+            first_bucket_size=hist.cpu_first_bucket_cores,
+            max_value=hist.cpu_max_cores,
+            bucket_growth_ratio=hist.bucket_growth_ratio,
+            half_life_seconds=hist.cpu_half_life_seconds,
+            sample_weight=hist.cpu_sample_weight,
+            epsilon=hist.epsilon,
+        ).fit(cpu)
+        self.memory_histogram_ = MemoryPeakHistogram(
+            first_bucket_size=hist.memory_first_bucket_bytes,
+            max_value=hist.memory_max_bytes,
+            bucket_growth_ratio=hist.bucket_growth_ratio,
+            half_life_seconds=hist.memory_half_life_seconds,
+            peak_weight=hist.memory_peak_weight,
+            epsilon=hist.epsilon,
+            interval_seconds=hist.memory_aggregation_interval_seconds,
+            interval_count=hist.memory_aggregation_interval_count,
+            oom_min_bump_bytes=hist.oom_min_bump_bytes,
+            oom_bump_ratio=hist.oom_bump_ratio,
+        ).fit(memory, oom_events=self._oom_frame(oom_events, usage))
+        self.cpu_long_term_ = PercentileReservation(
+            percentile=res.long_term_cpu_percentile,
+            margin_fraction=res.long_term_margin_fraction,
+            half_life_seconds=res.long_term_cpu_half_life_seconds,
+            first_bucket_size=hist.cpu_first_bucket_cores,
+            max_value=hist.cpu_max_cores,
+            bucket_growth_ratio=hist.bucket_growth_ratio,
+            epsilon=hist.epsilon,
+        ).fit(cpu)
+        self.memory_long_term_ = PercentileReservation(
+            percentile=res.long_term_memory_percentile,
+            margin_fraction=res.long_term_margin_fraction,
+            half_life_seconds=res.long_term_memory_half_life_seconds,
+            first_bucket_size=hist.memory_first_bucket_bytes,
+            max_value=hist.memory_max_bytes,
+            bucket_growth_ratio=hist.bucket_growth_ratio,
+            epsilon=hist.epsilon,
+        ).fit(memory)
+        short_term = SeasonalMaxReservation(
+            step_seconds=res.step_seconds,
+            recent_window_seconds=res.recent_window_seconds,
+            seasonal_days=res.seasonal_days,
+            slot_tolerance_seconds=res.slot_tolerance_seconds,
+        )
+        self.cpu_short_term_ = short_term.fit(cpu)
+        self.memory_short_term_ = SeasonalMaxReservation(**short_term.get_params()).fit(memory)
+        self.workloads_ = self._describe(usage)
+        self.sample_interval_seconds_ = self._sample_interval(usage)
+        self.data_end_ = int(usage["timestamp"].max())
+        return self
+
+    @staticmethod
+    def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:
+        """OOM events as memory samples; where the memory at the kill is unknown, the pod's highest seen usage."""
+        if oom_events is None or len(oom_events) == 0:
+            return None
+        events = with_group_labels(oom_events)
+        if "memory_bytes" not in events.columns:
+            events = events.assign(memory_bytes=np.nan)
+        highest = usage.groupby(["group", "pod"])["memory_bytes"].max().rename("highest")
+        events = events.join(highest, on=["group", "pod"])
+        value = events["memory_bytes"].fillna(events["highest"])
+        return events.loc[value.notna(), ["group", "pod", "timestamp"]].assign(value=value.dropna())
+
+    @staticmethod
+    def _describe(usage: pd.DataFrame) -> pd.DataFrame:
+        """Per group: key columns, history window, pods, samples, containers per pod, last requests/limits."""
+        grouped = usage.groupby("group", sort=True)
+        described = grouped.agg(
+            namespace=("namespace", "first"),
+            workload=("workload", "first"),
+            container=("container", "first"),
+            first_sample=("timestamp", "min"),
+            last_sample=("timestamp", "max"),
+            pods=("pod", "nunique"),
+            samples=("timestamp", "size"),
+        )
+        containers = usage.groupby(["namespace", "workload"])["container"].nunique().rename("containers_per_pod")
+        described = described.join(containers, on=["namespace", "workload"])
+        present = [c for c in CURRENT_COLUMNS if c in usage.columns]
+        if present:
+            last_per_pod = usage.sort_values("timestamp").groupby(["group", "pod"])[present].last()
+            described = described.join(last_per_pod.groupby(level="group").max())
+        for column in CURRENT_COLUMNS:
+            if column not in described.columns:
+                described[column] = np.nan
+        return described
+
+    @staticmethod
+    def _sample_interval(usage: pd.DataFrame) -> float:
+        """Median time between consecutive samples of a pod container, seconds (VPA assumes 60 s)."""
+        pods = pd.factorize(usage["pod"])[0]
+        groups = usage["group"].cat.codes.to_numpy()
+        times = usage["timestamp"].to_numpy(dtype=np.float64)
+        order = np.lexsort((times, pods, groups))
+        same = (groups[order][1:] == groups[order][:-1]) & (pods[order][1:] == pods[order][:-1])
+        steps = np.diff(times[order])[same]
+        steps = steps[steps > 0]
+        return float(np.median(steps)) if steps.size else 60.0
+
+    def predict(self, as_of: int | None = None, horizon_seconds: int = 86400) -> RecommendationSet:
+        """Recommendations for every learned workload container at decision time `as_of` (default: data end)."""
+        check_is_fitted(self, "workloads_")
+        policy = self.policy or PolicySettings()
+        step = self.cpu_short_term_.step_seconds
+        decision = int(self.data_end_ + 1 if as_of is None else as_of)
+        described = self.workloads_
+        groups = described.index
+        confidence = self._confidence_days(groups)
+        per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
+        cpu = self._resource(
+            self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, groups, decision, horizon_seconds,
+            lambda lo, t, up: request_bounds(
+                lo, t, up, confidence, per_pod, policy.pod_min_cpu_cores,
+                policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy,
+            ),
+        )
+        memory = self._resource(
+            self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, groups, decision, horizon_seconds,
+            lambda lo, t, up: request_bounds(
+                lo, t, up, confidence, per_pod, policy.pod_min_memory_bytes,
+                policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes, policy,
+            ),
+        )
+        recent_cpu = self._recent(self.cpu_short_term_, groups, decision)
+        recent_memory = self._recent(self.memory_short_term_, groups, decision)
+        out = []
+        for i, (label, row) in enumerate(described.iterrows()):
+            current = {c: (None if pd.isna(row[c]) else float(row[c])) for c in CURRENT_COLUMNS}
+            out.append(
+                WorkloadRecommendation(
+                    namespace=row["namespace"],
+                    workload=row["workload"],
+                    container=row["container"],
+                    cpu=cpu[i],
+                    memory=memory[i],
+                    current=CurrentResources(**current),
+                    history=History(
+                        first_sample=int(row["first_sample"]),
+                        last_sample=int(row["last_sample"]),
+                        pods=int(row["pods"]),
+                        samples=int(row["samples"]),
+                        recent_cpu_cores=recent_cpu[i],
+                        recent_memory_bytes=recent_memory[i],
+                    ),
+                )
+            )
+        return RecommendationSet(as_of=decision, horizon_seconds=horizon_seconds, step_seconds=step, recommendations=out)
+
+    def _confidence_days(self, groups: pd.Index) -> FloatArray:
+        """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
+        hist = self.cpu_histogram_
+        index = pd.Index(hist.groups_).get_indexer(groups)
+        span = np.where(index >= 0, hist.history_days()[index], 0.0)
+        count = np.where(index >= 0, hist.sample_count_[index], 0)
+        covered = count * self.sample_interval_seconds_ / 86400.0
+        result: FloatArray = np.minimum(span, covered)
+        return result
+
+    @staticmethod
+    def _aligned(values: FloatArray, fitted_groups: Any, groups: pd.Index) -> FloatArray:
+        index = pd.Index(fitted_groups).get_indexer(groups)
+        result: FloatArray = np.full(len(groups), np.nan)
+        result[index >= 0] = values[index[index >= 0]]
+        return result
+
+    def _resource(
+        self,
+        histogram: DecayingHistogram | MemoryPeakHistogram,
+        long_term: PercentileReservation,
+        short_term: SeasonalMaxReservation,
+        groups: pd.Index,
+        as_of: int,
+        horizon_seconds: int,
+        bounds: Any,
+    ) -> list[ResourceRecommendation | None]:
+        policy = self.policy or PolicySettings()
+        fitted = histogram.groups_
+        lower, target, upper = (
+            self._aligned(histogram.quantile(q), fitted, groups)
+            for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
+        )
+        sized = bounds(lower, target, upper)
+        long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
+        lines_all = short_term.predict(as_of, horizon_seconds)
+        lines = lines_all[pd.Index(short_term.groups_).get_indexer(groups)]
+        peak_values, peak_times = peak_of(lines, as_of, short_term.step_seconds)
+        result: list[ResourceRecommendation | None] = []
+        for i in range(len(groups)):
+            if np.isnan(target[i]):
+                result.append(None)
+                continue
+            result.append(
+                ResourceRecommendation(
+                    target=float(sized.target[i]),
+                    lower_bound=float(sized.lower_bound[i]),
+                    upper_bound=float(sized.upper_bound[i]),
+                    uncapped_target=float(sized.uncapped_target[i]),
+                    short_term=[float(v) for v in lines[i]],
+                    long_term=float(long_values[i]),
+                    peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
+                )
+            )
+        return result
+
+    @staticmethod
+    def _recent(short_term: SeasonalMaxReservation, groups: pd.Index, as_of: int) -> list[list[float | None]]:
+        """The observed usage line (max over pods per step) of the last day before as_of; None where no sample."""
+        recent = short_term.recent(as_of, 86400)
+        index = pd.Index(short_term.groups_).get_indexer(groups)
+        return [[None if np.isnan(v) else float(v) for v in recent[i]] if i >= 0 else [] for i in index]

@@ -1,0 +1,1 @@
+"""Offline pipelines: read usage, train the models, backtest, publish model versions."""

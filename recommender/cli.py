@@ -1,0 +1,288 @@
+"""The `recommender` command line. This module is the composition root: the one place that wires the layers.
+
+Every command builds `Settings` once (environment, then flags), passes it down, and turns our errors into a
+one-line message on stderr and a non-zero exit code; progress goes to stderr so JSON on stdout stays clean.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from recommender import __version__
+from recommender.atomic import atomic_write_text
+from recommender.errors import ConfigurationError, RecommenderError
+from recommender.resources import RecommendationSet, WorkloadRecommendation
+from recommender.settings import Settings
+from recommender.units import GIB, cpu_quantity, memory_quantity, parse_duration_seconds
+
+app = typer.Typer(
+    name="recommender",
+    help="koord-recommender: learn what CPU and memory Kubernetes workloads need, and tell the cluster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err = Console(stderr=True)
+#: Wide enough for the recommendation table when stdout is a pipe or a file (rich assumes 80 columns there).
+out = Console(width=None if sys.stdout.isatty() else 150)
+
+StoreOption = Annotated[
+    Path | None, typer.Option("--store", help="Model store directory [env KOORD_RECOMMENDER_STORE__PATH, default ./model-store].")
+]
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _settings(**groups: dict[str, Any]) -> Settings:
+    """Settings from the environment, with the given per-group values (None = keep) laid on top."""
+    try:
+        settings = Settings()
+        updates = {}
+        for group, values in groups.items():
+            given = {k: v for k, v in values.items() if v is not None}
+            if given:
+                current: BaseModel = getattr(settings, group)
+                updates[group] = type(current).model_validate({**current.model_dump(), **given})
+        return settings.model_copy(update=updates)
+    except ValidationError as error:
+        raise ConfigurationError(f"invalid settings: {error}") from None
+
+
+def _duration(text: str, option: str) -> int:
+    try:
+        return parse_duration_seconds(text)
+    except ValueError as error:
+        raise ConfigurationError(f"{option}: {error}") from None
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Any]:
+    """A bar over a known number of steps; each call of the yielded function starts the next step."""
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
+    ) as progress:
+        task = progress.add_task("starting", total=total)
+        started = False
+
+        def step(description: str) -> None:
+            nonlocal started
+            if started:
+                progress.advance(task)
+            started = True
+            progress.update(task, description=description)
+
+        yield step
+        progress.update(task, completed=total, description="done")
+
+
+@app.command()
+def train(
+    input: Annotated[Path, typer.Option("--input", help="Tidy usage file: .csv, .csv.gz or .parquet.")],
+    store: StoreOption = None,
+    as_of: Annotated[int | None, typer.Option("--as-of", help="Learn only from samples before this Unix time.")] = None,
+    oom_events: Annotated[
+        Path | None, typer.Option("--oom-events", help="OOM kills (timestamp,namespace,workload,pod,container[,memory_bytes]).")
+    ] = None,
+    horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon of the stored lines, e.g. 24h.")] = "24h",
+) -> None:
+    """Fit the models on a usage file and publish a new model version."""
+    from pipelines.train import train_from_file
+
+    settings = _settings(store={"path": store})
+    horizon_seconds = _duration(horizon, "--horizon")
+    with _progress(4) as step:
+        manifest = train_from_file(
+            input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+        )
+    counts = manifest.row_counts
+    err.print(
+        f"published version [bold]{manifest.version}[/] to {settings.store.path}: "
+        f"{counts['workload_containers']} workload containers from {counts['usage_rows']:,} samples"
+    )
+
+
+@app.command()
+def recommend(
+    input: Annotated[Path, typer.Option("--input", help="Tidy usage history file.")],
+    as_of: Annotated[int, typer.Option("--as-of", help="Decision time, Unix seconds: only earlier rows are used.")],
+    output: Annotated[Path, typer.Option("--output", help="Where to write the JSON recommendations.")],
+    horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon, e.g. 24h.")] = "24h",
+) -> None:
+    """Recommend for every workload container at a decision time (the evaluation contract)."""
+    from pipelines.train import recommend_from_file
+
+    settings = _settings()
+    horizon_seconds = _duration(horizon, "--horizon")
+    with _progress(3) as step:
+        result = recommend_from_file(input, as_of, horizon_seconds, settings, step=step)
+    atomic_write_text(output, result.model_dump_json())
+    err.print(f"wrote {len(result.recommendations)} recommendations to {output}")
+
+
+def _show_payload(version: str, recommendations: RecommendationSet) -> dict[str, Any]:
+    payload: dict[str, Any] = {"version": version, **json.loads(recommendations.model_dump_json())}
+    return payload
+
+
+@app.command()
+def show(
+    store: StoreOption = None,
+    format: Annotated[Format, typer.Option("--format", help="table for people, json for scripts.")] = Format.table,
+) -> None:
+    """Print the latest model version's recommendations."""
+    from models.store import ModelStore
+
+    settings = _settings(store={"path": store})
+    loaded = ModelStore(settings.store.path, settings.store.retention_versions).load()
+    if format is Format.json:
+        sys.stdout.write(json.dumps(_show_payload(loaded.manifest.version, loaded.recommendations)) + "\n")
+        return
+    out.print(_recommendation_table(loaded.recommendations.recommendations, f"version {loaded.manifest.version}"))
+
+
+def _saving(current: float | None, target: float, scale: float, fmt: str) -> str:
+    if current is None:
+        return "-"
+    percent = (current - target) / current * 100 if current else 0.0
+    return f"{(current - target) / scale:{fmt}} ({percent:.0f}%)"
+
+
+def _recommendation_table(recommendations: list[WorkloadRecommendation], title: str) -> Table:
+    table = Table(title=f"Recommendations ({title})", title_justify="left")
+    for column in ("namespace/workload", "container", "CPU limit", "CPU request", "CPU saved", "mem limit", "mem request", "mem saved", "pods"):
+        table.add_column(column, justify="left" if column in ("namespace/workload", "container") else "right")
+    totals = {"cpu_now": 0.0, "cpu_rec": 0.0, "mem_now": 0.0, "mem_rec": 0.0}
+    for rec in recommendations:
+        cpu, memory, current = rec.cpu, rec.memory, rec.current
+        pods = rec.history.pods if rec.history else 1
+        if cpu is not None and current.cpu_limit_cores is not None:
+            totals["cpu_now"] += current.cpu_limit_cores
+            totals["cpu_rec"] += cpu.target
+        if memory is not None and current.memory_limit_bytes is not None:
+            totals["mem_now"] += current.memory_limit_bytes
+            totals["mem_rec"] += memory.target
+        table.add_row(
+            f"{rec.namespace}/{rec.workload}",
+            rec.container,
+            "-" if current.cpu_limit_cores is None else cpu_quantity(current.cpu_limit_cores),
+            "-" if cpu is None else cpu_quantity(cpu.target),
+            "-" if cpu is None else _saving(current.cpu_limit_cores, cpu.target, 1.0, ".2f"),
+            "-" if current.memory_limit_bytes is None else memory_quantity(current.memory_limit_bytes),
+            "-" if memory is None else memory_quantity(memory.target),
+            "-" if memory is None else _saving(current.memory_limit_bytes, memory.target, GIB, ".2f"),
+            str(pods),
+        )
+    table.caption = (
+        f"per pod, against the current limit: CPU {totals['cpu_now']:.2f} -> {totals['cpu_rec']:.2f} cores, "
+        f"memory {totals['mem_now'] / GIB:.2f} -> {totals['mem_rec'] / GIB:.2f} GiB (saved: CPU in cores, memory in GiB)"
+    )
+    return table
+
+
+@app.command()
+def serve(
+    store: StoreOption = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address [default 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="TCP port [default 8080].")] = None,
+    tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS).")] = None,
+    tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="PEM private key.")] = None,
+) -> None:
+    """Serve the REST API over the latest model version (OpenAPI docs at /docs)."""
+    settings = _settings(
+        store={"path": store},
+        serve={"host": host, "port": port, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file},
+    )
+    _run_server(settings)
+
+
+def _run_server(settings: Settings) -> None:
+    import uvicorn
+
+    from serving.app import create_app
+
+    scheme = "https" if settings.serve.tls_cert_file else "http"
+    err.print(f"serving {settings.store.path} on {scheme}://{settings.serve.host}:{settings.serve.port} (docs at /docs)")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.serve.host,
+        port=settings.serve.port,
+        ssl_certfile=settings.serve.tls_cert_file,
+        ssl_keyfile=settings.serve.tls_key_file,
+        log_level="info",
+    )
+
+
+def bundled_dataset() -> Path:
+    """The Google 2019 trace shipped in the repository (see data/google-2019/SOURCE.md)."""
+    return Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usage.csv.gz"
+
+
+@app.command()
+def demo(
+    input: Annotated[Path | None, typer.Option("--input", help="Usage file [default: the bundled Google 2019 trace].")] = None,
+    workdir: Annotated[Path, typer.Option("--workdir", help="Where the store and the chart go.")] = Path("demo-output"),
+    charts: Annotated[int, typer.Option("--charts", min=1, help="Workloads drawn in the chart.")] = 4,
+    serve_after: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the result afterwards.")] = True,
+    port: Annotated[int | None, typer.Option("--port", help="TCP port for --serve [default 8080].")] = None,
+) -> None:
+    """The main job end to end: train on real data, show what would be saved, chart the four lines, serve."""
+    from models.store import ModelStore
+    from pipelines.train import train_from_file
+    from recommender.charts import four_lines_figure, save_png
+
+    source = input or bundled_dataset()
+    settings = _settings(store={"path": workdir / "store"}, serve={"port": port})
+    with _progress(4) as step:
+        manifest = train_from_file(source, settings, step=step)
+    loaded = ModelStore(settings.store.path, settings.store.retention_versions).load(manifest.version)
+    recommendations = loaded.recommendations.recommendations
+    out.print(_recommendation_table(recommendations, f"{source.name}, version {manifest.version}"))
+    # Chart the workloads still running at the decision time first, the busiest of them first.
+    as_of = loaded.recommendations.as_of
+    busiest = sorted(
+        recommendations,
+        key=lambda r: (r.history is None or r.history.last_sample < as_of - 86400, -(r.history.samples if r.history else 0)),
+    )[:charts]
+    chart = workdir / "four-lines.png"
+    save_png(four_lines_figure(busiest, loaded.recommendations.step_seconds), chart)
+    out.print(f"four-line chart of {len(busiest)} workloads: {chart}")
+    out.print(f"model version {manifest.version} in {settings.store.path}; JSON: recommender show --store {settings.store.path} --format json")
+    if serve_after:
+        _run_server(settings)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        out.print(__version__)
+        raise typer.Exit()
+
+
+def main() -> None:
+    """Console entry point: our errors become a clear message and an exit code, never a traceback."""
+    try:
+        app()
+    except RecommenderError as error:
+        err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(error.exit_code)
+
+
+if __name__ == "__main__":
+    main()

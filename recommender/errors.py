@@ -1,0 +1,56 @@
+"""Our error types, one family per boundary, each mapped once to an HTTP status and a CLI exit code.
+
+Callers catch `RecommenderError` at the edge (the CLI, the HTTP app) and show `str(error)`, which always says
+what was wrong and where.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RecommenderError(Exception):
+    """Base of every error we raise on purpose; anything else is a bug."""
+
+    http_status = 500
+    exit_code = 1
+
+
+class InputFileError(RecommenderError):
+    """A usage file that cannot be read as tidy usage: names the file, the line (1-based, header = 1) and the problem."""
+
+    http_status = 422
+    exit_code = 2
+
+    def __init__(self, path: Path | str, problem: str, line: int | None = None, column: str | None = None):
+        self.path = str(path)
+        self.problem = problem
+        self.line = line
+        self.column = column
+        where = self.path
+        if line is not None:
+            where += f", line {line}"
+        if column is not None:
+            where += f", column '{column}'"
+        super().__init__(f"{where}: {problem}")
+
+
+class ModelStoreError(RecommenderError):
+    """The model store has no usable version, or one that is corrupt or partial."""
+
+    http_status = 503
+    exit_code = 3
+
+
+class UnknownWorkloadError(RecommenderError):
+    """A recommendation was asked for a workload the loaded version has not learned."""
+
+    http_status = 404
+    exit_code = 4
+
+
+class ConfigurationError(RecommenderError):
+    """Settings or command-line values that cannot work together."""
+
+    http_status = 400
+    exit_code = 2

@@ -1,0 +1,80 @@
+"""The resource model: what we tell the cluster about one workload container, and the JSON contract it travels in.
+
+Koordinator's four lines per workload: limit (what was asked for), usage, short-term reservation (next hours,
+from recent history) and long-term reservation (from a long history). Beside them, VPA-style request sizing
+(target and bounds) and the forecast peak. CPU is in cores, memory in bytes, times in Unix seconds.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from recommender.identity import WorkloadKey
+
+
+class Peak(BaseModel):
+    """The highest value of the short-term line over the horizon and when it happens."""
+
+    value: float = Field(description="Forecast peak (cores or bytes).")
+    at: int = Field(description="Start of the 5-minute step of the peak, Unix seconds.")
+
+
+class ResourceRecommendation(BaseModel):
+    """One resource (CPU or memory) of one workload container."""
+
+    target: float = Field(description="Recommended request (VPA's target, after the allowed range).")
+    lower_bound: float = Field(description="Below this the request is too small (VPA's lower bound).")
+    upper_bound: float = Field(description="Above this the request is wasteful (VPA's upper bound).")
+    uncapped_target: float = Field(description="The target before the allowed range was applied.")
+    short_term: list[float] = Field(description="Short-term reservation: one value per step over the horizon.")
+    long_term: float = Field(description="Long-term reservation (Koordinator's mid rule).")
+    peak: Peak
+
+
+class CurrentResources(BaseModel):
+    """What the workload asked for at its last sample (max over its pods); None where the data does not say."""
+
+    cpu_request_cores: float | None = None
+    cpu_limit_cores: float | None = None
+    memory_request_bytes: float | None = None
+    memory_limit_bytes: float | None = None
+
+
+class History(BaseModel):
+    """The data the recommendation was learned from."""
+
+    first_sample: int = Field(description="Unix seconds.")
+    last_sample: int = Field(description="Unix seconds.")
+    pods: int = Field(description="Distinct pods pooled into this recommendation.")
+    samples: int = Field(description="Usage rows used.")
+    recent_cpu_cores: list[float | None] = Field(
+        default_factory=list, description="Usage line: max over pods per step for the last day before as_of."
+    )
+    recent_memory_bytes: list[float | None] = Field(default_factory=list, description="Same for memory.")
+
+
+class WorkloadRecommendation(BaseModel):
+    """Everything we recommend for one (namespace, workload, container)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    workload: str
+    container: str
+    cpu: ResourceRecommendation | None = Field(description="None when the history has no CPU samples.")
+    memory: ResourceRecommendation | None = Field(description="None when the history has no memory samples.")
+    current: CurrentResources = CurrentResources()
+    history: History | None = None
+
+    @property
+    def key(self) -> WorkloadKey:
+        return WorkloadKey(self.namespace, self.workload, self.container)
+
+
+class RecommendationSet(BaseModel):
+    """The output of `recommender recommend` and the content of a model version's recommendations."""
+
+    as_of: int = Field(description="Decision time, Unix seconds: only samples before it were used.")
+    horizon_seconds: int
+    step_seconds: int
+    recommendations: list[WorkloadRecommendation]

@@ -1,0 +1,66 @@
+"""Units: every quantity inside the project is a float in cores or bytes; Kubernetes strings only at the edges."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from kubernetes.utils.quantity import parse_quantity
+
+SECONDS_PER_MINUTE = 60
+SECONDS_PER_HOUR = 3600
+SECONDS_PER_DAY = 86400
+MIB = 1024**2
+GIB = 1024**3
+
+_DURATION_SUFFIXES = {"s": 1, "m": SECONDS_PER_MINUTE, "h": SECONDS_PER_HOUR, "d": SECONDS_PER_DAY, "w": 7 * SECONDS_PER_DAY}
+
+
+def parse_duration_seconds(text: str) -> int:
+    """Parse '24h', '90m', '7d', '300s' or a bare number of seconds into whole seconds (> 0)."""
+    raw = text.strip().lower()
+    if not raw:
+        raise ValueError("empty duration")
+    unit = raw[-1]
+    if unit.isdigit():
+        number, factor = raw, 1
+    elif unit in _DURATION_SUFFIXES:
+        number, factor = raw[:-1], _DURATION_SUFFIXES[unit]
+    else:
+        raise ValueError(f"duration {text!r} has an unknown unit (use s, m, h, d or w)")
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise ValueError(f"duration {text!r} is not a number followed by s, m, h, d or w") from None
+    if not math.isfinite(value) or value <= 0 or value != int(value):
+        raise ValueError(f"duration {text!r} must be a positive whole number of seconds")
+    return int(value)
+
+
+def cpu_cores_from_quantity(quantity: str | int | float) -> float:
+    """Kubernetes CPU quantity ('250m', '2', '0.5') to cores."""
+    return float(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+
+
+def memory_bytes_from_quantity(quantity: str | int | float) -> float:
+    """Kubernetes memory quantity ('512Mi', '1G', '1e9') to bytes."""
+    return float(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+
+
+def cpu_quantity(cpu_cores: float) -> str:
+    """Cores to a Kubernetes CPU quantity in whole milli-cores, rounded up so a request never shrinks below the need."""
+    millicores = math.ceil(Decimal(str(cpu_cores)) * 1000)
+    return f"{millicores}m" if millicores % 1000 else str(millicores // 1000)
+
+
+def memory_quantity(memory_bytes: float) -> str:
+    """Bytes to a Kubernetes memory quantity, rounded up to a whole MiB when above 1 MiB (else whole bytes)."""
+    if memory_bytes >= MIB:
+        mebibytes = math.ceil(memory_bytes / MIB)
+        return f"{mebibytes // 1024}Gi" if mebibytes % 1024 == 0 else f"{mebibytes}Mi"
+    return str(math.ceil(memory_bytes))
+
+
+def cpu_millicores(cpu_cores: float) -> int:
+    """Cores to integer milli-cores, rounded up (Koordinator's batch-cpu / mid-cpu unit)."""
+    return math.ceil(round(cpu_cores * 1000, 6))

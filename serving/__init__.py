@@ -1,0 +1,1 @@
+"""The HTTP service: recommendations REST API (and, later, the admission webhook and scheduler extender)."""

@@ -1,0 +1,27 @@
+"""Liveness and readiness: live while the process serves, ready only with a verified model version loaded."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from serving.routes.deps import service_state
+from serving.state import ServiceState
+
+router = APIRouter(tags=["health"])
+State = Annotated[ServiceState, Depends(service_state)]
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: a valid model version is loaded", response_model=None)
+def readyz(state: State) -> JSONResponse | dict[str, Any]:
+    snapshot = state.snapshot
+    if snapshot is None:
+        return JSONResponse(status_code=503, content={"status": "not ready", "detail": state.last_error})
+    return {"status": "ready", "version": snapshot.loaded.manifest.version}

@@ -1,0 +1,60 @@
+"""What the service has loaded: one verified model version, swapped as a whole so no request sees half of one."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from models.store import LoadedVersion, ModelStore
+from recommender.errors import ModelStoreError, UnknownWorkloadError
+from recommender.identity import WorkloadKey
+from recommender.resources import WorkloadRecommendation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of one loaded version with an index by workload key."""
+
+    loaded: LoadedVersion
+    by_key: dict[WorkloadKey, WorkloadRecommendation] = field(repr=False)
+
+    @classmethod
+    def of(cls, loaded: LoadedVersion) -> Snapshot:
+        return cls(loaded, {r.key: r for r in loaded.recommendations.recommendations})
+
+
+class ServiceState:
+    """Holds the current snapshot; `refresh` loads the newest valid version and keeps the old one on failure."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self.store = store
+        self.snapshot: Snapshot | None = None
+        self.last_error: str | None = None
+
+    def refresh(self) -> None:
+        try:
+            loaded, skipped = self.store.load_latest_valid()
+        except ModelStoreError as error:
+            self.last_error = str(error)
+            log.warning("no model version loaded: %s", error)
+            return
+        for problem in skipped:
+            log.warning("skipped a model version: %s", problem)
+        if self.snapshot is None or self.snapshot.loaded.manifest.version != loaded.manifest.version:
+            self.snapshot = Snapshot.of(loaded)
+            log.info("loaded model version %s", loaded.manifest.version)
+        self.last_error = "; ".join(skipped) or None
+
+    def require(self) -> Snapshot:
+        snapshot = self.snapshot
+        if snapshot is None:
+            raise ModelStoreError(self.last_error or "no model version loaded")
+        return snapshot
+
+    def recommendation(self, key: WorkloadKey) -> WorkloadRecommendation:
+        found = self.require().by_key.get(key)
+        if found is None:
+            raise UnknownWorkloadError(f"no recommendation for {key}")
+        return found

@@ -1,0 +1,98 @@
+"""The CLI through its real console script: train, show, recommend (the evaluation contract), demo, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import BUNDLED, Runner, make_usage
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_command_has_help(cli: Runner) -> None:
+    for command in ("train", "recommend", "show", "serve", "demo"):
+        result = cli(command, "--help")
+        assert result.returncode == 0, result.stderr
+        assert "Usage" in result.stdout
+
+
+def test_train_then_show_json(cli: Runner, tmp_path: Path, usage_csv: Path) -> None:
+    trained = cli("train", "--input", str(usage_csv), "--store", "store")
+    assert trained.returncode == 0, trained.stderr
+    assert "published version" in trained.stderr
+    shown = cli("show", "--store", "store", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    payload = json.loads(shown.stdout)
+    assert payload["version"] == (tmp_path / "store" / "latest").read_text().strip()
+    assert {r["workload"] for r in payload["recommendations"]} == {"w0", "w1"}
+    table = cli("show", "--store", "store")
+    assert "w0" in table.stdout and "CPU request" in table.stdout
+
+
+def test_recommend_contract_on_bundled_data(cli: Runner, tmp_path: Path) -> None:
+    as_of = 1557900000  # 2019-05-15: two of the four jobs have history before it
+    result = cli("recommend", "--input", str(BUNDLED), "--as-of", str(as_of), "--horizon", "24h", "--output", "out.json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["as_of"] == as_of and out["horizon_seconds"] == 86400 and out["step_seconds"] == 300
+    usage = pd.read_csv(BUNDLED)
+    before = usage[usage["timestamp"] < as_of]
+    assert {r["workload"] for r in out["recommendations"]} == set(before["workload"])
+    for rec in out["recommendations"]:
+        assert {"namespace", "workload", "container", "cpu", "memory"} <= rec.keys()
+        for resource in ("cpu", "memory"):
+            line = rec[resource]
+            assert {"target", "lower_bound", "upper_bound", "short_term", "long_term", "peak"} <= line.keys()
+            assert len(line["short_term"]) == 288
+            assert line["peak"]["value"] == max(line["short_term"])
+            assert as_of <= line["peak"]["at"] < as_of + 86400
+            assert line["lower_bound"] <= line["target"] <= line["upper_bound"]
+
+
+def test_recommend_ignores_future_rows(cli: Runner, tmp_path: Path) -> None:
+    usage = make_usage(workloads=2, pods=2, days=4)
+    as_of = int(usage["timestamp"].min()) + 2 * 86400 + 1234
+    usage.to_csv(tmp_path / "all.csv", index=False)
+    usage[usage["timestamp"] < as_of].to_csv(tmp_path / "past.csv", index=False)
+    future = usage[usage["timestamp"] >= as_of].assign(cpu_cores=100.0, memory_bytes=1e12)
+    pd.concat([usage[usage["timestamp"] < as_of], future]).to_csv(tmp_path / "spiked.csv", index=False)
+    outputs = {}
+    for name in ("past", "spiked"):
+        result = cli("recommend", "--input", f"{name}.csv", "--as-of", str(as_of), "--output", f"{name}.json")
+        assert result.returncode == 0, result.stderr
+        outputs[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert outputs["past"] == outputs["spiked"]
+
+
+def test_bad_input_is_a_clear_error_and_keeps_the_store(cli: Runner, tmp_path: Path, usage_csv: Path) -> None:
+    assert cli("train", "--input", str(usage_csv), "--store", "store").returncode == 0
+    latest = (tmp_path / "store" / "latest").read_text()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,namespace,workload,pod,container,cpu_cores,memory_bytes\n1,ns,w,p,c,1,1\n2,ns,w,p,c,lots,1\n")
+    result = cli("train", "--input", str(bad), "--store", "store")
+    assert result.returncode == 2
+    assert "bad.csv, line 3, column 'cpu_cores'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "store" / "latest").read_text() == latest
+    assert len(list((tmp_path / "store" / "versions").iterdir())) == 1
+
+
+def test_bad_flags_are_clear(cli: Runner, usage_csv: Path) -> None:
+    result = cli("recommend", "--input", str(usage_csv), "--as-of", "1", "--horizon", "soon", "--output", "x.json")
+    assert result.returncode == 2 and "--horizon" in result.stderr
+    result = cli("recommend", "--input", str(usage_csv), "--as-of", "1", "--output", "x.json")
+    assert result.returncode == 2 and "no usage rows before as-of 1" in result.stderr
+    result = cli("show", "--store", "empty")
+    assert result.returncode == 3 and "no model version published yet" in result.stderr
+
+
+def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
+    result = cli("demo", "--no-serve", "--workdir", "demo")
+    assert result.returncode == 0, result.stderr
+    assert "job-113812204462" in result.stdout and "CPU saved" in result.stdout
+    chart = tmp_path / "demo" / "four-lines.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 20_000

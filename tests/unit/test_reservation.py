@@ -1,0 +1,80 @@
+"""Reservation lines: Koordinator's mid rule and the seasonal short-term line on series with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from models.histogram import ExponentialBuckets
+from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
+
+DAY = 86400
+STEP = 300
+
+
+def series(values: np.ndarray, start: int = 0, group: str = "g") -> pd.DataFrame:
+    return pd.DataFrame({"group": group, "timestamp": start + STEP * np.arange(values.size), "value": values})
+
+
+def test_long_term_is_percentile_times_margin() -> None:
+    values = np.linspace(0.01, 2.0, 1000)
+    model = PercentileReservation(percentile=0.95, margin_fraction=0.10, half_life_seconds=1e12).fit(series(values))
+    buckets = ExponentialBuckets(0.01, 1000.0, 0.05)
+    p95 = buckets.starts[buckets.find(np.array([np.quantile(values, 0.95)]))[0] + 1]
+    assert model.predict()[0] == pytest.approx(p95 * 1.10, rel=0.06)
+    assert model.predict(["g"])[0] == model.predict()[0]
+    with pytest.raises(KeyError):
+        model.predict(["nope"])
+
+
+def test_short_term_follows_a_daily_cycle() -> None:
+    t = np.arange(0, 7 * DAY, STEP)
+    values = 1.0 + np.sin(2 * np.pi * t / DAY)
+    model = SeasonalMaxReservation(recent_window_seconds=STEP, slot_tolerance_seconds=0).fit(series(values))
+    line = model.predict(as_of=7 * DAY, horizon_seconds=DAY)[0]
+    expected = 1.0 + np.sin(2 * np.pi * np.arange(0, DAY, STEP) / DAY)
+    # Each step is the same slot a day earlier; only the first step can be lifted by the last sample.
+    np.testing.assert_allclose(line[1:], expected[1:], atol=1e-9)
+    assert line.shape == (288,)
+
+
+def test_short_term_tolerates_timing_jitter() -> None:
+    t = np.arange(0, 3 * DAY, STEP)
+    values = np.where((t % DAY) == 12 * 3600 + 600, 5.0, 1.0)  # a spike at 12:10 every day
+    model = SeasonalMaxReservation(slot_tolerance_seconds=900).fit(series(values))
+    line = model.predict(as_of=3 * DAY, horizon_seconds=DAY)[0]
+    noon = 12 * 3600 // STEP
+    assert line[noon] == 5.0  # 12:00 is within 15 minutes of the spike
+    assert line[noon - 6] == 1.0  # 11:30 is not
+
+
+def test_short_term_lifts_within_an_hour_of_a_step_up() -> None:
+    t = np.arange(0, 3 * DAY, STEP)
+    values = np.where(t >= 3 * DAY - 1800, 4.0, 1.0)  # usage quadrupled in the last 30 minutes
+    line = SeasonalMaxReservation().fit(series(values)).predict(as_of=3 * DAY, horizon_seconds=DAY)[0]
+    assert line.min() >= 4.0
+
+
+def test_stopped_workload_keeps_its_recent_size() -> None:
+    old = series(np.full(288, 2.0), start=0, group="old")
+    live = series(np.full(288 * 10, 1.0), start=0, group="live")
+    model = SeasonalMaxReservation().fit(pd.concat([old, live]))
+    lines = model.predict(as_of=10 * DAY, horizon_seconds=DAY)
+    assert lines[list(model.groups_).index("old")].min() == 2.0
+    assert lines[list(model.groups_).index("live")].max() == 1.0
+
+
+def test_recent_usage_window_and_peak() -> None:
+    values = np.arange(288 * 2, dtype=float)
+    model = SeasonalMaxReservation().fit(series(values))
+    recent = model.recent(as_of=2 * DAY, window_seconds=3600)[0]
+    np.testing.assert_array_equal(recent, values[-12:])
+    value, at = peak_of(np.array([[1.0, 3.0, 2.0]]), as_of=1000, step_seconds=STEP)
+    assert value[0] == 3.0 and at[0] == 1300
+
+
+def test_predict_before_fit_raises() -> None:
+    with pytest.raises(NotFittedError):
+        SeasonalMaxReservation().predict(0)

@@ -1,0 +1,81 @@
+"""The composite estimator on plain frames: pooling, the output contract, and the sklearn estimator contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from models.histogram import DecayingHistogram
+from models.reservation import PercentileReservation, SeasonalMaxReservation
+from models.workload import WorkloadRecommender
+from recommender.settings import PolicySettings
+from tests.conftest import make_usage
+
+
+def test_one_recommendation_per_workload_container_with_pods_pooled() -> None:
+    usage = make_usage(workloads=3, pods=4, days=2)
+    result = WorkloadRecommender().fit(usage).predict()
+    assert len(result.recommendations) == 3
+    first = result.recommendations[0]
+    assert first.history is not None and first.history.pods == 4
+    assert first.cpu is not None and len(first.cpu.short_term) == 288
+    assert first.cpu.lower_bound <= first.cpu.target <= first.cpu.upper_bound
+    assert result.step_seconds == 300 and result.horizon_seconds == 86400
+    assert first.current.cpu_limit_cores == 2.0
+
+
+def test_targets_grow_with_usage_and_cover_p90() -> None:
+    usage = make_usage(workloads=2, pods=1, days=3)
+    result = WorkloadRecommender().fit(usage).predict()
+    small, big = (r.cpu for r in result.recommendations)
+    assert small is not None and big is not None
+    assert big.target > small.target
+    p90 = usage[usage["workload"] == "w0"]["cpu_cores"].quantile(0.9)
+    assert small.target >= p90 * 1.15 * 0.95  # p90 (decayed) plus the 15 % margin
+
+
+def test_resource_without_samples_is_none() -> None:
+    usage = make_usage(workloads=1, pods=1, days=1).assign(memory_bytes=np.nan)
+    rec = WorkloadRecommender().fit(usage).predict().recommendations[0]
+    assert rec.memory is None and rec.cpu is not None
+
+
+def test_policy_settings_are_used() -> None:
+    usage = make_usage(workloads=1, pods=1, days=2)
+    plain = WorkloadRecommender().fit(usage).predict().recommendations[0].cpu
+    capped = WorkloadRecommender(policy=PolicySettings(max_allowed_cpu_cores=0.1)).fit(usage).predict().recommendations[0].cpu
+    assert plain is not None and capped is not None
+    assert capped.target == 0.1 and capped.uncapped_target == pytest.approx(plain.target)
+
+
+def test_oom_events_raise_memory() -> None:
+    usage = make_usage(workloads=1, pods=1, days=2)
+    oom = pd.DataFrame(
+        {"timestamp": [int(usage["timestamp"].max())], "namespace": "ns", "workload": "w0", "pod": "w0-p0", "container": "main"}
+    )
+    plain = WorkloadRecommender().fit(usage).predict().recommendations[0].memory
+    bumped = WorkloadRecommender().fit(usage, oom_events=oom).predict().recommendations[0].memory
+    assert plain is not None and bumped is not None
+    assert bumped.target > plain.target * 1.15
+
+
+@pytest.mark.parametrize(
+    "estimator", [DecayingHistogram(), SeasonalMaxReservation(), PercentileReservation(), WorkloadRecommender()]
+)
+def test_estimator_contract(estimator: object) -> None:
+    # Parameters only in __init__ (get_params/clone round-trip), learned state only after fit.
+    clone(estimator)
+    learned = [name for name in vars(estimator) if name.endswith("_") and not name.startswith("_")]
+    assert learned == []
+    with pytest.raises(NotFittedError):
+        if isinstance(estimator, WorkloadRecommender):
+            estimator.predict()
+        elif isinstance(estimator, SeasonalMaxReservation):
+            estimator.predict(0)
+        elif isinstance(estimator, PercentileReservation):
+            estimator.predict()
+        else:
+            estimator.quantile(0.5)  # type: ignore[attr-defined]
