@@ -15,6 +15,7 @@ demo: $(STAMP)
 	$(BIN)/recommender demo
 
 test: $(STAMP)
+	scripts/install-test-deps.sh
 	$(BIN)/mypy
 	$(BIN)/pytest
 

@@ -68,6 +68,8 @@ class Manifest(BaseModel):
     row_counts: dict[str, int]
     fit_metrics: dict[str, float]
     parent_version: str | None = Field(None, description="Version this one continued from (incremental training).")
+    read_metrics: dict[str, float] = Field(default_factory=dict, description="Cost of reading the data (queries, bytes).")
+    skipped: dict[str, str] = Field(default_factory=dict, description="Workload groups that could not be read, and why.")
     files: dict[str, FileEntry]
 
 
@@ -115,6 +117,8 @@ class ModelStore:
         fit_metrics: dict[str, float],
         data_window: DataWindow,
         parent_version: str | None = None,
+        read_metrics: dict[str, float] | None = None,
+        skipped: dict[str, str] | None = None,
     ) -> Manifest:
         """Write a new version and move `latest` to it; returns its manifest. Old versions beyond retention go."""
         self.versions_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +142,8 @@ class ModelStore:
                 row_counts=row_counts,
                 fit_metrics=fit_metrics,
                 parent_version=parent_version,
+                read_metrics=read_metrics or {},
+                skipped=skipped or {},
                 files=files,
             )
             self._write(incoming / MANIFEST, manifest.model_dump_json(indent=2).encode())

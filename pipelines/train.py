@@ -12,7 +12,9 @@ import pandas as pd
 from models.store import DataWindow, Manifest, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.ingest import read_oom_events, read_usage
-from recommender.errors import InputFileError
+from pipelines.prometheus import PrometheusClient
+from pipelines.prometheus_source import PrometheusSource
+from recommender.errors import InputFileError, PartialDataError, PrometheusError
 from recommender.resources import RecommendationSet
 from recommender.settings import Settings
 
@@ -85,12 +87,54 @@ def train_from_file(
     usage = load_history(input_path, as_of, step)
     oom_events = read_oom_events(oom_events_path) if oom_events_path is not None else None
     result = fit_history(usage, settings, as_of, horizon_seconds, oom_events, step)
+    return _publish(settings, result, usage, str(input_path), step)
+
+
+def train_from_prometheus(
+    settings: Settings,
+    *,
+    as_of: int | None = None,
+    allow_partial: bool = False,
+    horizon_seconds: int = 86400,
+    step: Step = _quiet,
+) -> tuple[Manifest, dict[str, float]]:
+    """Read the last `history_seconds` from Prometheus, fit, publish; returns the manifest and the query costs.
+
+    A namespace batch that fails after retries makes the run fail without publishing (PartialDataError naming
+    what was skipped), unless `allow_partial`, which publishes the rest and records what was skipped.
+    """
+    prom = settings.prometheus
+    end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
+    start = end - prom.history_seconds
+    with PrometheusClient(prom) as client:
+        read = PrometheusSource(client, prom).read(start, end, step)
+        costs = client.stats.summary()
+    if read.skipped and not allow_partial:
+        raise PartialDataError(read.skipped)
+    usage = read.usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all")
+    if usage.empty:
+        raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
+    usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
+    result = fit_history(usage, settings, None if as_of is None else as_of, horizon_seconds, read.oom_events, step)
+    manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped)
+    return manifest, costs
+
+
+def _publish(
+    settings: Settings,
+    result: TrainingResult,
+    usage: pd.DataFrame,
+    source: str,
+    step: Step,
+    read_metrics: dict[str, float] | None = None,
+    skipped: dict[str, str] | None = None,
+) -> Manifest:
     step(f"publishing to {settings.store.path}")
     store = ModelStore(settings.store.path, settings.store.retention_versions)
     return store.publish(
         result.recommendations,
         result.model,
-        source=str(input_path),
+        source=source,
         parameters=settings.model_dump(mode="json", include={"histogram", "policy", "reservation"}),
         row_counts={
             "usage_rows": result.usage_rows,
@@ -104,4 +148,6 @@ def train_from_file(
             last_sample=int(usage["timestamp"].max()),
             as_of=result.recommendations.as_of,
         ),
+        read_metrics=read_metrics,
+        skipped=skipped,
     )

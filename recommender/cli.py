@@ -92,23 +92,68 @@ def _progress(total: int) -> Iterator[Any]:
 
 @app.command()
 def train(
-    input: Annotated[Path, typer.Option("--input", help="Tidy usage file: .csv, .csv.gz or .parquet.")],
+    input: Annotated[Path | None, typer.Option("--input", help="Tidy usage file: .csv, .csv.gz or .parquet.")] = None,
+    prometheus_url: Annotated[
+        str | None, typer.Option("--prometheus-url", help="Read usage from this Prometheus-compatible API instead of a file.")
+    ] = None,
     store: StoreOption = None,
     as_of: Annotated[int | None, typer.Option("--as-of", help="Learn only from samples before this Unix time.")] = None,
     oom_events: Annotated[
         Path | None, typer.Option("--oom-events", help="OOM kills (timestamp,namespace,workload,pod,container[,memory_bytes]).")
     ] = None,
     horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon of the stored lines, e.g. 24h.")] = "24h",
+    history: Annotated[str | None, typer.Option("--history", help="Prometheus: how far back to read [default 14d].")] = None,
+    bearer_token_file: Annotated[Path | None, typer.Option("--bearer-token-file", help="Prometheus: bearer token file.")] = None,
+    ca_file: Annotated[Path | None, typer.Option("--ca-file", help="Prometheus: CA bundle (PEM).")] = None,
+    client_cert_file: Annotated[Path | None, typer.Option("--client-cert-file", help="Prometheus: client certificate.")] = None,
+    client_key_file: Annotated[Path | None, typer.Option("--client-key-file", help="Prometheus: client key.")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", help="Prometheus: extra header 'Name: value' (repeatable), e.g. X-Scope-OrgID.")
+    ] = None,
+    allow_partial: Annotated[
+        bool, typer.Option("--allow-partial", help="Prometheus: publish even if some namespaces could not be read.")
+    ] = False,
 ) -> None:
-    """Fit the models on a usage file and publish a new model version."""
-    from pipelines.train import train_from_file
+    """Fit the models on a usage file or on Prometheus, and publish a new model version."""
+    from pipelines.train import train_from_file, train_from_prometheus
 
-    settings = _settings(store={"path": store})
+    if (input is None) == (prometheus_url is None):
+        raise ConfigurationError("give exactly one of --input FILE or --prometheus-url URL")
+    headers = {}
+    for item in header or []:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ConfigurationError(f"--header {item!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    settings = _settings(
+        store={"path": store},
+        prometheus={
+            "url": prometheus_url,
+            "history_seconds": None if history is None else _duration(history, "--history"),
+            "bearer_token_file": bearer_token_file,
+            "ca_file": ca_file,
+            "client_cert_file": client_cert_file,
+            "client_key_file": client_key_file,
+            "headers": headers or None,
+        },
+    )
     horizon_seconds = _duration(horizon, "--horizon")
-    with _progress(4) as step:
-        manifest = train_from_file(
-            input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+    if input is not None:
+        with _progress(4) as step:
+            manifest = train_from_file(
+                input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+            )
+    else:
+        with _progress(7) as step:
+            manifest, costs = train_from_prometheus(
+                settings, as_of=as_of, allow_partial=allow_partial, horizon_seconds=horizon_seconds, step=step
+            )
+        err.print(
+            f"Prometheus: {costs['queries']:.0f} queries, {costs['retries']:.0f} retries, "
+            f"{costs['bytes'] / 1e6:.1f} MB, {costs['query_seconds']:.1f} s in queries"
         )
+        for name, why in sorted(manifest.skipped.items()):
+            err.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     counts = manifest.row_counts
     err.print(
         f"published version [bold]{manifest.version}[/] to {settings.store.path}: "

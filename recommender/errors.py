@@ -54,3 +54,26 @@ class ConfigurationError(RecommenderError):
 
     http_status = 400
     exit_code = 2
+
+
+class PrometheusError(RecommenderError):
+    """Prometheus could not be reached, refused a query, or answered with something that is not PromQL data."""
+
+    http_status = 502
+    exit_code = 5
+
+
+class PartialDataError(RecommenderError):
+    """Some workloads could not be read; names them and why. Nothing was published."""
+
+    http_status = 502
+    exit_code = 6
+
+    def __init__(self, skipped: dict[str, str]):
+        self.skipped = skipped
+        listed = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items())[:10])
+        more = f" (and {len(skipped) - 10} more)" if len(skipped) > 10 else ""
+        super().__init__(
+            f"{len(skipped)} workload group(s) could not be read from Prometheus, nothing was published "
+            f"(use --allow-partial to publish the rest): {listed}{more}"
+        )

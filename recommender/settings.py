@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from recommender.units import MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
@@ -125,6 +125,70 @@ class ServeSettings(BaseModel):
         return self
 
 
+class PrometheusSettings(BaseModel):
+    """Reading usage from Prometheus (or Thanos, Mimir, VictoriaMetrics): what to ask, and how gently."""
+
+    url: str | None = Field(None, description="Base URL, e.g. http://prometheus:9090 (with any path prefix). Unset: read files.")
+    history_seconds: int = Field(14 * SECONDS_PER_DAY, gt=0, description="How far back to read, seconds (14 days, like KRR).")
+    step_seconds: int = Field(300, gt=0, description="Resolution of the usage read, seconds (5 minutes, the tidy format's).")
+    cpu_rate_window_seconds: int = Field(
+        300, gt=0, description="Window of rate() over the CPU counter, seconds; must span at least two scrapes."
+    )
+    memory_window_seconds: int = Field(
+        300, gt=0, description="Window of max_over_time() over the working set, seconds, so peaks between steps count."
+    )
+    max_points_per_series: int = Field(
+        10000, gt=0, le=11000, description="Points per series per query_range; Prometheus refuses more than 11,000."
+    )
+    max_series_per_query: int = Field(
+        5000, gt=0, description="Namespaces are batched into one query up to this many containers, to bound each answer."
+    )
+    concurrency: int = Field(2, gt=0, le=32, description="Queries in flight at once: be kind to a shared Prometheus.")
+    timeout_seconds: float = Field(120.0, gt=0, description="Per-query timeout, seconds (also sent to Prometheus).")
+    retries: int = Field(4, ge=0, description="Retries of a query on connection errors, 5xx and 429; never on other 4xx.")
+    backoff_initial_seconds: float = Field(0.5, gt=0, description="First retry delay, seconds; grows x2 with jitter.")
+    backoff_max_seconds: float = Field(20.0, gt=0, description="Longest retry delay, seconds.")
+    bearer_token: SecretStr | None = Field(None, description="Bearer token sent as Authorization.")
+    bearer_token_file: Path | None = Field(None, description="File holding the bearer token, re-read for every run.")
+    ca_file: Path | None = Field(None, description="PEM bundle of CAs to verify Prometheus' TLS certificate.")
+    client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS.")
+    client_key_file: Path | None = Field(None, description="PEM private key of the client certificate.")
+    insecure_skip_verify: bool = Field(False, description="Do not verify TLS certificates (testing only).")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra HTTP headers, e.g. {\"X-Scope-OrgID\": \"team-a\"} for Mimir/Cortex tenants."
+    )
+    extra_labels: dict[str, str] = Field(
+        default_factory=dict, description="Label matchers added to every series, e.g. {\"cluster\": \"prod\"}."
+    )
+    namespace_label: str = Field("namespace", description="Label holding the namespace.")
+    pod_label: str = Field("pod", description="Label holding the pod name.")
+    container_label: str = Field("container", description="Label holding the container name.")
+    node_label: str = Field("node", description="Label of kube_pod_info holding the node name.")
+    ignored_containers: list[str] = Field(
+        default_factory=lambda: ["", "POD"], description="Container label values that are not workload containers (pause, pod totals)."
+    )
+    cpu_usage_metric: str = Field("container_cpu_usage_seconds_total", description="cAdvisor CPU counter, core-seconds.")
+    memory_metric: str = Field("container_memory_working_set_bytes", description="cAdvisor working set, bytes.")
+    cpu_throttled_periods_metric: str = Field("container_cpu_cfs_throttled_periods_total", description="cAdvisor throttled periods.")
+    cpu_periods_metric: str = Field("container_cpu_cfs_periods_total", description="cAdvisor CFS periods.")
+    pod_owner_metric: str = Field("kube_pod_owner", description="kube-state-metrics pod owner.")
+    replicaset_owner_metric: str = Field("kube_replicaset_owner", description="kube-state-metrics ReplicaSet owner.")
+    job_owner_metric: str = Field("kube_job_owner", description="kube-state-metrics Job owner (CronJob).")
+    pod_info_metric: str = Field("kube_pod_info", description="kube-state-metrics pod info (node).")
+    requests_metric: str = Field("kube_pod_container_resource_requests", description="kube-state-metrics requests.")
+    limits_metric: str = Field("kube_pod_container_resource_limits", description="kube-state-metrics limits.")
+    terminated_reason_metric: str = Field(
+        "kube_pod_container_status_last_terminated_reason", description="kube-state-metrics last termination reason."
+    )
+    restarts_metric: str = Field("kube_pod_container_status_restarts_total", description="kube-state-metrics restarts.")
+
+    @model_validator(mode="after")
+    def _client_pair(self) -> PrometheusSettings:
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("client_cert_file and client_key_file go together")
+        return self
+
+
 class Settings(BaseSettings):
     """All settings, one group per concern."""
 
@@ -135,3 +199,4 @@ class Settings(BaseSettings):
     reservation: ReservationSettings = ReservationSettings()
     store: StoreSettings = StoreSettings()
     serve: ServeSettings = ServeSettings()
+    prometheus: PrometheusSettings = PrometheusSettings()

@@ -1,0 +1,201 @@
+"""Training from a real Prometheus (Debian's package), backfilled with promtool from a slice of the bundled real data.
+
+The same usage is written as a tidy file and as cAdvisor + kube-state-metrics series; both paths must give the same
+recommendations (within one histogram bucket), every workload kind must resolve through its owner chain, label
+values with quotes, backslashes and newlines must be queried correctly, and a Prometheus that dies mid-run must
+leave the last good model version untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.histogram import ExponentialBuckets
+from pipelines.prometheus import PrometheusClient
+from pipelines.prometheus_source import PrometheusSource
+from recommender.settings import PrometheusSettings
+from tests.conftest import BUNDLED, Runner, entry_point
+from tests.support.openmetrics import OOMKill, write_openmetrics
+from tests.support.prometheus_server import PrometheusServer, binaries_present, free_port
+
+pytestmark = pytest.mark.integration
+
+DAY = 86400
+WEIRD_NAMESPACE = 'team "a" \\ x\nline2'
+WEIRD_WORKLOAD = 'svc"q\\z'
+#: The backfilled data is scraped every 5 minutes, so rate() and increase() need a window of two scrapes.
+PROMETHEUS_ENV = {
+    "KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS": "600",
+    "KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS": str(4 * DAY),
+    "KOORD_RECOMMENDER_PROMETHEUS__RETRIES": "1",
+    "KOORD_RECOMMENDER_PROMETHEUS__BACKOFF_INITIAL_SECONDS": "0.05",
+    "KOORD_RECOMMENDER_PROMETHEUS__TIMEOUT_SECONDS": "20",
+}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    usage_csv: Path
+    oom_csv: Path
+    kinds: dict[tuple[str, str], str]
+    as_of: int
+    server: PrometheusServer
+
+
+def clone(rows: pd.DataFrame, namespace: str, workload: str, pod_names: list[str]) -> pd.DataFrame:
+    pods = sorted(rows["pod"].unique())[: len(pod_names)]
+    part = rows[rows["pod"].isin(pods)].copy()
+    part["pod"] = part["pod"].map(dict(zip(pods, pod_names)))
+    return part.assign(namespace=namespace, workload=workload)
+
+
+def build_usage() -> tuple[pd.DataFrame, dict[tuple[str, str], str]]:
+    """Three days of real Borg usage, re-homed so that every workload kind and some nasty names occur."""
+    usage = pd.read_csv(BUNDLED)
+    end = int(usage["timestamp"].max())
+    usage = usage[(usage["timestamp"] > end - 3 * DAY) & (usage["timestamp"] % 300 == 0)]
+    web = usage[usage["workload"] == "job-113812204462"]
+    db = usage[usage["workload"] == "job-399444405700"]
+    parts = [
+        web.assign(workload="web"),
+        db.assign(workload="db"),
+        clone(db, "batch", "nightly", ["nightly-28012345-a1b2c", "nightly-28012345-d3e4f"]),
+        clone(web, "infra", "node-agent", ["node-agent-x1", "node-agent-x2", "node-agent-x3"]),
+        clone(db, "jobs", "migrate", ["migrate-q7w8e"]),
+        clone(web, "bare", "debug-shell", ["debug-shell"]),
+        clone(db, WEIRD_NAMESPACE, WEIRD_WORKLOAD, ['svc"q\\z-7c9d-k2j4h']),
+    ]
+    kinds = {
+        ("google-2019", "web"): "Deployment",
+        ("google-2019", "db"): "StatefulSet",
+        ("batch", "nightly"): "CronJob",
+        ("infra", "node-agent"): "DaemonSet",
+        ("jobs", "migrate"): "Job",
+        ("bare", "debug-shell"): "Pod",
+        (WEIRD_NAMESPACE, WEIRD_WORKLOAD): "Deployment",
+    }
+    frame = pd.concat(parts, ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
+    return frame, kinds
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not binaries_present():
+        pytest.skip("Debian's prometheus package is missing: `make test` installs it (scripts/install-test-deps.sh)")
+    workdir = tmp_path_factory.mktemp("prometheus")
+    usage, kinds = build_usage()
+    usage_csv = workdir / "usage.csv"
+    usage.to_csv(usage_csv, index=False)
+    victim = usage[usage["workload"] == "web"].iloc[len(usage[usage["workload"] == "web"]) // 2]
+    kill_time = int(victim["timestamp"]) - 30
+    pd.DataFrame(
+        [{"timestamp": kill_time, "namespace": victim["namespace"], "workload": "web", "pod": victim["pod"],
+          "container": "main", "memory_bytes": usage[usage["pod"] == victim["pod"]]["memory_limit_bytes"].iloc[-1]}]
+    ).to_csv(workdir / "oom.csv", index=False)
+    write_openmetrics(
+        usage, kinds, workdir / "metrics.om", oom_kills=[OOMKill(victim["namespace"], victim["pod"], "main", kill_time)]
+    )
+    server = PrometheusServer(workdir / "metrics.om", workdir).start()
+    try:
+        yield Cluster(usage_csv, workdir / "oom.csv", kinds, int(usage["timestamp"].max()) + 1, server)
+    finally:
+        server.stop()
+
+
+def settings_for(url: str) -> PrometheusSettings:
+    return PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=4 * DAY)
+
+
+def bucket(value: float, first: float) -> int:
+    return int(ExponentialBuckets(first, 1000.0 if first < 1 else 1e12, 0.05).find(np.array([value]))[0])
+
+
+def test_owner_chains_resolve_every_kind(cluster: Cluster) -> None:
+    settings = settings_for(cluster.server.url)
+    end = (cluster.as_of - 1) // 300 * 300
+    with PrometheusClient(settings) as client:
+        read = PrometheusSource(client, settings).read(end - 4 * DAY, end, lambda _: None)
+        assert client.stats.queries <= 12
+    assert read.workload_kinds == cluster.kinds
+    assert read.skipped == {}
+    assert set(read.usage["container"]) == {"main"}  # pause and pod-level series were skipped
+    assert len(read.oom_events) == 1
+    assert set(read.usage["node"].dropna()) <= {"node-0", "node-1", "node-2"}
+
+
+def test_prometheus_and_file_give_the_same_recommendations(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    as_of = str(cluster.as_of)
+    from_file = cli("train", "--input", str(cluster.usage_csv), "--oom-events", str(cluster.oom_csv), "--store", "file", "--as-of", as_of)
+    assert from_file.returncode == 0, from_file.stderr
+    from_prom = cli("train", "--prometheus-url", cluster.server.url, "--store", "prom", "--as-of", as_of, env=PROMETHEUS_ENV)
+    assert from_prom.returncode == 0, from_prom.stderr
+    assert "queries" in from_prom.stderr
+    shown = {}
+    for store in ("file", "prom"):
+        result = cli("show", "--store", store, "--format", "json")
+        shown[store] = {(r["namespace"], r["workload"], r["container"]): r for r in json.loads(result.stdout)["recommendations"]}
+    assert shown["file"].keys() == shown["prom"].keys()
+    assert (WEIRD_NAMESPACE, WEIRD_WORKLOAD, "main") in shown["prom"]
+    for key, expected in shown["file"].items():
+        got = shown["prom"][key]
+        for resource, first in (("cpu", 0.01), ("memory", 1e7)):
+            for field in ("target", "lower_bound", "upper_bound", "long_term"):
+                a, b = expected[resource][field], got[resource][field]
+                assert abs(bucket(a / 1.15, first) - bucket(b / 1.15, first)) <= 1, (key, resource, field, a, b)
+        assert got["current"]["memory_limit_bytes"] == pytest.approx(expected["current"]["memory_limit_bytes"])
+    manifest = json.loads(next((tmp_path / "prom" / "versions").iterdir()).joinpath("manifest.json").read_text())
+    assert manifest["source"] == cluster.server.url
+    assert manifest["read_metrics"]["queries"] <= 12
+    assert manifest["row_counts"]["oom_events"] == 1
+
+
+def test_prometheus_killed_mid_run_keeps_the_last_good_version(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    good = cli("train", "--input", str(cluster.usage_csv), "--store", "store")
+    assert good.returncode == 0, good.stderr
+    latest = (tmp_path / "store" / "latest").read_text()
+    # A second Prometheus over the same data, killed as soon as the training run sends its first PromQL query.
+    victim = PrometheusServer(None, tmp_path / "victim", copy_tsdb_from=cluster.server.data).start()
+
+    def kill_on_first_query() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and victim.queries_logged() == 0:
+            time.sleep(0.01)
+        victim.kill()
+
+    killer = threading.Thread(target=kill_on_first_query)
+    killer.start()
+    try:
+        env = {**PROMETHEUS_ENV, "KOORD_RECOMMENDER_PROMETHEUS__CONCURRENCY": "1"}
+        result = cli(
+            "train", "--prometheus-url", victim.url, "--store", "store", "--as-of", str(cluster.as_of), env=env, timeout=120
+        )
+    finally:
+        killer.join(timeout=70)
+        victim.stop()
+    assert victim.queries_logged() >= 1  # it died after the run had started reading usage
+    assert result.returncode in (5, 6), result.stderr
+    assert "gave up after 2 attempts" in result.stderr and "ConnectError" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "store" / "latest").read_text() == latest
+    assert [p.name for p in (tmp_path / "store" / "versions").iterdir()] == [latest.strip()]
+
+
+def test_prometheus_down_is_a_clear_error(cli: Runner, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = cli("train", "--prometheus-url", url, "--store", "store", env=PROMETHEUS_ENV)
+    assert result.returncode == 5
+    assert url in result.stderr and "gave up after 2 attempts" in result.stderr
+    assert not (tmp_path / "store" / "latest").exists()
+
+
+def test_entry_point_is_installed() -> None:
+    assert Path(entry_point()).exists()

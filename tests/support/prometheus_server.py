@@ -1,0 +1,94 @@
+"""A real Prometheus on 127.0.0.1, backfilled from an OpenMetrics file with promtool."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def binaries_present() -> bool:
+    return shutil.which("prometheus") is not None and shutil.which("promtool") is not None
+
+
+class PrometheusServer:
+    """Backfills `openmetrics` into a TSDB under `workdir` (or copies an existing TSDB) and serves it on loopback."""
+
+    def __init__(self, openmetrics: Path | None, workdir: Path, copy_tsdb_from: Path | None = None) -> None:
+        self.workdir = workdir
+        self.data = workdir / "tsdb"
+        self.query_log = workdir / "queries.log"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+        if copy_tsdb_from is not None:
+            shutil.copytree(copy_tsdb_from, self.data, ignore=shutil.ignore_patterns("lock", "wal", "queries.active"))
+        elif openmetrics is not None:
+            self.data.mkdir(parents=True, exist_ok=True)
+            result = subprocess.run(
+                ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(self.data)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            if result.returncode != 0:
+                raise RuntimeError(f"promtool backfill failed: {result.stderr[-2000:]}")
+        else:
+            raise ValueError("give an OpenMetrics file or a TSDB to copy")
+        (workdir / "prometheus.yml").write_text(f"global:\n  query_log_file: {self.query_log}\nscrape_configs: []\n")
+
+    def start(self, timeout: float = 60) -> PrometheusServer:
+        self.process = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={self.workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.data}",
+                "--storage.tsdb.retention.time=100y",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--query.max-samples=200000000",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.workdir / "prometheus.stderr", "wb"),
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {(self.workdir / 'prometheus.stderr').read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/-/ready", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("prometheus did not become ready in time")
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def queries_logged(self) -> int:
+        return len(self.query_log.read_text().splitlines()) if self.query_log.exists() else 0

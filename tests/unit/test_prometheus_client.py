@@ -1,0 +1,128 @@
+"""The client's discipline: POST bodies, time chunks under the points limit, retries only for transient errors."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipelines.prometheus import PrometheusClient, time_chunks
+from recommender.errors import PrometheusError
+from recommender.settings import PrometheusSettings
+
+VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"a": "b"}, "value": [1, "2.5"]}]}}
+
+
+def client(handler, **overrides) -> PrometheusClient:  # type: ignore[no-untyped-def]
+    settings = PrometheusSettings(url="http://prom.test", retries=2, backoff_initial_seconds=0.001, backoff_max_seconds=0.01, **overrides)
+    return PrometheusClient(settings, transport=httpx.MockTransport(handler))
+
+
+@given(st.integers(0, 10**9), st.integers(0, 10**7), st.integers(1, 3600), st.integers(2, 11000))
+def test_chunks_cover_the_range_within_the_points_limit(start: int, length: int, step: int, max_points: int) -> None:
+    end = start + length
+    chunks = time_chunks(start, end, step, max_points)
+    # Prometheus evaluates at chunk_start + k x step <= chunk_end: together exactly the whole range's points.
+    points = [t for a, b in chunks for t in range(a, b + 1, step)]
+    assert points[0] == start and points[-1] == start + (length // step) * step
+    assert len(points) == length // step + 1 and all(b - a == step for a, b in zip(points, points[1:]))
+    assert all((b - a) // step + 1 <= max_points for a, b in chunks)
+
+
+def test_query_goes_in_the_post_body_with_auth_and_headers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=VECTOR)
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    with client(handler, bearer_token_file=token, headers={"X-Scope-OrgID": "team-a"}) as prom:
+        assert prom.query('up{job="x"}', at=100) == [({"a": "b"}, 2.5)]
+        assert prom.stats.queries == 1
+    request = seen[0]
+    assert request.method == "POST" and request.url.query == b""
+    assert parse_qs(request.content.decode())["query"] == ['up{job="x"}']
+    assert request.headers["Authorization"] == "Bearer s3cret"
+    assert request.headers["X-Scope-OrgID"] == "team-a"
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 429])
+def test_transient_errors_are_retried(status: int) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(status, json={"error": "busy"}) if len(calls) < 3 else httpx.Response(200, json=VECTOR)
+
+    with client(handler) as prom:
+        assert prom.query("up", at=1)
+        assert prom.stats.retries == 2
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_client_errors_are_not_retried(status: int) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(status, json={"status": "error", "error": "parse error at char 3"})
+
+    with client(handler) as prom, pytest.raises(PrometheusError, match=f"HTTP {status}.*parse error"):
+        prom.query("up{", at=1)
+    assert len(calls) == 1
+
+
+def test_retries_are_bounded() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, text="overloaded")
+
+    with client(handler) as prom, pytest.raises(PrometheusError, match="gave up after 3 attempts"):
+        prom.query("up", at=1)
+
+
+def test_garbage_answers_are_clear() -> None:
+    with client(lambda r: httpx.Response(200, text="<html>")) as prom, pytest.raises(PrometheusError, match="not JSON"):
+        prom.query("up", at=1)
+    with client(lambda r: httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})) as prom:
+        with pytest.raises(PrometheusError, match="expected a vector"):
+            prom.query("up", at=1)
+
+
+def test_a_silent_server_times_out() -> None:
+    """A loopback socket that accepts and never answers: the per-query timeout ends the wait."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        settings = PrometheusSettings(
+            url=f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_seconds=0.5, retries=1, backoff_initial_seconds=0.01
+        )
+        with PrometheusClient(settings) as prom, pytest.raises(PrometheusError, match="ReadTimeout"):
+            prom.query("up", at=1)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
