@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck lint-imports unit bench clean
+.PHONY: demo test typecheck lint-imports unit bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/bootstrap-venv.sh
 	scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
@@ -30,6 +30,9 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench recommend
+
+docs: $(STAMP)
+	$(BIN)/python -c "from recommender.settings import markdown_reference; open('docs/configuration.md', 'w').write(markdown_reference())"
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache

@@ -1,4 +1,4 @@
-"""Benchmarks of the `recommend` contract, each next to a reference measured in the same run.
+"""Benchmarks, each next to a reference measured in the same run (`python -m bench {recommend,prometheus}`).
 
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
 (`recommender recommend ... --horizon 24h`) and, as the reference, a bare pandas+pyarrow read of the same file
@@ -81,10 +81,19 @@ def main() -> None:
     rec.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     rec.add_argument("--runs", type=int, default=3)
     rec.add_argument("--as-of", type=int, default=None, help="decision time (default: end of the data)")
+    prom = sub.add_parser("prometheus", help="train from a real Prometheus vs from a file, 1,000 containers x 14 days")
+    prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    prom.add_argument("--namespaces", type=int, default=4, help="copies of the 250 VMs (4 -> 1,000 containers)")
+    prom.add_argument("--days", type=int, default=14)
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
     if not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
-    result = bench_recommend(args.input, args.runs, args.as_of)
+    if args.name == "prometheus":
+        from bench.prometheus import main as bench_prometheus
+
+        result = bench_prometheus(args.input, args.namespaces, args.days)
+    else:
+        result = bench_recommend(args.input, args.runs, args.as_of)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

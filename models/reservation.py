@@ -91,6 +91,12 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
     group's own last `seasonal_days` days of samples.
     """
 
+    groups_: npt.NDArray[np.str_]
+    grid_: FloatArray
+    grid_origin_: float
+    data_end_: float
+    fallback_: FloatArray
+
     def __init__(
         self,
         step_seconds: int = 300,
@@ -104,17 +110,34 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         self.slot_tolerance_seconds = slot_tolerance_seconds
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        for name in ("groups_", "grid_", "grid_origin_", "data_end_", "fallback_"):
+            if hasattr(self, name):
+                delattr(self, name)
+        return self.partial_fit(X)
+
+    def partial_fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        """Add newer samples: the grid slides forward to the newest sample, keeping what still falls inside it."""
         require_columns(X, ("group", "timestamp", "value"), type(self).__name__)
-        all_codes, labels = factorize_groups(X["group"])
+        all_codes, new_labels = factorize_groups(X["group"])
+        previous = hasattr(self, "grid_")
+        labels = pd.Index(list(self.groups_) if previous else []).append(new_labels).unique()
+        all_codes = labels.get_indexer(new_labels).astype(np.int64)[all_codes]
         present = X["value"].notna().to_numpy()
         group_codes = all_codes[present]
         times = X["timestamp"].to_numpy(dtype=np.float64)[present]
         values = X["value"].to_numpy(dtype=np.float64)[present]
         step = self.step_seconds
         end = float(X["timestamp"].max()) if len(X) else 0.0
+        if previous:
+            end = max(end, self.data_end_)
         n_slots = (self.seasonal_days * SECONDS_PER_DAY + self.slot_tolerance_seconds) // step + 2
         origin = (np.floor(end / step) - n_slots + 1) * step
         grid = np.full((len(labels), n_slots), -np.inf)
+        if previous:
+            shift = int(round((origin - self.grid_origin_) / step))
+            kept = self.grid_[:, shift:] if shift >= 0 else np.pad(self.grid_, ((0, 0), (-shift, 0)), constant_values=-np.inf)
+            width = min(kept.shape[1], n_slots)
+            grid[: kept.shape[0], :width] = kept[:, :width]
         inside = times >= origin
         slots = ((times[inside] - origin) // step).astype(np.int64)
         np.maximum.at(grid, (group_codes[inside], slots), values[inside])
@@ -125,6 +148,12 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         own_recent = times >= own_end[group_codes] - self.seasonal_days * SECONDS_PER_DAY
         fallback = np.full(len(labels), -np.inf)
         np.maximum.at(fallback, group_codes[own_recent], values[own_recent])
+        if previous:
+            # Groups with new samples: the max of what the slid grid holds of them; others keep their fallback.
+            old_fallback = np.full(len(labels), np.nan)
+            old_fallback[: len(self.fallback_)] = self.fallback_
+            seen_now = np.isfinite(fallback)
+            fallback = np.where(seen_now, np.fmax(fallback, grid.max(axis=1)), old_fallback)
         self.groups_ = np.asarray(labels, dtype=str)
         self.grid_ = grid
         self.grid_origin_ = float(origin)

@@ -130,9 +130,33 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         )
         self.cpu_short_term_ = short_term.fit(cpu)
         self.memory_short_term_ = SeasonalMaxReservation(**short_term.get_params()).fit(memory)
-        self.workloads_ = self._describe(usage)
+        self.pods_ = self._pods(usage)
+        self.workloads_ = self._describe(self.pods_)
         self.sample_interval_seconds_ = self._sample_interval(usage)
         self.data_end_ = int(usage["timestamp"].max())
+        return self
+
+    def partial_fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
+        """Continue from the learned state with samples newer than those seen: the decaying histograms come out as
+        one fit on all the data would make them, so a daily run reads one day, not the whole history."""
+        if not hasattr(self, "workloads_"):
+            return self.fit(X, oom_events=oom_events)
+        require_columns(X, USAGE_COLUMNS, type(self).__name__)
+        if len(X) == 0:
+            return self
+        usage = with_group_labels(X)
+        cpu = usage[["group", "pod", "timestamp"]].assign(value=usage["cpu_cores"])
+        memory = usage[["group", "pod", "timestamp"]].assign(value=usage["memory_bytes"])
+        self.cpu_histogram_.partial_fit(cpu)
+        self.memory_histogram_.partial_fit(memory, oom_events=self._oom_frame(oom_events, usage))
+        self.cpu_long_term_.partial_fit(cpu)
+        self.memory_long_term_.partial_fit(memory)
+        self.cpu_short_term_.partial_fit(cpu)
+        self.memory_short_term_.partial_fit(memory)
+        self.pods_ = self._merge_pods(self.pods_, self._pods(usage))
+        self.workloads_ = self._describe(self.pods_)
+        self.sample_interval_seconds_ = self._sample_interval(usage) if len(usage) > 1 else self.sample_interval_seconds_
+        self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
         return self
 
     @staticmethod
@@ -149,28 +173,48 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return events.loc[value.notna(), ["group", "pod", "timestamp"]].assign(value=value.dropna())
 
     @staticmethod
-    def _describe(usage: pd.DataFrame) -> pd.DataFrame:
-        """Per group: key columns, history window, pods, samples, containers per pod, last requests/limits."""
-        grouped = usage.groupby("group", sort=True)
-        described = grouped.agg(
-            namespace=("namespace", "first"),
-            workload=("workload", "first"),
-            container=("container", "first"),
-            first_sample=("timestamp", "min"),
-            last_sample=("timestamp", "max"),
-            pods=("pod", "nunique"),
-            samples=("timestamp", "size"),
+    def _pods(usage: pd.DataFrame) -> pd.DataFrame:
+        """Per (group, pod): first and last sample, sample count, and the last requests/limits it reported."""
+        ordered = usage.sort_values("timestamp", kind="stable")
+        grouped = ordered.groupby([ordered["group"].astype(str), "pod"], sort=False)
+        pods: pd.DataFrame = grouped["timestamp"].agg(["min", "max", "size"]).set_axis(
+            ["first_sample", "last_sample", "samples"], axis=1
         )
-        containers = usage.groupby(["namespace", "workload"])["container"].nunique().rename("containers_per_pod")
-        described = described.join(containers, on=["namespace", "workload"])
         present = [c for c in CURRENT_COLUMNS if c in usage.columns]
         if present:
-            last_per_pod = usage.sort_values("timestamp").groupby(["group", "pod"])[present].last()
-            described = described.join(last_per_pod.groupby(level="group").max())
+            pods = pods.join(grouped[present].last())
         for column in CURRENT_COLUMNS:
-            if column not in described.columns:
-                described[column] = np.nan
-        return described
+            if column not in pods.columns:
+                pods[column] = np.nan
+        pods.index = pods.index.set_names(["group", "pod"])
+        return pods
+
+    @staticmethod
+    def _merge_pods(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+        """Pod state after more samples: widest window, summed counts, the newest non-missing requests/limits."""
+        both = old.add_suffix("_old").join(new, how="outer")
+        merged = pd.DataFrame(index=both.index)
+        merged["first_sample"] = both[["first_sample_old", "first_sample"]].min(axis=1)
+        merged["last_sample"] = both[["last_sample_old", "last_sample"]].max(axis=1)
+        merged["samples"] = both["samples_old"].fillna(0) + both["samples"].fillna(0)
+        for column in CURRENT_COLUMNS:
+            merged[column] = both[column].fillna(both[column + "_old"])
+        return merged
+
+    @staticmethod
+    def _describe(pods: pd.DataFrame) -> pd.DataFrame:
+        """Per group: key columns, history window, pods, samples, containers per pod, last requests/limits."""
+        grouped = pods.groupby(level="group", sort=True)
+        described = grouped.agg(
+            first_sample=("first_sample", "min"),
+            last_sample=("last_sample", "max"),
+            pods=("samples", "size"),
+            samples=("samples", "sum"),
+        ).join(grouped[list(CURRENT_COLUMNS)].max())
+        keys = pd.DataFrame([json.loads(label) for label in described.index], columns=list(KEY_COLUMNS), index=described.index)
+        described = keys.join(described)
+        containers = described.groupby(["namespace", "workload"])["container"].nunique().rename("containers_per_pod")
+        return described.join(containers, on=["namespace", "workload"])
 
     @staticmethod
     def _sample_interval(usage: pd.DataFrame) -> float:

@@ -1,4 +1,5 @@
-"""Training from tidy usage files: read, cut at the decision time, fit, and publish or return recommendations."""
+"""Training from tidy usage files or Prometheus: read, cut at the decision time, fit (or continue the latest
+version's models with only the newer samples), and publish or return recommendations."""
 
 from __future__ import annotations
 
@@ -53,13 +54,19 @@ def fit_history(
     horizon_seconds: int,
     oom_events: pd.DataFrame | None = None,
     step: Step = _quiet,
+    resume: WorkloadRecommender | None = None,
 ) -> TrainingResult:
-    """Fit the workload models on usage rows and compute the recommendations at `as_of` (default: data end)."""
+    """Fit the workload models on usage rows (or continue `resume` with them) and compute the recommendations at
+    `as_of` (default: data end)."""
     if oom_events is not None and as_of is not None:
         oom_events = oom_events[oom_events["timestamp"] < as_of]
-    step(f"fitting {usage.groupby(['namespace', 'workload', 'container']).ngroups} workload containers")
+    verb = "continuing" if resume is not None else "fitting"
+    step(f"{verb} {usage.groupby(['namespace', 'workload', 'container']).ngroups} workload containers")
     started = time.perf_counter()
-    model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation).fit(usage, oom_events=oom_events)
+    if resume is not None:
+        model = resume.partial_fit(usage, oom_events=oom_events)
+    else:
+        model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation).fit(usage, oom_events=oom_events)
     fit_seconds = time.perf_counter() - started
     step("computing recommendations")
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
@@ -81,13 +88,42 @@ def train_from_file(
     as_of: int | None = None,
     oom_events_path: Path | None = None,
     horizon_seconds: int = 86400,
+    incremental: bool = False,
     step: Step = _quiet,
 ) -> Manifest:
-    """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched."""
+    """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched.
+
+    `incremental`: continue the latest version's models with only the rows after its data window."""
     usage = load_history(input_path, as_of, step)
     oom_events = read_oom_events(oom_events_path) if oom_events_path is not None else None
-    result = fit_history(usage, settings, as_of, horizon_seconds, oom_events, step)
-    return _publish(settings, result, usage, str(input_path), step)
+    parent = _parent(settings, incremental)
+    if parent is not None:
+        usage = usage[usage["timestamp"] > parent.manifest.data_window.last_sample]
+        if oom_events is not None:
+            oom_events = oom_events[oom_events["timestamp"] > parent.manifest.data_window.last_sample]
+        if usage.empty:
+            raise InputFileError(
+                input_path, f"has no rows after {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}"
+            )
+    result = fit_history(usage, settings, as_of, horizon_seconds, oom_events, step, resume=parent.model if parent else None)
+    return _publish(settings, result, usage, str(input_path), step, parent=parent)
+
+
+@dataclass(frozen=True)
+class _Parent:
+    manifest: Manifest
+    model: WorkloadRecommender
+
+
+def _parent(settings: Settings, incremental: bool) -> _Parent | None:
+    """The latest verified version to continue from, or None for a full fit (none asked for, or none yet)."""
+    if not incremental:
+        return None
+    store = ModelStore(settings.store.path, settings.store.retention_versions)
+    if store.latest_name() is None:
+        return None
+    manifest = store.manifest()
+    return _Parent(manifest, store.load_model(manifest.version))
 
 
 def train_from_prometheus(
@@ -96,16 +132,23 @@ def train_from_prometheus(
     as_of: int | None = None,
     allow_partial: bool = False,
     horizon_seconds: int = 86400,
+    incremental: bool = False,
     step: Step = _quiet,
 ) -> tuple[Manifest, dict[str, float]]:
     """Read the last `history_seconds` from Prometheus, fit, publish; returns the manifest and the query costs.
 
     A namespace batch that fails after retries makes the run fail without publishing (PartialDataError naming
     what was skipped), unless `allow_partial`, which publishes the rest and records what was skipped.
+    `incremental`: continue the latest version's models, reading only the steps after its data window.
     """
     prom = settings.prometheus
     end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
     start = end - prom.history_seconds
+    parent = _parent(settings, incremental)
+    if parent is not None:
+        start = max(start, parent.manifest.data_window.last_sample + prom.step_seconds)
+        if start > end:
+            raise PrometheusError(f"nothing new since {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}")
     with PrometheusClient(prom) as client:
         read = PrometheusSource(client, prom).read(start, end, step)
         costs = client.stats.summary()
@@ -115,8 +158,9 @@ def train_from_prometheus(
     if usage.empty:
         raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
     usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
-    result = fit_history(usage, settings, None if as_of is None else as_of, horizon_seconds, read.oom_events, step)
-    manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped)
+    resume = parent.model if parent else None
+    result = fit_history(usage, settings, as_of, horizon_seconds, read.oom_events, step, resume=resume)
+    manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, parent=parent)
     return manifest, costs
 
 
@@ -128,8 +172,12 @@ def _publish(
     step: Step,
     read_metrics: dict[str, float] | None = None,
     skipped: dict[str, str] | None = None,
+    parent: _Parent | None = None,
 ) -> Manifest:
     step(f"publishing to {settings.store.path}")
+    first_sample = int(usage["timestamp"].min())
+    if parent is not None:
+        first_sample = min(first_sample, parent.manifest.data_window.first_sample)
     store = ModelStore(settings.store.path, settings.store.retention_versions)
     return store.publish(
         result.recommendations,
@@ -144,10 +192,11 @@ def _publish(
         },
         fit_metrics={"fit_seconds": round(result.fit_seconds, 3)},
         data_window=DataWindow(
-            first_sample=int(usage["timestamp"].min()),
+            first_sample=first_sample,
             last_sample=int(usage["timestamp"].max()),
             as_of=result.recommendations.as_of,
         ),
         read_metrics=read_metrics,
         skipped=skipped,
+        parent_version=parent.manifest.version if parent else None,
     )

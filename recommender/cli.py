@@ -113,6 +113,9 @@ def train(
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Prometheus: publish even if some namespaces could not be read.")
     ] = False,
+    incremental: Annotated[
+        bool, typer.Option("--incremental", help="Continue the latest version's models with only the samples after it.")
+    ] = False,
 ) -> None:
     """Fit the models on a usage file or on Prometheus, and publish a new model version."""
     from pipelines.train import train_from_file, train_from_prometheus
@@ -141,12 +144,23 @@ def train(
     if input is not None:
         with _progress(4) as step:
             manifest = train_from_file(
-                input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+                input,
+                settings,
+                as_of=as_of,
+                oom_events_path=oom_events,
+                horizon_seconds=horizon_seconds,
+                incremental=incremental,
+                step=step,
             )
     else:
         with _progress(7) as step:
             manifest, costs = train_from_prometheus(
-                settings, as_of=as_of, allow_partial=allow_partial, horizon_seconds=horizon_seconds, step=step
+                settings,
+                as_of=as_of,
+                allow_partial=allow_partial,
+                horizon_seconds=horizon_seconds,
+                incremental=incremental,
+                step=step,
             )
         err.print(
             f"Prometheus: {costs['queries']:.0f} queries, {costs['retries']:.0f} retries, "
@@ -155,8 +169,9 @@ def train(
         for name, why in sorted(manifest.skipped.items()):
             err.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     counts = manifest.row_counts
+    continued = f" (continued from {manifest.parent_version})" if manifest.parent_version else ""
     err.print(
-        f"published version [bold]{manifest.version}[/] to {settings.store.path}: "
+        f"published version [bold]{manifest.version}[/]{continued} to {settings.store.path}: "
         f"{counts['workload_containers']} workload containers from {counts['usage_rows']:,} samples"
     )
 

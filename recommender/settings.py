@@ -200,3 +200,29 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     serve: ServeSettings = ServeSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
+
+
+def markdown_reference() -> str:
+    """docs/configuration.md, generated from the fields above so the two cannot drift (`make docs`)."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated from `recommender/settings.py` by `make docs`; do not edit by hand.",
+        "",
+        "Every setting has a default (VPA's or Koordinator's where one exists) and can be overridden by an environment",
+        "variable `KOORD_RECOMMENDER_<GROUP>__<FIELD>` (upper case), for example",
+        "`KOORD_RECOMMENDER_POLICY__SAFETY_MARGIN_FRACTION=0.2`; dictionaries and lists are given as JSON. Command-line",
+        "flags win over the environment. Invalid values stop the command with a clear message (exit code 2). The",
+        "parameters a model version was trained with are recorded in its `manifest.json`.",
+        "",
+    ]
+    for group, field in Settings.model_fields.items():
+        model = field.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        lines += [f"## `{group}`: {(model.__doc__ or '').strip().splitlines()[0]}", ""]
+        lines += ["| environment variable | default | meaning |", "|---|---|---|"]
+        for name, info in model.model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            lines.append(f"| `KOORD_RECOMMENDER_{group.upper()}__{name.upper()}` | `{default}` | {info.description} |")
+        lines.append("")
+    return "\n".join(lines)

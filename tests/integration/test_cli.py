@@ -96,3 +96,22 @@ def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
     assert "job-113812204462" in result.stdout and "CPU saved" in result.stdout
     chart = tmp_path / "demo" / "four-lines.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 20_000
+
+
+def test_incremental_training_from_files(cli: Runner, tmp_path: Path) -> None:
+    usage = make_usage(workloads=2, pods=2, days=3)
+    cut = int(usage["timestamp"].min()) + 2 * 86400
+    usage[usage["timestamp"] < cut].to_csv(tmp_path / "first.csv", index=False)
+    usage.to_csv(tmp_path / "all.csv", index=False)
+    assert cli("train", "--input", "first.csv", "--store", "inc").returncode == 0
+    more = cli("train", "--input", "all.csv", "--store", "inc", "--incremental")
+    assert more.returncode == 0, more.stderr
+    assert "continued from" in more.stderr
+    again = cli("train", "--input", "all.csv", "--store", "inc", "--incremental")
+    assert again.returncode == 2 and "has no rows after" in again.stderr
+    assert cli("train", "--input", "all.csv", "--store", "full").returncode == 0
+    inc, full = (json.loads(cli("show", "--store", s, "--format", "json").stdout)["recommendations"] for s in ("inc", "full"))
+    for a, b in zip(inc, full):
+        assert a["cpu"]["target"] == pytest.approx(b["cpu"]["target"])
+        assert a["memory"]["upper_bound"] == pytest.approx(b["memory"]["upper_bound"])
+        assert a["cpu"]["short_term"] == pytest.approx(b["cpu"]["short_term"])

@@ -199,3 +199,34 @@ def test_prometheus_down_is_a_clear_error(cli: Runner, tmp_path: Path) -> None:
 
 def test_entry_point_is_installed() -> None:
     assert Path(entry_point()).exists()
+
+
+def test_incremental_training_reads_only_the_new_day(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    day_before = str(cluster.as_of - DAY)
+    first = cli("train", "--prometheus-url", cluster.server.url, "--store", "inc", "--as-of", day_before, env=PROMETHEUS_ENV)
+    assert first.returncode == 0, first.stderr
+    more = cli(
+        "train", "--prometheus-url", cluster.server.url, "--store", "inc", "--as-of", str(cluster.as_of), "--incremental",
+        env=PROMETHEUS_ENV,
+    )
+    assert more.returncode == 0, more.stderr
+    assert "continued from" in more.stderr
+    full = cli("train", "--prometheus-url", cluster.server.url, "--store", "full", "--as-of", str(cluster.as_of), env=PROMETHEUS_ENV)
+    assert full.returncode == 0, full.stderr
+    manifests = {}
+    for store in ("inc", "full"):
+        latest = (tmp_path / store / "latest").read_text().strip()
+        manifests[store] = json.loads((tmp_path / store / "versions" / latest / "manifest.json").read_text())
+    assert manifests["inc"]["parent_version"] is not None
+    # It read about one of the four days the full run read.
+    assert manifests["inc"]["read_metrics"]["bytes"] < 0.6 * manifests["full"]["read_metrics"]["bytes"]
+    assert manifests["inc"]["data_window"]["first_sample"] == manifests["full"]["data_window"]["first_sample"]
+    shown = {
+        store: {(r["namespace"], r["workload"]): r for r in json.loads(cli("show", "--store", store, "--format", "json").stdout)["recommendations"]}
+        for store in ("inc", "full")
+    }
+    assert shown["inc"].keys() == shown["full"].keys()
+    for key, expected in shown["full"].items():
+        for resource in ("cpu", "memory"):
+            for field in ("target", "upper_bound", "long_term"):
+                assert shown["inc"][key][resource][field] == pytest.approx(expected[resource][field], rel=0.06), (key, resource, field)

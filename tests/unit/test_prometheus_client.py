@@ -8,7 +8,7 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.prometheus import PrometheusClient, time_chunks
@@ -23,7 +23,8 @@ def client(handler, **overrides) -> PrometheusClient:  # type: ignore[no-untyped
     return PrometheusClient(settings, transport=httpx.MockTransport(handler))
 
 
-@given(st.integers(0, 10**9), st.integers(0, 10**7), st.integers(1, 3600), st.integers(2, 11000))
+@given(st.integers(0, 10**9), st.integers(0, 10**7), st.integers(60, 3600), st.integers(2, 11000))
+@settings(deadline=None)
 def test_chunks_cover_the_range_within_the_points_limit(start: int, length: int, step: int, max_points: int) -> None:
     end = start + length
     chunks = time_chunks(start, end, step, max_points)

@@ -79,3 +79,29 @@ def test_estimator_contract(estimator: object) -> None:
             estimator.predict()
         else:
             estimator.quantile(0.5)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("cut_days", [0.5, 2.0, 3.5])
+def test_partial_fit_equals_one_fit(cut_days: float) -> None:
+    usage = make_usage(workloads=2, pods=3, days=4)
+    cut = int(usage["timestamp"].min() + cut_days * 86400)
+    # A pod that appears only in the second part, and one only in the first.
+    late = usage[(usage["pod"] == "w0-p0") & (usage["timestamp"] >= cut)].assign(pod="w0-late")
+    usage = pd.concat([usage[~((usage["pod"] == "w1-p2") & (usage["timestamp"] >= cut))], late])
+    whole = WorkloadRecommender().fit(usage).predict()
+    parts = (
+        WorkloadRecommender()
+        .fit(usage[usage["timestamp"] < cut])
+        .partial_fit(usage[usage["timestamp"] >= cut])
+        .predict()
+    )
+    assert whole.as_of == parts.as_of
+    for a, b in zip(whole.recommendations, parts.recommendations):
+        assert a.key == b.key
+        assert a.history == b.history
+        assert a.current == b.current
+        for resource in ("cpu", "memory"):
+            x, y = getattr(a, resource), getattr(b, resource)
+            for field in ("target", "lower_bound", "upper_bound", "long_term"):
+                assert getattr(x, field) == pytest.approx(getattr(y, field), rel=1e-9), (resource, field)
+            np.testing.assert_allclose(x.short_term, y.short_term, rtol=1e-12)
