@@ -59,9 +59,11 @@ def main(source: Path, namespaces: int = 4, days: int = 14) -> dict[str, object]
     tsdb = cache / "tsdb"
     if not tsdb.exists():
         metrics = cache / "metrics.om"
-        kinds = {key: "Deployment" for key in fleet.groupby(["namespace", "workload"]).groups}
-        print("writing OpenMetrics", file=sys.stderr)
-        write_openmetrics(fleet, kinds, metrics, decoys=False)
+        if not metrics.exists():
+            kinds = {key: "Deployment" for key in fleet.groupby(["namespace", "workload"]).groups}
+            print("writing OpenMetrics", file=sys.stderr)
+            write_openmetrics(fleet, kinds, metrics.with_suffix(".tmp"), decoys=False)
+            metrics.with_suffix(".tmp").rename(metrics)
         print("backfilling with promtool", file=sys.stderr)
         PrometheusServer(metrics, cache / "build")
         (cache / "build" / "tsdb").rename(tsdb)

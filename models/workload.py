@@ -34,7 +34,13 @@ from recommender.resources import (
 from recommender.settings import HistogramSettings, PolicySettings, ReservationSettings
 
 USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
-CURRENT_COLUMNS = ("cpu_request_cores", "cpu_limit_cores", "memory_request_bytes", "memory_limit_bytes")
+CURRENT_COLUMNS = (
+    "cpu_request_cores",
+    "cpu_limit_cores",
+    "memory_request_bytes",
+    "memory_limit_bytes",
+    "cpu_throttled_fraction",
+)
 
 
 def group_label(namespace: str, workload: str, container: str) -> str:

@@ -47,6 +47,7 @@ USAGE_SCHEMA: tuple[Column, ...] = (
     Column("memory_limit_bytes", "value", False),
     Column("cpu_request_cores", "value", False),
     Column("memory_request_bytes", "value", False),
+    Column("cpu_throttled_fraction", "value", False),
     Column("node", "id", False),
 )
 

@@ -117,9 +117,23 @@ class PrometheusSource:
         memory = (
             f"max {keys} (max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}]))"
         )
+        window = promql.duration(end - start + s.step_seconds)
+        throttled = (
+            f"sum {keys} (increase({promql.selector(s.cpu_throttled_periods_metric, matchers)}[{window}])) / "
+            f"sum {keys} (increase({promql.selector(s.cpu_periods_metric, matchers)}[{window}]))"
+        )
         cpu_frame = self._frame(self.client.query_range(cpu, start, end, s.step_seconds), "cpu_cores")
         memory_frame = self._frame(self.client.query_range(memory, start, end, s.step_seconds), "memory_bytes")
-        return cpu_frame.merge(memory_frame, on=["timestamp", "namespace", "pod", "container"], how="outer")
+        usage = cpu_frame.merge(memory_frame, on=["timestamp", "namespace", "pod", "container"], how="outer")
+        throttling = pd.DataFrame(
+            [
+                (x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.container_label, ""), value)
+                for x, value in self.client.query(throttled, end)
+                if np.isfinite(value)
+            ],
+            columns=["namespace", "pod", "container", "cpu_throttled_fraction"],
+        )
+        return usage.merge(throttling, on=["namespace", "pod", "container"], how="left")
 
     def _frame(self, series: list[Series], column: str) -> pd.DataFrame:
         s = self.s

@@ -38,6 +38,9 @@ class CurrentResources(BaseModel):
     cpu_limit_cores: float | None = None
     memory_request_bytes: float | None = None
     memory_limit_bytes: float | None = None
+    cpu_throttled_fraction: float | None = Field(
+        None, description="Share of CFS periods in which the CPU limit throttled the container (max over pods)."
+    )
 
 
 class History(BaseModel):

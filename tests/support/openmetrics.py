@@ -112,6 +112,19 @@ def write_openmetrics(
                         for t in rows["timestamp"].to_numpy():
                             yield f"container_memory_working_set_bytes{decoy} 9e11 {t - scrape_offset}\n"
 
+        def throttle_lines(metric: str) -> Iterator[str]:
+            # 100 ms CFS periods; containers with a CPU limit are throttled in proportion to their usage/limit.
+            for (ns, _, pod, container), rows in groups:
+                if "cpu_limit_cores" not in rows or rows["cpu_limit_cores"].isna().all():
+                    continue
+                labels = _labels({"namespace": ns, "pod": pod, "container": container})
+                times = rows["timestamp"].to_numpy()
+                ratio = np.clip(rows["cpu_cores"].fillna(0.0).to_numpy() / rows["cpu_limit_cores"].to_numpy() - 0.5, 0, 1)
+                periods = np.cumsum(np.full(times.size, 3000.0))
+                values = periods if metric == "periods" else np.cumsum(3000.0 * ratio)
+                for t, v in zip(times, values):
+                    yield f"container_cpu_cfs_{'periods' if metric == 'periods' else 'throttled_periods'}_total{labels} {v:.1f} {t - scrape_offset}\n"
+
         pods = usage.groupby(["namespace", "workload", "pod"], sort=False)["timestamp"].agg(["min", "max"]).reset_index()
 
         def meta_times(first: int, last: int) -> np.ndarray:
@@ -161,6 +174,8 @@ def write_openmetrics(
 
         family("container_cpu_usage_seconds", "counter", cpu_lines())
         family("container_memory_working_set_bytes", "gauge", memory_lines())
+        family("container_cpu_cfs_periods", "counter", throttle_lines("periods"))
+        family("container_cpu_cfs_throttled_periods", "counter", throttle_lines("throttled"))
         family("kube_pod_owner", "gauge", owner_lines("kube_pod_owner"))
         family("kube_replicaset_owner", "gauge", owner_lines("kube_replicaset_owner"))
         family("kube_job_owner", "gauge", owner_lines("kube_job_owner"))

@@ -39,7 +39,7 @@ class PrometheusServer:
         elif openmetrics is not None:
             self.data.mkdir(parents=True, exist_ok=True)
             result = subprocess.run(
-                ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(self.data)],
+                ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=744h", str(openmetrics), str(self.data)],
                 capture_output=True,
                 text=True,
                 timeout=900,
