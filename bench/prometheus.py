@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -37,14 +36,28 @@ def build_fleet(source: Path, namespaces: int, days: int) -> pd.DataFrame:
     return fleet.sort_values(["namespace", "workload", "pod", "container", "timestamp"])
 
 
+#: Runs one command and prints its peak RSS (KiB): a fresh parent per command, so each peak is its own.
+_MEASURE = (
+    "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(done.returncode)"
+)
+
+
 def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env}, timeout=3600, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=3600,
+        stdin=subprocess.DEVNULL,
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
-    return elapsed, max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024, done.stderr
+    peak_kib = int(done.stderr.strip().splitlines()[-1])
+    return elapsed, peak_kib / 1024, done.stderr
 
 
 def main(source: Path, namespaces: int = 4, days: int = 14) -> dict[str, object]:

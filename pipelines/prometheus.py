@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
+import orjson
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from recommender.errors import PrometheusError
@@ -161,8 +162,8 @@ class PrometheusClient:
         if response.status_code != 200:
             raise PrometheusError(f"{what}: Prometheus refused the query (HTTP {response.status_code}): {_error_text(response)}")
         try:
-            body = response.json()
-        except ValueError:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
             raise PrometheusError(f"{what}: the answer is not JSON (is {self.base_url} a Prometheus API?)") from None
         if not isinstance(body, dict) or body.get("status") != "success" or "data" not in body:
             raise PrometheusError(f"{what}: unexpected answer: {str(body)[:200]}")
@@ -197,9 +198,9 @@ class PrometheusClient:
             for item in data["result"]:
                 key = tuple(sorted(item["metric"].items()))
                 series = merged.setdefault(key, Series(item["metric"], [], []))
-                for stamp, value in item["values"]:
-                    series.times.append(float(stamp))
-                    series.values.append(float(value))
+                stamps, values = zip(*item["values"]) if item["values"] else ((), ())
+                series.times.extend(map(float, stamps))
+                series.values.extend(map(float, values))
         return list(merged.values())
 
     def series(self, matchers: Sequence[str], start: int, end: int) -> list[Labels]:

@@ -75,14 +75,20 @@ class PrometheusSource:
         owners = self._owners(start, end)
         batches = self._batches({ns: len(containers) for ns, containers in per_namespace.items()})
         step(f"reading usage of {len(per_namespace)} namespaces in {len(batches)} batches")
-        results = self.client.map_bounded(lambda batch: self._read_batch(batch, start, end), batches)
-        frames, skipped = [], {}
-        for batch, result in zip(batches, results):
+        # CPU, memory and throttling of each batch are separate queries, so `concurrency` can overlap them.
+        tasks = [(i, part) for i in range(len(batches)) for part in ("cpu", "memory", "throttling")]
+        results = self.client.map_bounded(lambda task: self._read_part(batches[task[0]], task[1], start, end), tasks)
+        parts: dict[int, list[pd.DataFrame]] = defaultdict(list)
+        skipped: dict[str, str] = {}
+        for (index, _), result in zip(tasks, results):
             if isinstance(result, PrometheusError):
-                for namespace in batch:
-                    skipped[f"{namespace}/*"] = str(result)
+                for namespace in batches[index]:
+                    skipped.setdefault(f"{namespace}/*", str(result))
             else:
-                frames.append(result)
+                parts[index].append(result)
+        frames = [
+            _join_parts(parts[i]) for i in range(len(batches)) if not any(f"{ns}/*" in skipped for ns in batches[i])
+        ]
         step("reading requests, limits and OOM kills")
         usage = pd.concat(frames, ignore_index=True) if frames else _empty_usage()
         usage = self._attach_owners(usage, owners)
@@ -107,25 +113,27 @@ class PrometheusSource:
             batches.append(current)
         return batches
 
-    def _read_batch(self, namespaces: list[str], start: int, end: int) -> pd.DataFrame:
+    def _read_part(self, namespaces: list[str], part: str, start: int, end: int) -> pd.DataFrame:
+        """One query for a batch of namespaces: the CPU or memory line, or each container's throttled share."""
         s = self.s
         keys = promql.by(self._keys())
         matchers = self._container_matchers(namespaces)
-        cpu = (
-            f"max {keys} (rate({promql.selector(s.cpu_usage_metric, matchers)}[{promql.duration(s.cpu_rate_window_seconds)}]))"
-        )
-        memory = (
-            f"max {keys} (max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}]))"
-        )
+        # No `max by` here: aggregating per step doubles Prometheus' work; the rare duplicate series of one
+        # container (a restart's new cgroup, a second scrape job) are merged by max on our side instead.
+        if part == "cpu":
+            cpu = promql.selector(s.cpu_usage_metric, matchers)
+            query = f"rate({cpu}[{promql.duration(s.cpu_rate_window_seconds)}])"
+            return self._frame(self.client.query_range(query, start, end, s.step_seconds), "cpu_cores")
+        if part == "memory":
+            memory = promql.selector(s.memory_metric, matchers)
+            query = f"max_over_time({memory}[{promql.duration(s.memory_window_seconds)}])"
+            return self._frame(self.client.query_range(query, start, end, s.step_seconds), "memory_bytes")
         window = promql.duration(end - start + s.step_seconds)
         throttled = (
             f"sum {keys} (increase({promql.selector(s.cpu_throttled_periods_metric, matchers)}[{window}])) / "
             f"sum {keys} (increase({promql.selector(s.cpu_periods_metric, matchers)}[{window}]))"
         )
-        cpu_frame = self._frame(self.client.query_range(cpu, start, end, s.step_seconds), "cpu_cores")
-        memory_frame = self._frame(self.client.query_range(memory, start, end, s.step_seconds), "memory_bytes")
-        usage = cpu_frame.merge(memory_frame, on=["timestamp", "namespace", "pod", "container"], how="outer")
-        throttling = pd.DataFrame(
+        return pd.DataFrame(
             [
                 (x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.container_label, ""), value)
                 for x, value in self.client.query(throttled, end)
@@ -133,9 +141,9 @@ class PrometheusSource:
             ],
             columns=["namespace", "pod", "container", "cpu_throttled_fraction"],
         )
-        return usage.merge(throttling, on=["namespace", "pod", "container"], how="left")
 
     def _frame(self, series: list[Series], column: str) -> pd.DataFrame:
+        """Rows of (timestamp, namespace, pod, container, value); several series of one container merged by max."""
         s = self.s
         lengths = [len(x.times) for x in series]
         total = sum(lengths)
@@ -143,7 +151,7 @@ class PrometheusSource:
         def repeated(label: str) -> np.ndarray:
             return np.repeat(np.array([x.labels.get(label, "") for x in series], dtype=object), lengths)
 
-        return pd.DataFrame(
+        frame = pd.DataFrame(
             {
                 "timestamp": np.fromiter((t for x in series for t in x.times), dtype=np.float64, count=total).astype(np.int64),
                 "namespace": repeated(s.namespace_label),
@@ -152,6 +160,10 @@ class PrometheusSource:
                 column: np.fromiter((v for x in series for v in x.values), dtype=np.float64, count=total),
             }
         )
+        keys = [(x.labels.get(s.namespace_label), x.labels.get(s.pod_label), x.labels.get(s.container_label)) for x in series]
+        if len(set(keys)) < len(keys):
+            frame = frame.groupby(["timestamp", "namespace", "pod", "container"], sort=False).agg({column: "max"}).reset_index()
+        return frame
 
     # -- owners ------------------------------------------------------------------------------------------------
     def _owners(self, start: int, end: int) -> dict[tuple[str, str], tuple[str, str]]:
@@ -253,6 +265,14 @@ class PrometheusSource:
         return events.rename(columns={"memory_limit_bytes": "memory_bytes"})[
             ["timestamp", "namespace", "workload", "pod", "container", "memory_bytes"]
         ]
+
+
+def _join_parts(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """CPU and memory rows joined on (time, pod container); the throttled share joined per pod container."""
+    lines = [p for p in parts if "timestamp" in p.columns]
+    usage = lines[0].merge(lines[1], on=["timestamp", "namespace", "pod", "container"], how="outer")
+    throttling = next(p for p in parts if "timestamp" not in p.columns)
+    return usage.merge(throttling, on=["namespace", "pod", "container"], how="left")
 
 
 def _empty_usage() -> pd.DataFrame:

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from recommender import __version__
 from recommender.atomic import atomic_write_text
-from recommender.errors import ConfigurationError, RecommenderError
+from recommender.errors import ConfigurationError, KubernetesError, RecommenderError
 from recommender.resources import RecommendationSet, WorkloadRecommendation
 from recommender.settings import Settings
 from recommender.units import GIB, cpu_quantity, memory_quantity, parse_duration_seconds
@@ -285,6 +285,57 @@ def _run_server(settings: Settings) -> None:
         ssl_keyfile=settings.serve.tls_key_file,
         log_level="info",
     )
+
+
+@app.command()
+def sync(
+    store: StoreOption = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig [default: in-cluster, then ~/.kube/config].")] = None,
+    once: Annotated[bool, typer.Option("--once", help="One resync pass, then exit (for a CronJob or a test).")] = False,
+    recommender_name: Annotated[
+        str | None, typer.Option("--recommender-name", help="VPAs naming this recommender are ours [default koord-recommender].")
+    ] = None,
+    resync: Annotated[str | None, typer.Option("--resync", help="Full resync period, e.g. 60s [default 60s].")] = None,
+) -> None:
+    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses."""
+    import threading
+
+    from models.store import ModelStore
+    from serving.kube_sync import StatusSync, SyncReport, api_client
+    from serving.state import ServiceState
+
+    settings = _settings(
+        store={"path": store},
+        sync={
+            "kubeconfig": kubeconfig,
+            "recommender_name": recommender_name,
+            "resync_seconds": None if resync is None else _duration(resync, "--resync"),
+        },
+    )
+    state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
+    syncer = StatusSync(api_client(settings.sync), state, settings.sync)
+
+    def show(report: SyncReport) -> None:
+        for name in report.written:
+            err.print(f"wrote status of {name}", highlight=False)
+        for name, why in report.failed.items():
+            err.print(f"[red]failed[/] {name}: {why}", highlight=False)
+
+    if once:
+        report = syncer.sync_once()
+        show(report)
+        err.print(
+            f"{len(report.written)} written, {len(report.unchanged)} unchanged, {len(report.ignored)} not ours, "
+            f"{len(report.failed)} failed"
+        )
+        if report.failed:
+            raise KubernetesError(f"{len(report.failed)} status write(s) failed")
+        return
+    stop = threading.Event()
+    try:
+        syncer.run(stop, show)
+    except KeyboardInterrupt:
+        stop.set()
 
 
 def bundled_dataset() -> Path:

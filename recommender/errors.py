@@ -77,3 +77,10 @@ class PartialDataError(RecommenderError):
             f"{len(skipped)} workload group(s) could not be read from Prometheus, nothing was published "
             f"(use --allow-partial to publish the rest): {listed}{more}"
         )
+
+
+class KubernetesError(RecommenderError):
+    """The Kubernetes API could not be reached or refused a request we needed."""
+
+    http_status = 502
+    exit_code = 7

@@ -189,6 +189,19 @@ class PrometheusSettings(BaseModel):
         return self
 
 
+class SyncSettings(BaseModel):
+    """Writing recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses."""
+
+    recommender_name: str = Field(
+        "koord-recommender", description="VPAs whose spec.recommenders names this are ours; others are left alone."
+    )
+    kubeconfig: Path | None = Field(None, description="Kubeconfig file; unset: in-cluster service account, then ~/.kube/config.")
+    resync_seconds: float = Field(60.0, gt=0, description="Full resync period, seconds; watches fill the time between.")
+    vpa: bool = Field(True, description="Write VerticalPodAutoscaler statuses.")
+    koordinator: bool = Field(True, description="Write Koordinator Recommendation statuses.")
+    backoff_max_seconds: float = Field(60.0, gt=0, description="Longest wait after an API error, seconds.")
+
+
 class Settings(BaseSettings):
     """All settings, one group per concern."""
 
@@ -200,6 +213,7 @@ class Settings(BaseSettings):
     store: StoreSettings = StoreSettings()
     serve: ServeSettings = ServeSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
+    sync: SyncSettings = SyncSettings()
 
 
 def markdown_reference() -> str:

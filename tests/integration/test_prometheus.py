@@ -128,6 +128,7 @@ def test_owner_chains_resolve_every_kind(cluster: Cluster) -> None:
     assert read.workload_kinds == cluster.kinds
     assert read.skipped == {}
     assert set(read.usage["container"]) == {"main"}  # pause and pod-level series were skipped
+    assert not read.usage.duplicated(["timestamp", "namespace", "pod", "container"]).any()  # twin series merged
     assert len(read.oom_events) == 1
     assert set(read.usage["node"].dropna()) <= {"node-0", "node-1", "node-2"}
     throttled = read.usage.groupby("pod")["cpu_throttled_fraction"].first()

@@ -111,6 +111,11 @@ def write_openmetrics(
                         decoy = _labels({"namespace": ns, "pod": pod, "container": extra})
                         for t in rows["timestamp"].to_numpy():
                             yield f"container_memory_working_set_bytes{decoy} 9e11 {t - scrape_offset}\n"
+                    # The same container seen through a second cgroup (as after a restart), lower: merged by max.
+                    twin = _labels({"namespace": ns, "pod": pod, "container": container, "id": "/restarted"})
+                    for t, m in zip(rows["timestamp"].to_numpy(), rows["memory_bytes"].to_numpy()):
+                        if not np.isnan(m):
+                            yield f"container_memory_working_set_bytes{twin} {m / 2:.0f} {t - scrape_offset}\n"
 
         def throttle_lines(metric: str) -> Iterator[str]:
             # 100 ms CFS periods; containers with a CPU limit are throttled in proportion to their usage/limit.

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes control plane the end-to-end tests run against, from the Go module proxy:
+# kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes at a pinned release, its staging
+# modules replaced by their published versions) and etcd (go.etcd.io/etcd/server at the version Kubernetes pins).
+# Binaries are cached outside git; a second run with the same versions does nothing.
+set -euo pipefail
+K8S_VERSION=${K8S_VERSION:-1.34.2}
+STAGING_VERSION=0.${K8S_VERSION#1.}
+CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-recommender}/control-plane-v$K8S_VERSION
+BIN=$CACHE/bin
+VPA_MODULE=k8s.io/autoscaler/vertical-pod-autoscaler@v1.5.1
+KOORDINATOR_MODULE=github.com/koordinator-sh/koordinator@v1.6.0
+CRDS=$CACHE/crds
+if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] \
+   && [ -s "$CRDS/vpa-v1-crd-gen.yaml" ] && [ -s "$CRDS/analysis.koordinator.sh_recommendations.yaml" ]; then
+  echo "fetching the VPA and Koordinator CRDs from their Go modules" >&2
+mkdir -p "$CRDS"
+vpa_dir=$(go mod download -json "$VPA_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+koord_dir=$(go mod download -json "$KOORDINATOR_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+cp "$vpa_dir/deploy/vpa-v1-crd-gen.yaml" "$CRDS/"
+cp "$koord_dir/config/crd/bases/analysis.koordinator.sh_recommendations.yaml" "$CRDS/"
+cp "$koord_dir/config/crd/bases/config.koordinator.sh_clustercolocationprofiles.yaml" "$CRDS/"
+echo "$BIN"
+  exit 0
+fi
+if ! command -v go >/dev/null; then
+  echo "Go is missing: install Go >= 1.24 (https://go.dev/doc/install or Debian's golang) to build the control plane" >&2
+  exit 3
+fi
+SRC=$CACHE/src
+mkdir -p "$SRC/etcd" "$BIN"
+cd "$SRC"
+{
+  echo "module koord-recommender/control-plane"
+  echo
+  echo "go 1.24.0"
+  echo
+  echo "require k8s.io/kubernetes v$K8S_VERSION"
+  echo
+  for module in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider \
+      cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client \
+      csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator \
+      kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils \
+      pod-security-admission sample-apiserver sample-cli-plugin sample-controller; do
+    echo "replace k8s.io/$module => k8s.io/$module v$STAGING_VERSION"
+  done
+} > go.mod
+cat > etcd/main.go <<'GO'
+// etcd, built from the etcd server module at the version Kubernetes itself requires.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+export GOFLAGS=-mod=mod
+echo "resolving k8s.io/kubernetes v$K8S_VERSION (staging modules v$STAGING_VERSION)" >&2
+go get "k8s.io/kubernetes@v$K8S_VERSION" >&2
+# etcd at exactly the version Kubernetes requires, so nothing else in the build list moves.
+ETCD_VERSION=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+go get "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION" >&2
+echo "building kube-apiserver, kube-controller-manager, kube-scheduler, etcd into $BIN (takes a while once)" >&2
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BIN/" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler >&2
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BIN/etcd" ./etcd >&2
+echo "fetching the VPA and Koordinator CRDs from their Go modules" >&2
+mkdir -p "$CRDS"
+vpa_dir=$(go mod download -json "$VPA_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+koord_dir=$(go mod download -json "$KOORDINATOR_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+cp "$vpa_dir/deploy/vpa-v1-crd-gen.yaml" "$CRDS/"
+cp "$koord_dir/config/crd/bases/analysis.koordinator.sh_recommendations.yaml" "$CRDS/"
+cp "$koord_dir/config/crd/bases/config.koordinator.sh_clustercolocationprofiles.yaml" "$CRDS/"
+echo "$BIN"
