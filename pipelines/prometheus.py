@@ -8,6 +8,7 @@ so the few endpoints we need are spoken to directly with httpx.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -95,16 +96,26 @@ class PrometheusClient:
         token = self._token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        verify: Any = False if settings.insecure_skip_verify else (str(settings.ca_file) if settings.ca_file else True)
-        cert = (str(settings.client_cert_file), str(settings.client_key_file)) if settings.client_cert_file else None
         self._http = httpx.Client(
             headers=headers,
-            verify=verify,
-            cert=cert,
+            verify=self._tls(),
             timeout=httpx.Timeout(settings.timeout_seconds, connect=min(10.0, settings.timeout_seconds)),
             limits=httpx.Limits(max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency),
             transport=transport,
         )
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        """Certificate checks: our CA bundle if given, mutual TLS if a client certificate is given."""
+        settings = self.settings
+        if settings.insecure_skip_verify:
+            return False
+        try:
+            context = ssl.create_default_context(cafile=str(settings.ca_file) if settings.ca_file else None)
+            if settings.client_cert_file and settings.client_key_file:
+                context.load_cert_chain(str(settings.client_cert_file), str(settings.client_key_file))
+        except (OSError, ssl.SSLError) as error:
+            raise PrometheusError(f"cannot load the TLS files for Prometheus: {error}") from None
+        return context
 
     def _token(self) -> str | None:
         settings = self.settings

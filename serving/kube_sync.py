@@ -8,6 +8,7 @@ is picked up at the next resync.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -52,6 +53,15 @@ def api_client(settings: SyncSettings) -> client.ApiClient:
             return default
     except (config.ConfigException, OSError) as error:
         raise KubernetesError(f"no Kubernetes credentials: {error}") from None
+
+
+def _api_message(error: ApiException) -> str:
+    """The apiserver's own explanation (its Status message), else the HTTP reason."""
+    try:
+        message = json.loads(error.body or "{}").get("message")
+    except (TypeError, ValueError):
+        message = None
+    return str(message or error.reason)
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -99,11 +109,17 @@ class StatusSync:
         group, version, plural = kind
         try:
             self.custom.patch_namespaced_custom_object_status(
-                group, version, meta["namespace"], plural, meta["name"], [{"op": "add", "path": "/status", "value": desired}]
+                group,
+                version,
+                meta["namespace"],
+                plural,
+                meta["name"],
+                [{"op": "add", "path": "/status", "value": desired}],
+                _content_type="application/json-patch+json",
             )
             report.written.append(name)
         except ApiException as error:
-            report.failed[name] = f"HTTP {error.status}: {error.reason}"
+            report.failed[name] = f"HTTP {error.status}: {_api_message(error)}"
 
     def _kinds(self) -> list[tuple[str, str, str]]:
         return [k for k, on in ((VPA, self.settings.vpa), (RECOMMENDATION, self.settings.koordinator)) if on]
@@ -128,7 +144,7 @@ class StatusSync:
             if error.status == 404:
                 log.warning("%s/%s %s is not installed in this cluster; skipping it", group, version, plural)
                 return []
-            raise KubernetesError(f"listing {plural}.{group}: HTTP {error.status}: {error.reason}") from None
+            raise KubernetesError(f"listing {plural}.{group}: HTTP {error.status}: {_api_message(error)}") from None
 
     def run(self, stop: threading.Event, on_report: Callable[[SyncReport], None] = lambda _: None) -> None:
         """Resync every `resync_seconds`, answering watch events in between, until `stop` is set."""

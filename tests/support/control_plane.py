@@ -11,6 +11,7 @@ import base64
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -129,13 +130,9 @@ class ControlPlane:
                 "--profiling=false",
             ],
         )
-        self._wait(
-            "kube-apiserver",
-            self.url + "/readyz",
-            120,
-            verify=str(self.ca.cert_path),
-            cert=(str(self.admin.cert), str(self.admin.key)),
-        )
+        admin = ssl.create_default_context(cafile=str(self.ca.cert_path))
+        admin.load_cert_chain(str(self.admin.cert), str(self.admin.key))
+        self._wait("kube-apiserver", self.url + "/readyz", 120, verify=admin)
         if controller_manager:
             port = free_port()
             self._spawn(
