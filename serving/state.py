@@ -24,6 +24,13 @@ class Snapshot:
     def of(cls, loaded: LoadedVersion) -> Snapshot:
         return cls(loaded, {r.key: r for r in loaded.recommendations.recommendations})
 
+    def lookup(self, key: WorkloadKey) -> WorkloadRecommendation | None:
+        return self.by_key.get(key)
+
+    @property
+    def version(self) -> str:
+        return self.loaded.manifest.version
+
 
 class ServiceState:
     """Holds the current snapshot; `refresh` loads the newest valid version and keeps the old one on failure."""
@@ -33,7 +40,17 @@ class ServiceState:
         self.snapshot: Snapshot | None = None
         self.last_error: str | None = None
 
+    def refresh_if_published(self) -> bool:
+        """Reload only when `latest` names another version than the loaded one (one small read per poll)."""
+        snapshot = self.snapshot
+        if snapshot is not None and self.store.latest_name() == snapshot.loaded.manifest.version:
+            return False
+        before = snapshot
+        self.refresh()
+        return self.snapshot is not before
+
     def refresh(self) -> None:
+        """Load the newest valid version; the new snapshot replaces the old in one assignment."""
         try:
             loaded, skipped = self.store.load_latest_valid()
         except ModelStoreError as error:

@@ -1,0 +1,90 @@
+"""Mutating admission webhook (`admission.k8s.io/v1`, pods, CREATE): size requests and limits, colocate.
+
+It fails open: a malformed review, an unknown workload, a stale or missing model or any error gives
+`allowed: true`, no patch and a warning saying why; it never answers 5xx. The patch is the JSON Patch difference
+between the pod as sent and as mutated (python-json-patch), so every path exists and keys are escaped. A dry-run
+review gets the same patch; nothing is recorded for it beyond the decision counter's `dry_run` label.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jsonpatch
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from recommender.mutation import mutate
+from recommender.settings import WebhookSettings
+from serving.metrics import Metrics
+from serving.state import ServiceState
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["webhook"])
+
+
+def _review(uid: str, patch: list[dict[str, Any]] | None, warnings: list[str]) -> bytes:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warnings:
+        response["warnings"] = warnings
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}).encode()
+
+
+def decide(body: bytes, state: ServiceState, settings: WebhookSettings, now: float) -> tuple[str, list[dict[str, Any]] | None, list[str], str, bool]:
+    """(uid, patch, warnings, outcome, dry_run) for one review body; raises only on bugs (the route catches them)."""
+    try:
+        request = json.loads(body)["request"]
+        uid = request["uid"]
+        if not isinstance(uid, str) or not isinstance(request, Mapping):
+            raise TypeError("uid")
+    except (ValueError, KeyError, TypeError) as error:
+        return "", None, [f"koord-recommender: malformed AdmissionReview ({type(error).__name__}), pod admitted unchanged"], "error", False
+    dry_run = bool(request.get("dryRun"))
+    pod = request.get("object")
+    kind = request.get("kind") or {}
+    if request.get("operation") != "CREATE" or not isinstance(pod, Mapping) or kind.get("kind") != "Pod" or request.get("subResource"):
+        return uid, None, ["koord-recommender: only pod CREATE is mutated"], "skipped", dry_run
+    snapshot = state.snapshot
+    if snapshot is None:
+        return uid, None, ["koord-recommender: no model version loaded, pod admitted unchanged"], "skipped", dry_run
+    age = now - snapshot.loaded.recommendations.as_of
+    if age > settings.max_model_age_seconds:
+        return uid, None, [f"koord-recommender: model {snapshot.version} is {age / 3600:.0f} h old, pod admitted unchanged"], "skipped", dry_run
+    namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
+    mutation = mutate(pod, namespace, snapshot.lookup, settings, snapshot.version)
+    patch = jsonpatch.make_patch(pod, mutation.pod).patch
+    if mutation.workload is None:
+        outcome = "skipped"
+    else:
+        outcome = "patched" if patch else "unchanged"
+    return uid, patch or None, mutation.warnings, outcome, dry_run
+
+
+@router.post(
+    "/mutate",
+    summary="Mutating admission webhook for pods (AdmissionReview admission.k8s.io/v1); always allows",
+    response_class=Response,
+    responses={200: {"content": {"application/json": {}}, "description": "AdmissionReview with the response set"}},
+)
+async def admission(request: Request) -> Response:
+    state: ServiceState = request.app.state.service
+    settings: WebhookSettings = request.app.state.settings.webhook
+    metrics: Metrics = request.app.state.metrics
+    uid = ""
+    try:
+        body = await request.body()
+        uid, patch, warnings, outcome, dry_run = decide(body, state, settings, time.time())
+    except Exception:  # fail open: a bug here must never block a pod
+        log.exception("admission review failed; pod admitted unchanged")
+        patch, warnings, outcome, dry_run = None, ["koord-recommender: internal error, pod admitted unchanged"], "error", False
+    metrics.webhook_decisions.labels(outcome=outcome, dry_run=str(dry_run).lower()).inc()
+    log.log(logging.INFO if outcome in ("patched", "error") else logging.DEBUG, "admission %s: %s %s", uid, outcome, warnings)
+    return Response(_review(uid, patch, warnings), media_type="application/json")
