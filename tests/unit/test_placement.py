@@ -1,0 +1,93 @@
+"""Hotspot-aware placement: forecast peaks over time of day against allocatable, thresholds, neutral answers."""
+
+from __future__ import annotations
+
+from recommender import koordinator as k
+from recommender.placement import NodeLoads, Timeline, judge, node_capacity
+from recommender.settings import ExtenderSettings
+from recommender.units import GIB
+from tests.k8s import container, node, pod, running
+from tests.recs import STEPS, lookup_of, recommendation
+
+AS_OF = 1_800_000_000
+TIMELINE = Timeline(AS_OF, 300, STEPS)
+SETTINGS = ExtenderSettings(window_seconds=24 * 3600)
+
+
+def spike(hour: int, high: float, low: float = 0.5) -> list[float]:
+    """A day of 5-minute steps from as_of at `low`, with a 2-hour spike at `high` starting at `hour`."""
+    return [high if hour * 12 <= i < (hour + 2) * 12 else low for i in range(STEPS)]
+
+
+RECS = lookup_of(
+    recommendation("ns", "morning", "main", 1, GIB, cpu_line=spike(8, 6)),
+    recommendation("ns", "evening", "main", 1, GIB, cpu_line=spike(20, 6)),
+    recommendation("ns", "incoming", "main", 1, GIB, cpu_line=spike(8, 5)),
+)
+
+
+def placed(workload: str, node_name: str, index: int) -> dict[str, object]:
+    return running(pod("deployment", workload, [container("main", {"requests": {"cpu": "1"}})]), "ns", node_name, f"{workload}-{index}")
+
+
+def loads(nodes: list[dict[str, object]]) -> NodeLoads:
+    pods = [placed("morning", "a", 0), placed("evening", "b", 0)]
+    return NodeLoads.build(pods, nodes, RECS.get, TIMELINE, SETTINGS)
+
+
+INCOMING = pod("deployment", "incoming", [container("main", {"requests": {"cpu": "1"}})])
+INCOMING["metadata"]["namespace"] = "ns"
+
+
+def test_pod_goes_where_its_spike_does_not_meet_another() -> None:
+    view = loads([node("a", cpu="16"), node("b", cpu="16")])
+    a, b = judge(view, INCOMING, ["a", "b"], {}, RECS.get, SETTINGS, AS_OF)
+    # Both nodes carry the same average load; only b keeps the 8 o'clock spikes apart.
+    assert a.cpu_percent == (6 + 5) * 100 / 16 and b.cpu_percent == (6 + 0.5) * 100 / 16
+    assert b.score > a.score
+    assert not a.fits and "forecast CPU peak 69% of allocatable > 65%" in a.reason
+    assert b.fits
+
+
+def test_window_follows_the_clock_and_wraps_by_time_of_day() -> None:
+    view = loads([node("a", cpu="16"), node("b", cpu="16")])
+    short = ExtenderSettings(window_seconds=3600)
+    at_ten = AS_OF + 10 * 3600  # the incoming pod's spike (8-10 h) is over for the next hour
+    a, b = judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, at_ten)
+    assert a.cpu_percent == b.cpu_percent == 1 * 100 / 16
+    next_day = AS_OF + 24 * 3600 + 8 * 3600
+    a, _ = judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, next_day)
+    assert a.cpu_percent == 11 * 100 / 16
+
+
+def test_node_annotation_overrides_threshold_and_call_capacity_wins() -> None:
+    relaxed = node("a", cpu="16", annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"usageThresholds": {"cpu": 80}}'})
+    view = loads([relaxed, node("b")])
+    (a,) = judge(view, INCOMING, ["a"], {}, RECS.get, SETTINGS, AS_OF)
+    assert a.fits
+    bigger = node_capacity(node("a", cpu="64"), SETTINGS)
+    assert bigger is not None
+    (a,) = judge(view, INCOMING, ["a"], {"a": bigger}, RECS.get, SETTINGS, AS_OF)
+    assert a.fits and a.cpu_percent == 11 * 100 / 64
+
+
+def test_unknown_nodes_are_neutral_and_pods_without_recommendation_count_their_request() -> None:
+    view = loads([node("a")])
+    stranger = pod("bare", "stranger", [container("main", {"requests": {"cpu": "2", "memory": "1Gi"}})])
+    a, ghost = judge(view, stranger, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
+    assert (ghost.known, ghost.fits, ghost.score) == (False, True, SETTINGS.neutral_score)
+    assert a.cpu_percent == (6 + 2) * 100 / 16
+    memory = node("m", cpu="16", memory="2Gi")
+    (m,) = judge(NodeLoads.build([], [memory], RECS.get, TIMELINE, SETTINGS), stranger, ["m"], {}, RECS.get, SETTINGS, AS_OF)
+    assert m.memory_percent == 50 and m.fits
+    empty = pod("bare", "nothing", [container("main", None)])
+    (m,) = judge(NodeLoads.build([], [memory], RECS.get, TIMELINE, SETTINGS), empty, ["m"], {}, RECS.get, SETTINGS, AS_OF)
+    assert m.cpu_percent == SETTINGS.default_cpu_cores * 100 / 16
+
+
+def test_finished_pods_and_bad_nodes_do_not_count() -> None:
+    done = placed("morning", "a", 1)
+    done["status"] = {"phase": "Succeeded"}
+    broken = {"metadata": {"name": "x"}, "status": {"allocatable": {"cpu": "lots"}}}
+    view = NodeLoads.build([done], [node("a"), broken], RECS.get, TIMELINE, SETTINGS)
+    assert list(view.index) == ["a"] and view.cpu_cores.sum() == 0
