@@ -26,6 +26,21 @@ from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/scheduler", tags=["scheduler extender"])
+#: Documents the body in the OpenAPI schema; the handlers read it raw so that no body can make them fail.
+ARGS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "ExtenderArgs: {Pod, Nodes (v1.NodeList) | NodeNames} (names match case-insensitively).",
+                    "properties": {"Pod": {"type": "object"}, "Nodes": {"type": "object"}, "NodeNames": {"type": "array", "items": {"type": "string"}}},
+                }
+            }
+        },
+    }
+}
 
 
 def _field(args: Mapping[str, Any], name: str) -> Any:
@@ -93,7 +108,7 @@ def _count(metrics: Metrics, verb: str, verdicts: list[Verdict]) -> None:
             metrics.extender_nodes.labels(verb=verb, result=result).inc(count)
 
 
-@router.post("/filter", summary="Extender filter: drop nodes whose forecast peak crosses the thresholds", response_class=Response)
+@router.post("/filter", summary="Extender filter: drop nodes whose forecast peak crosses the thresholds", response_class=Response, openapi_extra=ARGS_BODY)
 async def filter_nodes(request: Request) -> Response:
     args = await _args(request)
     if args is None:
@@ -110,7 +125,7 @@ async def filter_nodes(request: Request) -> Response:
     return _json(result)
 
 
-@router.post("/prioritize", summary="Extender prioritize: 0-10, highest where the forecast peak stays lowest", response_class=Response)
+@router.post("/prioritize", summary="Extender prioritize: 0-10, highest where the forecast peak stays lowest", response_class=Response, openapi_extra=ARGS_BODY)
 async def prioritize_nodes(request: Request) -> Response:
     args = await _args(request)
     if args is None:

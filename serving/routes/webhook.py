@@ -26,6 +26,21 @@ from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["webhook"])
+#: Documents the body in the OpenAPI schema; the handler reads it raw so that no body can make it fail.
+REVIEW_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "description": "AdmissionReview (admission.k8s.io/v1) with request {uid, kind, namespace, operation, object, dryRun}.",
+                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "request": {"type": "object"}},
+                }
+            }
+        },
+    }
+}
 
 
 def _review(uid: str, patch: list[dict[str, Any]] | None, warnings: list[str]) -> bytes:
@@ -73,6 +88,7 @@ def decide(body: bytes, state: ServiceState, settings: WebhookSettings, now: flo
     summary="Mutating admission webhook for pods (AdmissionReview admission.k8s.io/v1); always allows",
     response_class=Response,
     responses={200: {"content": {"application/json": {}}, "description": "AdmissionReview with the response set"}},
+    openapi_extra=REVIEW_BODY,
 )
 async def admission(request: Request) -> Response:
     state: ServiceState = request.app.state.service
