@@ -111,13 +111,20 @@ def pod_lines(pod: Mapping[str, Any], lookup: Lookup, timeline: Timeline, settin
 
 @dataclass(frozen=True)
 class NodeLoads:
-    """Forecast load lines and capacity of every node we know, as matrices (one row per node)."""
+    """Forecast load lines and capacity of every node we know, as matrices (one row per node).
+
+    The load matrices are (steps x nodes + 1), float32, so that a call reads a window of contiguous rows and
+    gathers its candidates' columns; the last column is all zeros and stands for any node not in `index`.
+    Capacity rows of nodes without a known allocatable are NaN.
+    """
 
     timeline: Timeline
     index: dict[str, int]
-    cpu_cores: Matrix
-    memory_bytes: Matrix
+    cpu_cores: npt.NDArray[np.float32]
+    memory_bytes: npt.NDArray[np.float32]
     capacity: dict[str, NodeCapacity]
+    #: (rows x 4): cpu cores, memory bytes, cpu threshold %, memory threshold %
+    capacity_matrix: Matrix
 
     @classmethod
     def build(
@@ -133,65 +140,76 @@ class NodeLoads:
         placed = [p for p in pods if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         names = sorted(set(capacity) | {str(p["spec"]["nodeName"]) for p in placed})
         index = {name: i for i, name in enumerate(names)}
-        cpu, memory = np.zeros((len(names), timeline.steps)), np.zeros((len(names), timeline.steps))
+        cpu, memory = np.zeros((len(names) + 1, timeline.steps)), np.zeros((len(names) + 1, timeline.steps))
         for pod in placed:
             row = index[str(pod["spec"]["nodeName"])]
             pod_cpu, pod_memory = pod_lines(pod, lookup, timeline, settings)
             cpu[row] += pod_cpu
             memory[row] += pod_memory
-        return cls(timeline, index, cpu, memory, capacity)
+        matrix = np.full((len(names) + 1, 4), np.nan)
+        for name, found in capacity.items():
+            matrix[index[name]] = _capacity_row(found)
+        as_columns = [np.ascontiguousarray(m.T, dtype=np.float32) for m in (cpu, memory)]
+        return cls(timeline, index, as_columns[0], as_columns[1], capacity, matrix)
+
+    def node_line(self, name: str) -> tuple[list[float], list[float]]:
+        """(cpu cores, memory bytes) forecast load line of one known node."""
+        column = self.index[name]
+        return self.cpu_cores[:, column].tolist(), self.memory_bytes[:, column].tolist()
+
+
+def _capacity_row(capacity: NodeCapacity) -> tuple[float, float, float, float]:
+    return capacity.cpu_cores, capacity.memory_bytes, capacity.cpu_threshold_percent, capacity.memory_threshold_percent
+
+
+def _peak(load: npt.NDArray[np.float32], columns: npt.NDArray[np.int64], window: npt.NDArray[np.int64], pod: Matrix) -> Matrix:
+    """Per candidate, the max over the window of its node's load plus the pod's line."""
+    stacked = np.take(load[window], columns, axis=1)
+    stacked += pod[window, None].astype(np.float32)
+    peaks: Matrix = stacked.max(axis=0).astype(np.float64)
+    return peaks
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A node's forecast peaks against its allocatable, and what the extender answers for it."""
+class Judgement:
+    """Per candidate node (in call order): forecast peaks in percent of allocatable, score 0-10, failures with why."""
 
-    node: str
-    known: bool
-    cpu_percent: float = 0.0
-    memory_percent: float = 0.0
-    fits: bool = True
-    reason: str = ""
-    score: int = 0
+    nodes: Sequence[str]
+    known: list[bool]
+    cpu_percent: list[float]
+    memory_percent: list[float]
+    scores: list[int]
+    failed: dict[str, str]
 
 
 def judge(
     loads: NodeLoads, pod: Mapping[str, Any], node_names: Sequence[str], given: Mapping[str, NodeCapacity], lookup: Lookup,
     settings: ExtenderSettings, now: float,
-) -> list[Verdict]:
-    """Filter and score every candidate node; capacity from the call (`given`) wins over the node list we read."""
-    timeline = loads.timeline
-    window = timeline.window(now, settings.window_seconds)
-    pod_cpu, pod_memory = pod_lines(pod, lookup, timeline, settings)
-    rows = np.array([loads.index.get(name, -1) for name in node_names], dtype=np.int64)
-    capacities = [given.get(name) or loads.capacity.get(name) for name in node_names]
-    known = np.array([c is not None for c in capacities])
-    present = rows >= 0
-    cpu_load = np.zeros((len(node_names), window.size))
-    memory_load = np.zeros((len(node_names), window.size))
-    cpu_load[present] = loads.cpu_cores[rows[present]][:, window]
-    memory_load[present] = loads.memory_bytes[rows[present]][:, window]
-    cpu_peak = (cpu_load + pod_cpu[window]).max(axis=1)
-    memory_peak = (memory_load + pod_memory[window]).max(axis=1)
-    neutral = NodeCapacity(1.0, 1.0, 100.0, 100.0)
-    filled = [c or neutral for c in capacities]
-    cpu_alloc = np.array([c.cpu_cores for c in filled])
-    memory_alloc = np.array([c.memory_bytes for c in filled])
-    cpu_pct = cpu_peak * 100 / cpu_alloc
-    memory_pct = memory_peak * 100 / memory_alloc
+) -> Judgement:
+    """Filter and score every candidate node; capacity from the call (`given`) wins over the node list we read.
+
+    Nodes without a known allocatable pass and get the neutral score.
+    """
+    window = loads.timeline.window(now, settings.window_seconds)
+    pod_cpu, pod_memory = pod_lines(pod, lookup, loads.timeline, settings)
+    zero_row = len(loads.index)
+    rows = np.fromiter((loads.index.get(name, zero_row) for name in node_names), dtype=np.int64, count=len(node_names))
+    capacity = loads.capacity_matrix[rows]
+    for position, name in enumerate(node_names):
+        if name in given:
+            capacity[position] = _capacity_row(given[name])
+    cpu_pct = _peak(loads.cpu_cores, rows, window, pod_cpu) * 100 / capacity[:, 0]
+    memory_pct = _peak(loads.memory_bytes, rows, window, pod_memory) * 100 / capacity[:, 1]
+    known = ~np.isnan(capacity[:, 0])
     least_used = (np.clip(100 - cpu_pct, 0, 100) + np.clip(100 - memory_pct, 0, 100)) / 2
-    scores = np.rint(least_used * MAX_EXTENDER_SCORE / 100).astype(int)
-    verdicts = []
-    for name, is_known, capacity, cpu_p, memory_p, score in zip(
-        node_names, known.tolist(), filled, cpu_pct.tolist(), memory_pct.tolist(), scores.tolist(), strict=True
-    ):
-        if not is_known:
-            verdicts.append(Verdict(name, known=False, score=settings.neutral_score, reason="unknown node: neutral"))
-            continue
+    scores = np.where(known, np.rint(np.nan_to_num(least_used) * MAX_EXTENDER_SCORE / 100), settings.neutral_score)
+    cpu_over, memory_over = known & (cpu_pct > capacity[:, 2]), known & (memory_pct > capacity[:, 3])
+    failed = {}
+    for position in np.flatnonzero(cpu_over | memory_over).tolist():
         reasons = []
-        if cpu_p > capacity.cpu_threshold_percent:
-            reasons.append(f"forecast CPU peak {cpu_p:.0f}% of allocatable > {capacity.cpu_threshold_percent:g}%")
-        if memory_p > capacity.memory_threshold_percent:
-            reasons.append(f"forecast memory peak {memory_p:.0f}% of allocatable > {capacity.memory_threshold_percent:g}%")
-        verdicts.append(Verdict(name, True, cpu_p, memory_p, not reasons, "; ".join(reasons), score))
-    return verdicts
+        if cpu_over[position]:
+            reasons.append(f"forecast CPU peak {cpu_pct[position]:.0f}% of allocatable > {capacity[position, 2]:g}%")
+        if memory_over[position]:
+            reasons.append(f"forecast memory peak {memory_pct[position]:.0f}% of allocatable > {capacity[position, 3]:g}%")
+        failed[node_names[position]] = "; ".join(reasons)
+    return Judgement(node_names, known.tolist(), cpu_pct.tolist(), memory_pct.tolist(), scores.astype(int).tolist(), failed)

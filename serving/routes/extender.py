@@ -9,16 +9,16 @@ every node it names. Nothing here returns 5xx.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from recommender.placement import NodeCapacity, Verdict, judge, node_capacity
+from recommender.placement import Judgement, NodeCapacity, judge, node_capacity
 from recommender.settings import ExtenderSettings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
@@ -65,8 +65,8 @@ def _candidates(args: Mapping[str, Any], settings: ExtenderSettings) -> tuple[li
     return [n["metadata"]["name"] for n in nodes], given, nodes
 
 
-def _verdicts(args: Mapping[str, Any], request: Request) -> tuple[list[str], list[Any], list[Verdict]]:
-    """Candidates and a verdict for each; if judging fails, every node gets the neutral verdict."""
+def _judge(args: Mapping[str, Any], request: Request) -> tuple[list[str], list[Any], Judgement]:
+    """Candidates and their judgement; if judging fails, every node gets the neutral answer."""
     state: ServiceState = request.app.state.service
     cluster: ClusterView = request.app.state.cluster
     settings: ExtenderSettings = request.app.state.settings.extender
@@ -75,16 +75,17 @@ def _verdicts(args: Mapping[str, Any], request: Request) -> tuple[list[str], lis
         pod = _field(args, "Pod")
         snapshot = state.snapshot
         lookup = snapshot.lookup if snapshot is not None else (lambda key: None)
-        verdicts = judge(cluster.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time())
+        judgement = judge(cluster.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time())
     except Exception:  # neutral: let the scheduler go on without our opinion
         log.exception("extender could not judge the pod; every node gets a neutral answer")
-        verdicts = [Verdict(n, known=False, score=settings.neutral_score, reason="not judged") for n in names]
-    return names, nodes, verdicts
+        unknown = [float("nan")] * len(names)
+        judgement = Judgement(names, [False] * len(names), unknown, unknown, [settings.neutral_score] * len(names), {})
+    return names, nodes, judgement
 
 
 async def _args(request: Request) -> Mapping[str, Any] | None:
     try:
-        args = json.loads(await request.body())
+        args = orjson.loads(await request.body())
     except ValueError:
         return None
     return args if isinstance(args, Mapping) else None
@@ -94,16 +95,14 @@ MALFORMED = "koord-recommender: malformed ExtenderArgs"
 
 
 def _json(payload: Any) -> Response:
-    return Response(json.dumps(payload), media_type="application/json")
+    return Response(orjson.dumps(payload), media_type="application/json")
 
 
-def _count(metrics: Metrics, verb: str, verdicts: list[Verdict]) -> None:
+def _count(metrics: Metrics, verb: str, judgement: Judgement) -> None:
     metrics.extender_calls.labels(verb=verb).inc()
-    for result, count in (
-        ("unknown", sum(not v.known for v in verdicts)),
-        ("failed", sum(v.known and not v.fits for v in verdicts)),
-        ("fit", sum(v.known and v.fits for v in verdicts)),
-    ):
+    unknown = judgement.known.count(False)
+    failed = len(judgement.failed)
+    for result, count in (("unknown", unknown), ("failed", failed), ("fit", len(judgement.nodes) - unknown - failed)):
         if count:
             metrics.extender_nodes.labels(verb=verb, result=result).inc(count)
 
@@ -113,9 +112,9 @@ async def filter_nodes(request: Request) -> Response:
     args = await _args(request)
     if args is None:
         return _json({"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": MALFORMED})
-    names, nodes, verdicts = _verdicts(args, request)
-    _count(request.app.state.metrics, "filter", verdicts)
-    failed = {v.node: v.reason for v in verdicts if not v.fits}
+    names, nodes, judgement = _judge(args, request)
+    _count(request.app.state.metrics, "filter", judgement)
+    failed = judgement.failed
     result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
     if isinstance(_field(args, "NodeNames"), list):
         result.update(NodeNames=[n for n in names if n not in failed], Nodes=None)
@@ -130,6 +129,6 @@ async def prioritize_nodes(request: Request) -> Response:
     args = await _args(request)
     if args is None:
         return _json([])
-    _, _, verdicts = _verdicts(args, request)
-    _count(request.app.state.metrics, "prioritize", verdicts)
-    return _json([{"Host": v.node, "Score": v.score} for v in verdicts])
+    names, _, judgement = _judge(args, request)
+    _count(request.app.state.metrics, "prioritize", judgement)
+    return _json([{"Host": name, "Score": score} for name, score in zip(names, judgement.scores, strict=True)])

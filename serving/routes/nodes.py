@@ -46,9 +46,9 @@ def nodes(view: Cluster) -> list[str]:
 @router.get("/nodes/{node}/lines", response_model=NodeLines, summary="A node's forecast load lines against allocatable")
 def node_lines(node: str, view: Cluster) -> NodeLines:
     loads = view.loads
-    row = loads.index.get(node)
-    if row is None:
+    if node not in loads.index:
         raise UnknownNodeError(f"no node {node} in the cluster view")
+    cpu_line, memory_line = loads.node_line(node)
     capacity = loads.capacity.get(node)
     return NodeLines(
         node=node,
@@ -56,10 +56,10 @@ def node_lines(node: str, view: Cluster) -> NodeLines:
         step_seconds=loads.timeline.step_seconds,
         cpu_cores=NodeResourceLine(
             allocatable=capacity and capacity.cpu_cores, threshold_percent=capacity and capacity.cpu_threshold_percent,
-            short_term_reservation=loads.cpu_cores[row].tolist(),
+            short_term_reservation=cpu_line,
         ),
         memory_bytes=NodeResourceLine(
             allocatable=capacity and capacity.memory_bytes, threshold_percent=capacity and capacity.memory_threshold_percent,
-            short_term_reservation=loads.memory_bytes[row].tolist(),
+            short_term_reservation=memory_line,
         ),
     )

@@ -9,13 +9,13 @@ review gets the same patch; nothing is recorded for it beyond the decision count
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -47,16 +47,16 @@ def _review(uid: str, patch: list[dict[str, Any]] | None, warnings: list[str]) -
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
     if warnings:
         response["warnings"] = warnings
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}).encode()
+    return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 
 
 def decide(body: bytes, state: ServiceState, settings: WebhookSettings, now: float) -> tuple[str, list[dict[str, Any]] | None, list[str], str, bool]:
     """(uid, patch, warnings, outcome, dry_run) for one review body; raises only on bugs (the route catches them)."""
     try:
-        request = json.loads(body)["request"]
+        request = orjson.loads(body)["request"]
         uid = request["uid"]
         if not isinstance(uid, str) or not isinstance(request, Mapping):
             raise TypeError("uid")

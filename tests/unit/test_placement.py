@@ -41,48 +41,45 @@ INCOMING["metadata"]["namespace"] = "ns"
 
 def test_pod_goes_where_its_spike_does_not_meet_another() -> None:
     view = loads([node("a", cpu="16"), node("b", cpu="16")])
-    a, b = judge(view, INCOMING, ["a", "b"], {}, RECS.get, SETTINGS, AS_OF)
+    found = judge(view, INCOMING, ["a", "b"], {}, RECS.get, SETTINGS, AS_OF)
     # Both nodes carry the same average load; only b keeps the 8 o'clock spikes apart.
-    assert a.cpu_percent == (6 + 5) * 100 / 16 and b.cpu_percent == (6 + 0.5) * 100 / 16
-    assert b.score > a.score
-    assert not a.fits and "forecast CPU peak 69% of allocatable > 65%" in a.reason
-    assert b.fits
+    assert found.cpu_percent == [(6 + 5) * 100 / 16, (6 + 0.5) * 100 / 16]
+    assert found.scores[1] > found.scores[0]
+    assert found.failed == {"a": "forecast CPU peak 69% of allocatable > 65%"}
 
 
 def test_window_follows_the_clock_and_wraps_by_time_of_day() -> None:
     view = loads([node("a", cpu="16"), node("b", cpu="16")])
     short = ExtenderSettings(window_seconds=3600)
     at_ten = AS_OF + 10 * 3600  # the incoming pod's spike (8-10 h) is over for the next hour
-    a, b = judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, at_ten)
-    assert a.cpu_percent == b.cpu_percent == 1 * 100 / 16
+    assert judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, at_ten).cpu_percent == [1 * 100 / 16] * 2
     next_day = AS_OF + 24 * 3600 + 8 * 3600
-    a, _ = judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, next_day)
-    assert a.cpu_percent == 11 * 100 / 16
+    assert judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, next_day).cpu_percent[0] == 11 * 100 / 16
 
 
 def test_node_annotation_overrides_threshold_and_call_capacity_wins() -> None:
     relaxed = node("a", cpu="16", annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"usageThresholds": {"cpu": 80}}'})
     view = loads([relaxed, node("b")])
-    (a,) = judge(view, INCOMING, ["a"], {}, RECS.get, SETTINGS, AS_OF)
-    assert a.fits
+    assert judge(view, INCOMING, ["a"], {}, RECS.get, SETTINGS, AS_OF).failed == {}
+    strict = ExtenderSettings(window_seconds=24 * 3600, cpu_threshold_percent=10)
+    assert list(judge(loads([node("a")]), INCOMING, ["a"], {}, RECS.get, strict, AS_OF).failed) == ["a"]
     bigger = node_capacity(node("a", cpu="64"), SETTINGS)
     assert bigger is not None
-    (a,) = judge(view, INCOMING, ["a"], {"a": bigger}, RECS.get, SETTINGS, AS_OF)
-    assert a.fits and a.cpu_percent == 11 * 100 / 64
+    found = judge(view, INCOMING, ["a"], {"a": bigger}, RECS.get, SETTINGS, AS_OF)
+    assert found.failed == {} and found.cpu_percent == [11 * 100 / 64]
 
 
 def test_unknown_nodes_are_neutral_and_pods_without_recommendation_count_their_request() -> None:
     view = loads([node("a")])
     stranger = pod("bare", "stranger", [container("main", {"requests": {"cpu": "2", "memory": "1Gi"}})])
-    a, ghost = judge(view, stranger, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
-    assert (ghost.known, ghost.fits, ghost.score) == (False, True, SETTINGS.neutral_score)
-    assert a.cpu_percent == (6 + 2) * 100 / 16
-    memory = node("m", cpu="16", memory="2Gi")
-    (m,) = judge(NodeLoads.build([], [memory], RECS.get, TIMELINE, SETTINGS), stranger, ["m"], {}, RECS.get, SETTINGS, AS_OF)
-    assert m.memory_percent == 50 and m.fits
+    found = judge(view, stranger, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
+    assert found.known == [True, False] and found.failed == {} and found.scores[1] == SETTINGS.neutral_score
+    assert found.cpu_percent[0] == (6 + 2) * 100 / 16
+    memory = NodeLoads.build([], [node("m", cpu="16", memory="2Gi")], RECS.get, TIMELINE, SETTINGS)
+    found = judge(memory, stranger, ["m"], {}, RECS.get, SETTINGS, AS_OF)
+    assert found.memory_percent == [50] and found.failed == {}
     empty = pod("bare", "nothing", [container("main", None)])
-    (m,) = judge(NodeLoads.build([], [memory], RECS.get, TIMELINE, SETTINGS), empty, ["m"], {}, RECS.get, SETTINGS, AS_OF)
-    assert m.cpu_percent == SETTINGS.default_cpu_cores * 100 / 16
+    assert judge(memory, empty, ["m"], {}, RECS.get, SETTINGS, AS_OF).cpu_percent == [SETTINGS.default_cpu_cores * 100 / 16]
 
 
 def test_finished_pods_and_bad_nodes_do_not_count() -> None:
@@ -90,4 +87,4 @@ def test_finished_pods_and_bad_nodes_do_not_count() -> None:
     done["status"] = {"phase": "Succeeded"}
     broken = {"metadata": {"name": "x"}, "status": {"allocatable": {"cpu": "lots"}}}
     view = NodeLoads.build([done], [node("a"), broken], RECS.get, TIMELINE, SETTINGS)
-    assert list(view.index) == ["a"] and view.cpu_cores.sum() == 0
+    assert list(view.index) == ["a"] and view.cpu_cores.sum() == 0 and view.cpu_cores.shape == (STEPS, 2)
