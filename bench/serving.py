@@ -15,7 +15,6 @@ The load generator (`bench.load`) runs as a separate process against each in tur
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from models.store import ModelStore  # noqa: E402
 from tests import k8s  # noqa: E402
-from tests.integration.server import free_port  # noqa: E402
+from tests.integration.server import free_port, started  # noqa: E402
 
 BUNDLED = REPO / "data" / "google-2019" / "usage.csv.gz"
 
@@ -45,32 +44,6 @@ class Rig:
     ca_file: Path
     workdir: Path
     recommendations: list[Any]
-
-
-@contextmanager
-def _process(command: list[str], base: str, ca_file: Path, env: dict[str, str], ready_path: str) -> Iterator[None]:
-    process = subprocess.Popen(
-        command, cwd=REPO, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        for _ in range(600):  # at most 60 s
-            if process.poll() is not None:
-                raise SystemExit(f"server exited: {' '.join(command)}")
-            try:
-                if httpx.get(base + ready_path, verify=str(ca_file), timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise SystemExit(f"server not ready: {' '.join(command)}")
-        yield
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def _cluster(workdir: Path, recommendations: list[Any], nodes: int) -> dict[str, str]:
@@ -106,10 +79,11 @@ def rig(nodes: int = 5000) -> Iterator[Rig]:
         ours_port, echo_port = free_port(), free_port()
         ours, echo = f"https://127.0.0.1:{ours_port}", f"https://127.0.0.1:{echo_port}"
         tls = ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-        stack.enter_context(_process([script, "serve", "--store", str(workdir / "store"), "--port", str(ours_port), *tls], ours, ca_file, env, "/readyz"))
+        serve = [script, "serve", "--store", str(workdir / "store"), "--port", str(ours_port), *tls]
+        stack.enter_context(started(serve, ours, cwd=REPO, verify=str(ca_file), env=env))
         echo_command = [sys.executable, "-m", "uvicorn", "bench.echo:app", "--port", str(echo_port), "--log-level", "info",
                         "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
-        stack.enter_context(_process(echo_command, echo, ca_file, {}, "/"))
+        stack.enter_context(started(echo_command, echo, cwd=REPO, verify=str(ca_file), ready_path="/"))
         yield Rig(ours, echo, ca_file, workdir, recommendations)
 
 

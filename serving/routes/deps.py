@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import HTTPException, Request, Response
 
 from serving.state import ServiceState, Snapshot
@@ -26,3 +28,9 @@ def snapshot(request: Request, response: Response) -> Snapshot:
     found = service_state(request).require()
     conditional(request, response, found.version)
     return found
+
+
+def json_body(description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """`openapi_extra` documenting a JSON object body that the handler reads raw (so no body can make it fail)."""
+    schema = {"type": "object", "description": description, "properties": properties}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

@@ -22,25 +22,15 @@ from recommender.placement import Judgement, NodeCapacity, judge, node_capacity
 from recommender.settings import ExtenderSettings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
+from serving.routes.deps import json_body
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/scheduler", tags=["scheduler extender"])
-#: Documents the body in the OpenAPI schema; the handlers read it raw so that no body can make them fail.
-ARGS_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "ExtenderArgs: {Pod, Nodes (v1.NodeList) | NodeNames} (names match case-insensitively).",
-                    "properties": {"Pod": {"type": "object"}, "Nodes": {"type": "object"}, "NodeNames": {"type": "array", "items": {"type": "string"}}},
-                }
-            }
-        },
-    }
-}
+ARGS_BODY = json_body(
+    "ExtenderArgs: {Pod, Nodes (v1.NodeList) | NodeNames} (names match case-insensitively).",
+    {"Pod": {"type": "object"}, "Nodes": {"type": "object"}, "NodeNames": {"type": "array", "items": {"type": "string"}}},
+)
 
 
 def _field(args: Mapping[str, Any], name: str) -> Any:

@@ -22,25 +22,15 @@ from fastapi.responses import Response
 from recommender.mutation import mutate
 from recommender.settings import WebhookSettings
 from serving.metrics import Metrics
+from serving.routes.deps import json_body
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["webhook"])
-#: Documents the body in the OpenAPI schema; the handler reads it raw so that no body can make it fail.
-REVIEW_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "description": "AdmissionReview (admission.k8s.io/v1) with request {uid, kind, namespace, operation, object, dryRun}.",
-                    "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "request": {"type": "object"}},
-                }
-            }
-        },
-    }
-}
+REVIEW_BODY = json_body(
+    "AdmissionReview (admission.k8s.io/v1) with request {uid, kind, namespace, operation, object, dryRun}.",
+    {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "request": {"type": "object"}},
+)
 
 
 def _review(uid: str, patch: list[dict[str, Any]] | None, warnings: list[str]) -> bytes:

@@ -25,35 +25,31 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(
-    store: Path, cwd: Path, *, tls: tuple[Path, Path] | None = None, verify: ssl.SSLContext | bool = True,
-    env: dict[str, str] | None = None, ready_status: int = 200,
-) -> Iterator[str]:
-    """The base URL of a running server; stopped (terminate, then kill) on exit. At most 300 polls over 30 s."""
-    port = free_port()
-    command = [entry_point(), "serve", "--store", str(store), "--host", "127.0.0.1", "--port", str(port)]
-    if tls is not None:
-        command += ["--tls-cert-file", str(tls[0]), "--tls-key-file", str(tls[1])]
+def started(
+    command: list[str], base: str, *, cwd: Path, verify: ssl.SSLContext | str | bool = True, env: dict[str, str] | None = None,
+    ready_path: str = "/readyz", ready_status: int = 200,
+) -> Iterator[None]:
+    """Run `command` until the block ends (terminate, then kill); first wait, at most 300 polls over 30 s, until
+    `base + ready_path` answers `ready_status`."""
     process = subprocess.Popen(
         command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
     )
-    base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
         for _ in range(300):
             if process.poll() is not None or time.monotonic() > deadline:
                 break
             try:
-                if httpx.get(base + "/readyz", timeout=1, verify=verify).status_code == ready_status:
+                if httpx.get(base + ready_path, timeout=1, verify=verify).status_code == ready_status:
                     break
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
         else:
-            pytest.fail("server did not become ready")
+            pytest.fail(f"{command[0]} did not become ready")
         assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
-        yield base
+        yield
     finally:
         process.terminate()
         try:
@@ -61,3 +57,18 @@ def serving(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextmanager
+def serving(
+    store: Path, cwd: Path, *, tls: tuple[Path, Path] | None = None, verify: ssl.SSLContext | bool = True,
+    env: dict[str, str] | None = None, ready_status: int = 200,
+) -> Iterator[str]:
+    """The base URL of a running `recommender serve` over `store`."""
+    port = free_port()
+    command = [entry_point(), "serve", "--store", str(store), "--host", "127.0.0.1", "--port", str(port)]
+    if tls is not None:
+        command += ["--tls-cert-file", str(tls[0]), "--tls-key-file", str(tls[1])]
+    base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    with started(command, base, cwd=cwd, verify=verify, env=env, ready_status=ready_status):
+        yield base
