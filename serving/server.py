@@ -6,11 +6,12 @@ import uvicorn
 
 from recommender.settings import Settings
 from serving.app import create_app
+from serving.logs import LOG_CONFIG
 from serving.tls import CertificateReloader
 
 
 def run(settings: Settings) -> None:
-    """Serve until interrupted; HTTPS when a certificate and key are configured."""
+    """Serve until interrupted; HTTPS when a certificate and key are configured; logs as JSON lines."""
     serve = settings.serve
     tls = None
     if serve.tls_cert_file is not None and serve.tls_key_file is not None:
@@ -22,5 +23,5 @@ def run(settings: Settings) -> None:
         ssl_certfile=serve.tls_cert_file,
         ssl_keyfile=serve.tls_key_file,
         ssl_context_factory=tls.context_factory if tls else None,
-        log_level="info",
+        log_config=LOG_CONFIG,
     )

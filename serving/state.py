@@ -39,14 +39,19 @@ class ServiceState:
         self.store = store
         self.snapshot: Snapshot | None = None
         self.last_error: str | None = None
+        self._attempted: str | None = None
 
     def refresh_if_published(self) -> bool:
-        """Reload only when `latest` names another version than the loaded one (one small read per poll)."""
-        snapshot = self.snapshot
-        if snapshot is not None and self.store.latest_name() == snapshot.loaded.manifest.version:
+        """Reload when `latest` names a version not yet tried (one small read per poll); True if a new one loaded.
+
+        A `latest` that failed to load is not retried every poll; the next publish moves it and is tried.
+        """
+        latest = self.store.latest_name()
+        if self.snapshot is not None and latest == self._attempted:
             return False
-        before = snapshot
+        before = self.snapshot
         self.refresh()
+        self._attempted = latest
         return self.snapshot is not before
 
     def refresh(self) -> None:

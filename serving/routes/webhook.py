@@ -92,5 +92,8 @@ async def admission(request: Request) -> Response:
         log.exception("admission review failed; pod admitted unchanged")
         patch, warnings, outcome, dry_run = None, ["koord-recommender: internal error, pod admitted unchanged"], "error", False
     metrics.webhook_decisions.labels(outcome=outcome, dry_run=str(dry_run).lower()).inc()
-    log.log(logging.INFO if outcome in ("patched", "error") else logging.DEBUG, "admission %s: %s %s", uid, outcome, warnings)
+    log.log(
+        logging.WARNING if outcome == "error" else logging.DEBUG, "admission review",
+        extra={"uid": uid, "outcome": outcome, "dry_run": dry_run, "warnings": warnings},
+    )
     return Response(_review(uid, patch, warnings), media_type="application/json")
