@@ -6,6 +6,7 @@ import os
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,10 +31,10 @@ def started(
     ready_path: str = "/readyz", ready_status: int = 200,
 ) -> Iterator[None]:
     """Run `command` until the block ends (terminate, then kill); first wait, at most 300 polls over 30 s, until
-    `base + ready_path` answers `ready_status`."""
+    `base + ready_path` answers `ready_status`. Its logs go to a file (a pipe nobody reads would fill and block it)."""
+    logs = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
+        command, cwd=cwd, stdout=logs, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )
     try:
         deadline = time.monotonic() + 30
@@ -48,7 +49,9 @@ def started(
             time.sleep(0.1)
         else:
             pytest.fail(f"{command[0]} did not become ready")
-        assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+        if process.poll() is not None:
+            logs.seek(0)
+            pytest.fail(f"{command[0]} exited: {logs.read().decode(errors='replace')[-2000:]}")
         yield
     finally:
         process.terminate()
@@ -57,6 +60,7 @@ def started(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+        logs.close()
 
 
 @contextmanager
