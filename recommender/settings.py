@@ -206,7 +206,21 @@ class AuthSettings(BaseModel):
     """Optional bearer-token authentication of the REST API (/api/v1); webhook and extender rely on TLS."""
 
     token_file: Path | None = Field(
-        None, description="File holding the bearer token; re-read when it changes. None: the REST API is open."
+        None, description="File holding a static bearer token; re-read when it changes. With neither this nor token_review the REST API is open."
+    )
+    token_review: bool = Field(
+        False, description="Also accept any token the API server authenticates (TokenReview, authentication.k8s.io/v1); for running in a cluster."
+    )
+    api_server_url: str = Field("https://kubernetes.default.svc", description="API server for TokenReview (in-cluster address).")
+    api_server_ca_file: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"), description="CA that signed the API server's certificate (in-cluster path)."
+    )
+    service_account_token_file: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        description="Our own credentials for creating TokenReviews (in-cluster path; needs RBAC create on tokenreviews).",
+    )
+    token_review_cache_seconds: float = Field(
+        60.0, ge=0, description="How long a TokenReview answer is reused for the same token, seconds (one API call per token per minute)."
     )
 
 

@@ -24,7 +24,7 @@ from recommender.settings import Settings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
 from serving.routes import extender, health, metrics, nodes, recommendations, webhook
-from serving.routes.auth import TokenFile
+from serving.routes.auth import authenticators
 from serving.state import ServiceState
 from serving.tls import CertificateReloader
 
@@ -107,7 +107,7 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     app.state.cluster = cluster
     app.state.settings = settings
     app.state.metrics = app_metrics
-    app.state.tokens = TokenFile(settings.auth.token_file) if settings.auth.token_file else None
+    app.state.authenticators = authenticators(settings.auth)
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, error: RecommenderError) -> JSONResponse:

@@ -2,7 +2,8 @@
 
 It fails open: a malformed review, an unknown workload, a stale or missing model or any error gives
 `allowed: true`, no patch and a warning saying why; it never answers 5xx. The patch is the JSON Patch difference
-between the pod as sent and as mutated (python-json-patch), so every path exists and keys are escaped. A dry-run
+between the pod as sent and as mutated (python-json-patch, over the fields the mutation touches), so every path
+exists and keys are escaped. A dry-run
 review gets the same patch; nothing is recorded for it beyond the decision counter's `dry_run` label.
 """
 
@@ -19,7 +20,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from recommender.mutation import mutate
+from recommender.mutation import mutate, relevant_fields
 from recommender.settings import WebhookSettings
 from serving.metrics import Metrics
 from serving.routes.deps import json_body
@@ -64,8 +65,9 @@ def decide(body: bytes, state: ServiceState, settings: WebhookSettings, now: flo
     if age > settings.max_model_age_seconds:
         return uid, None, [f"koord-recommender: model {snapshot.version} is {age / 3600:.0f} h old, pod admitted unchanged"], "skipped", dry_run
     namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
-    mutation = mutate(pod, namespace, snapshot.lookup, settings, snapshot.version)
-    patch = jsonpatch.make_patch(pod, mutation.pod).patch
+    view = relevant_fields(pod)
+    mutation = mutate(view, namespace, snapshot.lookup, settings, snapshot.version)
+    patch = jsonpatch.make_patch(view, mutation.pod).patch
     if mutation.workload is None:
         outcome = "skipped"
     else:

@@ -13,6 +13,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -183,7 +184,8 @@ def test_dry_run_gets_the_same_patch(server: Server) -> None:
         (b"{}", "malformed AdmissionReview"),
         (b'{"request": {"uid": 5}}', "malformed AdmissionReview"),
         (b'{"request": {"uid": "u", "operation": "DELETE", "kind": {"kind": "Pod"}, "object": {}}}', "only pod CREATE"),
-        (b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": "x"}}}', "admitted unchanged"),
+        (b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": "x"}}}', "no recommendation"),
+        (b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": {"containers": ["x"]}}}}', "internal error"),
     ],
 )
 def test_webhook_fails_open(server: Server, body: bytes, warning: str) -> None:
@@ -337,3 +339,35 @@ def test_stale_model_is_not_applied(tmp_path: Path) -> None:
         answer = httpx.post(base + "/mutate", json=review).json()["response"]
         assert answer["allowed"] is True and "patch" not in answer
         assert "h old, pod admitted unchanged" in answer["warnings"][0]
+
+
+def test_token_review_against_the_api_server(tmp_path: Path) -> None:
+    from tests import fake_apiserver
+    from tests.integration.server import free_port, started
+
+    train(usage(int(time.time())), tmp_path, tmp_path / "store")
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key, ca_file = tmp_path / "api.crt", tmp_path / "api.key", tmp_path / "api-ca.crt"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
+    api = f"https://127.0.0.1:{free_port()}"
+    fake = [sys.executable, "-m", "uvicorn", "tests.fake_apiserver:app", "--port", api.rsplit(":", 1)[1],
+            "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    env = {
+        "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW": "true",
+        "KOORD_RECOMMENDER_AUTH__API_SERVER_URL": api,
+        "KOORD_RECOMMENDER_AUTH__API_SERVER_CA_FILE": str(ca_file),
+        "KOORD_RECOMMENDER_AUTH__SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token"),
+    }
+    repo = Path(__file__).resolve().parents[2]
+    with started(fake, api, cwd=repo, verify=trusting(ca), ready_path="/reviews"), serving(tmp_path / "store", tmp_path, env=env) as base:
+        def get(token: str) -> int:
+            return httpx.get(base + "/api/v1/recommendations", headers={"Authorization": f"Bearer {token}"}).status_code
+
+        assert [get(fake_apiserver.USER_TOKEN) for _ in range(3)] == [200, 200, 200]
+        assert get("someone-else") == 401 and httpx.get(base + "/api/v1/recommendations").status_code == 401
+        # One review per distinct token: answers are cached.
+        assert httpx.get(api + "/reviews", verify=trusting(ca)).json() == {"reviews": 2}

@@ -9,7 +9,7 @@ import jsonpatch
 from hypothesis import given, settings as hsettings, strategies as st
 
 from recommender import koordinator as k
-from recommender.mutation import CHANGES_ANNOTATION, mutate
+from recommender.mutation import CHANGES_ANNOTATION, mutate, relevant_fields
 from recommender.settings import ColocationProfile, WebhookPolicy, WebhookSettings
 from recommender.units import GIB, MIB, cpu_cores_from_quantity, memory_bytes_from_quantity
 from tests.k8s import RESOURCE_SHAPES, container, pod
@@ -159,6 +159,9 @@ def test_any_pod_gets_a_valid_pod(shapes: list[dict[str, Any] | None], mode: str
     webhook = WebhookSettings(policies=[WebhookPolicy(mode=mode, line=line)], colocation_profiles=[BATCH])  # type: ignore[arg-type]
     found = mutate(original, "shop", RECS.get, webhook, "v1").pod
     assert jsonpatch.apply_patch(original, jsonpatch.make_patch(original, found)) == found
+    # What the webhook sends: the diff of the projections, applied to the whole pod, gives the same pod.
+    view = relevant_fields(original)
+    assert jsonpatch.apply_patch(original, jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1").pod)) == found
     assert k.violations(found) == []
     for one in found["spec"]["containers"]:
         res = one.get("resources") or {}

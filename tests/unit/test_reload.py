@@ -35,11 +35,11 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("one\n")
     tokens = TokenFile(path)
-    assert tokens.accepts("Bearer one") and not tokens.accepts("Bearer two") and not tokens.accepts("one")
+    assert tokens.accepts("one") and not tokens.accepts("two")
     path.write_text("two-longer\n")
-    assert tokens.accepts("Bearer two-longer") and not tokens.accepts("Bearer one")
+    assert tokens.accepts("two-longer") and not tokens.accepts("one")
     path.unlink()
-    assert not tokens.accepts("Bearer two-longer")
+    assert not tokens.accepts("two-longer")
 
 
 def test_a_broken_latest_keeps_the_loaded_version_and_is_not_retried(tmp_path: Path, usage_csv: Path) -> None:
