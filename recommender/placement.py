@@ -14,6 +14,7 @@ model version, so a call over 5,000 nodes is a gather and a max.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -193,11 +194,12 @@ def judge(
     window = loads.timeline.window(now, settings.window_seconds)
     pod_cpu, pod_memory = pod_lines(pod, lookup, loads.timeline, settings)
     zero_row = len(loads.index)
-    rows = np.fromiter((loads.index.get(name, zero_row) for name in node_names), dtype=np.int64, count=len(node_names))
+    rows = np.array(list(map(loads.index.get, node_names, itertools.repeat(zero_row, len(node_names)))), dtype=np.int64)
     capacity = loads.capacity_matrix[rows]
-    for position, name in enumerate(node_names):
-        if name in given:
-            capacity[position] = _capacity_row(given[name])
+    if given:
+        for position, name in enumerate(node_names):
+            if name in given:
+                capacity[position] = _capacity_row(given[name])
     cpu_pct = _peak(loads.cpu_cores, rows, window, pod_cpu) * 100 / capacity[:, 0]
     memory_pct = _peak(loads.memory_bytes, rows, window, pod_memory) * 100 / capacity[:, 1]
     known = ~np.isnan(capacity[:, 0])
