@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from serving.state import ServiceState
 
 #: Latency buckets in seconds: the webhook's goal is a p99 under 5 ms, the apiserver's timeout is 10-30 s.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 
 
 class ModelCollector(Collector):
