@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck lint-imports unit bench clean
+.PHONY: demo test typecheck lint-imports unit bench bench-serving clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/bootstrap-venv.sh
 	scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
@@ -29,6 +29,9 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench recommend
+
+bench-serving: $(STAMP)
+	$(BIN)/python -m bench serving --requests 3000
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache
