@@ -263,6 +263,12 @@ def test_metrics(server: Server) -> None:
     assert 'koord_recommender_http_request_duration_seconds_bucket{le="0.005",method="POST",route="/mutate",status="200"}' in text
     assert "koord_recommender_model_age_seconds" in text and 'koord_recommender_model_info{version="' in text
     assert 'koord_recommender_recommendation{bound="target",container="main",namespace="ns",resource="cpu",workload="web"}' in text
+    # Usage sits below the target most of the day (target = p90 x 1.15): most relative diffs are negative.
+    below = next(float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith('koord_recommender_quality_usage_recommendation_relative_diffs_bucket{le="0.0",resource="cpu"}'))
+    total = next(float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith('koord_recommender_quality_usage_recommendation_relative_diffs_bucket{le="+Inf",resource="cpu"}'))
+    assert total > 0 and below / total > 0.8
 
 
 def served_certificate(base: str) -> bytes:
