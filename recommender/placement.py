@@ -88,8 +88,12 @@ def _running_containers(pod: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
             yield container
 
 
-def pod_lines(pod: Mapping[str, Any], lookup: Lookup, timeline: Timeline, settings: ExtenderSettings) -> tuple[Matrix, Matrix]:
-    """(cpu cores, memory bytes) lines of one pod: learned short-term lines, else its request, else the defaults."""
+def pod_lines(
+    pod: Mapping[str, Any], lookup: Lookup, timeline: Timeline, settings: ExtenderSettings
+) -> tuple[Matrix, Matrix, bool]:
+    """(cpu cores, memory bytes, whether anything was learned) lines of one pod: learned short-term lines, else its
+    request, else the defaults."""
+    known = False
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
     cpu, memory = np.zeros(timeline.steps), np.zeros(timeline.steps)
     containers = list(_running_containers(pod))
@@ -101,13 +105,14 @@ def pod_lines(pod: Mapping[str, Any], lookup: Lookup, timeline: Timeline, settin
             learned = getattr(rec, resource) if rec is not None else None
             if learned is not None and len(learned.short_term) == timeline.steps:
                 line += np.asarray(learned.short_term)
+                known = True
             else:
                 requested = _requested(container, resource)
                 line += default if requested is None else requested
     if not containers:
         cpu += settings.default_cpu_cores
         memory += settings.default_memory_bytes
-    return cpu, memory
+    return cpu, memory, known
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class NodeLoads:
         cpu, memory = np.zeros((len(names) + 1, timeline.steps)), np.zeros((len(names) + 1, timeline.steps))
         for pod in placed:
             row = index[str(pod["spec"]["nodeName"])]
-            pod_cpu, pod_memory = pod_lines(pod, lookup, timeline, settings)
+            pod_cpu, pod_memory, _ = pod_lines(pod, lookup, timeline, settings)
             cpu[row] += pod_cpu
             memory[row] += pod_memory
         matrix = np.full((len(names) + 1, 4), np.nan)
@@ -189,10 +194,13 @@ def judge(
 ) -> Judgement:
     """Filter and score every candidate node; capacity from the call (`given`) wins over the node list we read.
 
-    Nodes without a known allocatable pass and get the neutral score.
+    Nodes without a known allocatable, and every node for a pod we have learned nothing about, pass and get the
+    neutral score: we do not steer what we cannot forecast.
     """
+    pod_cpu, pod_memory, pod_known = pod_lines(pod, lookup, loads.timeline, settings)
+    if not pod_known:
+        return neutral(node_names, settings)
     window = loads.timeline.window(now, settings.window_seconds)
-    pod_cpu, pod_memory = pod_lines(pod, lookup, loads.timeline, settings)
     zero_row = len(loads.index)
     rows = np.array(list(map(loads.index.get, node_names, itertools.repeat(zero_row, len(node_names)))), dtype=np.int64)
     capacity = loads.capacity_matrix[rows]
@@ -215,3 +223,9 @@ def judge(
             reasons.append(f"forecast memory peak {memory_pct[position]:.0f}% of allocatable > {capacity[position, 3]:g}%")
         failed[node_names[position]] = "; ".join(reasons)
     return Judgement(node_names, known.tolist(), cpu_pct.tolist(), memory_pct.tolist(), scores.astype(int).tolist(), failed)
+
+
+def neutral(node_names: Sequence[str], settings: ExtenderSettings) -> Judgement:
+    """Every node passes with the neutral score."""
+    unknown = [float("nan")] * len(node_names)
+    return Judgement(node_names, [False] * len(node_names), unknown, unknown, [settings.neutral_score] * len(node_names), {})

@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from recommender.placement import Judgement, NodeCapacity, judge, node_capacity
+from recommender.placement import Judgement, NodeCapacity, judge, neutral, node_capacity
 from recommender.settings import ExtenderSettings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
@@ -68,8 +68,7 @@ def _judge(args: Mapping[str, Any], request: Request) -> tuple[list[str], list[A
         judgement = judge(cluster.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time())
     except Exception:  # neutral: let the scheduler go on without our opinion
         log.exception("extender could not judge the pod; every node gets a neutral answer")
-        unknown = [float("nan")] * len(names)
-        judgement = Judgement(names, [False] * len(names), unknown, unknown, [settings.neutral_score] * len(names), {})
+        judgement = neutral(names, settings)
     return names, nodes, judgement
 
 

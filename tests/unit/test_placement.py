@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from recommender import koordinator as k
 from recommender.placement import NodeLoads, Timeline, judge, node_capacity
 from recommender.settings import ExtenderSettings
@@ -69,17 +71,22 @@ def test_node_annotation_overrides_threshold_and_call_capacity_wins() -> None:
     assert found.failed == {} and found.cpu_percent == [11 * 100 / 64]
 
 
-def test_unknown_nodes_are_neutral_and_pods_without_recommendation_count_their_request() -> None:
-    view = loads([node("a")])
-    stranger = pod("bare", "stranger", [container("main", {"requests": {"cpu": "2", "memory": "1Gi"}})])
+def test_unknown_nodes_and_unknown_pods_get_neutral_answers() -> None:
+    view = loads([node("a", cpu="4")])
+    found = judge(view, INCOMING, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
+    assert found.known == [True, False] and list(found.failed) == ["a"] and found.scores[1] == SETTINGS.neutral_score
+    stranger = pod("bare", "stranger", [container("main", {"requests": {"cpu": "64"}})])
     found = judge(view, stranger, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
-    assert found.known == [True, False] and found.failed == {} and found.scores[1] == SETTINGS.neutral_score
-    assert found.cpu_percent[0] == (6 + 2) * 100 / 16
-    memory = NodeLoads.build([], [node("m", cpu="16", memory="2Gi")], RECS.get, TIMELINE, SETTINGS)
-    found = judge(memory, stranger, ["m"], {}, RECS.get, SETTINGS, AS_OF)
-    assert found.memory_percent == [50] and found.failed == {}
-    empty = pod("bare", "nothing", [container("main", None)])
-    assert judge(memory, empty, ["m"], {}, RECS.get, SETTINGS, AS_OF).cpu_percent == [SETTINGS.default_cpu_cores * 100 / 16]
+    assert found.failed == {} and found.scores == [SETTINGS.neutral_score] * 2
+
+
+def test_placed_pods_without_recommendation_count_their_request_or_the_defaults() -> None:
+    requested = running(pod("bare", "stranger", [container("main", {"requests": {"cpu": "2", "memory": "1Gi"}})]), "ns", "m", "s")
+    empty = running(pod("bare", "nothing", [container("main", None)]), "ns", "m", "n")
+    memory = NodeLoads.build([requested, empty], [node("m", cpu="16", memory="4Gi")], RECS.get, TIMELINE, SETTINGS)
+    found = judge(memory, INCOMING, ["m"], {}, RECS.get, SETTINGS, AS_OF)
+    assert found.cpu_percent == [(2 + SETTINGS.default_cpu_cores + 5) * 100 / 16]
+    assert found.memory_percent == [pytest.approx((1 * GIB + SETTINGS.default_memory_bytes + GIB) * 100 / (4 * GIB))]
 
 
 def test_finished_pods_and_bad_nodes_do_not_count() -> None:
