@@ -170,3 +170,16 @@ def test_any_pod_gets_a_valid_pod(shapes: list[dict[str, Any] | None], mode: str
             if limit is not None and not name.startswith("nvidia"):
                 parse = memory_bytes_from_quantity if "memory" in name else cpu_cores_from_quantity
                 assert parse(value) <= parse(limit), (name, value, limit)
+
+
+def test_patch_paths_escape_slashes_and_tildes_in_keys() -> None:
+    original = pod("deployment", "web", [container("main", None)], annotations={"a~b/c": "kept"}, labels={"tier": "batch"})
+    webhook = WebhookSettings(colocation_profiles=[BATCH.model_copy(update={"labels": {"team/x~y": "1"}})])
+    view = relevant_fields(original)
+    patch = jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1").pod).patch
+    paths = {op["path"] for op in patch}
+    assert "/metadata/annotations/koord-recommender.io~1changes" in paths
+    assert "/metadata/labels/team~1x~0y" in paths and "/metadata/labels/koordinator.sh~1qosClass" in paths
+    assert "/spec/containers/0/resources" in paths  # the parent is added whole when it was absent
+    patched = jsonpatch.apply_patch(original, patch)
+    assert patched["metadata"]["annotations"]["a~b/c"] == "kept" and patched["metadata"]["labels"]["team/x~y"] == "1"
