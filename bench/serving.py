@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import trustme
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from models.store import ModelStore  # noqa: E402
 from tests import k8s  # noqa: E402
-from tests.integration.server import free_port, started  # noqa: E402
+from tests.integration.server import free_port, started, tls_files  # noqa: E402
 
 BUNDLED = REPO / "data" / "google-2019" / "usage.csv.gz"
 
@@ -69,12 +68,7 @@ def rig(nodes: int = 5000) -> Iterator[Rig]:
         script = str(Path(sys.executable).parent / "recommender")
         subprocess.run([script, "train", "--input", str(BUNDLED), "--store", str(workdir / "store")], check=True, capture_output=True, timeout=600)
         recommendations = ModelStore(workdir / "store").load().recommendations.recommendations
-        ca = trustme.CA()
-        leaf = ca.issue_cert("127.0.0.1")
-        cert, key, ca_file = workdir / "tls.crt", workdir / "tls.key", workdir / "ca.pem"
-        leaf.cert_chain_pems[0].write_to_path(str(cert))
-        leaf.private_key_pem.write_to_path(str(key))
-        ca.cert_pem.write_to_path(str(ca_file))
+        _, cert, key, ca_file = tls_files(workdir)
         env = {"KOORD_RECOMMENDER_WEBHOOK__MAX_MODEL_AGE_SECONDS": str(10**10), **_cluster(workdir, recommendations, nodes)}
         ours_port, echo_port = free_port(), free_port()
         ours, echo = f"https://127.0.0.1:{ours_port}", f"https://127.0.0.1:{echo_port}"

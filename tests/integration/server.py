@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 
 from tests.conftest import entry_point
 
@@ -23,6 +24,17 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def tls_files(directory: Path, name: str = "tls") -> tuple[trustme.CA, Path, Path, Path]:
+    """A new CA and a certificate for 127.0.0.1 it signed: (CA, <name>.crt, <name>.key, <name>-ca.crt)."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    cert, key, ca_file = directory / f"{name}.crt", directory / f"{name}.key", directory / f"{name}-ca.crt"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    return ca, cert, key, ca_file
 
 
 @contextmanager

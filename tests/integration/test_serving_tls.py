@@ -349,15 +349,10 @@ def test_stale_model_is_not_applied(tmp_path: Path) -> None:
 
 def test_token_review_against_the_api_server(tmp_path: Path) -> None:
     from tests import fake_apiserver
-    from tests.integration.server import free_port, started
+    from tests.integration.server import free_port, started, tls_files
 
     train(usage(int(time.time())), tmp_path, tmp_path / "store")
-    ca = trustme.CA()
-    leaf = ca.issue_cert("127.0.0.1")
-    cert, key, ca_file = tmp_path / "api.crt", tmp_path / "api.key", tmp_path / "api-ca.crt"
-    leaf.cert_chain_pems[0].write_to_path(str(cert))
-    leaf.private_key_pem.write_to_path(str(key))
-    ca.cert_pem.write_to_path(str(ca_file))
+    ca, cert, key, ca_file = tls_files(tmp_path, "api")
     (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
     api = f"https://127.0.0.1:{free_port()}"
     fake = [sys.executable, "-m", "uvicorn", "tests.fake_apiserver:app", "--port", api.rsplit(":", 1)[1],
