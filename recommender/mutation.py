@@ -197,6 +197,8 @@ def mutate(
     """The mutated pod. Never raises on odd pods it understands; callers fail open on anything else."""
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
     result = Mutation(pod=mutated)
+    if CHANGES_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
+        return result  # already ours (a reinvocation): changing it again would not be idempotent for batch pods
     result.workload = resolve_workload(pod, namespace, lookup)
     if result.workload is None:
         result.warnings.append(f"koord-recommender: no recommendation for workload {workload_candidates(pod)[:1]} in {namespace}")

@@ -183,3 +183,11 @@ def test_patch_paths_escape_slashes_and_tildes_in_keys() -> None:
     assert "/spec/containers/0/resources" in paths  # the parent is added whole when it was absent
     patched = jsonpatch.apply_patch(original, patch)
     assert patched["metadata"]["annotations"]["a~b/c"] == "kept" and patched["metadata"]["labels"]["team/x~y"] == "1"
+
+
+def test_a_pod_already_mutated_is_left_as_is() -> None:
+    original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])], labels={"tier": "batch"})
+    webhook = WebhookSettings(colocation_profiles=[BATCH])
+    once = mutate(original, "shop", RECS.get, webhook, "v1").pod
+    again = mutate(once, "shop", RECS.get, webhook, "v2")
+    assert once != original and again.pod == once and again.changes == [] and again.warnings == []
