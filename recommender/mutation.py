@@ -117,13 +117,14 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
         new_request = _clamp(_line_value(learned, policy.line), *bounds[name])
         old_limit = parse(limits[name]) if name in limits else None
         old_request = parse(requests[name]) if name in requests else old_limit
-        if policy.mode == "requests-only" and old_limit is not None:
-            new_request = min(new_request, old_limit)  # a request above the limit would be rejected
+        scale_limit = policy.mode == "requests-and-limits" and old_limit is not None and bool(old_request)
+        if old_limit is not None and not scale_limit:
+            new_request = min(new_request, old_limit)  # a request above an unchanged limit would be rejected
         request_text = fmt(new_request)
         if requests.get(name) != request_text:
             result.changes.append(f"{container.get('name')}: {name} request {requests.get(name, '-')} -> {request_text}")
             requests[name] = request_text
-        if policy.mode == "requests-and-limits" and old_limit is not None and old_request:
+        if scale_limit and old_limit is not None and old_request:
             limit_text = fmt(max(old_limit * new_request / old_request, new_request))
             if limits[name] != limit_text:
                 result.changes.append(f"{container.get('name')}: {name} limit {limits[name]} -> {limit_text}")

@@ -44,26 +44,31 @@ def _review(uid: str, patch: list[dict[str, Any]] | None, warnings: list[str]) -
     return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
 
 
-def decide(body: bytes, state: ServiceState, settings: WebhookSettings, now: float) -> tuple[str, list[dict[str, Any]] | None, list[str], str, bool]:
-    """(uid, patch, warnings, outcome, dry_run) for one review body; raises only on bugs (the route catches them)."""
+def parse_review(body: bytes) -> tuple[str, Mapping[str, Any] | None, str]:
+    """(uid, request, problem): the request is None when the body is not an AdmissionReview we can read. Never
+    raises, so that every answer, even to a review we fail on later, carries the uid the API server expects."""
     try:
         request = orjson.loads(body)["request"]
         uid = request["uid"]
-        if not isinstance(uid, str) or not isinstance(request, Mapping):
-            raise TypeError("uid")
     except (ValueError, KeyError, TypeError) as error:
-        return "", None, [f"koord-recommender: malformed AdmissionReview ({type(error).__name__}), pod admitted unchanged"], "error", False
-    dry_run = bool(request.get("dryRun"))
+        return "", None, f"malformed AdmissionReview ({type(error).__name__})"
+    if not isinstance(uid, str):
+        return "", None, "malformed AdmissionReview (uid)"
+    return uid, request, ""
+
+
+def decide(request: Mapping[str, Any], state: ServiceState, settings: WebhookSettings, now: float) -> tuple[list[dict[str, Any]] | None, list[str], str]:
+    """(patch, warnings, outcome) for one review's request; raises only on bugs (the route catches them)."""
     pod = request.get("object")
     kind = request.get("kind") or {}
     if request.get("operation") != "CREATE" or not isinstance(pod, Mapping) or kind.get("kind") != "Pod" or request.get("subResource"):
-        return uid, None, ["koord-recommender: only pod CREATE is mutated"], "skipped", dry_run
+        return None, ["koord-recommender: only pod CREATE is mutated"], "skipped"
     snapshot = state.snapshot
     if snapshot is None:
-        return uid, None, ["koord-recommender: no model version loaded, pod admitted unchanged"], "skipped", dry_run
+        return None, ["koord-recommender: no model version loaded, pod admitted unchanged"], "skipped"
     age = now - snapshot.loaded.recommendations.as_of
     if age > settings.max_model_age_seconds:
-        return uid, None, [f"koord-recommender: model {snapshot.version} is {age / 3600:.0f} h old, pod admitted unchanged"], "skipped", dry_run
+        return None, [f"koord-recommender: model {snapshot.version} is {age / 3600:.0f} h old, pod admitted unchanged"], "skipped"
     namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
     view = relevant_fields(pod)
     mutation = mutate(view, namespace, snapshot.lookup, settings, snapshot.version)
@@ -72,7 +77,7 @@ def decide(body: bytes, state: ServiceState, settings: WebhookSettings, now: flo
         outcome = "skipped"
     else:
         outcome = "patched" if patch else "unchanged"
-    return uid, patch or None, mutation.warnings, outcome, dry_run
+    return patch or None, mutation.warnings, outcome
 
 
 @router.post(
@@ -86,13 +91,17 @@ async def admission(request: Request) -> Response:
     state: ServiceState = request.app.state.service
     settings: WebhookSettings = request.app.state.settings.webhook
     metrics: Metrics = request.app.state.metrics
-    uid = ""
-    try:
-        body = await request.body()
-        uid, patch, warnings, outcome, dry_run = decide(body, state, settings, time.time())
-    except Exception:  # fail open: a bug here must never block a pod
-        log.exception("admission review failed; pod admitted unchanged")
-        patch, warnings, outcome, dry_run = None, ["koord-recommender: internal error, pod admitted unchanged"], "error", False
+    uid, review, problem = parse_review(await request.body())
+    dry_run = bool(review and review.get("dryRun") is True)
+    patch: list[dict[str, Any]] | None = None
+    if review is None:
+        warnings, outcome = [f"koord-recommender: {problem}, pod admitted unchanged"], "error"
+    else:
+        try:
+            patch, warnings, outcome = decide(review, state, settings, time.time())
+        except Exception:  # fail open: a bug here must never block a pod
+            log.exception("admission review failed; pod admitted unchanged")
+            patch, warnings, outcome = None, ["koord-recommender: internal error, pod admitted unchanged"], "error"
     metrics.webhook_decisions.labels(outcome=outcome, dry_run=str(dry_run).lower()).inc()
     log.log(
         logging.WARNING if outcome == "error" else logging.DEBUG, "admission review",

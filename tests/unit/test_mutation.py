@@ -82,6 +82,9 @@ def test_policies_modes_lines_bounds_and_controlled_resources() -> None:
     assert resources(found)["requests"]["cpu"] == "2"  # never above the limit: the API server would reject it
     bounded = WebhookSettings(policies=[WebhookPolicy(max_cpu_cores=0.3, min_memory_bytes=3 * GIB)])
     assert resources(run("requests-only", bounded)[0])["requests"] == {"cpu": "300m", "memory": "3Gi"}
+    zero = pod("deployment", "web", [container("main", {"requests": {"cpu": "0"}, "limits": {"cpu": "300m"}})])
+    found = mutate(zero, "shop", RECS.get, WebhookSettings(), "v1").pod
+    assert resources(found) == {"requests": {"cpu": "300m", "memory": "1Gi"}, "limits": {"cpu": "300m"}}  # not above the limit
     other = WebhookSettings(policies=[WebhookPolicy(namespace="other", mode="off")])
     assert resources(run("requests-only", other)[0])["requests"]["cpu"] == "500m"
 
