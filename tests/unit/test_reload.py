@@ -56,3 +56,22 @@ def test_a_broken_latest_keeps_the_loaded_version_and_is_not_retried(tmp_path: P
     assert state.refresh_if_published() is False
     assert state.snapshot.version == first.version and "checksum" in (state.last_error or "")
     assert state.refresh_if_published() is False
+
+
+def test_cluster_view_rebuilds_when_its_files_change_and_survives_bad_ones(tmp_path: Path) -> None:
+    import json
+
+    from recommender.settings import ExtenderSettings
+    from serving.cluster import ClusterView
+    from tests import k8s
+
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text("{not json")
+    view = ClusterView(ExtenderSettings(nodes_file=nodes, pods_file=tmp_path / "missing.json"))
+    view.refresh(None)
+    assert view.loads.index == {} and view.generation == 1
+    view.refresh(None)
+    assert view.generation == 1  # nothing changed: nothing rebuilt
+    nodes.write_text(json.dumps(k8s.listing("NodeList", [k8s.node("a"), k8s.node("b")])))
+    view.refresh(None)
+    assert list(view.loads.index) == ["a", "b"] and view.generation == 2
