@@ -1,8 +1,8 @@
 """Prometheus metrics of the service, in a registry per app (so tests and several apps never share counters).
 
-Besides latency per route, webhook decisions and extender calls, it exports the model version and age and the
-recommendation families VPA's recommender exports (per container target and bounds, `vpa_`-like names under our
-prefix), so dashboards built for VPA can be pointed at us.
+Besides latency per route, webhook decisions and extender calls, it exports the model version and age, every
+container's target and bounds as VPA's status holds them, and VPA's quality family (how far usage falls from the
+recommendation, as a relative-difference histogram), under our prefix.
 """
 
 from __future__ import annotations
