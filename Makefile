@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck lint-imports unit bench docs clean
+.PHONY: demo test typecheck lint-imports unit bench bench-serving docs clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/bootstrap-venv.sh
 	scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
@@ -35,6 +35,8 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -c "from recommender.settings import markdown_reference; open('docs/configuration.md', 'w').write(markdown_reference())"
+bench-serving: $(STAMP)
+	$(BIN)/python -m bench serving --requests 3000
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache

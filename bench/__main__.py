@@ -1,4 +1,6 @@
-"""Benchmarks, each next to a reference measured in the same run (`python -m bench {recommend,prometheus}`).
+"""Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus` (bench/prometheus.py:
+training from a real Prometheus vs a file), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
+over TLS, or `serving` for all three on one rig.
 
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
 (`recommender recommend ... --horizon 24h`) and, as the reference, a bare pandas+pyarrow read of the same file
@@ -85,18 +87,45 @@ def main() -> None:
     prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     prom.add_argument("--namespaces", type=int, default=4, help="copies of the 250 VMs (4 -> 1,000 containers)")
     prom.add_argument("--days", type=int, default=14)
+    for name, what in (
+        ("webhook", "admission reviews over TLS vs a bare echo endpoint"),
+        ("extender", "prioritize over 1,000 and 5,000 nodes vs a bare echo endpoint"),
+        ("rest", "GET of one recommendation vs a bare endpoint"),
+        ("serving", "webhook, extender and rest on one rig"),
+    ):
+        one = sub.add_parser(name, help=what)
+        one.add_argument("--requests", type=int, default=3000, help="per run (bounded further by a 30 s cap)")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if not args.input.is_file():
+    if args.name in ("recommend", "prometheus") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
-    if args.name == "prometheus":
+    if args.name == "recommend":
+        result = bench_recommend(args.input, args.runs, args.as_of)
+    elif args.name == "prometheus":
         from bench.prometheus import main as bench_prometheus
 
         result = bench_prometheus(args.input, args.namespaces, args.days)
     else:
-        result = bench_recommend(args.input, args.runs, args.as_of)
+        result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+
+
+def bench_serving(name: str, requests: int) -> dict[str, object]:
+    from bench import serving
+
+    chosen = ("webhook", "extender", "rest") if name == "serving" else (name,)
+    result: dict[str, object] = {
+        "benchmark": name,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench {name} --requests {requests}",
+        "cpu_count": os.cpu_count(),
+    }
+    with serving.rig() as rig:
+        for one in chosen:
+            print(f"running {one}", file=sys.stderr)
+            result[one] = getattr(serving, f"bench_{one}")(rig, requests if one != "extender" else min(requests, 500))
+    return result
 
 
 if __name__ == "__main__":

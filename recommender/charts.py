@@ -77,9 +77,14 @@ def four_lines_figure(recommendations: Sequence[WorkloadRecommendation], step_se
     return figure
 
 
-def save_png(figure: Figure, path: Path) -> None:
-    """Render to PNG and write atomically."""
+def png_bytes(figure: Figure) -> bytes:
+    """Render to PNG and release the figure."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def save_png(figure: Figure, path: Path) -> None:
+    """Render to PNG and write atomically."""
+    atomic_write_bytes(path, png_bytes(figure))

@@ -262,7 +262,7 @@ def serve(
     tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS).")] = None,
     tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="PEM private key.")] = None,
 ) -> None:
-    """Serve the REST API over the latest model version (OpenAPI docs at /docs)."""
+    """Serve the REST API, the admission webhook and the scheduler extender over the latest model version (docs at /docs)."""
     settings = _settings(
         store={"path": store},
         serve={"host": host, "port": port, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file},
@@ -271,20 +271,11 @@ def serve(
 
 
 def _run_server(settings: Settings) -> None:
-    import uvicorn
-
-    from serving.app import create_app
+    from serving.server import run
 
     scheme = "https" if settings.serve.tls_cert_file else "http"
     err.print(f"serving {settings.store.path} on {scheme}://{settings.serve.host}:{settings.serve.port} (docs at /docs)")
-    uvicorn.run(
-        create_app(settings),
-        host=settings.serve.host,
-        port=settings.serve.port,
-        ssl_certfile=settings.serve.tls_cert_file,
-        ssl_keyfile=settings.serve.tls_key_file,
-        log_level="info",
-    )
+    run(settings)
 
 
 @app.command()

@@ -49,6 +49,13 @@ class UnknownWorkloadError(RecommenderError):
     exit_code = 4
 
 
+class UnknownNodeError(RecommenderError):
+    """A node was asked for that the service's cluster view does not hold."""
+
+    http_status = 404
+    exit_code = 4
+
+
 class ConfigurationError(RecommenderError):
     """Settings or command-line values that cannot work together."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -117,6 +119,12 @@ class ServeSettings(BaseModel):
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0 picks a free one).")
     tls_cert_file: Path | None = Field(None, description="PEM certificate; with the key, serve HTTPS (webhooks need it).")
     tls_key_file: Path | None = Field(None, description="PEM private key of the certificate.")
+    store_poll_seconds: float = Field(
+        5.0, gt=0, description="How often the store's `latest` pointer is checked for a new version, seconds (one small read)."
+    )
+    tls_poll_seconds: float = Field(
+        10.0, gt=0, description="How often the certificate and key files are checked for a change, seconds (cert-manager rotates them in place)."
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServeSettings:
@@ -200,6 +208,95 @@ class SyncSettings(BaseModel):
     vpa: bool = Field(True, description="Write VerticalPodAutoscaler statuses.")
     koordinator: bool = Field(True, description="Write Koordinator Recommendation statuses.")
     backoff_max_seconds: float = Field(60.0, gt=0, description="Longest wait after an API error, seconds.")
+class WebhookPolicy(BaseModel):
+    """How the admission webhook sizes the containers of matching workloads (the first matching rule wins)."""
+
+    namespace: str = Field("*", description="Namespace glob (fnmatch).")
+    workload: str = Field("*", description="Workload name glob (fnmatch).")
+    mode: Literal["off", "requests-only", "requests-and-limits"] = Field(
+        "requests-and-limits", description="off: leave resources alone; requests-only; or requests and proportional limits (VPA)."
+    )
+    line: Literal["target", "upper_bound", "long_term", "peak"] = Field(
+        "target", description="Which learned value becomes the request: VPA target, upper bound, long-term reservation or forecast peak."
+    )
+    controlled_resources: list[Literal["cpu", "memory"]] = Field(["cpu", "memory"], description="Resources the webhook may change.")
+    min_cpu_cores: float | None = Field(None, ge=0, description="Smallest CPU request written, cores.")
+    max_cpu_cores: float | None = Field(None, gt=0, description="Largest CPU request written, cores.")
+    min_memory_bytes: float | None = Field(None, ge=0, description="Smallest memory request written, bytes.")
+    max_memory_bytes: float | None = Field(None, gt=0, description="Largest memory request written, bytes.")
+
+
+class ColocationProfile(BaseModel):
+    """A ClusterColocationProfile-like rule (anchors.md section 1); matching profiles apply in name order."""
+
+    name: str
+    namespaces: list[str] = Field(["*"], description="Namespace globs the profile applies to.")
+    selector: dict[str, str] = Field({}, description="Pod labels that must all match (matchLabels); empty matches all.")
+    qos_class: Literal["LSE", "LSR", "LS", "BE"] | None = Field(None, description="Value of the koordinator.sh/qosClass label.")
+    priority_class_name: str | None = Field(None, description="spec.priorityClassName; spec.priority follows it.")
+    koordinator_priority: int | None = Field(None, description="Value of the koordinator.sh/priority sub-priority label.")
+    labels: dict[str, str] = Field({}, description="Labels to add.")
+    annotations: dict[str, str] = Field({}, description="Annotations to add.")
+
+
+class WebhookSettings(BaseModel):
+    """The mutating admission webhook (POST /mutate). It always allows the pod; these shape the patch."""
+
+    policies: list[WebhookPolicy] = Field(
+        [], description="Per namespace/workload sizing rules as JSON, first match wins; no match: the defaults of one rule."
+    )
+    colocation_profiles: list[ColocationProfile] = Field(
+        [], description="Koordinator colocation rules as JSON (QoS, priority class, batch/mid renaming)."
+    )
+    priority_class_values: dict[str, int] = Field(
+        {"koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000, "koord-free": 3000},
+        description="spec.priority of each PriorityClass a profile may name (Koordinator's installed values).",
+    )
+    max_model_age_seconds: int = Field(
+        7 * SECONDS_PER_DAY, gt=0, description="Older recommendations are not applied (fail open with a warning), seconds."
+    )
+    scaling_factors: bool = Field(
+        True, description="Write scheduling.koordinator.sh/load-estimated-scaling-factors from the learned usage/request ratio."
+    )
+
+
+class ExtenderSettings(BaseModel):
+    """The scheduler extender (POST /scheduler/filter, /scheduler/prioritize): placement on forecast load."""
+
+    pods_file: Path | None = Field(
+        None, description="Where pods run: `kubectl get pods -A -o json` output, re-read when it changes; none: nodes count as empty."
+    )
+    nodes_file: Path | None = Field(
+        None, description="Node allocatable and annotations: `kubectl get nodes -o json`; needed for nodeCacheCapable (name-only) calls."
+    )
+    cpu_threshold_percent: float = Field(65.0, gt=0, le=100, description="Forecast CPU peak above this share of allocatable fails a node (Koordinator LoadAware: 65 %).")
+    memory_threshold_percent: float = Field(95.0, gt=0, le=100, description="Same for memory (Koordinator LoadAware: 95 %).")
+    window_seconds: int = Field(6 * SECONDS_PER_HOUR, gt=0, description="How far ahead the forecast peak is taken, seconds.")
+    default_cpu_cores: float = Field(0.25, ge=0, description="CPU of a pod with no recommendation and no request, cores (Koordinator: 250m).")
+    default_memory_bytes: float = Field(200 * MIB, ge=0, description="Memory of such a pod, bytes (Koordinator: 200 MiB).")
+    neutral_score: int = Field(5, ge=0, le=10, description="Score of a node we know nothing about (0-10): neither preferred nor avoided.")
+
+
+class AuthSettings(BaseModel):
+    """Optional bearer-token authentication of the REST API (/api/v1); webhook and extender rely on TLS."""
+
+    token_file: Path | None = Field(
+        None, description="File holding a static bearer token; re-read when it changes. With neither this nor token_review the REST API is open."
+    )
+    token_review: bool = Field(
+        False, description="Also accept any token the API server authenticates (TokenReview, authentication.k8s.io/v1); for running in a cluster."
+    )
+    api_server_url: str = Field("https://kubernetes.default.svc", description="API server for TokenReview (in-cluster address).")
+    api_server_ca_file: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"), description="CA that signed the API server's certificate (in-cluster path)."
+    )
+    service_account_token_file: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        description="Our own credentials for creating TokenReviews (in-cluster path; needs RBAC create on tokenreviews).",
+    )
+    token_review_cache_seconds: float = Field(
+        60.0, ge=0, description="How long a TokenReview answer is reused for the same token, seconds (one API call per token per minute)."
+    )
 
 
 class Settings(BaseSettings):
@@ -212,6 +309,9 @@ class Settings(BaseSettings):
     reservation: ReservationSettings = ReservationSettings()
     store: StoreSettings = StoreSettings()
     serve: ServeSettings = ServeSettings()
+    webhook: WebhookSettings = WebhookSettings()
+    extender: ExtenderSettings = ExtenderSettings()
+    auth: AuthSettings = AuthSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     sync: SyncSettings = SyncSettings()
 

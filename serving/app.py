@@ -1,9 +1,17 @@
-"""FastAPI application factory: settings and the model store are injected, routers per consumer."""
+"""FastAPI application factory: settings and the model store are injected, routers per consumer.
+
+The lifespan loads the newest valid model version, then polls the store's `latest` pointer (and the extender's
+cluster files, and the TLS files when a reloader is given) in the background; each reload builds a new immutable
+snapshot off the event loop and swaps it in with one assignment, so a request sees one whole version.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -13,32 +21,100 @@ from models.store import ModelStore
 from recommender import __version__
 from recommender.errors import RecommenderError
 from recommender.settings import Settings
-from serving.routes import health, recommendations
+from serving.cluster import ClusterView
+from serving.metrics import Metrics
+from serving.routes import extender, health, metrics, nodes, recommendations, webhook
+from serving.routes.auth import authenticators
 from serving.state import ServiceState
+from serving.tls import CertificateReloader
+
+log = logging.getLogger(__name__)
+Scope = MutableMapping[str, Any]
+ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """Build the service over the model store named in `settings.store`."""
+class LatencyMiddleware:
+    """Observes each request's latency under its route template (pure ASGI: no body buffering, little overhead)."""
+
+    def __init__(self, app: ASGI, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.latency.labels(scope["method"], route, str(status[0])).observe(time.perf_counter() - started)
+
+
+async def _every(seconds: float, check: Callable[[], Any]) -> None:
+    """Run `check` in a worker thread every `seconds`, logging (never propagating) its failures."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await asyncio.to_thread(check)
+        except Exception:
+            log.exception("background reload failed; keeping what is loaded")
+
+
+def create_app(settings: Settings, tls: CertificateReloader | None = None) -> FastAPI:
+    """Build the service over the model store named in `settings.store`; `tls` rotates the serving certificate."""
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
+    cluster = ClusterView(settings.extender)
+    app_metrics = Metrics(state)
+
+    def reload_model_and_cluster() -> None:
+        if state.refresh_if_published():
+            app_metrics.reloads.labels(what="model").inc()
+        cluster.refresh(state.snapshot)
+
+    def reload_tls() -> None:
+        if tls is not None and tls.check():
+            app_metrics.reloads.labels(what="tls").inc()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state.refresh()
+        await asyncio.to_thread(reload_model_and_cluster)
+        tasks = [asyncio.create_task(_every(settings.serve.store_poll_seconds, reload_model_and_cluster))]
+        if tls is not None:
+            tasks.append(asyncio.create_task(_every(settings.serve.tls_poll_seconds, reload_tls)))
         yield
+        for task in tasks:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
 
     app = FastAPI(
         title="koord-recommender",
         version=__version__,
-        summary="CPU and memory recommendations and Koordinator reservation lines for Kubernetes workloads.",
+        summary="CPU and memory recommendations and Koordinator reservation lines for Kubernetes workloads: "
+        "REST API, mutating admission webhook and scheduler extender.",
         lifespan=lifespan,
     )
     app.state.service = state
+    app.state.cluster = cluster
+    app.state.settings = settings
+    app.state.metrics = app_metrics
+    app.state.authenticators = authenticators(settings.auth)
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, error: RecommenderError) -> JSONResponse:
         body: dict[str, Any] = {"error": type(error).__name__, "detail": str(error)}
         return JSONResponse(status_code=error.http_status, content=body)
 
-    app.include_router(health.router)
-    app.include_router(recommendations.router)
+    for router in (health.router, metrics.router, recommendations.router, nodes.router, webhook.router, extender.router):
+        app.include_router(router)
+    app.add_middleware(LatencyMiddleware, metrics=app_metrics)
     return app

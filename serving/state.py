@@ -24,6 +24,13 @@ class Snapshot:
     def of(cls, loaded: LoadedVersion) -> Snapshot:
         return cls(loaded, {r.key: r for r in loaded.recommendations.recommendations})
 
+    def lookup(self, key: WorkloadKey) -> WorkloadRecommendation | None:
+        return self.by_key.get(key)
+
+    @property
+    def version(self) -> str:
+        return self.loaded.manifest.version
+
 
 class ServiceState:
     """Holds the current snapshot; `refresh` loads the newest valid version and keeps the old one on failure."""
@@ -32,8 +39,23 @@ class ServiceState:
         self.store = store
         self.snapshot: Snapshot | None = None
         self.last_error: str | None = None
+        self._attempted: str | None = None
+
+    def refresh_if_published(self) -> bool:
+        """Reload when `latest` names a version not yet tried (one small read per poll); True if a new one loaded.
+
+        A `latest` that failed to load is not retried every poll; the next publish moves it and is tried.
+        """
+        latest = self.store.latest_name()
+        if self.snapshot is not None and latest == self._attempted:
+            return False
+        before = self.snapshot
+        self.refresh()
+        self._attempted = latest
+        return self.snapshot is not before
 
     def refresh(self) -> None:
+        """Load the newest valid version; the new snapshot replaces the old in one assignment."""
         try:
             loaded, skipped = self.store.load_latest_valid()
         except ModelStoreError as error:

@@ -1,12 +1,36 @@
-"""Request-scoped access to the service state (set on the app by the factory)."""
+"""Request-scoped access to what the factory put on the app: the service state and one snapshot per request."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Any
 
-from serving.state import ServiceState
+from fastapi import HTTPException, Request, Response
+
+from serving.state import ServiceState, Snapshot
 
 
 def service_state(request: Request) -> ServiceState:
     state: ServiceState = request.app.state.service
     return state
+
+
+def conditional(request: Request, response: Response, tag: str) -> None:
+    """Answer 304 when the client already holds `tag` (If-None-Match), else send it as the ETag."""
+    etag = f'"{tag}"'
+    wanted = {t.strip() for t in request.headers.get("if-none-match", "").split(",")}
+    if etag in wanted or f"W/{etag}" in wanted or "*" in wanted:
+        raise HTTPException(status_code=304, headers={"ETag": etag})
+    response.headers["ETag"] = etag
+
+
+def snapshot(request: Request, response: Response) -> Snapshot:
+    """The loaded version (503 without one), fixed for the whole request; its version is the ETag of every read."""
+    found = service_state(request).require()
+    conditional(request, response, found.version)
+    return found
+
+
+def json_body(description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """`openapi_extra` documenting a JSON object body that the handler reads raw (so no body can make it fail)."""
+    schema = {"type": "object", "description": description, "properties": properties}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

@@ -2,57 +2,24 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import Runner, entry_point
+from tests import k8s
+from tests.conftest import Runner
+from tests.integration.server import serving
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
 def server(cli: Runner, tmp_path: Path, usage_csv: Path) -> Iterator[str]:
     assert cli("train", "--input", str(usage_csv), "--store", "store").returncode == 0
-    port = free_port()
-    process = subprocess.Popen(
-        [entry_point(), "serve", "--store", "store", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        for _ in range(300):  # bounded: at most 300 polls, 30 s
-            if process.poll() is not None or time.monotonic() > deadline:
-                break
-            try:
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("server did not become ready")
-        assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+    with serving(Path("store"), tmp_path) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_health_list_one_and_docs(server: str) -> None:
@@ -76,25 +43,15 @@ def test_unknown_workload_is_404_with_reason(server: str) -> None:
 
 
 def test_not_ready_without_a_model(tmp_path: Path) -> None:
-    port = free_port()
-    process = subprocess.Popen(
-        [entry_point(), "serve", "--store", str(tmp_path / "empty"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        response = None
-        for _ in range(300):
-            try:
-                response = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        assert response is not None and response.status_code == 503
+    with serving(tmp_path / "empty", tmp_path, ready_status=503) as base:
+        response = httpx.get(base + "/readyz")
+        assert response.status_code == 503
         assert "no model version published yet" in response.json()["detail"]
-        listed = httpx.get(f"http://127.0.0.1:{port}/api/v1/recommendations")
-        assert listed.status_code == 503
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+        assert httpx.get(base + "/api/v1/recommendations").status_code == 503
+        # The webhook still answers, and lets the pod through unchanged.
+        review = k8s.review(k8s.pod("deployment", "w0", [k8s.container("main", None)]), "ns")
+        answer = httpx.post(base + "/mutate", json=review).json()["response"]
+        assert answer == {
+            "uid": review["request"]["uid"], "allowed": True,
+            "warnings": ["koord-recommender: no model version loaded, pod admitted unchanged"],
+        }
