@@ -34,7 +34,9 @@ def test_targets_grow_with_usage_and_cover_p90() -> None:
     assert small is not None and big is not None
     assert big.target > small.target
     p90 = usage[usage["workload"] == "w0"]["cpu_cores"].quantile(0.9)
-    assert small.target >= p90 * 1.15 * 0.95  # p90 (decayed) plus the 15 % margin
+    # The target is the request forecast, calibrated to violate about 2 % of samples: well above the p90.
+    assert small.target >= p90
+    assert small.models is not None and "Forecaster" in small.models.target
 
 
 def test_resource_without_samples_is_none() -> None:
