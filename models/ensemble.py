@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models.forecast import (
     STEPS_PER_DAY,
+    DecayedQuantileForecaster,
     FlatQuantileForecaster,
     FloatArray,
     StlForecaster,
@@ -118,9 +119,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         selection_days: int = 7,
         target_violation: float = 0.01,
         change_weight: float = 0.1,
-        calibration_prior_samples: float = 2000.0,
-        factor_min: float = 0.5,
-        factor_max: float = 4.0,
+        calibration_prior_samples: float = 1e6,
+        factor_min: float = 0.8,
+        factor_max: float = 1.25,
         recent_steps: int = 12,
         cold_start_factor: float = 1.5,
         constant: bool = False,
@@ -197,19 +198,30 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
 
 def short_term_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
-    """The short-term ensemble: seasonal windows (narrow, wide), statsmodels STL, and flat rules as fallbacks."""
+    """The short-term ensemble: seasonal windows, statsmodels STL, and the flat rules as fallbacks and members."""
     days = settings.seasonal_days
+    floor = settings.seasonal_floor_fraction
     seasonal = [
-        WindowQuantileForecaster(days=days, window_steps=w, floor_fraction=settings.seasonal_floor_fraction)
-        for w in (settings.narrow_window_steps, settings.wide_window_steps)
+        WindowQuantileForecaster(days=days, window_steps=settings.narrow_window_steps, floor_fraction=floor),
+        WindowQuantileForecaster(days=days, window_steps=settings.wide_window_steps, floor_fraction=floor),
+        WindowQuantileForecaster(days=days, window_steps=settings.narrow_window_steps, floor_fraction=0.0),
+        WindowQuantileForecaster(days=3, window_steps=settings.wide_window_steps, floor_fraction=floor),
     ]
     stl: list[BaseEstimator] = [StlForecaster(days=days)] if settings.use_stl else []
     return [*seasonal, *stl, *constant_candidates(settings)]
 
 
 def constant_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
-    """Flat rules: p99 and max of the last 3 days and of the seasonal days (VPA/Koordinator/KRR's family)."""
-    return [FlatQuantileForecaster(days=d, quantile=q) for d in (3.0, float(settings.seasonal_days)) for q in (0.99, 1.0)]
+    """Flat rules: p99 and max of the last 1, 3 and `seasonal_days` days, and decayed quantiles (Koordinator-like)."""
+    flat: list[BaseEstimator] = [
+        FlatQuantileForecaster(days=d, quantile=q) for d in (1.0, 3.0, float(settings.seasonal_days)) for q in (0.99, 1.0)
+    ]
+    decayed = [
+        DecayedQuantileForecaster(days=settings.seasonal_days, quantile=0.98, half_life_steps=STEPS_PER_DAY),
+        DecayedQuantileForecaster(days=settings.seasonal_days, quantile=0.99, half_life_steps=STEPS_PER_DAY // 2),
+        DecayedQuantileForecaster(days=3, quantile=0.99, half_life_steps=STEPS_PER_DAY),
+    ]
+    return [*flat, *decayed]
 
 
 def selected_forecaster(settings: ForecastSettings, candidates: list[BaseEstimator], target: float, constant: bool) -> SelectedForecaster:

@@ -74,7 +74,18 @@ def _repeat_daily(profile: FloatArray, n_steps: int) -> FloatArray:
     return result
 
 
-class FlatQuantileForecaster(BaseEstimator):  # type: ignore[misc]
+class _ConstantLine(BaseEstimator):  # type: ignore[misc]
+    """A line that holds one fitted `level_` per container over any horizon."""
+
+    level_: FloatArray
+
+    def predict(self, n_steps: int) -> FloatArray:
+        check_is_fitted(self, "level_")
+        result: FloatArray = np.repeat(self.level_[:, None], n_steps, axis=1)
+        return result
+
+
+class FlatQuantileForecaster(_ConstantLine):
     """A constant line per container: the `quantile` of its last `days` days x (1 + margin)."""
 
     def __init__(
@@ -91,10 +102,29 @@ class FlatQuantileForecaster(BaseEstimator):  # type: ignore[misc]
         self.level_ = nan_quantile(window, self.quantile) * (1.0 + self.margin_fraction)
         return self
 
-    def predict(self, n_steps: int) -> FloatArray:
-        check_is_fitted(self, "level_")
-        result: FloatArray = np.repeat(self.level_[:, None], n_steps, axis=1)
-        return result
+
+class DecayedQuantileForecaster(_ConstantLine):
+    """A constant line: the weighted `quantile` of the last `days` days, a sample's weight halving every
+    `half_life_steps` of age (Koordinator's mid rule without its buckets: recent level shifts count most)."""
+
+    def __init__(self, days: float = 7.0, quantile: float = 0.98, half_life_steps: int = STEPS_PER_DAY, steps_per_day: int = STEPS_PER_DAY) -> None:
+        self.days = days
+        self.quantile = quantile
+        self.half_life_steps = half_life_steps
+        self.steps_per_day = steps_per_day
+
+    def fit(self, X: Any, y: Any = None) -> Self:
+        grid = check_grid(X, type(self).__name__)
+        window = grid[:, -max(int(self.days * self.steps_per_day), 1) :]
+        age = np.arange(window.shape[1] - 1, -1, -1, dtype=np.float64)
+        weights = np.where(np.isnan(window), 0.0, np.exp2(-age / self.half_life_steps)[None, :])
+        order = np.argsort(window, axis=1)  # NaN last, with weight 0
+        cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+        total = cumulative[:, -1:] if window.shape[1] else np.zeros((grid.shape[0], 1))
+        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(window.shape[1] - 1, 0))
+        picked = np.take_along_axis(np.take_along_axis(window, order, axis=1), rank[:, None], axis=1)[:, 0]
+        self.level_ = np.where(total[:, 0] > 0, picked, np.nan)
+        return self
 
 
 class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]

@@ -122,10 +122,17 @@ class ForecastSettings(BaseModel):
         0.1, ge=0, description="Autopilot cost: weight of the line's changes against the pinball loss (0 = ignore changes)."
     )
     calibration_prior_samples: float = Field(
-        2000.0, gt=0, description="Samples at which a container's own calibration factor counts as much as the fleet's."
+        1e6,
+        gt=0,
+        description="Samples at which a container's own calibration factor counts as much as the fleet's. Large: on "
+        "bitbrains' validation days per-container factors chased single bursts and cost more than they fixed.",
     )
-    calibration_factor_min: float = Field(0.5, gt=0, description="Smallest calibration factor: a line is never cut below half.")
-    calibration_factor_max: float = Field(4.0, gt=0, description="Largest calibration factor, so one burst cannot blow a line up.")
+    calibration_factor_min: float = Field(
+        0.8, gt=0, description="Smallest calibration factor: calibration is a gentle correction of the quantile level."
+    )
+    calibration_factor_max: float = Field(
+        1.25, gt=0, description="Largest calibration factor, so one bursty day cannot blow every line up."
+    )
     seasonal_days: int = Field(7, ge=1, description="Days of history the seasonal models look at (one week: weekday rhythm).")
     narrow_window_steps: int = Field(
         6, ge=0, description="Half-width of the narrow time-of-day window, steps (30 min: spikes come early or late)."
