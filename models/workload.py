@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -25,7 +26,7 @@ from models.ensemble import SelectedForecaster, constant_candidates, selected_fo
 from models.forecast import usage_grid
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from recommender.identity import KEY_COLUMNS
-from recommender.policy import request_bounds, with_target
+from recommender.policy import RequestBounds, request_bounds, with_target
 from recommender.resources import (
     CurrentResources,
     History,
@@ -275,25 +276,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         cpu = self._resource(
             self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, self.cpu_forecast_, groups, decision,
             horizon_seconds,
-            lambda lo, t, up, ours: with_target(
-                request_bounds(
-                    lo, t, up, confidence, per_pod, policy.pod_min_cpu_cores,
-                    policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy,
-                ),
-                ours, policy.pod_min_cpu_cores / np.maximum(per_pod, 1.0),
-                policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores,
-            ),
+            _sizer(confidence, per_pod, policy.pod_min_cpu_cores, policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy),
         )
         memory = self._resource(
             self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, self.memory_forecast_, groups,
             decision, horizon_seconds,
-            lambda lo, t, up, ours: with_target(
-                request_bounds(
-                    lo, t, up, confidence, per_pod, policy.pod_min_memory_bytes,
-                    policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes, policy,
-                ),
-                ours, policy.pod_min_memory_bytes / np.maximum(per_pod, 1.0),
-                policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes,
+            _sizer(
+                confidence, per_pod, policy.pod_min_memory_bytes, policy.min_allowed_memory_bytes,
+                policy.max_allowed_memory_bytes, policy,
             ),
         )
         recent_cpu = self._recent(self.cpu_short_term_, groups, decision)
@@ -412,3 +402,20 @@ def _name(forecast: ResourceForecast | None, line: str, group: int, value: float
     if forecast is None or np.isnan(value):
         return fallback
     return forecast.describe(getattr(forecast, line), group)
+
+
+def _sizer(
+    confidence: FloatArray,
+    per_pod: FloatArray,
+    pod_minimum: float,
+    min_allowed: float | None,
+    max_allowed: float | None,
+    policy: PolicySettings,
+) -> Callable[[FloatArray, FloatArray, FloatArray, FloatArray], RequestBounds]:
+    """VPA's bounds from histogram percentiles, with the target replaced by our request forecast where there is one."""
+
+    def size(lower: FloatArray, target: FloatArray, upper: FloatArray, forecast: FloatArray) -> RequestBounds:
+        vpa = request_bounds(lower, target, upper, confidence, per_pod, pod_minimum, min_allowed, max_allowed, policy)
+        return with_target(vpa, forecast, pod_minimum / np.maximum(per_pod, 1.0), min_allowed, max_allowed)
+
+    return size

@@ -243,7 +243,7 @@ def score(fleet: Fleet, resource: str, decision_days: list[int], decisions: Deci
     eligible = fleet.first_sample <= fleet.origin + np.asarray(decision_days)[:, None] * DAY - 7 * DAY
     chosen = list(range(len(decision_days)))[day_slice]
     out = {}
-    for method in decisions.short_term:
+    for method in METHODS:
         per_line = {}
         for line in LINES:
             horizon = 7 if line == "long_term" else 1
