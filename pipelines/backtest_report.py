@@ -26,7 +26,7 @@ LINE_TITLES = {"short_term": "short-term", "request": "request", "long_term": "l
 
 
 def _pct(value: float) -> str:
-    return "inf" if not np.isfinite(value) else f"{value * 100:.1f} %"
+    return "inf" if not np.isfinite(value) else f"{value * 100:.2f} %"
 
 
 def markdown_table(scores: dict[str, dict[str, MethodScores]]) -> str:
@@ -104,7 +104,8 @@ def examples_figure(fleet: Fleet, result: BacktestResult, count: int = 4) -> Fig
     per_day = fleet.steps_per_day
     index = len(result.decision_days) - 1
     day = result.decision_days[index]
-    busiest = np.argsort(-np.nan_to_num(np.nanmean(fleet.group_grid["cpu"][:, day * per_day : (day + 1) * per_day], axis=1)))[:count]
+    # The busiest containers of the day by total CPU (NaN samples count as nothing).
+    busiest = np.argsort(-np.nansum(fleet.group_grid["cpu"][:, day * per_day : (day + 1) * per_day], axis=1))[:count]
     figure, axes = plt.subplots(len(busiest), len(RESOURCES), figsize=(11, 2.4 * len(busiest)), squeeze=False)
     hours = np.arange(per_day) * fleet.step_seconds / 3600
     for row, group in enumerate(busiest):
@@ -120,6 +121,7 @@ def examples_figure(fleet: Fleet, result: BacktestResult, count: int = 4) -> Fig
             ax.tick_params(labelsize=7)
     axes[-1, 0].set_xlabel("hours after the decision")
     axes[0, 0].legend(fontsize=6, ncol=3)
+    figure.tight_layout()
     return figure
 
 
