@@ -106,6 +106,13 @@ def finish_line(line: FloatArray, summary: FloatArray, recent_steps: int, cold_s
     return out
 
 
+def constant_line(line: FloatArray) -> FloatArray:
+    """Each row flat at its max (NaN rows stay NaN): the shape of the request and long-term lines."""
+    with np.errstate(all="ignore"):
+        peak = np.where(np.isnan(line), -np.inf, line).max(axis=1) if line.shape[1] else np.full(line.shape[0], np.nan)
+    return np.repeat(np.where(np.isfinite(peak), peak, np.nan)[:, None], line.shape[1], axis=1)
+
+
 class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     """Picks, per container, the candidate forecaster with the lowest rolling-origin cost; calibrates its margin.
 
@@ -174,11 +181,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         return self
 
     def _shape(self, line: FloatArray) -> FloatArray:
-        if not self.constant:
-            return line
-        with np.errstate(all="ignore"):
-            peak = np.nanmax(np.where(np.isnan(line), -np.inf, line), axis=1)
-        return np.repeat(np.where(np.isfinite(peak), peak, np.nan)[:, None], line.shape[1], axis=1)
+        return constant_line(line) if self.constant else line
 
     def combine(self, lines: FloatArray, summary: FloatArray) -> FloatArray:
         """The final line from the candidates' current lines (models x containers x steps) and `history_summary`."""

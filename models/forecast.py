@@ -206,7 +206,9 @@ class StlForecaster(BaseEstimator):  # type: ignore[misc]
             known = ~np.isnan(series)
             if known.sum() < 2 * self.hours_per_day or np.nanstd(series) == 0:
                 continue
-            filled = pd.Series(series).interpolate(limit_direction="both").to_numpy()[-known.sum() // self.hours_per_day * self.hours_per_day :]
+            # Whole days of the most recent hours, gaps interpolated (a new container's leading NaNs are cut off).
+            whole_days = int(known.sum()) // self.hours_per_day * self.hours_per_day
+            filled = pd.Series(series).interpolate(limit_direction="both").to_numpy()[-whole_days:]
             result = STL(filled, period=self.hours_per_day).fit()
             seasonal = np.asarray(result.seasonal)[-self.hours_per_day :]
             residual = np.asarray(result.resid)

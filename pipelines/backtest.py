@@ -24,6 +24,7 @@ from sklearn.base import clone
 from models.ensemble import (
     SelectedForecaster,
     constant_candidates,
+    constant_line,
     history_summary,
     selected_forecaster,
     short_term_candidates,
@@ -105,11 +106,11 @@ def candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: i
     n_groups, n = grid.shape
     days = n // steps_per_day
     out = np.full((len(candidates), days, n_groups, steps_per_day), np.nan)
-    shaper = SelectedForecaster(constant=constant, steps_per_day=steps_per_day)
     for m, candidate in enumerate(candidates):
         for day in range(1, days):
             fitted = clone(candidate).fit(grid[:, : day * steps_per_day])
-            out[m, day] = shaper._shape(fitted.predict(steps_per_day))
+            line = fitted.predict(steps_per_day)
+            out[m, day] = constant_line(line) if constant else line
     return out
 
 
