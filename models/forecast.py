@@ -75,9 +75,16 @@ def _repeat_daily(profile: FloatArray, n_steps: int) -> FloatArray:
 
 
 class _ConstantLine(BaseEstimator):  # type: ignore[misc]
-    """A line that holds one fitted `level_` per container over any horizon."""
+    """A line that holds one fitted `level_` per container over any horizon, learned from the last `days` days."""
 
+    days: float
+    steps_per_day: int
     level_: FloatArray
+
+    def _window(self, X: Any) -> FloatArray:
+        grid = check_grid(X, type(self).__name__)
+        result: FloatArray = grid[:, -max(int(self.days * self.steps_per_day), 1) :]
+        return result
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "level_")
@@ -86,20 +93,15 @@ class _ConstantLine(BaseEstimator):  # type: ignore[misc]
 
 
 class FlatQuantileForecaster(_ConstantLine):
-    """A constant line per container: the `quantile` of its last `days` days x (1 + margin)."""
+    """A constant line per container: the `quantile` of its last `days` days."""
 
-    def __init__(
-        self, days: float = 7.0, quantile: float = 0.99, margin_fraction: float = 0.0, steps_per_day: int = STEPS_PER_DAY
-    ) -> None:
+    def __init__(self, days: float = 7.0, quantile: float = 0.99, steps_per_day: int = STEPS_PER_DAY) -> None:
         self.days = days
         self.quantile = quantile
-        self.margin_fraction = margin_fraction
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        grid = check_grid(X, type(self).__name__)
-        window = grid[:, -max(int(self.days * self.steps_per_day), 1) :]
-        self.level_ = nan_quantile(window, self.quantile) * (1.0 + self.margin_fraction)
+        self.level_ = nan_quantile(self._window(X), self.quantile)
         return self
 
 
@@ -107,20 +109,21 @@ class DecayedQuantileForecaster(_ConstantLine):
     """A constant line: the weighted `quantile` of the last `days` days, a sample's weight halving every
     `half_life_steps` of age (Koordinator's mid rule without its buckets: recent level shifts count most)."""
 
-    def __init__(self, days: float = 7.0, quantile: float = 0.98, half_life_steps: int = STEPS_PER_DAY, steps_per_day: int = STEPS_PER_DAY) -> None:
+    def __init__(
+        self, days: float = 7.0, quantile: float = 0.98, half_life_steps: int = STEPS_PER_DAY, steps_per_day: int = STEPS_PER_DAY
+    ) -> None:
         self.days = days
         self.quantile = quantile
         self.half_life_steps = half_life_steps
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        grid = check_grid(X, type(self).__name__)
-        window = grid[:, -max(int(self.days * self.steps_per_day), 1) :]
+        window = self._window(X)
         age = np.arange(window.shape[1] - 1, -1, -1, dtype=np.float64)
         weights = np.where(np.isnan(window), 0.0, np.exp2(-age / self.half_life_steps)[None, :])
         order = np.argsort(window, axis=1)  # NaN last, with weight 0
         cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
-        total = cumulative[:, -1:] if window.shape[1] else np.zeros((grid.shape[0], 1))
+        total = cumulative[:, -1:] if window.shape[1] else np.zeros((window.shape[0], 1))
         rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(window.shape[1] - 1, 0))
         picked = np.take_along_axis(np.take_along_axis(window, order, axis=1), rank[:, None], axis=1)[:, 0]
         self.level_ = np.where(total[:, 0] > 0, picked, np.nan)

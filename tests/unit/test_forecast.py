@@ -22,6 +22,7 @@ from models.ensemble import (
     short_term_candidates,
 )
 from models.forecast import (
+    DecayedQuantileForecaster,
     FlatQuantileForecaster,
     StlForecaster,
     WindowQuantileForecaster,
@@ -31,7 +32,13 @@ from models.forecast import (
 from recommender.settings import ForecastSettings
 
 P = 288
-ESTIMATORS = [FlatQuantileForecaster(), WindowQuantileForecaster(), StlForecaster(), SelectedForecaster()]
+ESTIMATORS = [
+    FlatQuantileForecaster(),
+    DecayedQuantileForecaster(),
+    WindowQuantileForecaster(),
+    StlForecaster(),
+    SelectedForecaster(),
+]
 
 
 def sine(days: int, shift: int = 0) -> np.ndarray:
@@ -67,6 +74,12 @@ def test_usage_grid_takes_the_max_per_step_and_ends_before_the_end() -> None:
         np.array([0, 0, 1, 0]), np.array([0.0, 100.0, 299.0, 600.0]), np.array([1.0, 3.0, 2.0, 9.0]), 2, 600.0, 2, 300
     )
     np.testing.assert_array_equal(grid, [[3.0, np.nan], [2.0, np.nan]])
+
+
+def test_decayed_quantile_follows_a_level_shift_that_the_flat_one_ignores() -> None:
+    series = np.r_[np.ones(6 * P), np.full(P, 5.0)][None, :]
+    assert DecayedQuantileForecaster(days=7, quantile=0.5, half_life_steps=P // 2).fit(series).predict(3)[0].tolist() == [5.0] * 3
+    assert FlatQuantileForecaster(days=7, quantile=0.5).fit(series).predict(1)[0, 0] == 1.0
 
 
 def test_window_quantile_follows_a_daily_sine() -> None:
