@@ -76,6 +76,9 @@ class ResourceForecast:
     def lines(self, as_of: int, horizon_seconds: int, step_seconds: int) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Short-term line (groups x steps), request and long-term values at `as_of` (NaN where none)."""
         gap = max(int((as_of - self.grid_end) // step_seconds), 0)
+        # Lines repeat daily after the first day, so a long gap is cut to a day plus its remainder (bounded memory).
+        per_day = self.short_term.steps_per_day
+        gap = gap if gap < per_day else per_day + gap % per_day
         steps = int(np.ceil(horizon_seconds / step_seconds))
         short = self.short_term.predict(gap + steps)[:, gap:]
         return short, self.request.predict(gap + 1)[:, -1], self.long_term.predict(gap + 1)[:, -1]

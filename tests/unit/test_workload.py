@@ -81,3 +81,14 @@ def test_estimator_contract(estimator: object) -> None:
             estimator.predict()
         else:
             estimator.quantile(0.5)  # type: ignore[attr-defined]
+
+
+def test_forecast_lines_far_after_the_data_keep_the_time_of_day() -> None:
+    usage = make_usage(workloads=1, pods=1, days=9)
+    model = WorkloadRecommender().fit(usage)
+    end = int(usage["timestamp"].max()) + 1
+    near = model.predict(as_of=end + 86400).recommendations[0].cpu
+    far = model.predict(as_of=end + 400 * 86400).recommendations[0].cpu
+    assert near is not None and far is not None
+    assert near.short_term == pytest.approx(far.short_term)
+    assert near.models is not None and "Forecaster" in near.models.short_term
