@@ -106,6 +106,11 @@ def finish_line(line: FloatArray, summary: FloatArray, recent_steps: int, cold_s
     return out
 
 
+def model_name(estimator: BaseEstimator) -> str:
+    """A one-line name of an estimator: its scikit-learn repr (non-default parameters only), without spaces."""
+    return repr(estimator).replace("\n", "").replace(" ", "")
+
+
 def constant_line(line: FloatArray) -> FloatArray:
     """Each row flat at its max (NaN rows stay NaN): the shape of the request and long-term lines."""
     with np.errstate(all="ignore"):
@@ -197,7 +202,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
     def model_names(self) -> list[str]:
         """A short name of each candidate, e.g. `WindowQuantileForecaster(window_steps=36)`."""
-        return [repr(candidate).replace("\n", "").replace(" ", "") for candidate in self._candidates()]
+        return [model_name(candidate) for candidate in self._candidates()]
 
 
 def short_term_candidates(settings: ForecastSettings) -> list[BaseEstimator]:

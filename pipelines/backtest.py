@@ -26,6 +26,7 @@ from models.ensemble import (
     constant_candidates,
     constant_line,
     history_summary,
+    model_name,
     selected_forecaster,
     short_term_candidates,
 )
@@ -299,7 +300,7 @@ def run_backtest(path: Path, settings: Settings, step: Step = _quiet) -> tuple[F
         step(f"scoring ({part})")
         scores[part] = {r: score(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
     names = {
-        "short_term": [repr(c) for c in short_term_candidates(settings.forecast)],
-        "constant": [repr(c) for c in constant_candidates(settings.forecast)],
+        "short_term": [model_name(c) for c in short_term_candidates(settings.forecast)],
+        "constant": [model_name(c) for c in constant_candidates(settings.forecast)],
     }
     return fleet, BacktestResult(days, fleet.origin, scores, decisions, time.perf_counter() - started, names)

@@ -65,8 +65,22 @@ def report_markdown(result: BacktestResult, source: str) -> str:
     ]
     for part, title in (("all", "All decision days"), ("validation", "Validation days"), ("held_out", "Held-out days")):
         parts += [f"## {title}", "", markdown_table(result.scores[part]), ""]
-    parts += ["## Candidate models", "", "```", json.dumps(result.candidate_names, indent=1), "```", ""]
+    parts += ["## Model choices", "", choice_table(result), ""]
     return "\n".join(parts)
+
+
+def choice_table(result: BacktestResult) -> str:
+    """Share of the (container, decision day) pairs on which the selection picked each candidate."""
+    rows = ["| resource | line | candidate | share |", "|---|---|---|---:|"]
+    for resource, decisions in result.decisions.items():
+        for line, choices in decisions.choices.items():
+            names = result.candidate_names["short_term" if line == "short_term" else "constant"]
+            picked = choices[~np.isnan(choices)].astype(np.int64)
+            counts = np.bincount(picked, minlength=len(names))
+            for index in np.argsort(-counts):
+                if counts[index]:
+                    rows.append(f"| {resource} | {LINE_TITLES[line]} | `{names[index]}` | {_pct(counts[index] / counts.sum())} |")
+    return "\n".join(rows)
 
 
 def tradeoff_figure(fleet: Fleet, result: BacktestResult) -> Figure:

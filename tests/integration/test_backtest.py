@@ -48,7 +48,7 @@ def test_backtest_command_writes_table_and_charts(cli: Runner, tmp_path: Path, s
     assert result.returncode == 0, result.stderr
     assert "| cpu | short-term | ours |" in result.stdout
     report = (tmp_path / "report" / "report.md").read_text()
-    assert "Held-out days" in report and "koordinator_mid" in report
+    assert "Held-out days" in report and "koordinator_mid" in report and "## Model choices" in report
     for chart in ("tradeoff.png", "examples.png"):
         assert (tmp_path / "report" / chart).read_bytes()[:4] == b"\x89PNG"
 
