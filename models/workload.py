@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -20,18 +22,21 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
 from models.histogram import DecayingHistogram, FloatArray, MemoryPeakHistogram
+from models.ensemble import SelectedForecaster, constant_candidates, selected_forecaster, short_term_candidates
+from models.forecast import usage_grid
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from recommender.identity import KEY_COLUMNS
-from recommender.policy import request_bounds
+from recommender.policy import RequestBounds, request_bounds, with_target
 from recommender.resources import (
     CurrentResources,
     History,
+    LineModels,
     Peak,
     RecommendationSet,
     ResourceRecommendation,
     WorkloadRecommendation,
 )
-from recommender.settings import HistogramSettings, PolicySettings, ReservationSettings
+from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, ReservationSettings
 
 USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
 CURRENT_COLUMNS = (
@@ -65,6 +70,33 @@ def with_group_labels(usage: pd.DataFrame) -> pd.DataFrame:
     return usage.assign(group=pd.Categorical.from_codes(group_codes, categories=pd.Index(labels, dtype=object)))
 
 
+@dataclass(frozen=True)
+class ResourceForecast:
+    """One resource's fitted forecast models for every group; lines start `grid_end` (Unix seconds)."""
+
+    short_term: SelectedForecaster
+    request: SelectedForecaster
+    long_term: SelectedForecaster
+    grid_end: int
+
+    def lines(self, as_of: int, horizon_seconds: int, step_seconds: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Short-term line (groups x steps), request and long-term values at `as_of` (NaN where none)."""
+        gap = max(int((as_of - self.grid_end) // step_seconds), 0)
+        # Lines repeat daily after the first day, so a long gap is cut to a day plus its remainder (bounded memory).
+        per_day = self.short_term.steps_per_day
+        gap = gap if gap < per_day else per_day + gap % per_day
+        steps = int(np.ceil(horizon_seconds / step_seconds))
+        short = self.short_term.predict(gap + steps)[:, gap:]
+        return short, self.request.predict(gap + 1)[:, -1], self.long_term.predict(gap + 1)[:, -1]
+
+    def describe(self, model: SelectedForecaster, group: int) -> str:
+        """Name of the candidate `model` chose for a group, with its rolling-origin cost and calibration factor."""
+        choice = int(model.choice_[group])
+        cost = model.costs_[choice, group]
+        scored = f"cost={cost:.3g}" if np.isfinite(cost) else "not yet backtested"
+        return f"{model.model_names()[choice]} {scored} x{model.factors_[group]:.3g}"
+
+
 class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     """Histogram models and reservation lines for every workload container of a tidy usage frame."""
 
@@ -73,10 +105,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         histogram: HistogramSettings | None = None,
         policy: PolicySettings | None = None,
         reservation: ReservationSettings | None = None,
+        forecast: ForecastSettings | None = None,
     ) -> None:
         self.histogram = histogram
         self.policy = policy
         self.reservation = reservation
+        self.forecast = forecast
 
     def fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
         """Learn from tidy usage rows; `oom_events` (timestamp, namespace, workload, pod, container and optionally
@@ -109,7 +143,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             interval_count=hist.memory_aggregation_interval_count,
             oom_min_bump_bytes=hist.oom_min_bump_bytes,
             oom_bump_ratio=hist.oom_bump_ratio,
-        ).fit(memory, oom_events=self._oom_frame(oom_events, usage))
+        ).fit(memory, oom_events=(oom_frame := self._oom_frame(oom_events, usage)))
+        # Usage under-reports what an OOM-killed container needed: its memory target never drops below VPA's bumped one.
+        self.oom_groups_ = np.asarray(sorted(set() if oom_frame is None else set(oom_frame["group"].astype(str))), dtype=str)
         self.cpu_long_term_ = PercentileReservation(
             percentile=res.long_term_cpu_percentile,
             margin_fraction=res.long_term_margin_fraction,
@@ -140,6 +176,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.workloads_ = self._describe(self.pods_)
         self.sample_interval_seconds_ = self._sample_interval(usage)
         self.data_end_ = int(usage["timestamp"].max())
+        self.forecast_groups_ = np.asarray(usage["group"].cat.categories, dtype=str)
+        self.grid_end_ = self._grid_end()
+        groups = pd.Index(self.forecast_groups_)
+        self.cpu_grid_ = self._usage_grid(usage, "cpu_cores", groups)
+        self.memory_grid_ = self._usage_grid(usage, "memory_bytes", groups)
+        self._fit_forecasts()
         return self
 
     def partial_fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
@@ -163,7 +205,80 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.workloads_ = self._describe(self.pods_)
         self.sample_interval_seconds_ = self._sample_interval(usage) if len(usage) > 1 else self.sample_interval_seconds_
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
+        oom_frame = self._oom_frame(oom_events, usage)
+        if oom_frame is not None:
+            self.oom_groups_ = np.union1d(self.oom_groups_, oom_frame["group"].astype(str).unique()).astype(str)
+        # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
+        old_groups = pd.Index(self.forecast_groups_)
+        groups = old_groups.append(pd.Index(usage["group"].cat.categories.astype(str))).unique()
+        end = self._grid_end()
+        step = (self.reservation or ReservationSettings()).step_seconds
+        shift = max(int((end - self.grid_end_) // step), 0)
+        self.grid_end_ = end
+        for name, column in (("cpu_grid_", "cpu_cores"), ("memory_grid_", "memory_bytes")):
+            old = getattr(self, name)
+            slid = np.full((len(groups), old.shape[1]), np.nan)
+            if shift < old.shape[1]:
+                slid[: len(old_groups), : old.shape[1] - shift] = old[:, shift:]
+            setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
+        self.forecast_groups_ = np.asarray(groups, dtype=str)
+        self._fit_forecasts()
         return self
+
+    def selection_summary(self) -> dict[str, float]:
+        """Flat fit metrics of the model selection: per resource and line, the share of containers on each
+        candidate and the mean rolling-origin cost of the chosen ones (stored in the version's manifest)."""
+        check_is_fitted(self, "workloads_")
+        summary: dict[str, float] = {}
+        for resource, forecast in (("cpu", self.cpu_forecast_), ("memory", self.memory_forecast_)):
+            if forecast is None:
+                continue
+            for line in ("short_term", "request", "long_term"):
+                model: SelectedForecaster = getattr(forecast, line)
+                names = model.model_names()
+                groups = np.arange(model.choice_.size)
+                for index in np.unique(model.choice_):
+                    summary[f"{resource}.{line}.share.{names[index]}"] = round(float(np.mean(model.choice_ == index)), 4)
+                costs = model.costs_[model.choice_, groups]
+                if np.isfinite(costs).any():
+                    summary[f"{resource}.{line}.mean_cost"] = round(float(np.mean(costs[np.isfinite(costs)])), 6)
+        return summary
+
+    def _grid_end(self) -> int:
+        """End of the forecast grid: the step after the newest sample."""
+        step = (self.reservation or ReservationSettings()).step_seconds
+        return (self.data_end_ // step + 1) * step
+
+    def _usage_grid(self, usage: pd.DataFrame, column: str, groups: pd.Index) -> FloatArray:
+        """Per-step maxima (pods pooled) of the last selection + seasonal days before `grid_end_`, rows in `groups` order."""
+        settings = self.forecast or ForecastSettings()
+        step = (self.reservation or ReservationSettings()).step_seconds
+        codes = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
+        return usage_grid(
+            codes.astype(np.int64),
+            usage["timestamp"].to_numpy(dtype=np.float64),
+            usage[column].to_numpy(dtype=np.float64),
+            len(groups),
+            self.grid_end_,
+            (settings.selection_days + settings.seasonal_days + 1) * (86400 // step),
+            step,
+        )
+
+    def _fit_forecasts(self) -> None:
+        enabled = (self.forecast or ForecastSettings()).enabled
+        self.cpu_forecast_ = self._fit_forecast(self.cpu_grid_) if enabled else None
+        self.memory_forecast_ = self._fit_forecast(self.memory_grid_) if enabled else None
+
+    def _fit_forecast(self, grid: FloatArray) -> ResourceForecast:
+        """The forecast models on the usage grid of the last selection + seasonal days (pods pooled by max)."""
+        settings = self.forecast or ForecastSettings()
+        short = short_term_candidates(settings)
+        return ResourceForecast(
+            short_term=selected_forecaster(settings, short, settings.short_term_target_violation, False).fit(grid),
+            request=selected_forecaster(settings, constant_candidates(settings), settings.request_target_violation, True).fit(grid),
+            long_term=selected_forecaster(settings, constant_candidates(settings), settings.long_term_target_violation, True).fit(grid),
+            grid_end=self.grid_end_,
+        )
 
     @staticmethod
     def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:
@@ -245,17 +360,16 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         confidence = self._confidence_days(groups)
         per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
         cpu = self._resource(
-            self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, groups, decision, horizon_seconds,
-            lambda lo, t, up: request_bounds(
-                lo, t, up, confidence, per_pod, policy.pod_min_cpu_cores,
-                policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy,
-            ),
+            self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, self.cpu_forecast_, groups, decision,
+            horizon_seconds,
+            _sizer(confidence, per_pod, policy.pod_min_cpu_cores, policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy),
         )
         memory = self._resource(
-            self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, groups, decision, horizon_seconds,
-            lambda lo, t, up: request_bounds(
-                lo, t, up, confidence, per_pod, policy.pod_min_memory_bytes,
-                policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes, policy,
+            self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, self.memory_forecast_, groups,
+            decision, horizon_seconds,
+            _sizer(
+                confidence, per_pod, policy.pod_min_memory_bytes, policy.min_allowed_memory_bytes,
+                policy.max_allowed_memory_bytes, policy,
             ),
         )
         recent_cpu = self._recent(self.cpu_short_term_, groups, decision)
@@ -305,21 +419,37 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         histogram: DecayingHistogram | MemoryPeakHistogram,
         long_term: PercentileReservation,
         short_term: SeasonalMaxReservation,
+        forecast: ResourceForecast | None,
         groups: pd.Index,
         as_of: int,
         horizon_seconds: int,
         bounds: Any,
     ) -> list[ResourceRecommendation | None]:
+        """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere."""
         policy = self.policy or PolicySettings()
         fitted = histogram.groups_
         lower, target, upper = (
             self._aligned(histogram.quantile(q), fitted, groups)
             for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
         )
-        sized = bounds(lower, target, upper)
+        step = short_term.step_seconds
+        n_steps = int(np.ceil(horizon_seconds / step))
+        own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        if forecast is None:
+            ours_short, ours_request = np.full((len(groups), n_steps), np.nan), np.full(len(groups), np.nan)
+            ours_long = ours_request
+        else:
+            ours_short, ours_request, ours_long = (line[own] for line in forecast.lines(as_of, horizon_seconds, step))
+            if histogram is self.memory_histogram_:
+                oom = np.isin(np.asarray(groups, dtype=str), self.oom_groups_)
+                ours_request = np.where(oom, np.nan, ours_request)
+        sized = bounds(lower, target, upper, ours_request)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         lines_all = short_term.predict(as_of, horizon_seconds)
         lines = lines_all[pd.Index(short_term.groups_).get_indexer(groups)]
+        has_line = ~np.isnan(ours_short).any(axis=1)
+        lines = np.where(has_line[:, None], ours_short, lines)
+        long_values = np.where(np.isnan(ours_long), long_values, ours_long)
         peak_values, peak_times = peak_of(lines, as_of, short_term.step_seconds)
         result: list[ResourceRecommendation | None] = []
         for i in range(len(groups)):
@@ -335,6 +465,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     short_term=[float(v) for v in lines[i]],
                     long_term=float(long_values[i]),
                     peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
+                    models=LineModels(
+                        target=_name(forecast, "request", own[i], ours_request[i], "VPA histogram"),
+                        short_term=_name(forecast, "short_term", own[i], 0.0 if has_line[i] else np.nan, "SeasonalMaxReservation"),
+                        long_term=_name(forecast, "long_term", own[i], ours_long[i], "Koordinator mid"),
+                        peak="max of the short-term line",
+                    ),
                 )
             )
         return result
@@ -345,3 +481,27 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
         return [[None if np.isnan(v) else float(v) for v in recent[i]] if i >= 0 else [] for i in index]
+
+
+def _name(forecast: ResourceForecast | None, line: str, group: int, value: float, fallback: str) -> str:
+    """The model behind one line of one group: the selected candidate, or the foundation rule it fell back to."""
+    if forecast is None or np.isnan(value):
+        return fallback
+    return forecast.describe(getattr(forecast, line), group)
+
+
+def _sizer(
+    confidence: FloatArray,
+    per_pod: FloatArray,
+    pod_minimum: float,
+    min_allowed: float | None,
+    max_allowed: float | None,
+    policy: PolicySettings,
+) -> Callable[[FloatArray, FloatArray, FloatArray, FloatArray], RequestBounds]:
+    """VPA's bounds from histogram percentiles, with the target replaced by our request forecast where there is one."""
+
+    def size(lower: FloatArray, target: FloatArray, upper: FloatArray, forecast: FloatArray) -> RequestBounds:
+        vpa = request_bounds(lower, target, upper, confidence, per_pod, pod_minimum, min_allowed, max_allowed, policy)
+        return with_target(vpa, forecast, pod_minimum / np.maximum(per_pod, 1.0), min_allowed, max_allowed)
+
+    return size

@@ -66,7 +66,9 @@ def fit_history(
     if resume is not None:
         model = resume.partial_fit(usage, oom_events=oom_events)
     else:
-        model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation).fit(usage, oom_events=oom_events)
+        model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, settings.forecast).fit(
+            usage, oom_events=oom_events
+        )
     fit_seconds = time.perf_counter() - started
     step("computing recommendations")
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
@@ -183,14 +185,14 @@ def _publish(
         result.recommendations,
         result.model,
         source=source,
-        parameters=settings.model_dump(mode="json", include={"histogram", "policy", "reservation"}),
+        parameters=settings.model_dump(mode="json", include={"histogram", "policy", "reservation", "forecast"}),
         row_counts={
             "usage_rows": result.usage_rows,
             "workload_containers": len(result.recommendations.recommendations),
             "pods": int(usage["pod"].nunique()),
             "oom_events": result.oom_events,
         },
-        fit_metrics={"fit_seconds": round(result.fit_seconds, 3)},
+        fit_metrics={"fit_seconds": round(result.fit_seconds, 3), **result.model.selection_summary()},
         data_window=DataWindow(
             first_sample=first_sample,
             last_sample=int(usage["timestamp"].max()),

@@ -194,6 +194,23 @@ def recommend(
     err.print(f"wrote {len(result.recommendations)} recommendations to {output}")
 
 
+@app.command()
+def backtest(
+    input: Annotated[Path, typer.Option("--input", help="Tidy usage file to replay day by day.")],
+    report: Annotated[Path | None, typer.Option("--report", help="Directory for report.md and PNG charts.")] = None,
+) -> None:
+    """Replay the file day by day (anchors.md section 6): our lines against VPA, KRR, Koordinator, naive, oracle."""
+    from pipelines.backtest import run_backtest
+    from pipelines.backtest_report import markdown_table, write_report
+
+    settings = _settings()
+    with _progress(4) as step:
+        fleet, result = run_backtest(input, settings, step=step)
+        written = write_report(report, fleet, result, input.name) if report is not None else []
+    sys.stdout.write(markdown_table(result.scores["all"]) + "\n")
+    err.print(f"{len(result.decision_days)} decision days in {result.seconds:.0f} s" + (f"; report in {report}" if written else ""))
+
+
 def _show_payload(version: str, recommendations: RecommendationSet) -> dict[str, Any]:
     payload: dict[str, Any] = {"version": version, **json.loads(recommendations.model_dump_json())}
     return payload

@@ -64,3 +64,19 @@ def request_bounds(
         upper_bound=np.clip(upper, low, high),
         uncapped_target=target,
     )
+
+
+def with_target(
+    bounds: RequestBounds, target: FloatArray, floor: FloatArray, min_allowed: float | None, max_allowed: float | None
+) -> RequestBounds:
+    """Replace the target by a forecast (NaN keeps VPA's), floored and clamped alike; the bounds widen to hold it."""
+    uncapped = np.where(np.isnan(target), bounds.uncapped_target, np.maximum(target, floor))
+    low = -np.inf if min_allowed is None else min_allowed
+    high = np.inf if max_allowed is None else max_allowed
+    capped = np.clip(uncapped, low, high)
+    return RequestBounds(
+        target=capped,
+        lower_bound=np.minimum(bounds.lower_bound, capped),
+        upper_bound=np.maximum(bounds.upper_bound, capped),
+        uncapped_target=uncapped,
+    )

@@ -19,6 +19,15 @@ class Peak(BaseModel):
     at: int = Field(description="Start of the 5-minute step of the peak, Unix seconds.")
 
 
+class LineModels(BaseModel):
+    """Which model produced each line (the candidate chosen for the container, or the rule it fell back to)."""
+
+    target: str
+    short_term: str
+    long_term: str
+    peak: str
+
+
 class ResourceRecommendation(BaseModel):
     """One resource (CPU or memory) of one workload container."""
 
@@ -29,6 +38,7 @@ class ResourceRecommendation(BaseModel):
     short_term: list[float] = Field(description="Short-term reservation: one value per step over the horizon.")
     long_term: float = Field(description="Long-term reservation (Koordinator's mid rule).")
     peak: Peak
+    models: LineModels | None = Field(default=None, description="Which model produced each line (optional).")
 
 
 class CurrentResources(BaseModel):

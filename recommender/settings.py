@@ -105,6 +105,58 @@ class ReservationSettings(BaseModel):
     )
 
 
+class ForecastSettings(BaseModel):
+    """The forecast models, their per-container selection and calibration (issue 4; README "Models")."""
+
+    short_term_target_violation: float = Field(
+        0.01, gt=0, lt=0.5, description="Share of 5-minute samples the calibrated short-term line may be under (1 %)."
+    )
+    request_target_violation: float = Field(
+        0.02, gt=0, lt=0.5, description="Same for the request line (2 %: VPA's request violates about 2.3 % on bitbrains)."
+    )
+    long_term_target_violation: float = Field(
+        0.01, gt=0, lt=0.5, description="Same for the long-term line, judged on day-ahead rolling origins (1 %)."
+    )
+    selection_days: int = Field(
+        7, ge=1, description="Rolling origins (days) each container's models are scored and calibrated on."
+    )
+    change_weight: float = Field(
+        0.1, ge=0, description="Autopilot cost: weight of the line's changes against the pinball loss (0 = ignore changes)."
+    )
+    calibration_prior_samples: float = Field(
+        1e6,
+        gt=0,
+        description="Samples at which a container's own calibration factor counts as much as the fleet's. Large: on "
+        "bitbrains' validation days per-container factors chased single bursts and cost more than they fixed.",
+    )
+    calibration_factor_min: float = Field(
+        0.8, gt=0, description="Smallest calibration factor: calibration is a gentle correction of the quantile level."
+    )
+    calibration_factor_max: float = Field(
+        1.25, gt=0, description="Largest calibration factor, so one bursty day cannot blow every line up."
+    )
+    seasonal_days: int = Field(7, ge=1, description="Days of history the seasonal models look at (one week: weekday rhythm).")
+    narrow_window_steps: int = Field(
+        6, ge=0, description="Half-width of the narrow time-of-day window, steps (30 min: spikes come early or late)."
+    )
+    wide_window_steps: int = Field(36, ge=0, description="Half-width of the wide time-of-day window, steps (3 h).")
+    seasonal_floor_fraction: float = Field(
+        0.7, ge=0, description="Seasonal lines never drop below this fraction of the flat p99 (quiet slots still burst)."
+    )
+    recent_window_steps: int = Field(
+        12, ge=1, description="Fast up: the first steps of a line never fall below the max of this many last steps (1 h)."
+    )
+    cold_start_factor: float = Field(
+        1.5, ge=1, description="A container with under a day of samples gets this x its observed max."
+    )
+    enabled: bool = Field(
+        True, description="False: the foundation's rules only (VPA target, Koordinator mid, seasonal max), as baselines."
+    )
+    use_stl: bool = Field(
+        True, description="Include the statsmodels STL model among the short-term candidates (about 5 ms per container)."
+    )
+
+
 class StoreSettings(BaseModel):
     """Where model versions live and how many are kept."""
 
@@ -307,6 +359,7 @@ class Settings(BaseSettings):
     histogram: HistogramSettings = HistogramSettings()
     policy: PolicySettings = PolicySettings()
     reservation: ReservationSettings = ReservationSettings()
+    forecast: ForecastSettings = ForecastSettings()
     store: StoreSettings = StoreSettings()
     serve: ServeSettings = ServeSettings()
     webhook: WebhookSettings = WebhookSettings()

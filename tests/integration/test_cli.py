@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_every_command_has_help(cli: Runner) -> None:
-    for command in ("train", "recommend", "show", "serve", "demo"):
+    for command in ("train", "recommend", "show", "serve", "demo", "backtest"):
         result = cli(command, "--help")
         assert result.returncode == 0, result.stderr
         assert "Usage" in result.stdout

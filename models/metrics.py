@@ -1,0 +1,149 @@
+"""How a line is scored against the usage that followed it (anchors.md section 6). Pure functions on arrays.
+
+Every function takes flat, aligned arrays of samples: `usage` (what a pod used), `line` (what the method said
+for that pod at that time) and, where a per-container view is needed, `container` (an integer code per sample).
+Samples with missing usage must be dropped by the caller. A line is scaled by `alpha` to separate the shape of a
+forecast from its margin: the matched alpha is the smallest one at which the pooled violation rate falls to a target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def usage_to_line_ratio(usage: FloatArray, line: FloatArray) -> FloatArray:
+    """u / line per sample: a sample violates the line scaled by alpha exactly when its ratio exceeds alpha."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(line > 0, usage / np.where(line > 0, line, 1.0), np.where(usage > 0, np.inf, 0.0))
+    result: FloatArray = ratio
+    return result
+
+
+def violation_rate(usage: FloatArray, line: FloatArray, alpha: float = 1.0) -> float:
+    """Fraction of samples with usage above alpha x line (0 for no samples), compared as usage / line > alpha so
+    that the matched alpha (a ratio itself) is exact in floating point."""
+    if usage.size == 0:
+        return 0.0
+    return float(np.mean(usage_to_line_ratio(usage, line) > alpha))
+
+
+def overprovision(usage: FloatArray, line: FloatArray, alpha: float = 1.0) -> float:
+    """sum(alpha x line) / sum(usage) - 1: the room reserved beyond what was used, relative to the usage."""
+    used = float(np.sum(usage))
+    if used <= 0:
+        return float("inf") if np.sum(line) > 0 else 0.0
+    return alpha * float(np.sum(line)) / used - 1.0
+
+
+def matched_alpha(usage: FloatArray, line: FloatArray, target_violation: float) -> float:
+    """The smallest alpha whose pooled violation rate is at most `target_violation` (inf if none is)."""
+    if not 0.0 <= target_violation < 1.0:
+        raise ValueError("target_violation must be in [0, 1)")
+    if usage.size == 0:
+        return 1.0
+    ratio = np.sort(usage_to_line_ratio(usage, line))
+    allowed = int(np.floor(target_violation * ratio.size + 1e-9))
+    return float(max(ratio[ratio.size - 1 - allowed], 0.0))
+
+
+def per_container_violation(usage: FloatArray, line: FloatArray, container: IntArray, alpha: float = 1.0) -> FloatArray:
+    """Violation rate of each container code that has samples (codes without samples are left out)."""
+    counts = np.bincount(container)
+    above = np.bincount(container, weights=(usage_to_line_ratio(usage, line) > alpha).astype(np.float64), minlength=counts.size)
+    present = counts > 0
+    result: FloatArray = above[present] / counts[present]
+    return result
+
+
+@dataclass(frozen=True)
+class MatchedScore:
+    """Overprovision of a line scaled to a target pooled violation, with the fairness check beside it."""
+
+    target_violation: float
+    alpha: float
+    overprovision: float
+    p90_container_violation: float
+
+
+@dataclass(frozen=True)
+class LineScore:
+    """A line's scores over all its samples (pooled) and across containers."""
+
+    samples: int
+    violation: float
+    overprovision: float
+    p90_container_violation: float
+    matched: tuple[MatchedScore, ...]
+
+
+def score_line(
+    usage: FloatArray, line: FloatArray, container: IntArray, targets: tuple[float, ...] = (0.01, 0.05)
+) -> LineScore:
+    """Raw violation and overprovision, then the same at each matched violation target."""
+    matched = []
+    for target in targets:
+        alpha = matched_alpha(usage, line, target)
+        matched.append(
+            MatchedScore(
+                target_violation=target,
+                alpha=alpha,
+                overprovision=overprovision(usage, line, alpha),
+                p90_container_violation=_p90(per_container_violation(usage, line, container, alpha)),
+            )
+        )
+    return LineScore(
+        samples=int(usage.size),
+        violation=violation_rate(usage, line),
+        overprovision=overprovision(usage, line),
+        p90_container_violation=_p90(per_container_violation(usage, line, container)),
+        matched=tuple(matched),
+    )
+
+
+def _p90(values: FloatArray) -> float:
+    return float(np.quantile(values, 0.9)) if values.size else 0.0
+
+
+@dataclass(frozen=True)
+class PeakScore:
+    """Peak forecast against the actual max of each container-day."""
+
+    days: int
+    median_absolute_percentage_error: float
+    exceeded_fraction: float
+
+
+def score_peak(forecast: FloatArray, actual: FloatArray) -> PeakScore:
+    """Median |forecast - actual| / actual (over days with a positive actual) and the share of days above it."""
+    positive = actual > 0
+    errors = np.abs(forecast[positive] - actual[positive]) / actual[positive]
+    return PeakScore(
+        days=int(actual.size),
+        median_absolute_percentage_error=float(np.median(errors)) if errors.size else 0.0,
+        exceeded_fraction=float(np.mean(actual > forecast)) if actual.size else 0.0,
+    )
+
+
+def autopilot_cost(
+    usage: FloatArray,
+    line: FloatArray,
+    previous_line: FloatArray,
+    overrun_weight: float,
+    underrun_weight: float,
+    change_weight: float,
+) -> float:
+    """Autopilot-style cost of a line, relative to the usage: usage above it, unused room below it, and changes.
+
+    Each term is normalised by the total usage so costs compare across containers of any size.
+    """
+    scale = max(float(np.sum(usage)), 1e-12)
+    over = float(np.sum(np.maximum(usage - line, 0.0)))
+    under = float(np.sum(np.maximum(line - usage, 0.0)))
+    change = float(np.sum(np.abs(line - previous_line)))
+    return (overrun_weight * over + underrun_weight * under + change_weight * change) / scale

@@ -1,0 +1,306 @@
+"""`recommender backtest`: the protocol of anchors.md section 6 for our lines and the built-in baselines.
+
+Decisions every day at 00:00 UTC for each container with at least 7 days of history; at a decision time T a method
+sees only samples before T. Lines: request (constant 24 h), short-term (288 five-minute values), long-term
+(constant 7 days), peak (max over 24 h). Every pod's later samples are scored against its workload's line.
+Our candidates' lines are computed once per day and per resource; selection and calibration at T use only the
+lines of earlier origins whose day has passed, exactly what `SelectedForecaster.fit` recomputes in `recommend`.
+The decision days are split in time: the first half is the validation part (where the model settings were
+chosen), the second half the held-out part; both are reported beside the whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from sklearn.base import clone
+
+from models.ensemble import (
+    SelectedForecaster,
+    constant_candidates,
+    constant_line,
+    history_summary,
+    model_name,
+    selected_forecaster,
+    short_term_candidates,
+)
+from models.forecast import FloatArray, nan_quantile, usage_grid
+from models.metrics import LineScore, PeakScore, score_line, score_peak
+from models.workload import WorkloadRecommender, group_label, with_group_labels
+from pipelines.ingest import read_usage
+from recommender.settings import Settings
+
+Step = Callable[[str], None]
+DAY = 86400
+RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
+LINES = ("request", "short_term", "long_term")
+METHODS = ("ours", "vpa", "krr_simple", "koordinator_mid", "seasonal_naive", "foundation_short_term", "oracle")
+
+
+def _quiet(_: str) -> None:
+    """Progress sink for callers that show none."""
+
+
+@dataclass
+class Fleet:
+    """Usage of one file on a day-aligned 5-minute grid: per group (pods pooled by max) and per pod."""
+
+    origin: int
+    step_seconds: int
+    groups: pd.Index
+    group_grid: dict[str, FloatArray]
+    pod_grid: dict[str, FloatArray]
+    pod_group: npt.NDArray[np.int64]
+    first_sample: FloatArray
+    frame: pd.DataFrame
+
+    @property
+    def steps_per_day(self) -> int:
+        return DAY // self.step_seconds
+
+    @property
+    def days(self) -> int:
+        return int(next(iter(self.group_grid.values())).shape[1]) // self.steps_per_day
+
+
+def load_fleet(path: Path, step_seconds: int) -> Fleet:
+    """Read a tidy usage file into day-aligned group and pod grids (a pod's samples in one step: their max)."""
+    usage = with_group_labels(read_usage(path))
+    times = usage["timestamp"].to_numpy(dtype=np.float64)
+    origin = int(times.min() // DAY * DAY)
+    end = int(-(-(times.max() + 1) // DAY) * DAY)
+    n_steps = (end - origin) // step_seconds
+    groups = np.asarray(usage["group"].cat.codes, dtype=np.int64)
+    labels = pd.Index(usage["group"].cat.categories)
+    pods, pod_labels = pd.factorize(usage["group"].astype(str) + "\x00" + usage["pod"].astype(str))
+    pod_group = np.zeros(len(pod_labels), dtype=np.int64)
+    pod_group[pods] = groups
+    group_grid, pod_grid = {}, {}
+    for resource, column in RESOURCES.items():
+        values = usage[column].to_numpy(dtype=np.float64)
+        group_grid[resource] = usage_grid(groups, times, values, len(labels), end, n_steps, step_seconds)
+        pod_grid[resource] = usage_grid(pods.astype(np.int64), times, values, len(pod_labels), end, n_steps, step_seconds)
+    first = np.full(len(labels), np.inf)
+    np.minimum.at(first, groups, times)
+    return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage)
+
+
+@dataclass
+class Decisions:
+    """Every method's lines at every decision day for one resource, (days x groups x steps) or (days x groups)."""
+
+    short_term: dict[str, FloatArray] = field(default_factory=dict)
+    request: dict[str, FloatArray] = field(default_factory=dict)
+    long_term: dict[str, FloatArray] = field(default_factory=dict)
+    peak: dict[str, FloatArray] = field(default_factory=dict)
+    choices: dict[str, FloatArray] = field(default_factory=dict)
+
+
+def candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: int, constant: bool) -> FloatArray:
+    """(models x days x groups x steps) day-ahead lines of each candidate from each day's origin (NaN on day 0)."""
+    n_groups, n = grid.shape
+    days = n // steps_per_day
+    out = np.full((len(candidates), days, n_groups, steps_per_day), np.nan)
+    for m, candidate in enumerate(candidates):
+        for day in range(1, days):
+            fitted = clone(candidate).fit(grid[:, : day * steps_per_day])
+            line = fitted.predict(steps_per_day)
+            out[m, day] = constant_line(line) if constant else line
+    return out
+
+
+def _ours(
+    grid: FloatArray, lines: FloatArray, selector: SelectedForecaster, decision_days: list[int], steps_per_day: int
+) -> tuple[FloatArray, FloatArray]:
+    """Our final line and chosen candidate at each decision day from the cached candidate lines."""
+    actual = grid.reshape(grid.shape[0], -1, steps_per_day).transpose(1, 0, 2)
+    finals, choices = [], []
+    for day in decision_days:
+        first = max(day - selector.selection_days, 1)
+        model = clone(selector).decide(lines[:, first:day], actual[first:day])
+        summary = history_summary(grid[:, : day * steps_per_day], selector.recent_steps)
+        finals.append(model.combine(lines[:, day], summary))
+        choices.append(model.choice_.astype(np.float64))
+    return np.stack(finals), np.stack(choices)
+
+
+def _baselines(fleet: Fleet, settings: Settings, decision_days: list[int], step: Step) -> dict[str, dict[str, FloatArray]]:
+    """VPA target, Koordinator mid and the foundation's short-term line at each decision, from the real estimators."""
+    per_day = fleet.steps_per_day
+    out: dict[str, dict[str, list[FloatArray]]] = {r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES}
+    frame = fleet.frame
+    rules_only = settings.forecast.model_copy(update={"enabled": False})
+    for i, day in enumerate(decision_days):
+        as_of = fleet.origin + day * DAY
+        step(f"baselines: decision {i + 1}/{len(decision_days)}")
+        history = frame[frame["timestamp"] < as_of]
+        model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, rules_only).fit(history)
+        recs = model.predict(as_of=as_of, horizon_seconds=DAY)
+        index = fleet.groups.get_indexer(pd.Index([group_label(r.namespace, r.workload, r.container) for r in recs.recommendations]))
+        for resource in RESOURCES:
+            vpa = np.full(len(fleet.groups), np.nan)
+            mid = np.full(len(fleet.groups), np.nan)
+            short = np.full((len(fleet.groups), per_day), np.nan)
+            for row, rec in zip(index, recs.recommendations):
+                res = rec.cpu if resource == "cpu" else rec.memory
+                if res is not None:
+                    vpa[row], mid[row], short[row] = res.target, res.long_term, res.short_term
+            out[resource]["vpa"].append(vpa)
+            out[resource]["koordinator_mid"].append(mid)
+            out[resource]["foundation_short_term"].append(short)
+    return {r: {m: np.stack(v) for m, v in methods.items()} for r, methods in out.items()}
+
+
+def _grid_baselines(grid: FloatArray, resource: str, decision_days: list[int], per_day: int) -> dict[str, FloatArray]:
+    """KRR simple, seasonal naive (288 values) and the oracle (actual max of the next 24 h) at each decision."""
+    krr, naive, oracle = [], [], []
+    for day in decision_days:
+        history = grid[:, max(day - 14, 0) * per_day : day * per_day]
+        if resource == "cpu":
+            krr.append(nan_quantile(history, 0.95))
+        else:
+            krr.append(nan_quantile(history, 1.0) * 1.15)
+        past = grid[:, max(day - 7, 0) * per_day : day * per_day].reshape(grid.shape[0], -1, per_day)
+        with np.errstate(all="ignore"):
+            naive.append(np.nanmax(np.where(np.isnan(past), -np.inf, past), axis=1))
+            future = grid[:, day * per_day : (day + 1) * per_day]
+            oracle.append(np.nanmax(np.where(np.isnan(future), -np.inf, future), axis=1))
+    return {"krr_simple": _finite(np.stack(krr)), "seasonal_naive": _finite(np.stack(naive)), "oracle": _finite(np.stack(oracle))}
+
+
+def _finite(values: FloatArray) -> FloatArray:
+    result: FloatArray = np.where(np.isfinite(values), values, np.nan)
+    return result
+
+
+def decide(fleet: Fleet, settings: Settings, step: Step = _quiet) -> tuple[list[int], dict[str, Decisions]]:
+    """Every method's lines at every decision day (days with at least one container of >= 7 days of history)."""
+    per_day = fleet.steps_per_day
+    forecast = settings.forecast
+    first_day = int(np.ceil((np.min(fleet.first_sample) - fleet.origin + 7 * DAY) / DAY))
+    decision_days = list(range(max(first_day, 1), fleet.days))
+    baselines = _baselines(fleet, settings, decision_days, step)
+    results = {}
+    for resource in RESOURCES:
+        grid = fleet.group_grid[resource]
+        decisions = Decisions()
+        families = {
+            "short_term": (short_term_candidates(forecast), forecast.short_term_target_violation, False),
+            "request": (constant_candidates(forecast), forecast.request_target_violation, True),
+            "long_term": (constant_candidates(forecast), forecast.long_term_target_violation, True),
+        }
+        for line, (candidates, target, constant) in families.items():
+            step(f"{resource}: {line} candidates ({len(candidates)} models x {fleet.days} days)")
+            lines = candidate_lines(grid, candidates, per_day, constant)
+            selector = selected_forecaster(forecast, candidates, target, constant)
+            ours, choices = _ours(grid, lines, selector, decision_days, per_day)
+            getattr(decisions, line)["ours"] = ours if line == "short_term" else ours[:, :, 0]
+            decisions.choices[line] = choices
+        grid_based = _grid_baselines(grid, resource, decision_days, per_day)
+        from_model = baselines[resource]
+        decisions.short_term.update(
+            {
+                "vpa": _flat(from_model["vpa"], per_day),
+                "krr_simple": _flat(grid_based["krr_simple"], per_day),
+                "koordinator_mid": _flat(from_model["koordinator_mid"], per_day),
+                "seasonal_naive": grid_based["seasonal_naive"],
+                "foundation_short_term": from_model["foundation_short_term"],
+                "oracle": _flat(grid_based["oracle"], per_day),
+            }
+        )
+        # A baseline's request and long-term lines are the max of its short-term line (itself, for the flat ones).
+        with np.errstate(all="ignore"):
+            decisions.peak = {
+                method: _finite(np.nanmax(np.where(np.isnan(values), -np.inf, values), axis=2))
+                for method, values in decisions.short_term.items()
+            }
+        for method, peak in decisions.peak.items():
+            if method != "ours":
+                decisions.request[method] = decisions.long_term[method] = peak
+        results[resource] = decisions
+    return decision_days, results
+
+
+def _flat(values: FloatArray, steps: int) -> FloatArray:
+    return np.repeat(values[:, :, None], steps, axis=2)
+
+
+@dataclass(frozen=True)
+class MethodScores:
+    lines: dict[str, LineScore]
+    peak: PeakScore
+
+
+def score(fleet: Fleet, resource: str, decision_days: list[int], decisions: Decisions, day_slice: slice) -> dict[str, MethodScores]:
+    """Scores of every method on the decision days in `day_slice`, against every pod's usage after each decision."""
+    per_day = fleet.steps_per_day
+    pods = fleet.pod_grid[resource]
+    groups = fleet.group_grid[resource]
+    eligible = fleet.first_sample <= fleet.origin + np.asarray(decision_days)[:, None] * DAY - 7 * DAY
+    chosen = list(range(len(decision_days)))[day_slice]
+    out = {}
+    for method in METHODS:
+        per_line = {}
+        for line in LINES:
+            horizon = 7 if line == "long_term" else 1
+            usage, values, containers = [], [], []
+            for i in chosen:
+                day = decision_days[i]
+                future = pods[:, day * per_day : (day + horizon) * per_day]
+                table = getattr(decisions, line)[method][i]
+                line_per_pod = table[fleet.pod_group] if table.ndim == 2 else table[fleet.pod_group][:, None]
+                if line == "short_term":
+                    shaped = line_per_pod
+                else:
+                    shaped = np.broadcast_to(line_per_pod, future.shape)
+                mask = ~np.isnan(future) & eligible[i][fleet.pod_group][:, None] & ~np.isnan(shaped)
+                usage.append(future[mask])
+                values.append(shaped[mask])
+                containers.append(np.nonzero(mask)[0])
+            per_line[line] = score_line(np.concatenate(usage), np.concatenate(values), np.concatenate(containers).astype(np.int64))
+        forecast, actual = [], []
+        for i in chosen:
+            day = decision_days[i]
+            with np.errstate(all="ignore"):
+                future = groups[:, day * per_day : (day + 1) * per_day]
+                real = np.nanmax(np.where(np.isnan(future), -np.inf, future), axis=1)
+            keep = eligible[i] & np.isfinite(real) & ~np.isnan(decisions.peak[method][i])
+            forecast.append(decisions.peak[method][i][keep])
+            actual.append(real[keep])
+        out[method] = MethodScores(per_line, score_peak(np.concatenate(forecast), np.concatenate(actual)))
+    return out
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    decision_days: list[int]
+    origin: int
+    scores: dict[str, dict[str, dict[str, MethodScores]]]  # part -> resource -> method
+    decisions: dict[str, Decisions]
+    seconds: float
+    candidate_names: dict[str, list[str]]
+
+
+def run_backtest(path: Path, settings: Settings, step: Step = _quiet) -> tuple[Fleet, BacktestResult]:
+    """The whole protocol on one usage file."""
+    started = time.perf_counter()
+    step(f"reading {path}")
+    fleet = load_fleet(path, settings.reservation.step_seconds)
+    days, decisions = decide(fleet, settings, step)
+    half = len(days) // 2
+    parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
+    scores = {}
+    for part, day_slice in parts.items():
+        step(f"scoring ({part})")
+        scores[part] = {r: score(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
+    names = {
+        "short_term": [model_name(c) for c in short_term_candidates(settings.forecast)],
+        "constant": [model_name(c) for c in constant_candidates(settings.forecast)],
+    }
+    return fleet, BacktestResult(days, fleet.origin, scores, decisions, time.perf_counter() - started, names)
