@@ -346,6 +346,33 @@ def sync(
         stop.set()
 
 
+@app.command("cluster-files")
+def cluster_files(
+    pods_file: Annotated[Path, typer.Option("--pods-file", help="Where to write the pods (kubectl get pods -A -o json).")],
+    nodes_file: Annotated[Path, typer.Option("--nodes-file", help="Where to write the nodes (kubectl get nodes -o json).")],
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig [default: in-cluster, then ~/.kube/config].")] = None,
+    interval: Annotated[str, typer.Option("--interval", help="Refresh period, e.g. 15s.")] = "15s",
+    once: Annotated[bool, typer.Option("--once", help="Write the files once and exit.")] = False,
+) -> None:
+    """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`)."""
+    import threading
+
+    from serving.cluster_files import run, write_cluster_files
+    from serving.kube_sync import api_client
+
+    settings = _settings(sync={"kubeconfig": kubeconfig})
+    api = api_client(settings.sync)
+    if once:
+        pods, nodes = write_cluster_files(api, pods_file, nodes_file)
+        err.print(f"wrote {pods} pods to {pods_file} and {nodes} nodes to {nodes_file}")
+        return
+    stop = threading.Event()
+    try:
+        run(api, pods_file, nodes_file, _duration(interval, "--interval"), stop)
+    except KeyboardInterrupt:
+        stop.set()
+
+
 def bundled_dataset() -> Path:
     """The Google 2019 trace shipped in the repository (see data/google-2019/SOURCE.md)."""
     return Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usage.csv.gz"

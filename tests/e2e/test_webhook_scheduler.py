@@ -216,10 +216,14 @@ def test_the_scheduler_binds_where_the_forecast_peak_is_lowest(cluster: Cluster)
                 "spec": {"nodeName": host, "containers": [{"name": "main", "image": "registry.example/app:1",
                                                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
             })
-    # What a sidecar running `kubectl get pods -A -o json` / `kubectl get nodes -o json` would keep fresh.
-    api = cluster.plane.api()
-    cluster.pods_file.write_text(json.dumps(api.sanitize_for_serialization(cluster.core.list_pod_for_all_namespaces())))
-    cluster.nodes_file.write_text(json.dumps(api.sanitize_for_serialization(cluster.core.list_node())))
+    # The serving Deployment's sidecar keeps these files fresh; one pass of the same command here.
+    written = subprocess.run(
+        [entry_point(), "cluster-files", "--once", "--kubeconfig", str(cluster.plane.kubeconfig),
+         "--pods-file", str(cluster.pods_file), "--nodes-file", str(cluster.nodes_file)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert written.returncode == 0, written.stderr
+    assert "2 nodes" in written.stderr
     # The new pod belongs to a workload we know (a pod we know nothing of gets a neutral answer everywhere).
     newcomer = {
         "apiVersion": "v1", "kind": "Pod",
