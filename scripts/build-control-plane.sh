@@ -13,14 +13,7 @@ KOORDINATOR_MODULE=github.com/koordinator-sh/koordinator@v1.6.0
 CRDS=$CACHE/crds
 if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ] \
    && [ -s "$CRDS/vpa-v1-crd-gen.yaml" ] && [ -s "$CRDS/analysis.koordinator.sh_recommendations.yaml" ]; then
-  echo "fetching the VPA and Koordinator CRDs from their Go modules" >&2
-mkdir -p "$CRDS"
-vpa_dir=$(go mod download -json "$VPA_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-koord_dir=$(go mod download -json "$KOORDINATOR_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-cp "$vpa_dir/deploy/vpa-v1-crd-gen.yaml" "$CRDS/"
-cp "$koord_dir/config/crd/bases/analysis.koordinator.sh_recommendations.yaml" "$CRDS/"
-cp "$koord_dir/config/crd/bases/config.koordinator.sh_clustercolocationprofiles.yaml" "$CRDS/"
-echo "$BIN"
+  echo "$BIN"
   exit 0
 fi
 if ! command -v go >/dev/null; then
