@@ -18,6 +18,7 @@ import numpy.typing as npt
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
+from models.boosting import GlobalQuantileBoostingForecaster
 from models.forecast import (
     STEPS_PER_DAY,
     DecayedQuantileForecaster,
@@ -206,7 +207,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
 
 def short_term_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
-    """The short-term ensemble: seasonal windows, statsmodels STL, and the flat rules as fallbacks and members."""
+    """The short-term ensemble: seasonal windows, statsmodels STL, the global boosted model, and the flat rules as fallbacks and members."""
     days = settings.seasonal_days
     floor = settings.seasonal_floor_fraction
     seasonal = [
@@ -216,7 +217,23 @@ def short_term_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
         WindowQuantileForecaster(days=3, window_steps=settings.wide_window_steps, floor_fraction=floor),
     ]
     stl: list[BaseEstimator] = [StlForecaster(days=days)] if settings.use_stl else []
-    return [*seasonal, *stl, *constant_candidates(settings)]
+    return [*seasonal, *stl, *boosting_candidates(settings), *constant_candidates(settings)]
+
+
+def boosting_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
+    """The global boosted quantile model when `use_boosting` is on (its jitter window is the narrow seasonal one)."""
+    if not settings.use_boosting:
+        return []
+    return [
+        GlobalQuantileBoostingForecaster(
+            quantile=settings.boosting_quantile,
+            days=settings.seasonal_days,
+            train_days=settings.boosting_train_days,
+            lag_window_steps=settings.narrow_window_steps,
+            max_rows=settings.boosting_max_rows,
+            max_iter=settings.boosting_max_iter,
+        )
+    ]
 
 
 def constant_candidates(settings: ForecastSettings) -> list[BaseEstimator]:

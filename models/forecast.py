@@ -67,7 +67,7 @@ def check_grid(X: Any, estimator: str) -> FloatArray:
     return grid
 
 
-def _repeat_daily(profile: FloatArray, n_steps: int) -> FloatArray:
+def repeat_daily(profile: FloatArray, n_steps: int) -> FloatArray:
     """A (containers x steps_per_day) daily profile repeated over n_steps."""
     reps = int(np.ceil(n_steps / profile.shape[1])) if profile.shape[1] else 0
     result: FloatArray = np.tile(profile, (1, reps))[:, :n_steps]
@@ -174,7 +174,7 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "profile_")
-        return _repeat_daily(self.profile_, n_steps)
+        return repeat_daily(self.profile_, n_steps)
 
 
 class StlForecaster(BaseEstimator):  # type: ignore[misc]
@@ -222,5 +222,5 @@ class StlForecaster(BaseEstimator):  # type: ignore[misc]
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "profile_")
-        return _repeat_daily(self.profile_, n_steps)
+        return repeat_daily(self.profile_, n_steps)
 

@@ -155,6 +155,26 @@ class ForecastSettings(BaseModel):
     use_stl: bool = Field(
         True, description="Include the statsmodels STL model among the short-term candidates (about 5 ms per container)."
     )
+    use_boosting: bool = Field(
+        True,
+        description="Include the global gradient-boosted quantile model among the short-term candidates (one fit per "
+        "rolling origin for the whole fleet, about 1-2 s each on bitbrains).",
+    )
+    boosting_quantile: float = Field(
+        0.99, gt=0, lt=1, description="Quantile the boosted model's loss targets (0.99: the short-term 1 % violation)."
+    )
+    boosting_train_days: int = Field(
+        7, ge=1, description="Days before each origin whose day-ahead forecasts become the boosted model's training rows."
+    )
+    boosting_max_rows: int = Field(
+        50_000,
+        ge=1,
+        description="Training rows the boosted model is fitted on at most, subsampled with a fixed seed: bounds the "
+        "fit time whatever the fleet's size.",
+    )
+    boosting_max_iter: int = Field(
+        100, ge=1, description="Boosting iterations (trees) of the boosted model; its fit time grows linearly with them."
+    )
 
 
 class StoreSettings(BaseModel):

@@ -13,6 +13,7 @@ from sklearn.utils.estimator_checks import (
     check_set_params,
 )
 
+from models.boosting import GlobalQuantileBoostingForecaster
 from models.ensemble import (
     SelectedForecaster,
     calibration_factors,
@@ -37,6 +38,7 @@ ESTIMATORS = [
     DecayedQuantileForecaster(),
     WindowQuantileForecaster(),
     StlForecaster(),
+    GlobalQuantileBoostingForecaster(),
     SelectedForecaster(),
 ]
 
