@@ -4,6 +4,9 @@
 # modules replaced by their published versions) and etcd (go.etcd.io/etcd/server at the version Kubernetes pins).
 # Binaries are cached outside git; a second run with the same versions does nothing.
 set -euo pipefail
+# The tests find the cache through Python's Path.home(), which falls back to the password database: so do we.
+HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+export HOME
 K8S_VERSION=${K8S_VERSION:-1.34.2}
 STAGING_VERSION=0.${K8S_VERSION#1.}
 CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-recommender}/control-plane-v$K8S_VERSION
