@@ -97,6 +97,16 @@ class ResourceForecast:
         return f"{model.model_names()[choice]} {scored} x{model.factors_[group]:.3g}"
 
 
+def _buckets(hist: HistogramSettings, resource: str) -> dict[str, float]:
+    """VPA's bucket layout and empty-bucket threshold of one resource, as histogram estimator parameters."""
+    first, top = (
+        (hist.cpu_first_bucket_cores, hist.cpu_max_cores)
+        if resource == "cpu"
+        else (hist.memory_first_bucket_bytes, hist.memory_max_bytes)
+    )
+    return {"first_bucket_size": first, "max_value": top, "bucket_growth_ratio": hist.bucket_growth_ratio, "epsilon": hist.epsilon}
+
+
 class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     """Histogram models and reservation lines for every workload container of a tidy usage frame."""
 
@@ -125,20 +135,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         memory = usage[["group", "pod", "timestamp"]].assign(value=usage["memory_bytes"])
 
         self.cpu_histogram_ = DecayingHistogram(
-            first_bucket_size=hist.cpu_first_bucket_cores,
-            max_value=hist.cpu_max_cores,
-            bucket_growth_ratio=hist.bucket_growth_ratio,
+            **_buckets(hist, "cpu"),
             half_life_seconds=hist.cpu_half_life_seconds,
             sample_weight=hist.cpu_sample_weight,
-            epsilon=hist.epsilon,
         ).fit(cpu)
         self.memory_histogram_ = MemoryPeakHistogram(
-            first_bucket_size=hist.memory_first_bucket_bytes,
-            max_value=hist.memory_max_bytes,
-            bucket_growth_ratio=hist.bucket_growth_ratio,
+            **_buckets(hist, "memory"),
             half_life_seconds=hist.memory_half_life_seconds,
             peak_weight=hist.memory_peak_weight,
-            epsilon=hist.epsilon,
             interval_seconds=hist.memory_aggregation_interval_seconds,
             interval_count=hist.memory_aggregation_interval_count,
             oom_min_bump_bytes=hist.oom_min_bump_bytes,
@@ -150,19 +154,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             percentile=res.long_term_cpu_percentile,
             margin_fraction=res.long_term_margin_fraction,
             half_life_seconds=res.long_term_cpu_half_life_seconds,
-            first_bucket_size=hist.cpu_first_bucket_cores,
-            max_value=hist.cpu_max_cores,
-            bucket_growth_ratio=hist.bucket_growth_ratio,
-            epsilon=hist.epsilon,
+            **_buckets(hist, "cpu"),
         ).fit(cpu)
         self.memory_long_term_ = PercentileReservation(
             percentile=res.long_term_memory_percentile,
             margin_fraction=res.long_term_margin_fraction,
             half_life_seconds=res.long_term_memory_half_life_seconds,
-            first_bucket_size=hist.memory_first_bucket_bytes,
-            max_value=hist.memory_max_bytes,
-            bucket_growth_ratio=hist.bucket_growth_ratio,
-            epsilon=hist.epsilon,
+            **_buckets(hist, "memory"),
         ).fit(memory)
         short_term = SeasonalMaxReservation(
             step_seconds=res.step_seconds,
