@@ -31,6 +31,7 @@ from recommender.resources import (
     CurrentResources,
     History,
     LineModels,
+    LineQuality,
     Peak,
     RecommendationSet,
     ResourceRecommendation,
@@ -88,6 +89,18 @@ class ResourceForecast:
         steps = int(np.ceil(horizon_seconds / step_seconds))
         short = self.short_term.predict(gap + steps)[:, gap:]
         return short, self.request.predict(gap + 1)[:, -1], self.long_term.predict(gap + 1)[:, -1]
+
+    def quality(self, model: SelectedForecaster, group: int) -> LineQuality:
+        """The chosen candidate's rolling-origin cost for a group, the best other cost, and the calibration factor."""
+        costs = model.costs_[:, group]
+        choice = int(model.choice_[group])
+        others = np.delete(costs, choice)
+        others = others[np.isfinite(others)]
+        return LineQuality(
+            cost=float(costs[choice]) if np.isfinite(costs[choice]) else None,
+            next_best_cost=float(others.min()) if others.size else None,
+            calibration_factor=float(model.factors_[group]),
+        )
 
     def describe(self, model: SelectedForecaster, group: int) -> str:
         """Name of the candidate `model` chose for a group, with its rolling-origin cost and calibration factor."""
@@ -149,7 +162,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             oom_bump_ratio=hist.oom_bump_ratio,
         ).fit(memory, oom_events=(oom_frame := self._oom_frame(oom_events, usage)))
         # Usage under-reports what an OOM-killed container needed: its memory target never drops below VPA's bumped one.
-        self.oom_groups_ = np.asarray(sorted(set() if oom_frame is None else set(oom_frame["group"].astype(str))), dtype=str)
+        self.oom_kills_ = _oom_counts(oom_frame)
         self.cpu_long_term_ = PercentileReservation(
             percentile=res.long_term_cpu_percentile,
             margin_fraction=res.long_term_margin_fraction,
@@ -203,9 +216,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.workloads_ = self._describe(self.pods_)
         self.sample_interval_seconds_ = self._sample_interval(usage) if len(usage) > 1 else self.sample_interval_seconds_
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
-        oom_frame = self._oom_frame(oom_events, usage)
-        if oom_frame is not None:
-            self.oom_groups_ = np.union1d(self.oom_groups_, oom_frame["group"].astype(str).unique()).astype(str)
+        self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
         old_groups = pd.Index(self.forecast_groups_)
         groups = old_groups.append(pd.Index(usage["group"].cat.categories.astype(str))).unique()
@@ -388,6 +399,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         last_sample=int(row["last_sample"]),
                         pods=int(row["pods"]),
                         samples=int(row["samples"]),
+                        oom_kills=int(self.oom_kills_.get(label, 0)),
                         recent_cpu_cores=recent_cpu[i],
                         recent_memory_bytes=recent_memory[i],
                     ),
@@ -439,7 +451,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         else:
             ours_short, ours_request, ours_long = (line[own] for line in forecast.lines(as_of, horizon_seconds, step))
             if histogram is self.memory_histogram_:
-                oom = np.isin(np.asarray(groups, dtype=str), self.oom_groups_)
+                oom = np.isin(np.asarray(groups, dtype=str), self.oom_kills_.index)
                 ours_request = np.where(oom, np.nan, ours_request)
         sized = bounds(lower, target, upper, ours_request)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
@@ -468,6 +480,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         short_term=_name(forecast, "short_term", own[i], 0.0 if has_line[i] else np.nan, "SeasonalMaxReservation"),
                         long_term=_name(forecast, "long_term", own[i], ours_long[i], "Koordinator mid"),
                         peak="max of the short-term line",
+                        quality=_quality(forecast, own[i], {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours_long[i]}),
                     ),
                 )
             )
@@ -479,6 +492,28 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
         return [[None if np.isnan(v) else float(v) for v in recent[i]] if i >= 0 else [] for i in index]
+
+
+def _oom_counts(oom_frame: pd.DataFrame | None) -> pd.Series:
+    """OOM kills per group label (only groups with at least one)."""
+    if oom_frame is None:
+        return pd.Series([], dtype=np.int64)
+    return oom_frame["group"].astype(str).value_counts().astype(np.int64)
+
+
+#: The request line's forecaster is the `request` attribute of ResourceForecast; the JSON calls that line target.
+_FORECAST_LINE = {"target": "request", "short_term": "short_term", "long_term": "long_term"}
+
+
+def _quality(forecast: ResourceForecast | None, group: int, values: dict[str, float]) -> dict[str, LineQuality]:
+    """Backtest quality of each line drawn by a selected model (a NaN value means the line fell back to a rule)."""
+    if forecast is None:
+        return {}
+    return {
+        line: forecast.quality(getattr(forecast, _FORECAST_LINE[line]), group)
+        for line, value in values.items()
+        if not np.isnan(value)
+    }
 
 
 def _name(forecast: ResourceForecast | None, line: str, group: int, value: float, fallback: str) -> str:

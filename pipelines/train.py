@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -73,6 +73,18 @@ def fit_history(
     step("computing recommendations")
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
     return TrainingResult(model, recommendations, len(usage), 0 if oom_events is None else len(oom_events), fit_seconds)
+
+
+def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], str]) -> RecommendationSet:
+    """The recommendations with each workload's kind (from the owner discovery) where it is known."""
+    return recommendations.model_copy(
+        update={
+            "recommendations": [
+                r.model_copy(update={"kind": kinds.get((r.namespace, r.workload), r.kind)})
+                for r in recommendations.recommendations
+            ]
+        }
+    )
 
 
 def recommend_from_file(
@@ -162,6 +174,7 @@ def train_from_prometheus(
     usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
     resume = parent.model if parent else None
     result = fit_history(usage, settings, as_of, horizon_seconds, read.oom_events, step, resume=resume)
+    result = replace(result, recommendations=with_kinds(result.recommendations, read.workload_kinds))
     manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, parent=parent)
     return manifest, costs
 

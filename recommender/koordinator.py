@@ -73,9 +73,19 @@ def qos_class_raw(pod: Pod) -> str | None:
     return str(label) if label in QOS_CLASSES else None
 
 
+def koordinator_qos(kubernetes_qos_class: str) -> str:
+    """Koordinator's QoS class for a pod without the label: Guaranteed -> LSR, Burstable -> LS, BestEffort -> BE."""
+    return {"Guaranteed": "LSR", "Burstable": "LS", "BestEffort": "BE"}[kubernetes_qos_class]
+
+
+def default_priority_class(qos: str) -> str:
+    """Koordinator's priority class for a pod that names none: koord-batch for BE, koord-prod for the others."""
+    return BATCH if qos == "BE" else PROD
+
+
 def qos_class(pod: Pod) -> str:
-    """Koordinator QoS: the label if valid, else Guaranteed -> LSR, Burstable -> LS, BestEffort -> BE."""
-    return qos_class_raw(pod) or {"Guaranteed": "LSR", "Burstable": "LS", "BestEffort": "BE"}[kubernetes_qos(pod)]
+    """Koordinator QoS: the label if valid, else the default for the pod's Kubernetes QoS class."""
+    return qos_class_raw(pod) or koordinator_qos(kubernetes_qos(pod))
 
 
 def priority_class_of_value(priority: Any) -> str:
@@ -100,7 +110,7 @@ def priority_class(pod: Pod) -> str:
     raw = priority_class_raw(pod)
     if raw != NONE:
         return raw
-    return BATCH if qos_class(pod) == "BE" else PROD
+    return default_priority_class(qos_class(pod))
 
 
 def _resource_names(pod: Pod) -> Iterable[str]:

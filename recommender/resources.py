@@ -19,6 +19,17 @@ class Peak(BaseModel):
     at: int = Field(description="Start of the 5-minute step of the peak, Unix seconds.")
 
 
+class LineQuality(BaseModel):
+    """How the chosen candidate of one line scored on the rolling-origin backtest of the container's last days."""
+
+    cost: float | None = Field(
+        description="Autopilot-style cost relative to usage (usage above the line, unused room, changes); lower is "
+        "better; None when the history was too short to backtest."
+    )
+    next_best_cost: float | None = Field(None, description="The lowest cost among the candidates not chosen.")
+    calibration_factor: float = Field(description="Scale applied to the chosen line so its violations meet the target.")
+
+
 class LineModels(BaseModel):
     """Which model produced each line (the candidate chosen for the container, or the rule it fell back to)."""
 
@@ -26,6 +37,11 @@ class LineModels(BaseModel):
     short_term: str
     long_term: str
     peak: str
+    quality: dict[str, LineQuality] = Field(
+        default_factory=dict,
+        description="Backtest quality per line (target, short_term, long_term) drawn by a selected model; a line "
+        "from a fallback rule has none.",
+    )
 
 
 class ResourceRecommendation(BaseModel):
@@ -60,6 +76,7 @@ class History(BaseModel):
     last_sample: int = Field(description="Unix seconds.")
     pods: int = Field(description="Distinct pods pooled into this recommendation.")
     samples: int = Field(description="Usage rows used.")
+    oom_kills: int = Field(0, description="OOM kills of the workload's containers seen in the history.")
     recent_cpu_cores: list[float | None] = Field(
         default_factory=list, description="Usage line: max over pods per step for the last day before as_of."
     )
@@ -74,6 +91,9 @@ class WorkloadRecommendation(BaseModel):
     namespace: str
     workload: str
     container: str
+    kind: str | None = Field(
+        None, description="Workload kind (Deployment, StatefulSet, DaemonSet, CronJob, Job, Pod) where the source says."
+    )
     cpu: ResourceRecommendation | None = Field(description="None when the history has no CPU samples.")
     memory: ResourceRecommendation | None = Field(description="None when the history has no memory samples.")
     current: CurrentResources = CurrentResources()

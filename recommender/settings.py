@@ -197,6 +197,12 @@ class ServeSettings(BaseModel):
     tls_poll_seconds: float = Field(
         10.0, gt=0, description="How often the certificate and key files are checked for a change, seconds (cert-manager rotates them in place)."
     )
+    stale_model_age_seconds: int = Field(
+        2 * SECONDS_PER_DAY,
+        gt=0,
+        description="The dashboard and /api/v1/status call a model stale when its decision time is older than this, "
+        "seconds (a daily training run has then been missed).",
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServeSettings:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from models.store import ModelStore
 from recommender import __version__
@@ -23,7 +24,7 @@ from recommender.errors import RecommenderError
 from recommender.settings import Settings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
-from serving.routes import extender, health, metrics, nodes, recommendations, webhook
+from serving.routes import dashboard, extender, health, metrics, nodes, recommendations, webhook
 from serving.routes.auth import authenticators
 from serving.state import ServiceState
 from serving.tls import CertificateReloader
@@ -108,13 +109,19 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     app.state.settings = settings
     app.state.metrics = app_metrics
     app.state.authenticators = authenticators(settings.auth)
+    app.state.overview_cache = dashboard.OverviewCache()
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, error: RecommenderError) -> JSONResponse:
         body: dict[str, Any] = {"error": type(error).__name__, "detail": str(error)}
         return JSONResponse(status_code=error.http_status, content=body)
 
-    for router in (health.router, metrics.router, recommendations.router, nodes.router, webhook.router, extender.router):
+    for router in (
+        health.router, metrics.router, recommendations.router, nodes.router, dashboard.router, dashboard.root,
+        webhook.router, extender.router,
+    ):
         app.include_router(router)
+    # The dashboard is public static files; every piece of data it shows comes from /api/v1 under its token.
+    app.mount("/ui", StaticFiles(directory=dashboard.STATIC_DIR, html=True), name="ui")
     app.add_middleware(LatencyMiddleware, metrics=app_metrics)
     return app

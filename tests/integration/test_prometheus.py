@@ -155,6 +155,9 @@ def test_prometheus_and_file_give_the_same_recommendations(cluster: Cluster, cli
                 a, b = expected[resource][field], got[resource][field]
                 assert abs(bucket(a / 1.15, first) - bucket(b / 1.15, first)) <= 1, (key, resource, field, a, b)
         assert got["current"]["memory_limit_bytes"] == pytest.approx(expected["current"]["memory_limit_bytes"])
+        assert got["kind"] == cluster.kinds[key[:2]] and expected["kind"] is None  # files carry no owner kinds
+        assert got["history"]["oom_kills"] == expected["history"]["oom_kills"]
+    assert sum(r["history"]["oom_kills"] for r in shown["prom"].values()) == 1
     manifest = json.loads(next((tmp_path / "prom" / "versions").iterdir()).joinpath("manifest.json").read_text())
     assert manifest["source"] == cluster.server.url
     assert manifest["read_metrics"]["queries"] <= 13

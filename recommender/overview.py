@@ -1,0 +1,167 @@
+"""The dashboard's overview of a model version: each workload container's current request against our
+recommendation, what it risks (usage above its request, OOM kills, throttling), and totals per namespace and cluster.
+
+Values are per replica (one pod), as requests are. The current request is the container's request, or its limit
+where only a limit is set (Kubernetes then defaults the request to the limit). The QoS class is the Kubernetes one
+of the workload's pods, computed over all its containers, mapped to Koordinator's default (Guaranteed -> LSR,
+Burstable -> LS, BestEffort -> BE), and the priority class is Koordinator's default for that QoS class; both are
+what Koordinator assumes when the pods carry no labels.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from recommender.koordinator import default_priority_class, kubernetes_qos, koordinator_qos
+from recommender.resources import RecommendationSet, ResourceRecommendation, WorkloadRecommendation
+
+
+class ResourceComparison(BaseModel):
+    """One resource of one container: what it asks for now against what we recommend."""
+
+    current_request: float | None = Field(description="Request, or the limit where only a limit is set; None if neither.")
+    recommended: float | None = Field(description="Recommended request (target); None without samples.")
+    difference: float | None = Field(
+        description="current_request - recommended: positive is what would be freed, negative what is missing."
+    )
+    usage_above_request_fraction: float | None = Field(
+        description="Share of the last day's usage steps above the current request; None without both."
+    )
+
+
+class WorkloadSummary(BaseModel):
+    """One row of the overview."""
+
+    namespace: str
+    workload: str
+    container: str
+    kind: str | None
+    kubernetes_qos: str = Field(description="Guaranteed, Burstable or BestEffort, over the workload's containers.")
+    qos_class: str = Field(description="Koordinator's default QoS class for it (LSR, LS, BE).")
+    priority_class: str = Field(description="Koordinator's default priority class for that QoS (koord-prod, koord-batch).")
+    pods: int
+    last_sample: int | None
+    cpu_cores: ResourceComparison
+    memory_bytes: ResourceComparison
+    oom_kills: int
+    cpu_throttled_fraction: float | None
+    risks: list[str] = Field(description="Why the workload may be short of resources, most serious first; empty if none.")
+
+
+class Totals(BaseModel):
+    """Sums over containers that have both a current request and a recommendation, per resource."""
+
+    containers: int
+    at_risk: int = Field(description="Containers with at least one risk.")
+    cpu_request_cores: float
+    cpu_recommended_cores: float
+    cpu_difference_cores: float
+    memory_request_bytes: float
+    memory_recommended_bytes: float
+    memory_difference_bytes: float
+
+
+class Overview(BaseModel):
+    as_of: int
+    cluster: Totals
+    namespaces: dict[str, Totals]
+    workloads: list[WorkloadSummary]
+
+
+def _current(rec: WorkloadRecommendation, resource: str) -> float | None:
+    current = rec.current
+    if resource == "cpu":
+        return current.cpu_request_cores if current.cpu_request_cores is not None else current.cpu_limit_cores
+    return current.memory_request_bytes if current.memory_request_bytes is not None else current.memory_limit_bytes
+
+
+def _comparison(learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None]) -> ResourceComparison:
+    seen = [v for v in recent if v is not None]
+    return ResourceComparison(
+        current_request=request,
+        recommended=None if learned is None else learned.target,
+        difference=None if learned is None or request is None else request - learned.target,
+        usage_above_request_fraction=None if request is None or not seen else sum(v > request for v in seen) / len(seen),
+    )
+
+
+def _resources(rec: WorkloadRecommendation) -> dict[str, dict[str, float]]:
+    """The container's resources as a pod spec has them (numbers are valid quantities)."""
+    current = rec.current
+    requests = {"cpu": current.cpu_request_cores, "memory": current.memory_request_bytes}
+    limits = {"cpu": current.cpu_limit_cores, "memory": current.memory_limit_bytes}
+    return {
+        "requests": {k: v for k, v in requests.items() if v is not None},
+        "limits": {k: v for k, v in limits.items() if v is not None},
+    }
+
+
+def _risks(oom_kills: int, cpu: ResourceComparison, memory: ResourceComparison, throttled: float | None) -> list[str]:
+    risks = []
+    if oom_kills:
+        risks.append(f"{oom_kills} OOM kill{'s' if oom_kills > 1 else ''}")
+    if memory.usage_above_request_fraction:
+        risks.append(f"memory above request {memory.usage_above_request_fraction:.0%} of the last day")
+    if throttled:
+        risks.append(f"CPU throttled in {throttled:.0%} of periods")
+    if cpu.usage_above_request_fraction:
+        risks.append(f"CPU above request {cpu.usage_above_request_fraction:.0%} of the last day")
+    for name, comparison in (("memory", memory), ("CPU", cpu)):
+        if comparison.difference is not None and comparison.difference < 0:
+            risks.append(f"{name} request below the recommendation")
+    return risks
+
+
+def _summary(rec: WorkloadRecommendation, qos: str) -> WorkloadSummary:
+    history = rec.history
+    cpu = _comparison(rec.cpu, _current(rec, "cpu"), history.recent_cpu_cores if history else [])
+    memory = _comparison(rec.memory, _current(rec, "memory"), history.recent_memory_bytes if history else [])
+    oom_kills = history.oom_kills if history else 0
+    koordinator = koordinator_qos(qos)
+    return WorkloadSummary(
+        namespace=rec.namespace, workload=rec.workload, container=rec.container, kind=rec.kind,
+        kubernetes_qos=qos, qos_class=koordinator, priority_class=default_priority_class(koordinator),
+        pods=history.pods if history else 0, last_sample=history.last_sample if history else None,
+        cpu_cores=cpu, memory_bytes=memory, oom_kills=oom_kills, cpu_throttled_fraction=rec.current.cpu_throttled_fraction,
+        risks=_risks(oom_kills, cpu, memory, rec.current.cpu_throttled_fraction),
+    )
+
+
+def _totals(rows: Sequence[WorkloadSummary]) -> Totals:
+    sums: dict[str, float] = defaultdict(float)
+    for row in rows:
+        for resource, comparison in (("cpu", row.cpu_cores), ("memory", row.memory_bytes)):
+            if comparison.current_request is not None and comparison.recommended is not None:
+                sums[f"{resource}_request"] += comparison.current_request
+                sums[f"{resource}_recommended"] += comparison.recommended
+    return Totals(
+        containers=len(rows),
+        at_risk=sum(bool(row.risks) for row in rows),
+        cpu_request_cores=sums["cpu_request"],
+        cpu_recommended_cores=sums["cpu_recommended"],
+        cpu_difference_cores=sums["cpu_request"] - sums["cpu_recommended"],
+        memory_request_bytes=sums["memory_request"],
+        memory_recommended_bytes=sums["memory_recommended"],
+        memory_difference_bytes=sums["memory_request"] - sums["memory_recommended"],
+    )
+
+
+def overview(recommendations: RecommendationSet) -> Overview:
+    """Every container's comparison and risks, and the totals per namespace and for the whole set."""
+    pods: dict[tuple[str, str], list[dict[str, dict[str, dict[str, float]]]]] = defaultdict(list)
+    for rec in recommendations.recommendations:
+        pods[(rec.namespace, rec.workload)].append({"resources": _resources(rec)})
+    qos = {key: kubernetes_qos({"spec": {"containers": containers}}) for key, containers in pods.items()}
+    rows = [_summary(rec, qos[(rec.namespace, rec.workload)]) for rec in recommendations.recommendations]
+    per_namespace: dict[str, list[WorkloadSummary]] = defaultdict(list)
+    for row in rows:
+        per_namespace[row.namespace].append(row)
+    return Overview(
+        as_of=recommendations.as_of,
+        cluster=_totals(rows),
+        namespaces={namespace: _totals(part) for namespace, part in sorted(per_namespace.items())},
+        workloads=rows,
+    )
