@@ -64,6 +64,31 @@ def test_oom_events_raise_memory() -> None:
     assert bumped.target > plain.target * 1.15
 
 
+def test_oom_kills_are_counted_per_container_and_continued() -> None:
+    usage = make_usage(workloads=2, pods=1, days=2)
+    end = int(usage["timestamp"].max())
+    kill = {"namespace": "ns", "workload": "w0", "pod": "w0-p0", "container": "main"}
+    model = WorkloadRecommender().fit(usage, oom_events=pd.DataFrame([{"timestamp": end - 600, **kill}, {"timestamp": end, **kill}]))
+    counts = {r.workload: r.history.oom_kills for r in model.predict().recommendations if r.history}
+    assert counts == {"w0": 2, "w1": 0}
+    later = make_usage(workloads=2, pods=1, days=0.5, start=end + 300)
+    model.partial_fit(later, oom_events=pd.DataFrame([{"timestamp": end + 600, **kill}]))
+    assert {r.workload: r.history.oom_kills for r in model.predict().recommendations if r.history} == {"w0": 3, "w1": 0}
+
+
+def test_selected_lines_carry_their_backtest_quality() -> None:
+    line = WorkloadRecommender().fit(make_usage(workloads=1, pods=1, days=10)).predict().recommendations[0].cpu
+    assert line is not None and line.models is not None
+    assert set(line.models.quality) == {"target", "short_term", "long_term"}
+    for quality in line.models.quality.values():
+        assert quality.cost is not None and quality.cost >= 0
+        # The selection picks the lowest cost, so no other candidate did better.
+        assert quality.next_best_cost is not None and quality.next_best_cost >= quality.cost
+        assert 0.8 <= quality.calibration_factor <= 1.25
+    # The cost in the model's name is the same figure, rounded.
+    assert f"cost={line.models.quality['short_term'].cost:.3g}" in line.models.short_term
+
+
 @pytest.mark.parametrize(
     "estimator", [DecayingHistogram(), SeasonalMaxReservation(), PercentileReservation(), WorkloadRecommender()]
 )

@@ -1,0 +1,623 @@
+// The koord-recommender dashboard: plain JavaScript over the service's own REST API (/api/v1), no build step.
+// Views (by URL hash): #/ overview, #/workload/<namespace>/<workload>, #/nodes, #/node/<node>.
+"use strict";
+
+const TOKEN_KEY = "koord-recommender.token";
+// The API sits beside /ui wherever the service is mounted (also behind a path-prefix proxy).
+const API_BASE = location.pathname.replace(/\/ui(\/.*)?$/, "") + "/api/v1/";
+const COLORS = { limit: "#8c8c8c", usage: "#d62728", short: "#08306b", long: "#6baed6", target: "#2ca02c", request: "#5f6b7a" };
+const HOUR = 3600;
+const view = document.getElementById("view");
+
+// ---- REST ---------------------------------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, detail) {
+    super(detail);
+    this.status = status;
+  }
+}
+
+function path(...segments) {
+  return segments.map(encodeURIComponent).join("/");
+}
+
+async function api(relative) {
+  const headers = { Accept: "application/json" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = "Bearer " + token;
+  let response;
+  try {
+    response = await fetch(API_BASE + relative, { headers, cache: "no-cache" });
+  } catch (error) {
+    throw new ApiError(0, "cannot reach the service (" + error.message + ")");
+  }
+  if (!response.ok) {
+    let detail = response.statusText;
+    try {
+      const body = await response.json();
+      detail = body.detail || body.error || detail;
+    } catch (_) { /* not JSON: keep the status text */ }
+    throw new ApiError(response.status, typeof detail === "string" ? detail : JSON.stringify(detail));
+  }
+  return response.json();
+}
+
+// ---- small helpers ------------------------------------------------------------------------------------------------
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function state(kind, ...message) {
+  return el("div", { class: "state", "data-kind": kind, "data-testid": "state-" + kind }, ...message);
+}
+
+const GIB = 1024 ** 3, MIB = 1024 ** 2;
+const fmt = {
+  cpu: (v) => (v === null || v === undefined ? "–" : Math.abs(v) < 1 ? Math.round(v * 1000) + "m" : v.toFixed(2)),
+  memory: (v) => (v === null || v === undefined ? "–" : Math.abs(v) >= GIB ? (v / GIB).toFixed(2) + " Gi" : (v / MIB).toFixed(0) + " Mi"),
+  percent: (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(0) + " %"),
+  cost: (v) => (v === null || v === undefined ? "not backtested" : v.toPrecision(3)),
+  time: (t) => new Date(t * 1000).toISOString().replace("T", " ").replace(/:\d\d\.\d+Z$/, " UTC"),
+  age: (seconds) => (seconds < 2 * 86400 ? (seconds / HOUR).toFixed(0) + " h" : (seconds / 86400).toFixed(0) + " days"),
+};
+const unitOf = { cpu: "cores", memory: "bytes" };
+
+function signed(format, v) {
+  if (v === null || v === undefined) return el("span", { class: "muted" }, "–");
+  const text = (v > 0 ? "−" : "+") + format(Math.abs(v));
+  return el("span", { class: v > 0 ? "saving" : v < 0 ? "missing" : "", title: v > 0 ? "would be freed" : "missing" }, text);
+}
+
+// Kubernetes quantities as the service writes them (recommender/units.py): CPU rounded up to whole milli-cores,
+// memory rounded up to whole MiB (Gi when a whole number of GiB).
+function cpuQuantity(cores) {
+  const milli = Math.ceil(Number((cores * 1000).toFixed(6)));
+  return milli % 1000 ? milli + "m" : String(milli / 1000);
+}
+function memoryQuantity(bytes) {
+  if (bytes < MIB) return String(Math.ceil(bytes));
+  const mebibytes = Math.ceil(bytes / MIB);
+  return mebibytes % 1024 ? mebibytes + "Mi" : mebibytes / 1024 + "Gi";
+}
+
+// ---- model status, token, errors ----------------------------------------------------------------------------------
+
+const statusBadge = document.getElementById("model-status");
+const banner = document.getElementById("banner");
+
+async function refreshStatus() {
+  banner.hidden = true;
+  try {
+    const status = await api("status");
+    statusBadge.dataset.state = status.stale ? "stale" : "fresh";
+    statusBadge.textContent = `model ${status.version} · ${fmt.age(status.age_seconds)} old`;
+    statusBadge.title = `source ${status.source}; data ${fmt.time(status.data_window.first_sample)} – ${fmt.time(status.data_window.last_sample)}`;
+    if (status.stale) {
+      banner.hidden = false;
+      banner.dataset.kind = "stale";
+      banner.dataset.testid = "stale-banner";
+      banner.textContent = `Stale model: these recommendations were made for ${fmt.time(status.as_of)}, ` +
+        `${fmt.age(status.age_seconds)} ago (more than ${fmt.age(status.stale_after_seconds)}). ` +
+        "Check that training runs (recommender train, the training CronJob).";
+    }
+    return status;
+  } catch (error) {
+    statusBadge.dataset.state = "error";
+    statusBadge.textContent = error.status === 401 ? "token needed" : error.status === 503 ? "no model" : "status unavailable";
+    return null;
+  }
+}
+
+const tokenForm = document.getElementById("token-form");
+const tokenInput = document.getElementById("token-input");
+document.getElementById("token-button").addEventListener("click", () => {
+  tokenForm.hidden = !tokenForm.hidden;
+  if (!tokenForm.hidden) tokenInput.focus();
+});
+tokenForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, tokenInput.value.trim());
+  tokenInput.value = "";
+  tokenForm.hidden = true;
+  render();
+});
+document.getElementById("token-clear").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  render();
+});
+
+function errorState(error) {
+  if (error.status === 401) {
+    tokenForm.hidden = false;
+    const had = sessionStorage.getItem(TOKEN_KEY);
+    return state("unauthorized", el("strong", {}, had ? "The token was refused." : "This service needs a bearer token."),
+      " Enter one above (a token from the token file, or a Kubernetes ServiceAccount token when TokenReview is on).");
+  }
+  if (error.status === 503) {
+    return state("no-model", el("strong", {}, "No model version is loaded yet. "),
+      "Train one (", el("code", {}, "recommender train --input usage.csv --store model-store"),
+      ") and the service picks it up within seconds. ", el("span", { class: "muted" }, error.message));
+  }
+  if (error.status === 404) return state("not-found", el("strong", {}, "Not found: "), error.message);
+  return state("error", el("strong", {}, error.status ? `Error ${error.status}: ` : "Error: "), error.message);
+}
+
+// ---- the chart ----------------------------------------------------------------------------------------------------
+
+// Series: {label, color, points: [[hours from as_of, value|null], ...], width, dash, step}. Draws an SVG with hours
+// on x (0 = the decision time: observed before, forecast after) and the value on y, plus a hover readout.
+function chart(title, format, series, { unitLabel = "" } = {}) {
+  const width = 640, height = 250, left = 62, right = 12, top = 12, bottom = 32;
+  const drawn = series.filter((s) => s.points.some(([, y]) => y !== null && y !== undefined));
+  const xs = drawn.flatMap((s) => s.points.map(([x]) => x));
+  const ys = drawn.flatMap((s) => s.points.map(([, y]) => y)).filter((y) => y !== null && y !== undefined);
+  const box = el("div", { class: "chart", "data-testid": "chart" }, el("h3", {}, title));
+  if (!ys.length) {
+    box.append(state("no-data", "No samples for this resource."));
+    return box;
+  }
+  const xMin = Math.min(...xs, 0), xMax = Math.max(...xs, 1);
+  const yMax = Math.max(...ys) * 1.08 || 1;
+  const sx = (x) => left + ((x - xMin) / (xMax - xMin)) * (width - left - right);
+  const sy = (y) => top + (1 - y / yMax) * (height - top - bottom);
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", title);
+  const add = (tag, attributes, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    svg.append(node);
+    return node;
+  };
+  for (let i = 0; i <= 4; i++) {
+    const y = (yMax * i) / 4;
+    add("line", { class: "grid", x1: left, x2: width - right, y1: sy(y), y2: sy(y) });
+    add("text", { x: left - 6, y: sy(y) + 4, "text-anchor": "end" }, format(y));
+  }
+  const tickStep = xMax - xMin > 48 ? 12 : 6;
+  for (let x = Math.ceil(xMin / tickStep) * tickStep; x <= xMax; x += tickStep) {
+    add("line", { class: "grid", x1: sx(x), x2: sx(x), y1: top, y2: height - bottom });
+    add("text", { x: sx(x), y: height - bottom + 14, "text-anchor": "middle" }, x === 0 ? "now" : (x > 0 ? "+" : "") + x + " h");
+  }
+  add("line", { class: "axis", x1: left, x2: width - right, y1: height - bottom, y2: height - bottom });
+  add("line", { class: "now", x1: sx(0), x2: sx(0), y1: top, y2: height - bottom });
+  add("text", { x: width - right, y: height - 4, "text-anchor": "end" }, "hours from the decision time " + unitLabel);
+  for (const s of drawn) {
+    let d = "", pen = false, previous = null;
+    for (const [x, y] of s.points) {
+      if (y === null || y === undefined) { pen = false; continue; }
+      if (!pen) d += `M${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
+      else if (s.step) d += `H${sx(x).toFixed(1)}V${sy(y).toFixed(1)}`;
+      else d += `L${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
+      pen = true;
+      previous = y;
+    }
+    const line = add("path", { d, fill: "none", stroke: s.color, "stroke-width": s.width || 1.6, "data-series": s.key });
+    if (s.dash) line.setAttribute("stroke-dasharray", s.dash);
+    if (s.marker) add("circle", { cx: sx(s.marker[0]), cy: sy(s.marker[1]), r: 4, fill: s.color, "data-series": s.key + "-marker" });
+  }
+  const cursor = add("line", { class: "axis", x1: 0, x2: 0, y1: top, y2: height - bottom, visibility: "hidden" });
+  const readout = el("div", { class: "muted readout" }, "\u00a0");
+  svg.addEventListener("mousemove", (event) => {
+    const bounds = svg.getBoundingClientRect();
+    const x = xMin + ((event.clientX - bounds.left) / bounds.width * width - left) / (width - left - right) * (xMax - xMin);
+    if (x < xMin || x > xMax) return;
+    cursor.setAttribute("x1", sx(x));
+    cursor.setAttribute("x2", sx(x));
+    cursor.setAttribute("visibility", "visible");
+    const parts = drawn.map((s) => {
+      let best = null;
+      for (const [px, py] of s.points) if (px <= x + 1e-9 && py !== null && py !== undefined) best = py;
+      return best === null ? null : `${s.label} ${format(best)}`;
+    }).filter(Boolean);
+    readout.textContent = `${x >= 0 ? "+" : ""}${x.toFixed(1)} h: ${parts.join(" · ")}`;
+  });
+  box.append(svg, el("div", { class: "legend" },
+    drawn.map((s) => el("span", {}, el("i", { style: `background:${s.color}` }), s.label))), readout);
+  return box;
+}
+
+function flat(label, key, color, value, x0, x1, extra = {}) {
+  return { label, key, color, points: value === null || value === undefined ? [] : [[x0, value], [x1, value]], ...extra };
+}
+
+function timeline(values, startHours, stepHours) {
+  return (values || []).map((v, i) => [startHours + i * stepHours, v]);
+}
+
+// ---- overview -----------------------------------------------------------------------------------------------------
+
+const filters = { namespace: "", kind: "", qos: "", priority: "", q: "", sort: "cpu", risky: false };
+
+function readFilters() {
+  const query = new URLSearchParams(location.hash.split("?")[1] || "");
+  for (const key of Object.keys(filters)) {
+    if (key === "risky") filters.risky = query.get("risky") === "1";
+    else filters[key] = query.get(key) || (key === "sort" ? "cpu" : "");
+  }
+}
+
+function writeFilters() {
+  const query = new URLSearchParams();
+  for (const [key, value] of Object.entries(filters)) {
+    if (key === "risky" ? value : value && !(key === "sort" && value === "cpu")) query.set(key, key === "risky" ? "1" : value);
+  }
+  const text = query.toString();
+  history.replaceState(null, "", "#/" + (text ? "?" + text : ""));
+}
+
+const SORTS = {
+  cpu: (a, b) => (b.cpu_cores.difference ?? -Infinity) - (a.cpu_cores.difference ?? -Infinity),
+  memory: (a, b) => (b.memory_bytes.difference ?? -Infinity) - (a.memory_bytes.difference ?? -Infinity),
+  // Most serious first: OOM kills, then memory above its request, throttling, CPU above its request, count of risks.
+  risk: (a, b) => (b.oom_kills - a.oom_kills)
+    || ((b.memory_bytes.usage_above_request_fraction || 0) - (a.memory_bytes.usage_above_request_fraction || 0))
+    || ((b.cpu_throttled_fraction || 0) - (a.cpu_throttled_fraction || 0))
+    || ((b.cpu_cores.usage_above_request_fraction || 0) - (a.cpu_cores.usage_above_request_fraction || 0))
+    || (b.risks.length - a.risks.length),
+  name: (a, b) => `${a.namespace}/${a.workload}/${a.container}`.localeCompare(`${b.namespace}/${b.workload}/${b.container}`),
+};
+
+function matches(row) {
+  const q = filters.q.toLowerCase();
+  return (!filters.namespace || row.namespace === filters.namespace)
+    && (!filters.kind || (row.kind || "unknown") === filters.kind)
+    && (!filters.qos || row.qos_class === filters.qos)
+    && (!filters.priority || row.priority_class === filters.priority)
+    && (!filters.risky || row.risks.length > 0)
+    && (!q || `${row.namespace}/${row.workload}/${row.container}`.toLowerCase().includes(q));
+}
+
+function totalsCards(totals, title) {
+  return el("div", { class: "cards", "data-testid": "totals" },
+    el("div", { class: "card" }, el("div", { class: "label" }, `${title}: CPU requested → recommended`),
+      el("div", { class: "value" }, `${fmt.cpu(totals.cpu_request_cores)} → ${fmt.cpu(totals.cpu_recommended_cores)} cores`),
+      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_difference_cores), " cores per replica")),
+    el("div", { class: "card" }, el("div", { class: "label" }, `${title}: memory requested → recommended`),
+      el("div", { class: "value" }, `${fmt.memory(totals.memory_request_bytes)} → ${fmt.memory(totals.memory_recommended_bytes)}`),
+      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_difference_bytes), " per replica")),
+    el("div", { class: "card" }, el("div", { class: "label" }, "containers"),
+      el("div", { class: "value" }, totals.containers),
+      el("div", { class: "detail" }, `${totals.at_risk} at risk`)));
+}
+
+function select(name, label, values, current) {
+  return el("label", {}, label, el("select", { name, "data-filter": name },
+    el("option", { value: "" }, "all"),
+    values.map((v) => el("option", { value: v, selected: v === current }, v))));
+}
+
+async function renderOverview() {
+  readFilters();
+  const data = await api("overview");
+  const rows = data.workloads;
+  if (!rows.length) return [state("no-data", "The loaded model version has no workloads.")];
+  const distinct = (f) => [...new Set(rows.map(f))].sort();
+  const body = el("tbody", { "data-testid": "workload-rows" });
+  const count = el("span", { class: "muted", "data-testid": "row-count" });
+  const fill = () => {
+    const shown = rows.filter(matches).sort(SORTS[filters.sort] || SORTS.cpu);
+    count.textContent = `${shown.length} of ${rows.length} containers`;
+    body.replaceChildren(...(shown.length ? shown.map(overviewRow)
+      : [el("tr", {}, el("td", { colspan: 8 }, state("no-match", "No workload matches these filters.")))]));
+  };
+  const controls = el("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
+    el("label", {}, "search", el("input", { type: "search", name: "q", value: filters.q, placeholder: "namespace/workload/container", "data-filter": "q" })),
+    select("namespace", "namespace", distinct((r) => r.namespace), filters.namespace),
+    select("kind", "kind", distinct((r) => r.kind || "unknown"), filters.kind),
+    select("qos", "QoS class", distinct((r) => r.qos_class), filters.qos),
+    select("priority", "priority class", distinct((r) => r.priority_class), filters.priority),
+    el("label", {}, "sort by", el("select", { name: "sort", "data-filter": "sort" },
+      [["cpu", "CPU savings"], ["memory", "memory savings"], ["risk", "risk"], ["name", "name"]].map(([v, text]) =>
+        el("option", { value: v, selected: v === filters.sort }, text)))),
+    el("label", {}, "at risk only", el("input", { type: "checkbox", name: "risky", checked: filters.risky, "data-filter": "risky" })),
+    count);
+  controls.addEventListener("input", (event) => {
+    const key = event.target.dataset.filter;
+    if (!key) return;
+    filters[key] = event.target.type === "checkbox" ? event.target.checked : event.target.value;
+    writeFilters();
+    fill();
+  });
+  fill();
+  const namespaces = Object.entries(data.namespaces);
+  return [
+    el("h1", {}, "Workloads: current requests against recommendations"),
+    totalsCards(data.cluster, "cluster"),
+    el("p", { class: "muted" }, "Per replica. The current request is the container's request, or its limit where only a limit " +
+      "is set; green is what would be freed, red what is missing. Recommendations made for " + fmt.time(data.as_of) + "."),
+    el("details", { open: namespaces.length > 1 },
+      el("summary", {}, `${namespaces.length} namespace${namespaces.length > 1 ? "s" : ""}`),
+      el("table", { "data-testid": "namespaces" },
+        el("thead", {}, el("tr", {}, ["namespace", "containers", "at risk", "CPU requested", "CPU recommended", "CPU difference",
+          "memory requested", "memory recommended", "memory difference"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
+        el("tbody", {}, namespaces.map(([name, t]) => el("tr", {},
+          el("td", {}, el("a", { href: "#/?namespace=" + encodeURIComponent(name) }, name)),
+          el("td", { class: "num" }, t.containers), el("td", { class: "num" }, t.at_risk),
+          el("td", { class: "num" }, fmt.cpu(t.cpu_request_cores)), el("td", { class: "num" }, fmt.cpu(t.cpu_recommended_cores)),
+          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_difference_cores)),
+          el("td", { class: "num" }, fmt.memory(t.memory_request_bytes)), el("td", { class: "num" }, fmt.memory(t.memory_recommended_bytes)),
+          el("td", { class: "num" }, signed(fmt.memory, t.memory_difference_bytes))))))),
+    el("h2", {}, "Containers"),
+    controls,
+    el("table", { "data-testid": "workloads" },
+      el("thead", {}, el("tr", {}, ["workload", "container", "kind", "QoS / priority", "CPU request → recommended",
+        "CPU freed", "memory request → recommended", "memory freed", "risks"].map((h, i) =>
+        el("th", { class: [4, 5, 6, 7].includes(i) ? "num" : "" }, h)))),
+      body),
+  ];
+}
+
+function overviewRow(row) {
+  const link = "#/workload/" + path(row.namespace, row.workload);
+  return el("tr", { "data-workload": `${row.namespace}/${row.workload}/${row.container}` },
+    el("td", {}, el("a", { href: link }, `${row.namespace}/${row.workload}`)),
+    el("td", {}, row.container),
+    el("td", {}, row.kind || el("span", { class: "muted" }, "unknown")),
+    el("td", {}, el("span", { class: "tag" }, row.qos_class), el("span", { class: "tag" }, row.priority_class)),
+    el("td", { class: "num" }, `${fmt.cpu(row.cpu_cores.current_request)} → ${fmt.cpu(row.cpu_cores.recommended)}`),
+    el("td", { class: "num" }, signed(fmt.cpu, row.cpu_cores.difference)),
+    el("td", { class: "num" }, `${fmt.memory(row.memory_bytes.current_request)} → ${fmt.memory(row.memory_bytes.recommended)}`),
+    el("td", { class: "num" }, signed(fmt.memory, row.memory_bytes.difference)),
+    el("td", {}, row.risks.map((r) => el("span", { class: "risk" }, r))));
+}
+
+// ---- workload page ------------------------------------------------------------------------------------------------
+
+function resourceChart(kind, rec, lines, stepHours) {
+  const learned = rec[kind];
+  const own = lines[kind === "cpu" ? "cpu_cores" : "memory_bytes"];
+  const format = fmt[kind];
+  const title = kind === "cpu" ? "CPU (cores)" : "memory";
+  if (!learned || !own) return chart(title, format, []);
+  const past = own.usage.length * stepHours;
+  const ahead = learned.short_term.length * stepHours;
+  const current = kind === "cpu" ? rec.current.cpu_request_cores : rec.current.memory_request_bytes;
+  const peakAt = (learned.peak.at - lines.as_of) / HOUR;
+  // Drawn wide and light first, so a narrow line on the same value stays visible on top.
+  return chart(`${title} of ${rec.container}`, format, [
+    flat("limit", "limit", COLORS.limit, own.limit, -past, ahead, { width: 2.5 }),
+    flat("long-term reservation", "long_term", COLORS.long, learned.long_term, 0, ahead, { width: 3 }),
+    { label: "usage", key: "usage", color: COLORS.usage, points: timeline(own.usage, -past, stepHours) },
+    { label: "short-term reservation", key: "short_term", color: COLORS.short, step: true, marker: [peakAt, learned.peak.value],
+      points: [...timeline(learned.short_term, 0, stepHours), [ahead, learned.short_term[learned.short_term.length - 1]]] },
+    flat("recommended request", "target", COLORS.target, learned.target, 0, ahead, { dash: "6 4" }),
+    flat("current request", "request", COLORS.request, current, -past, ahead, { dash: "2 3", width: 1.2 }),
+  ]);
+}
+
+function recommendationTable(rec) {
+  const rows = [
+    ["current request (the limit where none is set)", (r) => r === "cpu" ? rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores
+      : rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes],
+    ["current limit", (r) => r === "cpu" ? rec.current.cpu_limit_cores : rec.current.memory_limit_bytes],
+    ["recommended request (target)", (r) => rec[r]?.target],
+    ["lower bound", (r) => rec[r]?.lower_bound],
+    ["upper bound", (r) => rec[r]?.upper_bound],
+    ["uncapped target", (r) => rec[r]?.uncapped_target],
+    ["long-term reservation", (r) => rec[r]?.long_term],
+    ["forecast peak", (r) => rec[r]?.peak.value],
+  ];
+  const peakTime = (r) => rec[r] ? " at " + fmt.time(rec[r].peak.at) : "";
+  return el("table", { "data-testid": "recommendation" },
+    el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"))),
+    el("tbody", {}, rows.map(([label, value]) => el("tr", {}, el("td", {}, label),
+      el("td", { class: "num" }, fmt.cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
+      el("td", { class: "num" }, fmt.memory(value("memory")), label === "forecast peak" ? peakTime("memory") : "")))));
+}
+
+function modelsTable(rec) {
+  const lineNames = { target: "request (target)", short_term: "short-term reservation", long_term: "long-term reservation", peak: "peak" };
+  const body = [];
+  for (const resource of ["cpu", "memory"]) {
+    const models = rec[resource]?.models;
+    if (!models) continue;
+    for (const [line, label] of Object.entries(lineNames)) {
+      const quality = (models.quality || {})[line];
+      body.push(el("tr", {}, el("td", {}, resource), el("td", {}, label),
+        el("td", {}, el("code", {}, models[line].replace(/ cost=.*$/, ""))),
+        el("td", { class: "num" }, quality ? fmt.cost(quality.cost) : el("span", { class: "muted" }, "rule")),
+        el("td", { class: "num" }, quality ? fmt.cost(quality.next_best_cost) : ""),
+        el("td", { class: "num" }, quality ? "×" + quality.calibration_factor.toFixed(2) : "")));
+    }
+  }
+  if (!body.length) return state("no-data", "This version does not record which models drew the lines.");
+  return el("table", { "data-testid": "models" },
+    el("thead", {}, el("tr", {}, ["resource", "line", "chosen model", "backtest cost", "best other", "calibration"].map((h, i) =>
+      el("th", { class: i > 2 ? "num" : "" }, h)))),
+    el("tbody", {}, body));
+}
+
+function yamlSnippet(namespace, workload, kind, recs, version) {
+  const lines = [
+    `# ${namespace}/${workload}: resources recommended by koord-recommender (model ${version}), per container.`,
+    "# Limits, where set, are scaled by recommended / current request, as VPA does.",
+    `# kubectl -n ${namespace} edit ${kind ? kind.toLowerCase() : "<kind>"} ${workload}`,
+    "spec:", "  template:", "    spec:", "      containers:",
+  ];
+  for (const rec of recs) {
+    lines.push(`        - name: ${rec.container}`, "          resources:", "            requests:");
+    if (rec.cpu) lines.push(`              cpu: ${cpuQuantity(rec.cpu.target)}`);
+    if (rec.memory) lines.push(`              memory: ${memoryQuantity(rec.memory.target)}`);
+    const limits = [];
+    for (const [name, learned, request, limit, quantity] of [
+      ["cpu", rec.cpu, rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores, rec.current.cpu_limit_cores, cpuQuantity],
+      ["memory", rec.memory, rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes, rec.current.memory_limit_bytes, memoryQuantity],
+    ]) {
+      if (learned && limit && request) limits.push(`              ${name}: ${quantity(limit * learned.target / request)}`);
+    }
+    if (limits.length) lines.push("            limits:", ...limits);
+  }
+  return lines.join("\n") + "\n";
+}
+
+async function renderWorkload(namespace, workload) {
+  const [recs, overview, status] = await Promise.all([
+    api("recommendations/" + path(namespace, workload)),
+    api("overview"),
+    api("status"),
+  ]);
+  const lines = await Promise.all(recs.map((r) => api("recommendations/" + path(namespace, workload, r.container) + "/lines")));
+  const rows = Object.fromEntries(overview.workloads.filter((w) => w.namespace === namespace && w.workload === workload)
+    .map((w) => [w.container, w]));
+  const kind = recs[0].kind;
+  const sections = [
+    el("p", {}, el("a", { href: "#/" }, "← all workloads")),
+    el("h1", {}, `${namespace}/${workload}`),
+  ];
+  recs.forEach((rec, i) => {
+    const own = lines[i], row = rows[rec.container];
+    const stepHours = own.step_seconds / HOUR;
+    sections.push(
+      el("h2", {}, "container ", el("code", {}, rec.container), " ",
+        row ? [el("span", { class: "tag" }, rec.kind || "kind unknown"), el("span", { class: "tag" }, row.qos_class),
+          el("span", { class: "tag" }, row.priority_class)] : null),
+      row && row.risks.length ? el("p", {}, row.risks.map((r) => el("span", { class: "risk" }, r))) : null,
+      el("p", { class: "muted" }, `Learned from ${rec.history ? rec.history.pods + " pods, " + rec.history.samples + " samples, " +
+        fmt.time(rec.history.first_sample) + " – " + fmt.time(rec.history.last_sample) : "no history"}; ` +
+        `decision time ${fmt.time(own.as_of)}; the last day observed, then the forecast horizon.`),
+      el("div", { class: "charts" }, resourceChart("cpu", rec, own, stepHours), resourceChart("memory", rec, own, stepHours)),
+      el("h3", {}, "Recommendation"), recommendationTable(rec),
+      el("h3", {}, "Models and their backtest quality"),
+      el("p", { class: "muted" }, "Each line's model was chosen per container by a rolling-origin backtest on its last days; " +
+        "the cost weighs usage above the line against unused room and line changes, relative to usage (lower is better)."),
+      modelsTable(rec));
+  });
+  const yaml = yamlSnippet(namespace, workload, kind, recs, status.version);
+  const pre = el("pre", { class: "yaml", "data-testid": "yaml" }, yaml);
+  const copy = el("button", { type: "button", class: "copy" }, "copy");
+  copy.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(yaml);
+      copy.textContent = "copied";
+    } catch (_) {
+      getSelection().selectAllChildren(pre);
+      copy.textContent = "selected: press Ctrl+C";
+    }
+  });
+  sections.push(el("h2", {}, "Recommended resources ", copy), pre);
+  return sections;
+}
+
+// ---- nodes --------------------------------------------------------------------------------------------------------
+
+async function renderNodes() {
+  const names = await api("nodes");
+  if (!names.length) {
+    return [el("h1", {}, "Nodes"), state("no-data", "The service knows no nodes. Node lines need the cluster view: set ",
+      el("code", {}, "KOORD_RECOMMENDER_EXTENDER__PODS_FILE"), " and ", el("code", {}, "..._NODES_FILE"),
+      " (kept fresh by ", el("code", {}, "recommender cluster-files"), ").")];
+  }
+  return [el("h1", {}, "Nodes"), el("ul", { "data-testid": "nodes" },
+    names.map((n) => el("li", {}, el("a", { href: "#/node/" + path(n) }, n))))];
+}
+
+function nodeChart(kind, resource, lines) {
+  const format = fmt[kind];
+  const stepHours = lines.step_seconds / HOUR;
+  const ahead = resource.short_term_reservation.length * stepHours;
+  const usageStep = (resource.usage_step_seconds ?? lines.usage_step_seconds ?? lines.step_seconds) / HOUR;
+  const usage = Array.isArray(resource.usage) ? resource.usage : [];
+  const usageStart = resource.usage_start ?? lines.usage_start;
+  const past = usageStart !== undefined && usageStart !== null ? (usageStart - lines.as_of) / HOUR : -usage.length * usageStep;
+  const span = [Math.min(past, 0), ahead];
+  const threshold = resource.allocatable && resource.threshold_percent ? resource.allocatable * resource.threshold_percent / 100 : null;
+  return chart(kind === "cpu" ? "CPU (cores)" : "memory", format, [
+    flat("allocatable", "allocatable", "#222", resource.allocatable, ...span, { width: 1.2 }),
+    flat("usage threshold", "threshold", "#b42318", threshold, ...span, { dash: "4 3", width: 1.2 }),
+    flat("limit", "limit", COLORS.limit, resource.limit, ...span, { width: 2.5 }),
+    flat("long-term reservation", "long_term", COLORS.long, resource.long_term_reservation, 0, ahead, { width: 3 }),
+    { label: "usage", key: "usage", color: COLORS.usage, points: timeline(usage, past, usageStep) },
+    flat("system usage", "system", "#9467bd", resource.system_usage, ...span, { dash: "2 2", width: 1.2 }),
+    { label: "short-term reservation", key: "short_term", color: COLORS.short, step: true,
+      points: [...timeline(resource.short_term_reservation, 0, stepHours),
+        [ahead, resource.short_term_reservation[resource.short_term_reservation.length - 1]]] },
+  ]);
+}
+
+function reclaimableTable(lines) {
+  const resources = [["cpu", lines.cpu_cores], ["memory", lines.memory_bytes]].filter(([, r]) => r && r.reclaimable);
+  if (!resources.length) return null;
+  const koord = (r, key) => (r.reclaimable.koordinator || {})[key];
+  const rows = [
+    ["koord-batch (below the short-term line)", (r) => r.reclaimable.batch],
+    ["koord-mid (below the long-term line)", (r) => r.reclaimable.mid],
+    ["Koordinator's batch, policy usage", (r) => koord(r, "usage")],
+    ["Koordinator's batch, policy request", (r) => koord(r, "request")],
+    ["Koordinator's batch, policy maxUsageRequest", (r) => koord(r, "max_usage_request")],
+    ["Koordinator's mid", (r) => koord(r, "mid")],
+  ];
+  return [el("h2", {}, "Reclaimable"),
+    el("table", { "data-testid": "reclaimable" },
+      el("thead", {}, el("tr", {}, el("th", {}, ""), resources.map(([k]) => el("th", { class: "num" }, k)))),
+      el("tbody", {},
+        rows.map(([label, value]) => el("tr", {}, el("td", {}, label),
+          resources.map(([k, r]) => el("td", { class: "num" }, fmt[k](value(r) ?? null))))),
+        el("tr", {}, el("td", {}, "policy"), resources.map(([, r]) => el("td", { class: "num" }, r.reclaimable.policy ?? "–"))),
+        el("tr", {}, el("td", {}, "stale node metrics"), resources.map(([, r]) =>
+          el("td", { class: "num" }, r.reclaimable.stale ? "yes: batch resources withdrawn" : "no")))))];
+}
+
+async function renderNode(node) {
+  const lines = await api("nodes/" + path(node) + "/lines");
+  const pods = Array.isArray(lines.pods) ? lines.pods : null;
+  return [
+    el("p", {}, el("a", { href: "#/nodes" }, "← all nodes")),
+    el("h1", {}, "node ", el("code", {}, node)),
+    el("p", { class: "muted" }, `Sum of its pods' lines (their requests where nothing is learned); decision time ${fmt.time(lines.as_of)}.`),
+    el("div", { class: "charts" }, nodeChart("cpu", lines.cpu_cores, lines), nodeChart("memory", lines.memory_bytes, lines)),
+    reclaimableTable(lines),
+    pods === null ? null : el("h2", {}, `Pods (${pods.length})`),
+    pods === null ? null : pods.length === 0 ? state("no-data", "No pods on this node.") :
+      el("table", { "data-testid": "pods" },
+        el("thead", {}, el("tr", {}, ["namespace", "pod", "workload", "priority class"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, pods.map((p) => el("tr", {}, el("td", {}, p.namespace), el("td", {}, p.pod),
+          el("td", {}, p.workload ? el("a", { href: "#/workload/" + path(p.namespace, p.workload) }, p.workload) : "–"),
+          el("td", {}, p.priority_class ?? "–"))))),
+  ];
+}
+
+// ---- routing ------------------------------------------------------------------------------------------------------
+
+let rendering = 0;
+
+async function render() {
+  const ticket = ++rendering;
+  const [route] = location.hash.replace(/^#\/?/, "").split("?");
+  const parts = route.split("/").filter(Boolean).map(decodeURIComponent);
+  view.replaceChildren(state("loading", "Loading…"));
+  view.dataset.ready = "false";
+  const status = refreshStatus();
+  let content;
+  try {
+    if (parts[0] === "workload" && parts.length === 3) content = await renderWorkload(parts[1], parts[2]);
+    else if (parts[0] === "nodes") content = await renderNodes();
+    else if (parts[0] === "node" && parts.length === 2) content = await renderNode(parts[1]);
+    else content = await renderOverview();
+  } catch (error) {
+    if (!(error instanceof ApiError)) console.error(error);
+    content = [errorState(error instanceof ApiError ? error : new ApiError(0, error.message))];
+  }
+  await status;
+  if (ticket !== rendering) return;
+  view.replaceChildren(...content.flat().filter(Boolean));
+  view.dataset.ready = "true";
+}
+
+window.addEventListener("hashchange", render);
+render();
