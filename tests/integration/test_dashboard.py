@@ -1,0 +1,276 @@
+"""The web dashboard in a real browser: Debian's headless Chromium driven by Playwright against `recommender serve`
+on loopback over a model trained on the bundled Google 2019 trace. Screenshots go to test-artifacts/dashboard/.
+
+One service per module for the pages that read data; the token and no-model states start their own small ones.
+Every wait is bounded (Playwright's timeouts). Chromium comes from scripts/install-test-deps.sh; without it the
+browser tests are skipped with that message (the REST tests still run).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from recommender.units import cpu_quantity, memory_quantity
+from tests.conftest import BUNDLED, REPO, entry_point
+from tests.integration.server import serving
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ARTIFACTS = REPO / "test-artifacts" / "dashboard"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+WAIT_MS = 15_000
+#: Two bundled workloads placed on one node, for the node page.
+PODS_ON_NODE = [("job-113812204462", "job-113812204462-0"), ("job-380263806889", "job-380263806889-3")]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model store trained on the bundled trace, and the cluster files of one node running two of its pods."""
+    directory = tmp_path_factory.mktemp("dashboard")
+    trained = subprocess.run(
+        [entry_point(), "train", "--input", str(BUNDLED), "--store", "store"], cwd=directory, capture_output=True, text=True,
+        timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert trained.returncode == 0, trained.stderr
+    nodes = {"items": [{"metadata": {"name": "node-a"}, "status": {"allocatable": {"cpu": "16", "memory": "64Gi"}}}]}
+    pods = {"items": [
+        {
+            "metadata": {"namespace": "google-2019", "name": name, "generateName": workload + "-"},
+            "spec": {"nodeName": "node-a", "containers": [{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
+            "status": {"phase": "Running"},
+        }
+        for workload, name in PODS_ON_NODE
+    ]}
+    (directory / "nodes.json").write_text(json.dumps(nodes))
+    (directory / "pods.json").write_text(json.dumps(pods))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def base(workdir: Path) -> Iterator[str]:
+    env = {
+        "KOORD_RECOMMENDER_EXTENDER__PODS_FILE": str(workdir / "pods.json"),
+        "KOORD_RECOMMENDER_EXTENDER__NODES_FILE": str(workdir / "nodes.json"),
+    }
+    with serving(Path("store"), workdir, env=env) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A Chromium context with a fresh profile; skipped only when Debian's chromium is not installed."""
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.skip("chromium is not installed (scripts/install-test-deps.sh installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=executable, args=CHROMIUM_ARGS, headless=True, viewport={"width": 1400, "height": 1000},
+        )
+        context.set_default_timeout(WAIT_MS)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    page.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def open_view(page: Any, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("#view[data-ready=true]")
+
+
+# ---- REST reads made for the dashboard -----------------------------------------------------------------------------
+
+
+def test_root_redirects_to_the_dashboard_and_its_files_are_served(base: str) -> None:
+    root = httpx.get(base + "/", timeout=10)
+    assert root.status_code == 307 and root.headers["location"] == "/ui/"
+    page = httpx.get(base + "/ui/", timeout=10)
+    assert page.status_code == 200 and "app.js" in page.text
+    script = httpx.get(base + "/ui/app.js", timeout=10)
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    # Nothing is loaded from elsewhere (clusters are often offline): the only URL is the SVG namespace.
+    assert "http" not in page.text and "http" not in script.text.replace('"http://www.w3.org/2000/svg"', "")
+
+
+def test_status_and_overview(base: str) -> None:
+    status = httpx.get(base + "/api/v1/status", timeout=10).json()
+    recommendations = httpx.get(base + "/api/v1/recommendations", timeout=10).json()
+    assert status["version"] == recommendations["version"]
+    assert status["as_of"] == recommendations["as_of"]
+    assert status["stale"] is True and status["age_seconds"] > 6 * 365 * 86400  # the trace is from 2019
+    overview = httpx.get(base + "/api/v1/overview", timeout=10)
+    body = overview.json()
+    assert len(body["workloads"]) == len(recommendations["recommendations"]) == 4
+    first = recommendations["recommendations"][0]
+    row = next(w for w in body["workloads"] if w["workload"] == first["workload"])
+    # The trace has limits only: the request defaults to the limit, so the pods are Guaranteed (LSR, koord-prod).
+    assert row["cpu_cores"]["current_request"] == first["current"]["cpu_limit_cores"]
+    assert row["cpu_cores"]["difference"] == pytest.approx(first["current"]["cpu_limit_cores"] - first["cpu"]["target"])
+    assert (row["kubernetes_qos"], row["qos_class"], row["priority_class"]) == ("Guaranteed", "LSR", "koord-prod")
+    assert body["cluster"]["cpu_request_cores"] == pytest.approx(sum(r["current"]["cpu_limit_cores"] for r in recommendations["recommendations"]))
+    assert list(body["namespaces"]) == ["google-2019"]
+    again = httpx.get(base + "/api/v1/overview", headers={"If-None-Match": overview.headers["etag"]}, timeout=10)
+    assert again.status_code == 304
+
+
+# ---- the pages in Chromium -----------------------------------------------------------------------------------------
+
+
+def test_overview_lists_the_workloads_and_filters_change_the_list(page: Any, base: str) -> None:
+    overview = httpx.get(base + "/api/v1/overview", timeout=10).json()
+    open_view(page, base + "/")
+    assert page.url.startswith(base + "/ui/")
+    rows = page.locator("[data-testid=workload-rows] tr[data-workload]")
+    assert rows.count() == len(overview["workloads"]) == 4
+    shown = {rows.nth(i).get_attribute("data-workload") for i in range(rows.count())}
+    assert shown == {f"{w['namespace']}/{w['workload']}/{w['container']}" for w in overview["workloads"]}
+    # Sorted by CPU that would be freed, most first.
+    freed = [next(w for w in overview["workloads"] if f"{w['namespace']}/{w['workload']}/{w['container']}" == rows.nth(i).get_attribute("data-workload"))["cpu_cores"]["difference"] for i in range(4)]
+    assert freed == sorted(freed, reverse=True)
+    assert page.locator("#banner[data-kind=stale]").is_visible()  # the 2019 trace is years old
+    assert "4 of 4" in page.locator("[data-testid=row-count]").inner_text()
+    shot(page, "overview")
+
+    target = overview["workloads"][2]["workload"]
+    page.fill("input[name=q]", target[-6:])
+    assert rows.count() == 1 and target in rows.first.get_attribute("data-workload")
+    assert "1 of 4" in page.locator("[data-testid=row-count]").inner_text()
+    page.reload()  # the filters live in the URL, so a reload or a shared link keeps them
+    page.wait_for_selector("#view[data-ready=true]")
+    assert rows.count() == 1 and page.input_value("input[name=q]") == target[-6:]
+    page.fill("input[name=q]", "no-such-workload")
+    assert rows.count() == 0 and page.locator("[data-testid=state-no-match]").is_visible()
+    page.fill("input[name=q]", "")
+    page.select_option("select[name=namespace]", "google-2019")
+    page.select_option("select[name=priority]", "koord-prod")
+    assert rows.count() == 4
+    page.check("input[name=risky]")
+    assert rows.count() == sum(1 for w in overview["workloads"] if w["risks"])
+    page.select_option("select[name=sort]", "name")
+    names = [rows.nth(i).get_attribute("data-workload") for i in range(rows.count())]
+    assert names == sorted(names)
+
+
+def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -> None:
+    open_view(page, base + "/ui/")
+    link = page.locator("[data-testid=workload-rows] tr[data-workload] a").first
+    namespace, workload = link.inner_text().split("/")
+    link.click()
+    page.wait_for_url(f"**/ui/#/workload/{namespace}/{workload}")
+    page.wait_for_selector("#view[data-ready=true]")
+    rec = httpx.get(f"{base}/api/v1/recommendations/{namespace}/{workload}", timeout=10).json()[0]
+    charts = page.locator("[data-testid=chart] svg")
+    assert charts.count() == 2
+    for i in range(2):
+        svg = charts.nth(i)
+        box = svg.bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 100
+        for series in ("usage", "short_term", "long_term", "target", "limit"):
+            path = svg.locator(f"path[data-series={series}]")
+            assert path.count() == 1, series
+            assert len(path.get_attribute("d") or "") > 10, series
+        # The usage line has a point per observed step (one move or line command each).
+        usage = svg.locator("path[data-series=usage]").get_attribute("d") or ""
+        assert usage.count("L") + usage.count("M") == sum(v is not None for v in rec["history"]["recent_cpu_cores" if i == 0 else "recent_memory_bytes"])
+        colors = {s: svg.locator(f"path[data-series={s}]").get_attribute("stroke") for s in ("limit", "usage", "short_term", "long_term")}
+        assert colors == {"limit": "#8c8c8c", "usage": "#d62728", "short_term": "#08306b", "long_term": "#6baed6"}
+    yaml = page.locator("[data-testid=yaml]").inner_text()
+    assert f"cpu: {cpu_quantity(rec['cpu']['target'])}" in yaml
+    assert f"memory: {memory_quantity(rec['memory']['target'])}" in yaml
+    assert f"- name: {rec['container']}" in yaml
+    models = page.locator("[data-testid=models]").inner_text()
+    cost = rec["cpu"]["models"]["quality"]["short_term"]["cost"]
+    assert (f"{cost:.3g}" if cost is not None else "not backtested") in models
+    assert "WindowQuantileForecaster" in models or "FlatQuantileForecaster" in models or "Decayed" in models
+    recommendation = page.locator("[data-testid=recommendation]").inner_text()
+    assert "upper bound" in recommendation and "lower bound" in recommendation
+    shot(page, "workload")
+    page.goto(base + "/ui/#/workload/google-2019/no-such-job")
+    page.wait_for_selector("#view[data-ready=true]")
+    assert "no-such-job" in page.locator("[data-testid=state-not-found]").inner_text()
+
+
+def test_node_page_draws_its_lines_and_what_the_api_adds(page: Any, base: str) -> None:
+    nodes = httpx.get(base + "/api/v1/nodes", timeout=10).json()
+    lines = httpx.get(base + "/api/v1/nodes/node-a/lines", timeout=10).json()
+    open_view(page, base + "/ui/#/nodes")
+    links = page.locator("[data-testid=nodes] a")
+    assert links.count() == len(nodes) == 1
+    links.first.click()
+    page.wait_for_url("**/ui/#/node/node-a")
+    page.wait_for_selector("#view[data-ready=true]")
+    charts = page.locator("[data-testid=chart] svg")
+    assert charts.count() == 2
+    for i, resource in enumerate(("cpu_cores", "memory_bytes")):
+        svg = charts.nth(i)
+        assert len(svg.locator("path[data-series=short_term]").get_attribute("d") or "") > 10
+        assert svg.locator("path[data-series=allocatable]").count() == 1
+        # Lines the node API may add (limit, usage, long-term reservation, system usage) are drawn when present.
+        for key, series in (("limit", "limit"), ("usage", "usage"), ("long_term_reservation", "long_term"), ("system_usage", "system")):
+            value = lines[resource].get(key)
+            present = value is not None and value != []
+            assert svg.locator(f"path[data-series={series}]").count() == (1 if present else 0), key
+    if "pods" in lines:
+        rows = page.locator("[data-testid=pods] tbody tr")
+        assert rows.count() == len(lines["pods"]) == len(PODS_ON_NODE)
+    if lines["cpu_cores"].get("reclaimable"):
+        assert page.locator("[data-testid=reclaimable]").is_visible()
+    shot(page, "node")
+
+
+def test_token_is_asked_for_kept_for_the_tab_and_sent(page: Any, workdir: Path) -> None:
+    (workdir / "token").write_text("s3cret\n")
+    env = {"KOORD_RECOMMENDER_AUTH__TOKEN_FILE": str(workdir / "token"), "KOORD_RECOMMENDER_SERVE__STALE_MODEL_AGE_SECONDS": str(10**10)}
+    with serving(Path("store"), workdir, env=env) as url:
+        open_view(page, url + "/ui/")
+        assert page.locator("[data-testid=state-unauthorized]").is_visible()
+        assert page.locator("#token-form").is_visible()
+        page.fill("#token-input", "wrong")
+        page.click("#token-form button[type=submit]")
+        page.wait_for_selector("#view[data-ready=true]")
+        assert "refused" in page.locator("[data-testid=state-unauthorized]").inner_text()
+        page.fill("#token-input", "s3cret")
+        page.click("#token-form button[type=submit]")
+        page.wait_for_selector("#view[data-ready=true]")
+        assert page.locator("[data-testid=workload-rows] tr[data-workload]").count() == 4
+        assert page.evaluate("sessionStorage.getItem('koord-recommender.token')") == "s3cret"
+        assert page.locator("#token-form").is_hidden()
+        assert page.locator("#banner").is_hidden()  # a model younger than the stale age: no warning
+        assert page.locator("#model-status").get_attribute("data-state") == "fresh"
+
+
+def test_no_model_is_a_clear_state(page: Any, tmp_path: Path) -> None:
+    with serving(tmp_path / "empty", tmp_path, ready_status=503) as url:
+        open_view(page, url + "/ui/")
+        assert "No model version is loaded" in page.locator("[data-testid=state-no-model]").inner_text()
+        assert page.locator("#model-status").inner_text() == "no model"
+        shot(page, "no-model")
