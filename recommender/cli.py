@@ -7,13 +7,18 @@ one-line message on stderr and a non-zero exit code; progress goes to stderr so 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
+import time
+import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
@@ -287,11 +292,42 @@ def serve(
     _run_server(settings)
 
 
-def _run_server(settings: Settings) -> None:
+def _has_display() -> bool:
+    """Whether a graphical browser can be opened here (never a text browser in this terminal, never a hang)."""
+    return sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _open_when_up(url: str, probe: str) -> None:
+    """In a daemon thread: wait (at most 20 s) until the service answers `probe`, then open `url` in a browser."""
+
+    def wait_and_open() -> None:
+        for _ in range(100):
+            try:
+                if httpx.get(probe, timeout=1, verify=False).status_code == 200:
+                    webbrowser.open(url)
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+
+    threading.Thread(target=wait_and_open, name="open-dashboard", daemon=True).start()
+
+
+def _run_server(settings: Settings, open_browser: bool = False) -> None:
     from serving.server import run
 
     scheme = "https" if settings.serve.tls_cert_file else "http"
-    err.print(f"serving {settings.store.path} on {scheme}://{settings.serve.host}:{settings.serve.port} (docs at /docs)")
+    # A wildcard listen address is reachable on loopback; that is the address to show and open.
+    host = "127.0.0.1" if settings.serve.host in ("0.0.0.0", "::", "") else settings.serve.host
+    base = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{settings.serve.port}"
+    err.print(f"serving {settings.store.path} on {scheme}://{settings.serve.host}:{settings.serve.port} (API docs at /docs)")
+    err.print(f"dashboard: {base}/ui/", highlight=False)
+    if open_browser:
+        if _has_display():
+            err.print("opening the dashboard in your browser")
+            _open_when_up(f"{base}/ui/", f"{base}/healthz")
+        else:
+            err.print("no display here: open the dashboard URL in a browser (an SSH tunnel works: ssh -L 8080:127.0.0.1:8080)")
     run(settings)
 
 
@@ -383,10 +419,13 @@ def demo(
     input: Annotated[Path | None, typer.Option("--input", help="Usage file [default: the bundled Google 2019 trace].")] = None,
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the store and the chart go.")] = Path("demo-output"),
     charts: Annotated[int, typer.Option("--charts", min=1, help="Workloads drawn in the chart.")] = 4,
-    serve_after: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the result afterwards.")] = True,
+    serve_after: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the result and its dashboard afterwards.")] = True,
     port: Annotated[int | None, typer.Option("--port", help="TCP port for --serve [default 8080].")] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open/--no-open", help="Open the dashboard in a browser when a display is available.")
+    ] = True,
 ) -> None:
-    """The main job end to end: train on real data, show what would be saved, chart the four lines, serve."""
+    """The main job end to end: train on real data, show what would be saved, chart the four lines, serve the dashboard."""
     from models.store import ModelStore
     from pipelines.train import train_from_file
     from recommender.charts import four_lines_figure, save_png
@@ -409,7 +448,7 @@ def demo(
     out.print(f"four-line chart of {len(busiest)} workloads: {chart}")
     out.print(f"model version {manifest.version} in {settings.store.path}; JSON: recommender show --store {settings.store.path} --format json")
     if serve_after:
-        _run_server(settings)
+        _run_server(settings, open_browser=open_browser)
 
 
 @app.callback(invoke_without_command=True)

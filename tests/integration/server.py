@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -40,17 +41,18 @@ def tls_files(directory: Path, name: str = "tls") -> tuple[trustme.CA, Path, Pat
 @contextmanager
 def started(
     command: list[str], base: str, *, cwd: Path, verify: ssl.SSLContext | str | bool = True, env: dict[str, str] | None = None,
-    ready_path: str = "/readyz", ready_status: int = 200,
-) -> Iterator[None]:
-    """Run `command` until the block ends (terminate, then kill); first wait, at most 300 polls over 30 s, until
-    `base + ready_path` answers `ready_status`. Its logs go to a file (a pipe nobody reads would fill and block it)."""
+    ready_path: str = "/readyz", ready_status: int = 200, wait_seconds: float = 30,
+) -> Iterator[IO[bytes]]:
+    """Run `command` until the block ends (terminate, then kill); first wait, at most 10 polls a second for
+    `wait_seconds`, until `base + ready_path` answers `ready_status`. Its logs go to the file yielded (a pipe
+    nobody reads would fill and block it)."""
     logs = tempfile.TemporaryFile()
     process = subprocess.Popen(
         command, cwd=cwd, stdout=logs, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
     )
     try:
-        deadline = time.monotonic() + 30
-        for _ in range(300):
+        deadline = time.monotonic() + wait_seconds
+        for _ in range(int(wait_seconds * 10)):
             if process.poll() is not None or time.monotonic() > deadline:
                 break
             try:
@@ -64,7 +66,7 @@ def started(
         if process.poll() is not None:
             logs.seek(0)
             pytest.fail(f"{command[0]} exited: {logs.read().decode(errors='replace')[-2000:]}")
-        yield
+        yield logs
     finally:
         process.terminate()
         try:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pandas as pd
 import pytest
 
-from tests.conftest import BUNDLED, Runner, make_usage
+from tests.conftest import BUNDLED, Runner, entry_point, make_usage
+from tests.integration.server import free_port, started
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +98,18 @@ def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
     assert "job-113812204462" in result.stdout and "CPU saved" in result.stdout
     chart = tmp_path / "demo" / "four-lines.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 20_000
+
+
+def test_demo_serves_the_dashboard_and_says_where(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [entry_point(), "demo", "--workdir", "demo", "--port", str(port)]
+    with started(command, base, cwd=tmp_path, env={"DISPLAY": "", "WAYLAND_DISPLAY": ""}, wait_seconds=180) as logs:
+        page = httpx.get(base + "/", follow_redirects=True, timeout=10)
+        assert page.status_code == 200 and str(page.url) == base + "/ui/" and "app.js" in page.text
+        logs.seek(0)
+        output = logs.read().decode(errors="replace")
+    assert f"dashboard: {base}/ui/" in output and "no display here" in output
 
 
 def test_incremental_training_from_files(cli: Runner, tmp_path: Path) -> None:
