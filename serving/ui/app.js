@@ -77,7 +77,7 @@ const unitOf = { cpu: "cores", memory: "bytes" };
 function signed(format, v) {
   if (v === null || v === undefined) return el("span", { class: "muted" }, "–");
   const text = (v > 0 ? "−" : "+") + format(Math.abs(v));
-  return el("span", { class: v > 0 ? "saving" : v < 0 ? "missing" : "", title: v > 0 ? "would be freed" : "missing" }, text);
+  return el("span", { class: v > 0 ? "saving" : v < 0 ? "missing" : "", title: v > 0 ? "the request would shrink by this" : v < 0 ? "the request would grow by this" : "" }, text);
 }
 
 // Kubernetes quantities as the service writes them (recommender/units.py): CPU rounded up to whole milli-cores,
@@ -159,7 +159,7 @@ function errorState(error) {
 // Series: {label, color, points: [[hours from as_of, value|null], ...], width, dash, step}. Draws an SVG with hours
 // on x (0 = the decision time: observed before, forecast after) and the value on y, plus a hover readout.
 function chart(title, format, series, { unitLabel = "" } = {}) {
-  const width = 640, height = 250, left = 62, right = 12, top = 12, bottom = 32;
+  const width = 640, height = 250, left = 62, right = 24, top = 12, bottom = 32;
   const drawn = series.filter((s) => s.points.some(([, y]) => y !== null && y !== undefined));
   const xs = drawn.flatMap((s) => s.points.map(([x]) => x));
   const ys = drawn.flatMap((s) => s.points.map(([, y]) => y)).filter((y) => y !== null && y !== undefined);
@@ -242,6 +242,7 @@ function timeline(values, startHours, stepHours) {
 
 // ---- overview -----------------------------------------------------------------------------------------------------
 
+const MAX_ROWS = 500;
 const filters = { namespace: "", kind: "", qos: "", priority: "", q: "", sort: "cpu", risky: false };
 
 function readFilters() {
@@ -287,10 +288,10 @@ function totalsCards(totals, title) {
   return el("div", { class: "cards", "data-testid": "totals" },
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: CPU requested → recommended`),
       el("div", { class: "value" }, `${fmt.cpu(totals.cpu_request_cores)} → ${fmt.cpu(totals.cpu_recommended_cores)} cores`),
-      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_difference_cores), " cores per replica")),
+      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_difference_cores), " cores per replica if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: memory requested → recommended`),
       el("div", { class: "value" }, `${fmt.memory(totals.memory_request_bytes)} → ${fmt.memory(totals.memory_recommended_bytes)}`),
-      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_difference_bytes), " per replica")),
+      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_difference_bytes), " per replica if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, "containers"),
       el("div", { class: "value" }, totals.containers),
       el("div", { class: "detail" }, `${totals.at_risk} at risk`)));
@@ -312,9 +313,11 @@ async function renderOverview() {
   const count = el("span", { class: "muted", "data-testid": "row-count" });
   const fill = () => {
     const shown = rows.filter(matches).sort(SORTS[filters.sort] || SORTS.cpu);
-    count.textContent = `${shown.length} of ${rows.length} containers`;
-    body.replaceChildren(...(shown.length ? shown.map(overviewRow)
-      : [el("tr", {}, el("td", { colspan: 8 }, state("no-match", "No workload matches these filters.")))]));
+    // A big cluster's table stays quick to draw: the first rows in the chosen order, the rest behind the filters.
+    count.textContent = `${shown.length} of ${rows.length} containers` +
+      (shown.length > MAX_ROWS ? `, the first ${MAX_ROWS} shown: narrow the filters for the rest` : "");
+    body.replaceChildren(...(shown.length ? shown.slice(0, MAX_ROWS).map(overviewRow)
+      : [el("tr", {}, el("td", { colspan: 9 }, state("no-match", "No workload matches these filters.")))]));
   };
   const controls = el("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
     el("label", {}, "search", el("input", { type: "search", name: "q", value: filters.q, placeholder: "namespace/workload/container", "data-filter": "q" })),
@@ -340,12 +343,12 @@ async function renderOverview() {
     el("h1", {}, "Workloads: current requests against recommendations"),
     totalsCards(data.cluster, "cluster"),
     el("p", { class: "muted" }, "Per replica. The current request is the container's request, or its limit where only a limit " +
-      "is set; green is what would be freed, red what is missing. Recommendations made for " + fmt.time(data.as_of) + "."),
+      "is set; a change in green frees resources, in red adds what is missing. Recommendations made for " + fmt.time(data.as_of) + "."),
     el("details", { open: namespaces.length > 1 },
       el("summary", {}, `${namespaces.length} namespace${namespaces.length > 1 ? "s" : ""}`),
       el("table", { "data-testid": "namespaces" },
-        el("thead", {}, el("tr", {}, ["namespace", "containers", "at risk", "CPU requested", "CPU recommended", "CPU difference",
-          "memory requested", "memory recommended", "memory difference"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
+        el("thead", {}, el("tr", {}, ["namespace", "containers", "at risk", "CPU requested", "CPU recommended", "CPU change",
+          "memory requested", "memory recommended", "memory change"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
         el("tbody", {}, namespaces.map(([name, t]) => el("tr", {},
           el("td", {}, el("a", { href: "#/?namespace=" + encodeURIComponent(name) }, name)),
           el("td", { class: "num" }, t.containers), el("td", { class: "num" }, t.at_risk),
@@ -357,7 +360,7 @@ async function renderOverview() {
     controls,
     el("table", { "data-testid": "workloads" },
       el("thead", {}, el("tr", {}, ["workload", "container", "kind", "QoS / priority", "CPU request → recommended",
-        "CPU freed", "memory request → recommended", "memory freed", "risks"].map((h, i) =>
+        "CPU change", "memory request → recommended", "memory change", "risks"].map((h, i) =>
         el("th", { class: [4, 5, 6, 7].includes(i) ? "num" : "" }, h)))),
       body),
   ];
