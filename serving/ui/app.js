@@ -451,20 +451,24 @@ function yamlSnippet(namespace, workload, kind, recs, version) {
     `# ${namespace}/${workload}: resources recommended by koord-recommender (model ${version}), per container.`,
     "# Limits, where set, are scaled by recommended / current request, as VPA does.",
     `# kubectl -n ${namespace} edit ${kind ? kind.toLowerCase() : "<kind>"} ${workload}`,
-    "spec:", "  template:", "    spec:", "      containers:",
   ];
+  // Where the pod spec sits in the workload's manifest.
+  const podSpec = { Pod: ["spec"], CronJob: ["spec", "jobTemplate", "spec", "template", "spec"] }[kind] || ["spec", "template", "spec"];
+  podSpec.forEach((key, depth) => lines.push("  ".repeat(depth) + key + ":"));
+  const indent = "  ".repeat(podSpec.length);
+  lines.push(indent + "containers:");
   for (const rec of recs) {
-    lines.push(`        - name: ${rec.container}`, "          resources:", "            requests:");
-    if (rec.cpu) lines.push(`              cpu: ${cpuQuantity(rec.cpu.target)}`);
-    if (rec.memory) lines.push(`              memory: ${memoryQuantity(rec.memory.target)}`);
+    lines.push(`${indent}  - name: ${rec.container}`, `${indent}    resources:`, `${indent}      requests:`);
+    if (rec.cpu) lines.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.target)}`);
+    if (rec.memory) lines.push(`${indent}        memory: ${memoryQuantity(rec.memory.target)}`);
     const limits = [];
     for (const [name, learned, request, limit, quantity] of [
       ["cpu", rec.cpu, rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores, rec.current.cpu_limit_cores, cpuQuantity],
       ["memory", rec.memory, rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes, rec.current.memory_limit_bytes, memoryQuantity],
     ]) {
-      if (learned && limit && request) limits.push(`              ${name}: ${quantity(limit * learned.target / request)}`);
+      if (learned && limit && request) limits.push(`${indent}        ${name}: ${quantity(limit * learned.target / request)}`);
     }
-    if (limits.length) lines.push("            limits:", ...limits);
+    if (limits.length) lines.push(`${indent}      limits:`, ...limits);
   }
   return lines.join("\n") + "\n";
 }

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from recommender.units import cpu_quantity, memory_quantity
 from tests.conftest import BUNDLED, REPO, entry_point
@@ -203,10 +204,14 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
         assert usage.count("L") + usage.count("M") == sum(v is not None for v in rec["history"]["recent_cpu_cores" if i == 0 else "recent_memory_bytes"])
         colors = {s: svg.locator(f"path[data-series={s}]").get_attribute("stroke") for s in ("limit", "usage", "short_term", "long_term")}
         assert colors == {"limit": "#8c8c8c", "usage": "#d62728", "short_term": "#08306b", "long_term": "#6baed6"}
-    yaml = page.locator("[data-testid=yaml]").inner_text()
-    assert f"cpu: {cpu_quantity(rec['cpu']['target'])}" in yaml
-    assert f"memory: {memory_quantity(rec['memory']['target'])}" in yaml
-    assert f"- name: {rec['container']}" in yaml
+    # The snippet is YAML of a pod template with the service's own quantities (the trace has no kind: a Deployment's path).
+    snippet = yaml.safe_load(page.locator("[data-testid=yaml]").inner_text())
+    container = snippet["spec"]["template"]["spec"]["containers"][0]
+    assert container["name"] == rec["container"]
+    assert str(container["resources"]["requests"]["cpu"]) == cpu_quantity(rec["cpu"]["target"])
+    assert str(container["resources"]["requests"]["memory"]) == memory_quantity(rec["memory"]["target"])
+    # Only limits are set in the trace, so the request defaulted to the limit and the scaled limit is the target.
+    assert str(container["resources"]["limits"]["cpu"]) == cpu_quantity(rec["cpu"]["target"])
     models = page.locator("[data-testid=models]").inner_text()
     cost = rec["cpu"]["models"]["quality"]["short_term"]["cost"]
     assert (f"{cost:.3g}" if cost is not None else "not backtested") in models
