@@ -433,7 +433,7 @@ function modelsTable(rec) {
     for (const [line, label] of Object.entries(lineNames)) {
       const quality = (models.quality || {})[line];
       body.push(el("tr", {}, el("td", {}, resource), el("td", {}, label),
-        el("td", {}, el("code", {}, models[line].replace(/ cost=.*$/, ""))),
+        el("td", {}, el("code", {}, models[line].replace(/ (cost=\S+|not yet backtested) x\S+$/, ""))),
         el("td", { class: "num" }, quality ? fmt.cost(quality.cost) : el("span", { class: "muted" }, "rule")),
         el("td", { class: "num" }, quality ? fmt.cost(quality.next_best_cost) : ""),
         el("td", { class: "num" }, quality ? "×" + quality.calibration_factor.toFixed(2) : "")));
