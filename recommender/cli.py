@@ -284,7 +284,7 @@ def serve(
     tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS).")] = None,
     tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="PEM private key.")] = None,
 ) -> None:
-    """Serve the REST API, the admission webhook and the scheduler extender over the latest model version (docs at /docs)."""
+    """Serve the REST API, the dashboard (/ui/), the admission webhook and the scheduler extender over the latest model version (docs at /docs)."""
     settings = _settings(
         store={"path": store},
         serve={"host": host, "port": port, "tls_cert_file": tls_cert_file, "tls_key_file": tls_key_file},

@@ -101,7 +101,7 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
         title="koord-recommender",
         version=__version__,
         summary="CPU and memory recommendations and Koordinator reservation lines for Kubernetes workloads: "
-        "REST API, mutating admission webhook and scheduler extender.",
+        "REST API, dashboard (/ui/), mutating admission webhook and scheduler extender.",
         lifespan=lifespan,
     )
     app.state.service = state

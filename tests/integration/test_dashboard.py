@@ -206,6 +206,8 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
         assert usage.count("L") + usage.count("M") == sum(v is not None for v in rec["history"]["recent_cpu_cores" if i == 0 else "recent_memory_bytes"])
         colors = {s: svg.locator(f"path[data-series={s}]").get_attribute("stroke") for s in ("limit", "usage", "short_term", "long_term")}
         assert colors == {"limit": "#8c8c8c", "usage": "#d62728", "short_term": "#08306b", "long_term": "#6baed6"}
+        svg.hover(position={"x": box["width"] * 0.3, "y": box["height"] / 2})  # in the observed day: the values read off
+        assert "usage" in page.locator(".readout").nth(i).inner_text()
     # The snippet is YAML of a pod template with the service's own quantities (the trace has no kind: a Deployment's path).
     snippet = yaml.safe_load(page.locator("[data-testid=yaml]").inner_text())
     container = snippet["spec"]["template"]["spec"]["containers"][0]
