@@ -135,6 +135,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.reservation = reservation
         self.forecast = forecast
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Models stored before OOM kills were counted kept only which groups had one: each counts as one kill.
+        if "oom_groups_" in state:
+            groups = state.pop("oom_groups_")
+            state["oom_kills_"] = pd.Series(1, index=pd.Index(groups, dtype=object), dtype=np.int64)
+        super().__setstate__(state)
+
     def fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
         """Learn from tidy usage rows; `oom_events` (timestamp, namespace, workload, pod, container and optionally
         memory_bytes at the kill) bumps the memory histogram as VPA does."""
@@ -466,6 +473,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             if np.isnan(target[i]):
                 result.append(None)
                 continue
+            # Per line, a value where a selected model drew it, NaN where it fell back to a rule.
+            drawn = {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours_long[i]}
             result.append(
                 ResourceRecommendation(
                     target=float(sized.target[i]),
@@ -476,11 +485,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     long_term=float(long_values[i]),
                     peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
                     models=LineModels(
-                        target=_name(forecast, "request", own[i], ours_request[i], "VPA histogram"),
-                        short_term=_name(forecast, "short_term", own[i], 0.0 if has_line[i] else np.nan, "SeasonalMaxReservation"),
-                        long_term=_name(forecast, "long_term", own[i], ours_long[i], "Koordinator mid"),
+                        target=_name(forecast, "request", own[i], drawn["target"], "VPA histogram"),
+                        short_term=_name(forecast, "short_term", own[i], drawn["short_term"], "SeasonalMaxReservation"),
+                        long_term=_name(forecast, "long_term", own[i], drawn["long_term"], "Koordinator mid"),
                         peak="max of the short-term line",
-                        quality=_quality(forecast, own[i], {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours_long[i]}),
+                        quality=_quality(forecast, own[i], drawn),
                     ),
                 )
             )

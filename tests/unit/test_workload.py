@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -74,6 +76,19 @@ def test_oom_kills_are_counted_per_container_and_continued() -> None:
     later = make_usage(workloads=2, pods=1, days=0.5, start=end + 300)
     model.partial_fit(later, oom_events=pd.DataFrame([{"timestamp": end + 600, **kill}]))
     assert {r.workload: r.history.oom_kills for r in model.predict().recommendations if r.history} == {"w0": 3, "w1": 0}
+
+
+def test_a_model_stored_before_oom_counts_loads_with_one_kill_per_known_group() -> None:
+    usage = make_usage(workloads=2, pods=1, days=1)
+    kill = {"timestamp": int(usage["timestamp"].max()), "namespace": "ns", "workload": "w1", "pod": "w1-p0", "container": "main"}
+    model = WorkloadRecommender().fit(usage, oom_events=pd.DataFrame([kill, kill]))
+    old_state = model.__getstate__()
+    old_state["oom_groups_"] = np.asarray(old_state.pop("oom_kills_").index, dtype=str)
+    restored = pickle.loads(pickle.dumps(model))  # a model as joblib loads it from a version directory...
+    restored.__setstate__(old_state)  # ...with the state an older version stored
+    kills = {r.workload: r.history.oom_kills for r in restored.predict().recommendations if r.history}
+    assert kills == {"w0": 0, "w1": 1}
+    assert restored.predict().recommendations[1].memory == model.predict().recommendations[1].memory  # OOM bump kept
 
 
 def test_selected_lines_carry_their_backtest_quality() -> None:
