@@ -67,12 +67,10 @@ const GIB = 1024 ** 3, MIB = 1024 ** 2;
 const fmt = {
   cpu: (v) => (v === null || v === undefined ? "–" : Math.abs(v) < 1 ? Math.round(v * 1000) + "m" : v.toFixed(2)),
   memory: (v) => (v === null || v === undefined ? "–" : Math.abs(v) >= GIB ? (v / GIB).toFixed(2) + " Gi" : (v / MIB).toFixed(0) + " Mi"),
-  percent: (v) => (v === null || v === undefined ? "–" : (100 * v).toFixed(0) + " %"),
   cost: (v) => (v === null || v === undefined ? "not backtested" : v.toPrecision(3)),
   time: (t) => new Date(t * 1000).toISOString().replace("T", " ").replace(/:\d\d\.\d+Z$/, " UTC"),
   age: (seconds) => (seconds < 2 * 86400 ? (seconds / HOUR).toFixed(0) + " h" : (seconds / 86400).toFixed(0) + " days"),
 };
-const unitOf = { cpu: "cores", memory: "bytes" };
 
 function signed(format, v) {
   if (v === null || v === undefined) return el("span", { class: "muted" }, "–");
@@ -107,7 +105,6 @@ async function refreshStatus() {
     if (status.stale) {
       banner.hidden = false;
       banner.dataset.kind = "stale";
-      banner.dataset.testid = "stale-banner";
       banner.textContent = `Stale model: these recommendations were made for ${fmt.time(status.as_of)}, ` +
         `${fmt.age(status.age_seconds)} ago (more than ${fmt.age(status.stale_after_seconds)}). ` +
         "Check that training runs (recommender train, the training CronJob).";
@@ -158,7 +155,7 @@ function errorState(error) {
 
 // Series: {label, color, points: [[hours from as_of, value|null], ...], width, dash, step}. Draws an SVG with hours
 // on x (0 = the decision time: observed before, forecast after) and the value on y, plus a hover readout.
-function chart(title, format, series, { unitLabel = "" } = {}) {
+function chart(title, format, series) {
   const width = 640, height = 250, left = 62, right = 24, top = 12, bottom = 32;
   const drawn = series.filter((s) => s.points.some(([, y]) => y !== null && y !== undefined));
   const xs = drawn.flatMap((s) => s.points.map(([x]) => x));
@@ -196,16 +193,15 @@ function chart(title, format, series, { unitLabel = "" } = {}) {
   }
   add("line", { class: "axis", x1: left, x2: width - right, y1: height - bottom, y2: height - bottom });
   add("line", { class: "now", x1: sx(0), x2: sx(0), y1: top, y2: height - bottom });
-  add("text", { x: width - right, y: height - 4, "text-anchor": "end" }, "hours from the decision time " + unitLabel);
+  add("text", { x: width - right, y: height - 4, "text-anchor": "end" }, "hours from the decision time");
   for (const s of drawn) {
-    let d = "", pen = false, previous = null;
+    let d = "", pen = false;
     for (const [x, y] of s.points) {
       if (y === null || y === undefined) { pen = false; continue; }
       if (!pen) d += `M${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
       else if (s.step) d += `H${sx(x).toFixed(1)}V${sy(y).toFixed(1)}`;
       else d += `L${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
       pen = true;
-      previous = y;
     }
     const line = add("path", { d, fill: "none", stroke: s.color, "stroke-width": s.width || 1.6, "data-series": s.key });
     if (s.dash) line.setAttribute("stroke-dasharray", s.dash);
