@@ -342,12 +342,21 @@ def sync(
         str | None, typer.Option("--recommender-name", help="VPAs naming this recommender are ours [default koord-recommender].")
     ] = None,
     resync: Annotated[str | None, typer.Option("--resync", help="Full resync period, e.g. 60s [default 60s].")] = None,
+    reclaim_ratios: Annotated[
+        bool | None, typer.Option("--reclaim-ratios/--no-reclaim-ratios", help="Write node.koordinator.sh/*-reclaim-ratio node labels [default off].")
+    ] = None,
+    usage_thresholds: Annotated[
+        bool | None,
+        typer.Option("--usage-thresholds/--no-usage-thresholds", help="Write the scheduling.koordinator.sh/usage-thresholds node annotation [default off]."),
+    ] = None,
 ) -> None:
-    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses."""
+    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses (and, opt-in,
+    reclaim-ratio labels and usage-thresholds annotations on the nodes the model learned)."""
     import threading
 
     from models.store import ModelStore
     from serving.kube_sync import StatusSync, SyncReport, api_client
+    from serving.node_sync import NodeColocationSync
     from serving.state import ServiceState
 
     settings = _settings(
@@ -357,9 +366,12 @@ def sync(
             "recommender_name": recommender_name,
             "resync_seconds": None if resync is None else _duration(resync, "--resync"),
         },
+        colocation={"write_reclaim_ratios": reclaim_ratios, "write_usage_thresholds": usage_thresholds},
     )
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
-    syncer = StatusSync(api_client(settings.sync), state, settings.sync)
+    api = api_client(settings.sync)
+    nodes = NodeColocationSync(api, state, settings)
+    syncer = StatusSync(api, state, settings.sync, extra=nodes.sync_once if nodes.enabled() else None)
 
     def show(report: SyncReport) -> None:
         for name in report.written:

@@ -16,6 +16,7 @@ model version, so a call over 5,000 nodes is a gather and a max.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -187,6 +188,9 @@ class NodeLoads:
     #: (rows x 4): cpu cores, memory bytes, cpu threshold %, memory threshold %
     capacity_matrix: Matrix
     states: dict[str, NodeState]
+    #: the same as cpu_cores / memory_bytes over high-priority pods only: the short-term reservations
+    hp_cpu_cores: npt.NDArray[np.float32]
+    hp_memory_bytes: npt.NDArray[np.float32]
 
     @classmethod
     def build(
@@ -204,35 +208,42 @@ class NodeLoads:
         placed = [p for p in pods if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         names = sorted(set(capacity) | {str(p["spec"]["nodeName"]) for p in placed} | set(forecasts))
         index = {name: i for i, name in enumerate(names)}
-        cpu, memory = np.zeros((len(names) + 1, timeline.steps)), np.zeros((len(names) + 1, timeline.steps))
+        # All pods (the extender's load) and the high-priority ones only (the reservations batch pods borrow below).
+        cpu, memory, hp_cpu, hp_memory = (np.zeros((len(names) + 1, timeline.steps)) for _ in range(4))
         covered: set[tuple[str, str, str]] = set()
         for name, forecast in forecasts.items():
-            for line, pooled in ((cpu, forecast.cpu), (memory, forecast.memory)):
+            for lines, pooled in (((cpu, hp_cpu), forecast.cpu), ((memory, hp_memory), forecast.memory)):
                 if pooled is not None and len(pooled.short_term) == timeline.steps:
-                    line[index[name]] += pooled.short_term
+                    for line in lines:
+                        line[index[name]] += pooled.short_term
             covered |= {(name, p.namespace, p.pod) for p in forecast.pods}
         totals: dict[str, list[PodTotals]] = {name: [] for name in names}
         for pod in placed:
             node_name = str(pod["spec"]["nodeName"])
             row = index[node_name]
             meta = pod.get("metadata") or {}
-            totals[node_name].append(pod_totals(pod, lookup, settings))
+            held = pod_totals(pod, lookup, settings)
+            totals[node_name].append(held)
             if (node_name, str(meta.get("namespace") or ""), str(meta.get("name") or "")) in covered:
                 continue
             pod_cpu, pod_memory, _ = pod_lines(pod, lookup, timeline, settings)
             cpu[row] += pod_cpu
             memory[row] += pod_memory
+            if held.high_priority:
+                hp_cpu[row] += pod_cpu
+                hp_memory[row] += pod_memory
         matrix = np.full((len(names) + 1, 4), np.nan)
         for name, found in capacity.items():
             matrix[index[name]] = _capacity_row(found)
-        as_columns = [np.ascontiguousarray(m.T, dtype=np.float32) for m in (cpu, memory)]
+        columns = [np.ascontiguousarray(m.T, dtype=np.float32) for m in (cpu, memory, hp_cpu, hp_memory)]
         states = {name: _node_state(totals[name], forecasts.get(name)) for name in names}
-        return cls(timeline, index, as_columns[0], as_columns[1], capacity, matrix, states)
+        return cls(timeline, index, columns[0], columns[1], capacity, matrix, states, columns[2], columns[3])
 
-    def node_line(self, name: str) -> tuple[list[float], list[float]]:
-        """(cpu cores, memory bytes) forecast load line of one known node."""
+    def node_line(self, name: str, high_priority: bool = False) -> tuple[list[float], list[float]]:
+        """(cpu cores, memory bytes) forecast load line of one known node (of its high-priority pods only)."""
         column = self.index[name]
-        return self.cpu_cores[:, column].tolist(), self.memory_bytes[:, column].tolist()
+        cpu, memory = (self.hp_cpu_cores, self.hp_memory_bytes) if high_priority else (self.cpu_cores, self.memory_bytes)
+        return cpu[:, column].tolist(), memory[:, column].tolist()
 
 
 @dataclass(frozen=True)
@@ -260,7 +271,7 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     allocatable = capacity.cpu_cores if resource == "cpu" else capacity.memory_bytes
     state = loads.states[name]
     pooled = getattr(state.forecast, resource) if state.forecast is not None else None
-    column = loads.cpu_cores if resource == "cpu" else loads.memory_bytes
+    column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
     reservation = float(column[loads.timeline.window(now, settings.batch_window_seconds), loads.index[name]].max())
     last = pooled.last_usage if pooled is not None and pooled.last_usage is not None else float("nan")
     age = now - state.forecast.last_sample if state.forecast is not None else float("inf")
@@ -281,6 +292,58 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     }
     policy = "forecast" if state.forecast is not None else "per-pod lines"
     return Reclaimable(batch, mid, policy, weight < 1.0, koordinator_values)
+
+
+def node_metadata(
+    loads: NodeLoads, node: Mapping[str, Any], now: float, settings: ColocationSettings, extender: ExtenderSettings
+) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The labels and annotations Koordinator already reads that we want on a node the model learned (None for others).
+
+    `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy offer our batch value
+    (`colocation.reclaim_ratio`, with capacity - allocatable as the reserved part). `scheduling.koordinator.sh/
+    usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
+    always from the configured defaults (never from the value written last time); other keys are kept.
+    """
+    name = (node.get("metadata") or {}).get("name")
+    state = loads.states.get(str(name))
+    if state is None or state.forecast is None or name not in loads.capacity:
+        return None
+    status = node.get("status") or {}
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    thresholds: dict[str, int] = {}
+    window = loads.timeline.window(now, extender.window_seconds)
+    for resource in ("cpu", "memory"):
+        found = node_reclaimable(loads, str(name), resource, now, settings)
+        pooled = getattr(state.forecast, resource)
+        if found is None or pooled is None:
+            continue
+        allocatable = loads.capacity[str(name)].cpu_cores if resource == "cpu" else loads.capacity[str(name)].memory_bytes
+        parse = cpu_cores_from_quantity if resource == "cpu" else memory_bytes_from_quantity
+        try:
+            capacity = parse((status.get("capacity") or {})[resource])
+        except (KeyError, ValueError, TypeError, ArithmeticError):
+            capacity = allocatable
+        current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
+        if settings.write_reclaim_ratios:
+            ratio = colocation.reclaim_ratio(capacity, found.batch, 0.0, max(capacity - allocatable, 0.0), current)
+            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"
+        column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
+        peak = float(column[window, loads.index[str(name)]].max())
+        default = extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent
+        thresholds[resource] = colocation.usage_threshold_percent(allocatable, default, current, peak, settings.usage_threshold_floor_percent)
+    if settings.write_usage_thresholds and thresholds:
+        raw = ((node.get("metadata") or {}).get("annotations") or {}).get(koordinator.USAGE_THRESHOLDS_ANNOTATION)
+        try:
+            existing = json.loads(raw) if raw else {}
+        except ValueError:
+            existing = {}
+        existing = existing if isinstance(existing, dict) else {}
+        given = existing.get("usageThresholds")
+        kept = given if isinstance(given, dict) else {}
+        merged = {**existing, "usageThresholds": {**kept, **thresholds}}
+        annotations[koordinator.USAGE_THRESHOLDS_ANNOTATION] = json.dumps(merged, sort_keys=True, separators=(",", ":"))
+    return labels, annotations
 
 
 def _capacity_row(capacity: NodeCapacity) -> tuple[float, float, float, float]:

@@ -56,7 +56,9 @@ class NodeResourceLine(BaseModel):
     usage: list[float | None] = Field(description="Pooled high-priority usage per step, the day before usage_start + len x step (empty without a node model).")
     usage_start: int | None = Field(description="Unix seconds of the first usage value; None when there is no usage.")
     usage_step_seconds: int
-    short_term_reservation: list[float] = Field(description="Forecast load per step from as_of: the pooled forecast plus pods placed since (else the sum of the pods' lines).")
+    short_term_reservation: list[float] = Field(
+        description="High-priority forecast per step from as_of: the pooled forecast plus pods placed since (else the sum of the pods' lines); borrowing pods excluded."
+    )
     long_term_reservation: float = Field(description="Steady forecast of the high-priority pods' usage.")
     system_usage: float | None = Field(description="Usage outside pods; None: not measured by this service.")
     reclaimable: Reclaimable | None = Field(description="None when the node's allocatable is unknown.")
@@ -75,7 +77,7 @@ def node_lines_of(loads: NodeLoads, node: str, settings: ColocationSettings, now
     """The NodeLines answer for a known node (UnknownNodeError otherwise)."""
     if node not in loads.index:
         raise UnknownNodeError(f"no node {node} in the cluster view")
-    cpu_line, memory_line = loads.node_line(node)
+    cpu_line, memory_line = loads.node_line(node, high_priority=True)
     capacity = loads.capacity.get(node)
     state = loads.states[node]
     step = loads.timeline.step_seconds
