@@ -73,12 +73,18 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
     """
 
     def __init__(
-        self, forecast: ForecastSettings | None = None, step_seconds: int = 300, alive_seconds: int = 3600, jump_quantile: float = 0.99
+        self,
+        forecast: ForecastSettings | None = None,
+        step_seconds: int = 300,
+        alive_seconds: int = 3600,
+        cpu_jump_quantile: float = 0.99,
+        memory_jump_quantile: float = 1.0,
     ) -> None:
         self.forecast = forecast
         self.step_seconds = step_seconds
         self.alive_seconds = alive_seconds
-        self.jump_quantile = jump_quantile
+        self.cpu_jump_quantile = cpu_jump_quantile
+        self.memory_jump_quantile = memory_jump_quantile
 
     def _steps(self) -> int:
         settings = self.forecast or ForecastSettings()
@@ -179,7 +185,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 per_resource[resource] = None if np.all(np.isnan(short[row])) else NodeResourceLines(
                     limit=float(requests.sum()) if requests.notna().any() else None,
                     last_usage=float(known[-1]) if known.size else None,
-                    jump=float(rise_allowance(grid[row : row + 1], self.jump_quantile, 7 * steps_per_day)[0]),
+                    jump=float(rise_allowance(grid[row : row + 1], getattr(self, f"{resource}_jump_quantile"), 7 * steps_per_day)[0]),
                     recent_usage=[None if np.isnan(v) else float(v) for v in recent],
                     short_term=np.nan_to_num(short[row]).tolist(),
                     long_term=float(np.nan_to_num(long[row])),

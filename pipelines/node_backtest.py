@@ -295,8 +295,9 @@ def run_node_backtest(
         step(f"{resource}: Koordinator mid, hourly")
         koord_mid = _koordinator_mid(pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour)
         window = max(col.batch_window_seconds // step_seconds, 1)
+        quantile = col.cpu_jump_quantile if resource == "cpu" else col.memory_jump_quantile
         jump = np.concatenate(
-            [np.repeat(rise_allowance(grid[:, : day * per_day], col.jump_quantile, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days],
+            [np.repeat(rise_allowance(grid[:, : day * per_day], quantile, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days],
             axis=1,
         )
         for scenario in SCENARIOS:

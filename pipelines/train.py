@@ -48,8 +48,10 @@ def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | 
         return resume
     if resume is not None:
         return resume.partial_fit(usage)
+    col = settings.colocation
     return NodeForecaster(
-        settings.forecast, step_seconds=settings.reservation.step_seconds, jump_quantile=settings.colocation.jump_quantile
+        settings.forecast, step_seconds=settings.reservation.step_seconds,
+        cpu_jump_quantile=col.cpu_jump_quantile, memory_jump_quantile=col.memory_jump_quantile,
     ).fit(usage)
 
 

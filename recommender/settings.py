@@ -356,10 +356,13 @@ class ColocationSettings(BaseModel):
         0.02, ge=0, lt=1, description="Safety margin kept free of batch pods, share of the node's allocatable CPU (chosen on the validation days of the --nodes backtest, docs/benchmarks.md)."
     )
     memory_margin_fraction: float = Field(
-        0.1, ge=0, lt=1, description="Same for memory (memory is not compressible: keep it at least as large as CPU's)."
+        0.12, ge=0, lt=1, description="Same for memory (not compressible: the smallest margin with no more violations than Koordinator on the validation days)."
     )
-    jump_quantile: float = Field(
-        0.99, gt=0, le=1, description="Quantile of a node's 5-minute usage rises (last 7 days) kept above its last measured usage: the climb possible before the next measurement."
+    cpu_jump_quantile: float = Field(
+        0.99, gt=0, le=1, description="Quantile of a node's 5-minute CPU usage rises (last 7 days) kept above its last measured usage: the climb possible before the next measurement."
+    )
+    memory_jump_quantile: float = Field(
+        1.0, gt=0, le=1, description="Same for memory: the largest rise of the week (memory is not compressible; chosen on the validation days)."
     )
     batch_window_seconds: int = Field(
         SECONDS_PER_HOUR, gt=0, description="The batch value offered is the smallest over this much of the short-term forecast, seconds (batch pods stay a while)."
