@@ -9,13 +9,18 @@ At every 5-minute step t of every decision day (00:00 UTC, once 7 days of histor
 (and mid) room; the node's high-priority pods are left `allocatable - offered`. A violation is a step where their
 measured usage exceeded that. Methods:
 - ours: `recommender.colocation.reclaimable` with the day-ahead forecast of the node's pooled usage (the same
-  selected and calibrated forecasters as the workload backtest, fitted on the node grid), the last measured usage,
-  the minimum over the next `batch_window_seconds`, and the staleness decay;
+  selected and calibrated forecasters as the workload backtest, fitted on the node grid), its highest value over the
+  next `batch_window_seconds`, and the last measured usage plus the node's rise allowance while that measurement is
+  fresh (a stale one is dropped: the forecast, within its horizon, carries on);
+- ours_forecast_only: the same without any measurement after the decision (what `serve` offers between daily
+  trainings, which see no live usage);
 - Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
   last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
 - Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
   (the bucket-free form of its histograms: bucket rounding adds up to 5 %), pods younger than 24 h at their request.
 Two scenarios: complete metrics, and seeded metric outages (whole-node gaps) where staleness rules matter.
+(The decay of `colocation.staleness_weight` applies once a forecast runs past its horizon, which a daily decision
+never does; it is tested on hand-made cases.)
 The decision days are split in time: the first half is where the margin settings were chosen, the second is held out.
 """
 
@@ -40,7 +45,7 @@ from recommender.settings import Settings
 
 Step = Callable[[str], None]
 IntArray = npt.NDArray[np.int64]
-BATCH_METHODS = ("ours", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
+BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
 MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
 
@@ -304,17 +309,18 @@ def run_node_backtest(
             measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
             full_measured = np.concatenate([np.ones((n_nodes, start), dtype=bool), measured], axis=1)
             last_usage, age_steps = last_measured(grid, full_measured)
-            last_usage, age = last_usage[:, start:end], age_steps[:, start:end] * step_seconds
-            weight = colocation.staleness_weight(age, col.fresh_seconds, col.stale_half_life_seconds)
+            age = age_steps[:, start:end] * step_seconds
+            # A stale measurement no longer floors the offer: the day-ahead forecast (within its horizon) carries on.
+            last_usage = np.where(age <= col.fresh_seconds, last_usage[:, start:end], np.nan)
             # The offer at t holds for the batch window: it leaves room for the highest forecast over it.
             ahead = forward_max(short_flat, window)
-            ours = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump, weight)
             offers = Offered(hp=grid[:, start:end], allocatable=alloc, short_term=short_flat, long_term=long_flat)
-            offers.batch["ours"] = ours
+            offers.batch["ours"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump)
+            offers.batch["ours_forecast_only"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, np.nan, limit)
             for policy in colocation.KOORDINATOR_POLICIES:
                 used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
                 offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age)
-            offers.batch["ours_mid"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump, weight)
+            offers.batch["ours_mid"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump)
             offers.batch["koordinator_mid"] = koord_mid
             offered[scenario][resource] = offers
     half = len(decision_days) // 2 * per_day

@@ -11,8 +11,10 @@ the sum of per-pod forecasts: peaks of different pods rarely coincide), `last_us
 high-priority usage and `jump` the node's learned rise between two measurements (a high quantile of its 5-minute
 increases): a forecast that lags reality never offers room that is in use or about to be. Koordinator keeps a flat
 35-40 % of capacity for that rise on every node; we keep what each node's history shows.
-When the data is stale, both decay toward the conservative value (the room high-priority pods did not request at
-all: `allocatable - margin - max(system, reserved) - limit`) with a half-life, instead of Koordinator's drop to 0.
+A measurement older than `fresh_seconds` stops flooring the offer (the forecast carries on over its horizon); once
+the forecast itself runs past its horizon, both values decay toward the conservative one (the room high-priority
+pods did not request at all: `allocatable - margin - max(system, reserved) - limit`) with a half-life, instead of
+Koordinator's drop to 0.
 
 Koordinator's (anchors.md section 1), for comparison:
     batch = max(0, capacity x threshold% - max(system, reserved) - HP)

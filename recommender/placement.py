@@ -261,9 +261,12 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     """Our batch and mid allocatable of a known node (None without a known allocatable), and Koordinator's values.
 
     Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
-    mid their long-term reservation. Staleness is the age of the newest usage the node model saw. Koordinator's
+    mid their long-term reservation; both at least the last measured usage plus the node's rise allowance while that
+    measurement is fresh. Stale: the forecast ran past its horizon (training stopped), and the values decay toward
+    the request-based ones. Koordinator's
     values come from what the service knows: its usage policy on the node's last pooled usage (the requests where
     there is none), its mid rule on the node's requests and long-term line as one aggregate, allocatable as capacity.
+    Koordinator's batch is 0 once that usage is older than 15 minutes, as Koordinator does without fresh metrics.
     """
     capacity = loads.capacity.get(name)
     if capacity is None:
@@ -273,9 +276,12 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     pooled = getattr(state.forecast, resource) if state.forecast is not None else None
     column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
     reservation = float(column[loads.timeline.window(now, settings.batch_window_seconds), loads.index[name]].max())
-    last = pooled.last_usage if pooled is not None and pooled.last_usage is not None else float("nan")
-    age = now - state.forecast.last_sample if state.forecast is not None else float("inf")
-    weight = float(colocation.staleness_weight(age, settings.fresh_seconds, settings.stale_half_life_seconds))
+    forecast = state.forecast
+    age = now - forecast.last_sample if forecast is not None else float("inf")
+    # The measurement floors the offer only while fresh; the forecast is trusted over its horizon, then decays.
+    last = pooled.last_usage if pooled is not None and pooled.last_usage is not None and age <= settings.fresh_seconds else float("nan")
+    beyond = now - (loads.timeline.as_of + loads.timeline.steps * loads.timeline.step_seconds) if forecast is not None else float("inf")
+    weight = float(colocation.staleness_weight(beyond, 0, settings.stale_half_life_seconds))
     limit = state.limit[resource]
     requested = reservation if limit is None else limit
     margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
@@ -283,7 +289,8 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     batch = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight))
     mid = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight))
     percent = settings.koordinator_cpu_reclaim_percent if resource == "cpu" else settings.koordinator_memory_reclaim_percent
-    used = requested if np.isnan(last) else last
+    measured = pooled.last_usage if pooled is not None else None
+    used = requested if measured is None else measured
     koordinator_values = {
         "usage": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, used, age)),
         "request": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, requested, age)),

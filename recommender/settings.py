@@ -368,10 +368,10 @@ class ColocationSettings(BaseModel):
         SECONDS_PER_HOUR, gt=0, description="The batch value offered is the smallest over this much of the short-term forecast, seconds (batch pods stay a while)."
     )
     fresh_seconds: int = Field(
-        900, ge=0, description="Usage data older than this is stale, seconds (Koordinator's degrade time: 15 min)."
+        900, ge=0, description="A usage measurement older than this no longer floors the offer (the forecast carries on alone), seconds (Koordinator's degrade time: 15 min)."
     )
     stale_half_life_seconds: float = Field(
-        SECONDS_PER_HOUR, gt=0, description="Past fresh_seconds, trust in the forecast-based value halves every this many seconds (it decays toward the conservative, request-based value instead of dropping to 0)."
+        SECONDS_PER_HOUR, gt=0, description="Once now is past the forecast's horizon (training stopped), trust in the forecast-based value halves every this many seconds: it decays toward the conservative, request-based value instead of dropping to 0."
     )
     koordinator_cpu_reclaim_percent: float = Field(60.0, gt=0, le=100, description="Koordinator's cpuReclaimThresholdPercent, for the comparison values (default 60).")
     koordinator_memory_reclaim_percent: float = Field(65.0, gt=0, le=100, description="Koordinator's memoryReclaimThresholdPercent (default 65).")

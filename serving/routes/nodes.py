@@ -45,7 +45,7 @@ class Reclaimable(BaseModel):
     batch: float = Field(description="Our batch allocatable now: room left under the short-term reservation over the batch window.")
     mid: float = Field(description="Our mid allocatable: room left under the long-term reservation.")
     policy: str = Field(description="forecast (the node's pooled forecast) or per-pod lines (no node model: sum of pods' lines).")
-    stale: bool = Field(description="The usage behind the forecast is older than colocation.fresh_seconds: values decay toward the request-based ones.")
+    stale: bool = Field(description="The forecast ran past its horizon (no new training): values decay toward the request-based ones.")
     koordinator: KoordinatorReclaimable
 
 

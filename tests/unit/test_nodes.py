@@ -143,11 +143,20 @@ def test_reclaimable_now_fresh_and_stale() -> None:
     assert fresh.batch == pytest.approx(5.0)
     assert fresh.mid == pytest.approx(9.0 - 4.5)
     assert fresh.koordinator == {"usage": pytest.approx(4.0), "request": pytest.approx(3.0), "max_usage_request": pytest.approx(3.0), "mid": 0.0}
-    # an hour past fresh: half the trust, halfway to the request-based value (room 9 - requests 8 + 1 = 0)
-    stale = node_reclaimable(view(AS_OF, old_request="8"), "a", "cpu", AS_OF + 900 + 3600, COLOCATION)
+    # within the forecast's horizon a stale measurement only stops flooring the offer: a rise to 9 measured then
+    # would cap batch at 0 while fresh, and is ignored an hour later
+    risen = view(AS_OF)
+    assert risen.states["a"].forecast is not None and risen.states["a"].forecast.cpu is not None
+    risen.states["a"].forecast.cpu.last_usage = 8.5
+    floored = node_reclaimable(risen, "a", "cpu", AS_OF + 60, COLOCATION)
+    later = node_reclaimable(risen, "a", "cpu", AS_OF + 3600, COLOCATION)
+    assert floored is not None and later is not None and not later.stale
+    assert (floored.batch, later.batch) == (0.0, pytest.approx(5.0))
+    assert later.koordinator["usage"] == 0.0  # Koordinator drops batch to 0 without fresh metrics
+    # an hour past the forecast's horizon: half the trust, halfway to the request-based value (room 9 - requests 8 + 1)
+    stale = node_reclaimable(view(AS_OF, old_request="8"), "a", "cpu", AS_OF + DAY + 3600, COLOCATION)
     assert stale is not None and stale.stale
     assert stale.batch == pytest.approx(0.5 * 5.0 + 0.5 * 0.0)
-    assert stale.koordinator["usage"] == 0.0  # Koordinator drops batch to 0 on stale metrics
 
 
 def test_node_metadata_for_koordinator() -> None:
