@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ from models.nodes import NodeForecaster, rise_allowance
 from pipelines.node_backtest import forward_max, last_measured, node_sums, outage_mask, pack_pods
 from recommender import colocation
 from recommender import koordinator as k
+from recommender.errors import ModelStoreError
 from recommender.placement import NodeLoads, Timeline, node_metadata, node_reclaimable
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ColocationSettings, ExtenderSettings, ForecastSettings
@@ -172,3 +174,24 @@ def test_node_metadata_for_koordinator() -> None:
     # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
     assert written == {"prodUsageThresholds": {"cpu": 50}, "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]}}
     assert node_metadata(loads, node("elsewhere"), AS_OF, settings, ExtenderSettings()) is None
+
+
+def test_training_with_placement_stores_and_continues_the_node_model(tmp_path: Path) -> None:
+    from models.store import ModelStore
+    from pipelines.train import train_from_file
+    from recommender.settings import Settings, StoreSettings
+
+    usage = alternating(days=4)
+    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(tmp_path / "usage.csv", index=False)
+    settings = Settings(forecast=FAST, store=StoreSettings(path=tmp_path / "store"))
+    cut = int(usage["timestamp"].min()) + 3 * DAY
+    first = train_from_file(tmp_path / "usage.csv", settings, as_of=cut)
+    assert first.row_counts["nodes"] == 2 and "nodes.joblib" in first.files
+    store = ModelStore(settings.store.path)
+    assert {n.node for n in store.load().recommendations.nodes} == {"a", "b"}
+    continued = train_from_file(tmp_path / "usage.csv", settings, incremental=True)
+    model = store.load_node_model(continued.version)
+    assert model is not None and model.data_end_ == int(usage["timestamp"].max())
+    (store.versions_dir / continued.version / "nodes.joblib").write_bytes(b"tampered")
+    with pytest.raises(ModelStoreError, match="checksum"):
+        store.load_node_model(continued.version)
