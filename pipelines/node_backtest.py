@@ -14,6 +14,8 @@ measured usage exceeded that. Methods:
   fresh (a stale one is dropped: the forecast, within its horizon, carries on);
 - ours_forecast_only: the same without any measurement after the decision (what `serve` offers between daily
   trainings, which see no live usage);
+- koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
+  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`): what a Koordinator cluster gets;
 - Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
   last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
 - Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
@@ -45,7 +47,7 @@ from recommender.settings import Settings
 
 Step = Callable[[str], None]
 IntArray = npt.NDArray[np.int64]
-BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
+BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
 MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
 
@@ -317,6 +319,12 @@ def run_node_backtest(
             offers = Offered(hp=grid[:, start:end], allocatable=alloc, short_term=short_flat, long_term=long_flat)
             offers.batch["ours"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump)
             offers.batch["ours_forecast_only"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, np.nan, limit)
+            # Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the node
+            # with (recomputed every step, as `sync` can): our headroom over its own measurement.
+            rise = ahead - short_flat
+            ratio = colocation.reclaim_ratio(alloc[:, None], margin, rise, jump)
+            live, _ = last_measured(np.nan_to_num(hp_used["usage"]), full_measured)
+            offers.batch["koordinator_our_ratio"] = colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
             for policy in colocation.KOORDINATOR_POLICIES:
                 used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
                 offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age)

@@ -16,10 +16,13 @@ from recommender.units import GIB
 
 UNIT = {"cpu": ("core-h", 1.0), "memory": ("GiB-h", GIB)}
 COLOURS = {
-    "ours": "#08306b", "ours_forecast_only": "#2ca02c", "koordinator_usage": "#d62728", "koordinator_request": "#ff7f0e", "koordinator_maxUsageRequest": "#9467bd",
+    "ours": "#08306b", "ours_forecast_only": "#2ca02c", "koordinator_our_ratio": "#17becf", "koordinator_usage": "#d62728", "koordinator_request": "#ff7f0e", "koordinator_maxUsageRequest": "#9467bd",
     "ours_mid": "#6baed6", "koordinator_mid": "#e377c2",
 }
-REFERENCE = {"ours": "koordinator_usage", "ours_forecast_only": "koordinator_usage", "ours_mid": "koordinator_mid"}
+REFERENCE = {
+    "ours": "koordinator_usage", "ours_forecast_only": "koordinator_usage", "koordinator_our_ratio": "koordinator_usage",
+    "ours_mid": "koordinator_mid",
+}
 
 
 def summary_table(result: NodeBacktestResult, part: str, scenario: str, resource: str) -> str:

@@ -136,12 +136,15 @@ def koordinator_mid(
     return result
 
 
-def reclaim_ratio(capacity: float, batch: float, system: float, reserved: float, hp_usage: float) -> float:
-    """The node's `<resource>-reclaim-ratio` label value that makes Koordinator's usage policy, on today's
-    high-priority usage, offer our `batch`: (batch + max(system, reserved) + usage) / capacity, within [0, 1]."""
-    if capacity <= 0:
-        return 0.0
-    return float(min(max((batch + max(system, reserved) + hp_usage) / capacity, 0.0), 1.0))
+def reclaim_ratio(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump: ArrayLike) -> FloatArray:
+    """The node's `<resource>-reclaim-ratio` label value: Koordinator then offers `capacity x ratio - max(system,
+    reserved) - HPUsed` with its own live HPUsed; with `capacity x (1 - ratio) = margin + max(rise, jump)` that is
+    `allocatable - margin - (live usage + the rise our forecast expects over the batch window, at least the node's
+    5-minute rise allowance)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1]."""
+    capacity = np.asarray(capacity, dtype=np.float64)
+    headroom = np.asarray(margin, dtype=np.float64) + np.fmax(np.maximum(rise, 0.0), jump)
+    result: FloatArray = np.where(capacity > 0, np.clip(1.0 - headroom / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
+    return result
 
 
 def usage_threshold_percent(allocatable: float, default_percent: float, current_usage: float, forecast_peak: float, floor_percent: float) -> int:

@@ -306,8 +306,9 @@ def node_metadata(
 ) -> tuple[dict[str, str], dict[str, str]] | None:
     """The labels and annotations Koordinator already reads that we want on a node the model learned (None for others).
 
-    `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy offer our batch value
-    (`colocation.reclaim_ratio`, with capacity - allocatable as the reserved part). `scheduling.koordinator.sh/
+    `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy keep our headroom above
+    its live usage (`colocation.reclaim_ratio`: margin + the forecast's rise over the batch window, at least the
+    node's rise allowance). `scheduling.koordinator.sh/
     usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
     always from the configured defaults (never from the value written last time); other keys are kept.
     """
@@ -321,9 +322,8 @@ def node_metadata(
     thresholds: dict[str, int] = {}
     window = loads.timeline.window(now, extender.window_seconds)
     for resource in ("cpu", "memory"):
-        found = node_reclaimable(loads, str(name), resource, now, settings)
         pooled = getattr(state.forecast, resource)
-        if found is None or pooled is None:
+        if pooled is None:
             continue
         allocatable = loads.capacity[str(name)].cpu_cores if resource == "cpu" else loads.capacity[str(name)].memory_bytes
         parse = cpu_cores_from_quantity if resource == "cpu" else memory_bytes_from_quantity
@@ -331,12 +331,16 @@ def node_metadata(
             capacity = parse((status.get("capacity") or {})[resource])
         except (KeyError, ValueError, TypeError, ArithmeticError):
             capacity = allocatable
-        current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
-        if settings.write_reclaim_ratios:
-            ratio = colocation.reclaim_ratio(capacity, found.batch, 0.0, max(capacity - allocatable, 0.0), current)
-            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"
         column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
-        peak = float(column[window, loads.index[str(name)]].max())
+        line = column[:, loads.index[str(name)]]
+        if settings.write_reclaim_ratios:
+            ahead = loads.timeline.window(now, settings.batch_window_seconds)
+            margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
+            ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), pooled.jump))
+            # Two decimals, rounded down: Koordinator reads the ratio as a whole percent.
+            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{np.floor(ratio * 100) / 100:.2f}"
+        current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
+        peak = float(line[window].max())
         default = extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent
         thresholds[resource] = colocation.usage_threshold_percent(allocatable, default, current, peak, settings.usage_threshold_floor_percent)
     if settings.write_usage_thresholds and thresholds:

@@ -69,12 +69,15 @@ def test_koordinator_mid_reclaims_unused_requests_capped_by_what_peaks_leave() -
     assert c.koordinator_mid(10.0, np.array([4.0, NAN]), np.array([1.0, 1.0]), np.array([2 * day, 2 * day])) == pytest.approx(3.0)
 
 
-def test_reclaim_ratio_makes_koordinator_offer_our_batch() -> None:
-    ratio = c.reclaim_ratio(capacity=10.0, batch=3.0, system=0.5, reserved=1.0, hp_usage=2.0)
-    assert ratio == pytest.approx(0.6)
-    assert c.koordinator_batch(10.0, ratio * 100, 0.5, 1.0, 2.0) == pytest.approx(3.0)
-    assert c.reclaim_ratio(10.0, 30.0, 0.0, 0.0, 2.0) == 1.0
-    assert c.reclaim_ratio(0.0, 3.0, 0.0, 0.0, 2.0) == 0.0
+def test_reclaim_ratio_gives_koordinator_our_headroom_over_its_live_usage() -> None:
+    # capacity 10, margin 1, forecast rise 1.5 over the window, rise allowance 0.5: headroom 2.5
+    ratio = float(c.reclaim_ratio(10.0, 1.0, 1.5, 0.5))
+    assert ratio == pytest.approx(0.75)
+    # Koordinator with that ratio, reserved 1 (allocatable 9) and live usage 3: 9 - 1 - (3 + 1.5)
+    assert c.koordinator_batch(10.0, ratio * 100, 0.0, 1.0, 3.0) == pytest.approx(3.5)
+    assert float(c.reclaim_ratio(10.0, 1.0, -2.0, 0.5)) == pytest.approx(0.85)  # a falling forecast: the allowance
+    assert float(c.reclaim_ratio(10.0, 30.0, 0.0, 0.0)) == 0.0
+    assert float(c.reclaim_ratio(0.0, 1.0, 0.0, 0.0)) == 0.0
 
 
 def test_usage_threshold_is_lowered_by_the_rise_still_to_come() -> None:

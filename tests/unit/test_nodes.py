@@ -168,8 +168,8 @@ def test_node_metadata_for_koordinator() -> None:
     found = node_metadata(loads, existing, AS_OF + 60, settings, ExtenderSettings())
     assert found is not None
     labels, annotations = found
-    # (our batch 5 + reserved 0 + usage 2) / capacity 10
-    assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.70", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
+    # flat forecast: headroom = margin 1 + rise allowance 0.5 of capacity 10
+    assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.85", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
     written = json.loads(annotations[k.USAGE_THRESHOLDS_ANNOTATION])
     # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
     assert written == {"prodUsageThresholds": {"cpu": 50}, "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]}}
