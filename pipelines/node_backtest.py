@@ -41,7 +41,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
 from models.forecast import DecayedQuantileForecaster, FloatArray
 from models.nodes import rise_allowance
-from pipelines.backtest import DAY, RESOURCES, Fleet, candidate_lines, load_fleet, selected_lines
+from pipelines.backtest import RESOURCES, Fleet, candidate_lines, load_fleet, selected_lines
 from recommender import colocation
 from recommender.settings import Settings
 
