@@ -4,6 +4,7 @@ Layout under the store root:
     versions/<version>/manifest.json        what was trained on, with what, and checksums of the files below
     versions/<version>/recommendations.json the RecommendationSet at the end of the training window
     versions/<version>/model.joblib         the fitted WorkloadRecommender (for incremental training)
+    versions/<version>/nodes.joblib         the fitted NodeForecaster, when the usage said where pods ran
     latest                                  the name of the newest published version
 
 A version is written under `versions/.incoming-*`, flushed, and renamed into place; only then does `latest` move
@@ -29,6 +30,7 @@ from typing import Any
 import joblib
 from pydantic import BaseModel, Field, ValidationError
 
+from models.nodes import NodeForecaster
 from models.workload import WorkloadRecommender
 from recommender import __version__
 from recommender.atomic import atomic_write_bytes, atomic_write_text, fsync_directory
@@ -39,6 +41,7 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 RECOMMENDATIONS = "recommendations.json"
 MODEL = "model.joblib"
+NODE_MODEL = "nodes.joblib"
 INCOMING_PREFIX = ".incoming-"
 #: An unfinished publish older than this is a crashed run's leftover and is removed.
 STALE_INCOMING_SECONDS = 3600
@@ -119,6 +122,7 @@ class ModelStore:
         parent_version: str | None = None,
         read_metrics: dict[str, float] | None = None,
         skipped: dict[str, str] | None = None,
+        node_model: NodeForecaster | None = None,
     ) -> Manifest:
         """Write a new version and move `latest` to it; returns its manifest. Old versions beyond retention go."""
         self.versions_dir.mkdir(parents=True, exist_ok=True)
@@ -131,6 +135,8 @@ class ModelStore:
                 RECOMMENDATIONS: self._write(incoming / RECOMMENDATIONS, recommendations.model_dump_json().encode()),
                 MODEL: self._write_model(incoming / MODEL, model),
             }
+            if node_model is not None:
+                files[NODE_MODEL] = self._write_model(incoming / NODE_MODEL, node_model)
             manifest = Manifest(
                 schema_version=SCHEMA_VERSION,
                 version=name,
@@ -162,7 +168,7 @@ class ModelStore:
         atomic_write_bytes(path, data)
         return FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
 
-    def _write_model(self, path: Path, model: WorkloadRecommender) -> FileEntry:
+    def _write_model(self, path: Path, model: WorkloadRecommender | NodeForecaster) -> FileEntry:
         buffer = io.BytesIO()
         joblib.dump(model, buffer, compress=3)
         return self._write(path, buffer.getvalue())
@@ -251,6 +257,18 @@ class ModelStore:
         model = joblib.load(path / MODEL)
         if not isinstance(model, WorkloadRecommender):
             raise ModelStoreError(f"{path / MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender")
+        return model
+
+    def load_node_model(self, name: str | None = None) -> NodeForecaster | None:
+        """The fitted node model of a version (None when it has none), after its checksum is verified."""
+        path = self._version_path(name)
+        manifest = self.manifest(path.name)
+        if NODE_MODEL not in manifest.files:
+            return None
+        self._verified_bytes(path, manifest, NODE_MODEL)
+        model = joblib.load(path / NODE_MODEL)
+        if not isinstance(model, NodeForecaster):
+            raise ModelStoreError(f"{path / NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster")
         return model
 
 

@@ -110,6 +110,17 @@ class ResourceForecast:
         return f"{model.model_names()[choice]} {scored} x{model.factors_[group]:.3g}"
 
 
+def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end: int) -> ResourceForecast:
+    """The three forecast models of one resource on a usage grid (rows: workload containers, or nodes' pooled usage)."""
+    short = short_term_candidates(settings)
+    return ResourceForecast(
+        short_term=selected_forecaster(settings, short, settings.short_term_target_violation, False).fit(grid),
+        request=selected_forecaster(settings, constant_candidates(settings), settings.request_target_violation, True).fit(grid),
+        long_term=selected_forecaster(settings, constant_candidates(settings), settings.long_term_target_violation, True).fit(grid),
+        grid_end=grid_end,
+    )
+
+
 def _buckets(hist: HistogramSettings, resource: str) -> dict[str, float]:
     """VPA's bucket layout and empty-bucket threshold of one resource, as histogram estimator parameters."""
     first, top = (
@@ -286,15 +297,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_forecast_ = self._fit_forecast(self.memory_grid_) if enabled else None
 
     def _fit_forecast(self, grid: FloatArray) -> ResourceForecast:
-        """The forecast models on the usage grid of the last selection + seasonal days (pods pooled by max)."""
-        settings = self.forecast or ForecastSettings()
-        short = short_term_candidates(settings)
-        return ResourceForecast(
-            short_term=selected_forecaster(settings, short, settings.short_term_target_violation, False).fit(grid),
-            request=selected_forecaster(settings, constant_candidates(settings), settings.request_target_violation, True).fit(grid),
-            long_term=selected_forecaster(settings, constant_candidates(settings), settings.long_term_target_violation, True).fit(grid),
-            grid_end=self.grid_end_,
-        )
+        return fit_resource_forecast(grid, self.forecast or ForecastSettings(), self.grid_end_)
 
     @staticmethod
     def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:

@@ -115,7 +115,7 @@ def candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: i
     return out
 
 
-def _ours(
+def selected_lines(
     grid: FloatArray, lines: FloatArray, selector: SelectedForecaster, decision_days: list[int], steps_per_day: int
 ) -> tuple[FloatArray, FloatArray]:
     """Our final line and chosen candidate at each decision day from the cached candidate lines."""
@@ -199,7 +199,7 @@ def decide(fleet: Fleet, settings: Settings, step: Step = _quiet) -> tuple[list[
             step(f"{resource}: {line} candidates ({len(candidates)} models x {fleet.days} days)")
             lines = candidate_lines(grid, candidates, per_day, constant)
             selector = selected_forecaster(forecast, candidates, target, constant)
-            ours, choices = _ours(grid, lines, selector, decision_days, per_day)
+            ours, choices = selected_lines(grid, lines, selector, decision_days, per_day)
             getattr(decisions, line)["ours"] = ours if line == "short_term" else ours[:, :, 0]
             decisions.choices[line] = choices
         grid_based = _grid_baselines(grid, resource, decision_days, per_day)

@@ -49,6 +49,7 @@ USAGE_SCHEMA: tuple[Column, ...] = (
     Column("memory_request_bytes", "value", False),
     Column("cpu_throttled_fraction", "value", False),
     Column("node", "id", False),
+    Column("priority_class", "id", False),
 )
 
 #: OOM kills: which pod container was killed when, and (optionally) its memory at the kill.

@@ -208,7 +208,8 @@ class PrometheusSource:
 
     # -- requests, limits, node, OOM ------------------------------------------------------------------------------
     def _attach_resources(self, usage: pd.DataFrame, end: int) -> pd.DataFrame:
-        """Each pod container's last requests and limits in the window (kube-state-metrics), and its node."""
+        """Each pod container's last requests and limits in the window (kube-state-metrics), its node and its
+        PriorityClass name (kube_pod_info's `priority_class`: koord-batch and koord-free pods borrow room, not reserve it)."""
         s = self.s
         window = promql.duration(s.history_seconds)
         keys = promql.by([*self._keys(), "resource"])
@@ -234,8 +235,11 @@ class PrometheusSource:
             [promql.selector(s.pod_info_metric, self._base())], end - s.history_seconds, end
         )
         nodes = pd.DataFrame(
-            [(x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.node_label, "")) for x in info],
-            columns=["namespace", "pod", "node"],
+            [
+                (x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.node_label) or None, x.get("priority_class") or None)
+                for x in info
+            ],
+            columns=["namespace", "pod", "node", "priority_class"],
         ).drop_duplicates(["namespace", "pod"], keep="last")
         return usage.merge(nodes, on=["namespace", "pod"], how="left")
 

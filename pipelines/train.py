@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from models.nodes import NodeForecaster
 from models.store import DataWindow, Manifest, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.ingest import read_oom_events, read_usage
@@ -33,6 +34,25 @@ class TrainingResult:
     usage_rows: int
     oom_events: int
     fit_seconds: float
+    node_model: NodeForecaster | None = None
+
+
+def has_placement(usage: pd.DataFrame) -> bool:
+    """Whether the usage says which node pods ran on (the `node` column, with at least one value)."""
+    return "node" in usage.columns and bool(usage["node"].notna().any())
+
+
+def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | None = None) -> NodeForecaster | None:
+    """The node model on usage with placement (continued from `resume`); None when the usage has no placement."""
+    if not has_placement(usage):
+        return resume
+    if resume is not None:
+        return resume.partial_fit(usage)
+    col = settings.colocation
+    return NodeForecaster(
+        settings.forecast, step_seconds=settings.reservation.step_seconds,
+        cpu_jump_quantile=col.cpu_jump_quantile, memory_jump_quantile=col.memory_jump_quantile,
+    ).fit(usage)
 
 
 def load_history(input_path: Path, as_of: int | None, step: Step = _quiet) -> pd.DataFrame:
@@ -55,9 +75,10 @@ def fit_history(
     oom_events: pd.DataFrame | None = None,
     step: Step = _quiet,
     resume: WorkloadRecommender | None = None,
+    resume_nodes: NodeForecaster | None = None,
 ) -> TrainingResult:
-    """Fit the workload models on usage rows (or continue `resume` with them) and compute the recommendations at
-    `as_of` (default: data end)."""
+    """Fit the workload models on usage rows (or continue `resume` with them) and, where the usage says where pods
+    ran, the node model; compute the recommendations and node lines at `as_of` (default: data end)."""
     if oom_events is not None and as_of is not None:
         oom_events = oom_events[oom_events["timestamp"] < as_of]
     verb = "continuing" if resume is not None else "fitting"
@@ -69,10 +90,15 @@ def fit_history(
         model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, settings.forecast).fit(
             usage, oom_events=oom_events
         )
+    if has_placement(usage):
+        step("fitting the node model")
+    node_model = fit_nodes(usage, settings, resume_nodes)
     fit_seconds = time.perf_counter() - started
     step("computing recommendations")
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
-    return TrainingResult(model, recommendations, len(usage), 0 if oom_events is None else len(oom_events), fit_seconds)
+    if node_model is not None:
+        recommendations = recommendations.model_copy(update={"nodes": node_model.predict(as_of=as_of, horizon_seconds=horizon_seconds)})
+    return TrainingResult(model, recommendations, len(usage), 0 if oom_events is None else len(oom_events), fit_seconds, node_model)
 
 
 def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], str]) -> RecommendationSet:
@@ -119,7 +145,10 @@ def train_from_file(
             raise InputFileError(
                 input_path, f"has no rows after {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}"
             )
-    result = fit_history(usage, settings, as_of, horizon_seconds, oom_events, step, resume=parent.model if parent else None)
+    result = fit_history(
+        usage, settings, as_of, horizon_seconds, oom_events, step,
+        resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
+    )
     return _publish(settings, result, usage, str(input_path), step, parent=parent)
 
 
@@ -127,6 +156,7 @@ def train_from_file(
 class _Parent:
     manifest: Manifest
     model: WorkloadRecommender
+    node_model: NodeForecaster | None
 
 
 def _parent(settings: Settings, incremental: bool) -> _Parent | None:
@@ -137,7 +167,7 @@ def _parent(settings: Settings, incremental: bool) -> _Parent | None:
     if store.latest_name() is None:
         return None
     manifest = store.manifest()
-    return _Parent(manifest, store.load_model(manifest.version))
+    return _Parent(manifest, store.load_model(manifest.version), store.load_node_model(manifest.version))
 
 
 def train_from_prometheus(
@@ -172,8 +202,10 @@ def train_from_prometheus(
     if usage.empty:
         raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
     usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
-    resume = parent.model if parent else None
-    result = fit_history(usage, settings, as_of, horizon_seconds, read.oom_events, step, resume=resume)
+    result = fit_history(
+        usage, settings, as_of, horizon_seconds, read.oom_events, step,
+        resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
+    )
     result = replace(result, recommendations=with_kinds(result.recommendations, read.workload_kinds))
     manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, parent=parent)
     return manifest, costs
@@ -203,6 +235,7 @@ def _publish(
             "usage_rows": result.usage_rows,
             "workload_containers": len(result.recommendations.recommendations),
             "pods": int(usage["pod"].nunique()),
+            "nodes": len(result.recommendations.nodes),
             "oom_events": result.oom_events,
         },
         fit_metrics={"fit_seconds": round(result.fit_seconds, 3), **result.model.selection_summary()},
@@ -214,4 +247,5 @@ def _publish(
         read_metrics=read_metrics,
         skipped=skipped,
         parent_version=parent.manifest.version if parent else None,
+        node_model=result.node_model,
     )

@@ -7,7 +7,8 @@ reservation light blue; the recommended request is drawn dashed beside them.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import matplotlib
@@ -74,6 +75,45 @@ def four_lines_figure(recommendations: Sequence[WorkloadRecommendation], step_se
     if handles:
         figure.legend(handles, labels, loc="upper center", ncol=5, fontsize=8, frameon=False)
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.25 / rows))
+    return figure
+
+
+def _node_panel(axes: Axes, line: Mapping[str, Any], step_seconds: int, scale: float, unit: str, title: str) -> None:
+    axes.set_title(title, fontsize=9)
+    axes.set_ylabel(unit)
+    axes.axvline(0, color="black", linewidth=0.5)
+    usage = np.array([np.nan if v is None else v for v in line["usage"]], dtype=float) / scale
+    hours_back = (np.arange(len(usage)) - len(usage)) * step_seconds / SECONDS_PER_HOUR
+    short = np.asarray(line["short_term_reservation"], dtype=float) / scale
+    hours_ahead = np.arange(len(short)) * step_seconds / SECONDS_PER_HOUR
+    span = (float(hours_back[0]) if len(usage) else 0.0, float(hours_ahead[-1]) if len(short) else 24.0)
+    if line["allocatable"] is not None:
+        axes.hlines(line["allocatable"] / scale, *span, colors="black", linestyles="dotted", label="allocatable")
+    if line["limit"] is not None:
+        axes.hlines(line["limit"] / scale, *span, colors=LIMIT, linewidth=2, label="limit (HP requests)")
+    axes.plot(hours_back, usage, color=USAGE, linewidth=1, label="usage (HP, pooled)")
+    axes.step(hours_ahead, short, where="post", color=SHORT_TERM, label="short-term reservation")
+    axes.hlines(line["long_term_reservation"] / scale, 0, span[1], colors=LONG_TERM, linewidth=2, label="long-term reservation")
+    found = line["reclaimable"]
+    if found is not None and line["allocatable"] is not None:
+        top = line["allocatable"] / scale
+        axes.fill_between([0, span[1]], top - found["batch"] / scale, top, color="#2ca02c", alpha=0.15, label="batch room (ours)")
+        axes.hlines(top - found["koordinator"]["usage"] / scale, 0, span[1], colors="#ff7f0e", linestyles="dashed", label="batch room starts (Koordinator usage)")
+    axes.set_xlim(*span)
+    axes.set_ylim(bottom=0)
+
+
+def node_lines_figure(lines: Mapping[str, Any]) -> Figure:
+    """A node's lines (the REST NodeLines as a dict): CPU left, memory right; hours relative to as_of."""
+    figure, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+    step = int(lines["step_seconds"])
+    _node_panel(axes[0], lines["cpu_cores"], step, 1.0, "cores", f"{lines['node']}: CPU")
+    _node_panel(axes[1], lines["memory_bytes"], step, GIB, "GiB", f"{lines['node']}: memory")
+    for ax in axes:
+        ax.set_xlabel("hours from the decision time (past: observed, future: forecast)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper center", ncol=4, fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0, 0, 1, 0.82))
     return figure
 
 

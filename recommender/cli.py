@@ -30,7 +30,14 @@ from recommender.atomic import atomic_write_text
 from recommender.errors import ConfigurationError, KubernetesError, RecommenderError
 from recommender.resources import RecommendationSet, WorkloadRecommendation
 from recommender.settings import Settings
-from recommender.units import GIB, cpu_quantity, memory_quantity, parse_duration_seconds
+from recommender.units import (
+    GIB,
+    cpu_cores_from_quantity,
+    cpu_quantity,
+    memory_bytes_from_quantity,
+    memory_quantity,
+    parse_duration_seconds,
+)
 
 app = typer.Typer(
     name="recommender",
@@ -147,7 +154,7 @@ def train(
     )
     horizon_seconds = _duration(horizon, "--horizon")
     if input is not None:
-        with _progress(4) as step:
+        with _progress(5) as step:
             manifest = train_from_file(
                 input,
                 settings,
@@ -158,7 +165,7 @@ def train(
                 step=step,
             )
     else:
-        with _progress(7) as step:
+        with _progress(8) as step:
             manifest, costs = train_from_prometheus(
                 settings,
                 as_of=as_of,
@@ -203,17 +210,48 @@ def recommend(
 def backtest(
     input: Annotated[Path, typer.Option("--input", help="Tidy usage file to replay day by day.")],
     report: Annotated[Path | None, typer.Option("--report", help="Directory for report.md and PNG charts.")] = None,
+    nodes: Annotated[
+        bool, typer.Option("--nodes", help="Node colocation instead: reclaimed batch/mid room and violations, ours against Koordinator's rules.")
+    ] = False,
+    node_cpu: Annotated[str, typer.Option("--node-cpu", help="--nodes: allocatable CPU of a packed node (cores).")] = "64",
+    node_memory: Annotated[str, typer.Option("--node-memory", help="--nodes: allocatable memory of a packed node, e.g. 256Gi.")] = "256Gi",
+    seed: Annotated[int, typer.Option("--seed", help="--nodes: seed of the random packing and of the metric outages.")] = 0,
+    outage_fraction: Annotated[
+        float, typer.Option("--outage-fraction", min=0.0, max=0.5, help="--nodes: share of node-steps without metrics in the outage scenario.")
+    ] = 0.02,
 ) -> None:
     """Replay the file day by day (anchors.md section 6): our lines against VPA, KRR, Koordinator, naive, oracle."""
+    settings = _settings()
+    if nodes:
+        _node_backtest(input, report, settings, node_cpu, node_memory, seed, outage_fraction)
+        return
     from pipelines.backtest import run_backtest
     from pipelines.backtest_report import markdown_table, write_report
 
-    settings = _settings()
     with _progress(4) as step:
         fleet, result = run_backtest(input, settings, step=step)
         written = write_report(report, fleet, result, input.name) if report is not None else []
     sys.stdout.write(markdown_table(result.scores["all"]) + "\n")
     err.print(f"{len(result.decision_days)} decision days in {result.seconds:.0f} s" + (f"; report in {report}" if written else ""))
+
+
+def _node_backtest(input: Path, report: Path | None, settings: Settings, node_cpu: str, node_memory: str, seed: int, outages: float) -> None:
+    from pipelines.node_backtest import run_node_backtest
+    from pipelines.node_backtest_report import summary_table, write_node_report
+
+    try:
+        size = {"cpu": cpu_cores_from_quantity(node_cpu), "memory": memory_bytes_from_quantity(node_memory)}
+    except (ValueError, ArithmeticError) as error:
+        raise ConfigurationError(f"--node-cpu/--node-memory: {error}") from None
+    with _progress(8) as step:
+        result = run_node_backtest(input, settings, size, seed=seed, outage_fraction=outages, step=step)
+        written = write_node_report(report, result, input.name) if report is not None else []
+    for resource in ("cpu", "memory"):
+        sys.stdout.write(f"\n{resource} (all days, complete metrics)\n" + summary_table(result, "all", "complete", resource) + "\n")
+    err.print(
+        f"{len(result.placement.names)} nodes, {len(result.decision_days)} decision days in {result.seconds:.0f} s"
+        + (f"; report in {report}" if written else "")
+    )
 
 
 def _show_payload(version: str, recommendations: RecommendationSet) -> dict[str, Any]:
@@ -340,12 +378,21 @@ def sync(
         str | None, typer.Option("--recommender-name", help="VPAs naming this recommender are ours [default koord-recommender].")
     ] = None,
     resync: Annotated[str | None, typer.Option("--resync", help="Full resync period, e.g. 60s [default 60s].")] = None,
+    reclaim_ratios: Annotated[
+        bool | None, typer.Option("--reclaim-ratios/--no-reclaim-ratios", help="Write node.koordinator.sh/*-reclaim-ratio node labels [default off].")
+    ] = None,
+    usage_thresholds: Annotated[
+        bool | None,
+        typer.Option("--usage-thresholds/--no-usage-thresholds", help="Write the scheduling.koordinator.sh/usage-thresholds node annotation [default off]."),
+    ] = None,
 ) -> None:
-    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses."""
+    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses (and, opt-in,
+    reclaim-ratio labels and usage-thresholds annotations on the nodes the model learned)."""
     import threading
 
     from models.store import ModelStore
     from serving.kube_sync import StatusSync, SyncReport, api_client
+    from serving.node_sync import NodeColocationSync
     from serving.state import ServiceState
 
     settings = _settings(
@@ -355,9 +402,12 @@ def sync(
             "recommender_name": recommender_name,
             "resync_seconds": None if resync is None else _duration(resync, "--resync"),
         },
+        colocation={"write_reclaim_ratios": reclaim_ratios, "write_usage_thresholds": usage_thresholds},
     )
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
-    syncer = StatusSync(api_client(settings.sync), state, settings.sync)
+    api = api_client(settings.sync)
+    nodes = NodeColocationSync(api, state, settings)
+    syncer = StatusSync(api, state, settings.sync, extra=nodes.sync_once if nodes.enabled() else None)
 
     def show(report: SyncReport) -> None:
         for name in report.written:

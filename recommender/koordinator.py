@@ -24,6 +24,8 @@ PROD, MID, BATCH, FREE, NONE = "koord-prod", "koord-mid", "koord-batch", "koord-
 #: spec.priority ranges of Koordinator's priority classes, inclusive.
 PRIORITY_RANGES: dict[str, tuple[int, int]] = {PROD: (9000, 9999), MID: (7000, 7999), BATCH: (5000, 5999), FREE: (3000, 3999)}
 QOS_CLASSES = ("SYSTEM", "LSE", "LSR", "LS", "BE")
+#: Priority classes that borrow reclaimed room instead of reserving their own (Koordinator's HPUsed leaves them out).
+BORROWING_CLASSES = (BATCH, FREE)
 #: The extended-resource prefix each priority class's pods are accounted in; other classes keep cpu/memory.
 EXTENDED_PREFIX = {BATCH: "kubernetes.io/batch-", MID: "kubernetes.io/mid-"}
 EXTENDED_RESOURCES = tuple(prefix + name for prefix in EXTENDED_PREFIX.values() for name in ("cpu", "memory"))

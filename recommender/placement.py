@@ -1,6 +1,7 @@
 """Hotspot-aware placement on forecast load: the pure computation behind the scheduler extender.
 
-Each node's load line is the sum over the pods placed on it of their short-term reservation lines (their request
+Each node's load line is the forecast of its pods' pooled usage where the model learned the node (pods placed since
+add their own lines), else the sum over the pods placed on it of their short-term reservation lines (their request
 where we have learned nothing). For a candidate pod, a node's forecast peak is the maximum over the next
 `window_seconds` of (node line + the pod's own line). A node fails when that peak crosses its thresholds (Koordinator
 LoadAwareScheduling's 65 % CPU / 95 % memory, per-node annotation override); the score is Koordinator's leastUsed
@@ -15,6 +16,7 @@ model version, so a call over 5,000 nodes is a gather and a max.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +24,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recommender import koordinator
+from recommender import colocation, koordinator
 from recommender.identity import WorkloadKey
 from recommender.owners import workload_candidates
-from recommender.resources import WorkloadRecommendation
-from recommender.settings import ExtenderSettings
+from recommender.resources import NodeForecast, NodePod, WorkloadRecommendation
+from recommender.settings import ColocationSettings, ExtenderSettings
 from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantity
 
 Lookup = Callable[[WorkloadKey], WorkloadRecommendation | None]
@@ -116,6 +118,60 @@ def pod_lines(
 
 
 @dataclass(frozen=True)
+class PodTotals:
+    """What one pod holds on its node: its identity, its requests (None where no container states one) and the sum
+    of its containers' long-term reservations (request, else the default, where nothing was learned)."""
+
+    pod: NodePod
+    high_priority: bool
+    request: dict[str, float | None]
+    long_term: dict[str, float]
+
+
+def pod_totals(pod: Mapping[str, Any], lookup: Lookup, settings: ExtenderSettings) -> PodTotals:
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    workloads = workload_candidates(pod)
+    priority = koordinator.priority_class(pod)
+    request: dict[str, float | None] = {"cpu": None, "memory": None}
+    long_term = {"cpu": 0.0, "memory": 0.0}
+    for container in _running_containers(pod):
+        rec = next((r for w in workloads if (r := lookup(WorkloadKey(namespace, w, str(container.get("name"))))) is not None), None)
+        for resource, default in (("cpu", settings.default_cpu_cores), ("memory", settings.default_memory_bytes)):
+            asked = _requested(container, resource)
+            if asked is not None:
+                request[resource] = (request[resource] or 0.0) + asked
+            learned = getattr(rec, resource) if rec is not None else None
+            long_term[resource] += learned.long_term if learned is not None else (default if asked is None else asked)
+    identity = NodePod(namespace=namespace, pod=str(meta.get("name") or ""), workload=workloads[0] if workloads else "", priority_class=priority)
+    return PodTotals(identity, priority not in koordinator.BORROWING_CLASSES, request, long_term)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the colocation lines of one node are made of: its pods now, their high-priority requests and long-term
+    reservations (the pooled forecast's where the model knows the node, plus pods placed since), and the forecast."""
+
+    pods: list[NodePod]
+    limit: dict[str, float | None]
+    long_term: dict[str, float]
+    forecast: NodeForecast | None
+
+
+def _node_state(totals: list[PodTotals], forecast: NodeForecast | None) -> NodeState:
+    known = {(p.namespace, p.pod) for p in forecast.pods} if forecast is not None else set()
+    limit: dict[str, float | None] = {}
+    long_term: dict[str, float] = {}
+    for resource in ("cpu", "memory"):
+        pooled = getattr(forecast, resource) if forecast is not None else None
+        stated = [t.request[resource] for t in totals if t.high_priority and t.request[resource] is not None]
+        limit[resource] = sum(v for v in stated if v is not None) if stated else (pooled.limit if pooled is not None else None)
+        extra = [t.long_term[resource] for t in totals if t.high_priority and (pooled is None or (t.pod.namespace, t.pod.pod) not in known)]
+        long_term[resource] = (pooled.long_term if pooled is not None else 0.0) + sum(extra)
+    return NodeState([t.pod for t in totals], limit, long_term, forecast)
+
+
+@dataclass(frozen=True)
 class NodeLoads:
     """Forecast load lines and capacity of every node we know, as matrices (one row per node).
 
@@ -131,12 +187,18 @@ class NodeLoads:
     capacity: dict[str, NodeCapacity]
     #: (rows x 4): cpu cores, memory bytes, cpu threshold %, memory threshold %
     capacity_matrix: Matrix
+    states: dict[str, NodeState]
+    #: the same as cpu_cores / memory_bytes over high-priority pods only: the short-term reservations
+    hp_cpu_cores: npt.NDArray[np.float32]
+    hp_memory_bytes: npt.NDArray[np.float32]
 
     @classmethod
     def build(
         cls, pods: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]], lookup: Lookup, timeline: Timeline,
-        settings: ExtenderSettings,
+        settings: ExtenderSettings, forecasts: Mapping[str, NodeForecast] | None = None,
     ) -> NodeLoads:
+        """`forecasts`: the model's pooled node lines; a node's row starts from them and adds only pods not in them."""
+        forecasts = forecasts or {}
         capacity = {}
         for node in nodes:
             found = node_capacity(node, settings)
@@ -144,24 +206,155 @@ class NodeLoads:
             if found is not None and isinstance(name, str):
                 capacity[name] = found
         placed = [p for p in pods if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        names = sorted(set(capacity) | {str(p["spec"]["nodeName"]) for p in placed})
+        names = sorted(set(capacity) | {str(p["spec"]["nodeName"]) for p in placed} | set(forecasts))
         index = {name: i for i, name in enumerate(names)}
-        cpu, memory = np.zeros((len(names) + 1, timeline.steps)), np.zeros((len(names) + 1, timeline.steps))
+        # All pods (the extender's load) and the high-priority ones only (the reservations batch pods borrow below).
+        cpu, memory, hp_cpu, hp_memory = (np.zeros((len(names) + 1, timeline.steps)) for _ in range(4))
+        covered: set[tuple[str, str, str]] = set()
+        for name, forecast in forecasts.items():
+            for lines, pooled in (((cpu, hp_cpu), forecast.cpu), ((memory, hp_memory), forecast.memory)):
+                if pooled is not None and len(pooled.short_term) == timeline.steps:
+                    for line in lines:
+                        line[index[name]] += pooled.short_term
+            covered |= {(name, p.namespace, p.pod) for p in forecast.pods}
+        totals: dict[str, list[PodTotals]] = {name: [] for name in names}
         for pod in placed:
-            row = index[str(pod["spec"]["nodeName"])]
+            node_name = str(pod["spec"]["nodeName"])
+            row = index[node_name]
+            meta = pod.get("metadata") or {}
+            held = pod_totals(pod, lookup, settings)
+            totals[node_name].append(held)
+            if (node_name, str(meta.get("namespace") or ""), str(meta.get("name") or "")) in covered:
+                continue
             pod_cpu, pod_memory, _ = pod_lines(pod, lookup, timeline, settings)
             cpu[row] += pod_cpu
             memory[row] += pod_memory
+            if held.high_priority:
+                hp_cpu[row] += pod_cpu
+                hp_memory[row] += pod_memory
         matrix = np.full((len(names) + 1, 4), np.nan)
         for name, found in capacity.items():
             matrix[index[name]] = _capacity_row(found)
-        as_columns = [np.ascontiguousarray(m.T, dtype=np.float32) for m in (cpu, memory)]
-        return cls(timeline, index, as_columns[0], as_columns[1], capacity, matrix)
+        columns = [np.ascontiguousarray(m.T, dtype=np.float32) for m in (cpu, memory, hp_cpu, hp_memory)]
+        states = {name: _node_state(totals[name], forecasts.get(name)) for name in names}
+        return cls(timeline, index, columns[0], columns[1], capacity, matrix, states, columns[2], columns[3])
 
-    def node_line(self, name: str) -> tuple[list[float], list[float]]:
-        """(cpu cores, memory bytes) forecast load line of one known node."""
+    def node_line(self, name: str, high_priority: bool = False) -> tuple[list[float], list[float]]:
+        """(cpu cores, memory bytes) forecast load line of one known node (of its high-priority pods only)."""
         column = self.index[name]
-        return self.cpu_cores[:, column].tolist(), self.memory_bytes[:, column].tolist()
+        cpu, memory = (self.hp_cpu_cores, self.hp_memory_bytes) if high_priority else (self.cpu_cores, self.memory_bytes)
+        return cpu[:, column].tolist(), memory[:, column].tolist()
+
+
+@dataclass(frozen=True)
+class Reclaimable:
+    """Room one node offers to borrowing pods now, by our rule and, for comparison, by Koordinator's."""
+
+    batch: float
+    mid: float
+    policy: str
+    stale: bool
+    koordinator: dict[str, float]
+
+
+def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, settings: ColocationSettings) -> Reclaimable | None:
+    """Our batch and mid allocatable of a known node (None without a known allocatable), and Koordinator's values.
+
+    Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
+    mid their long-term reservation; both at least the last measured usage plus the node's rise allowance while that
+    measurement is fresh. Stale: the forecast ran past its horizon (training stopped), and the values decay toward
+    the request-based ones. Koordinator's
+    values come from what the service knows: its usage policy on the node's last pooled usage (the requests where
+    there is none), its mid rule on the node's requests and long-term line as one aggregate, allocatable as capacity.
+    Koordinator's batch is 0 once that usage is older than 15 minutes, as Koordinator does without fresh metrics.
+    """
+    capacity = loads.capacity.get(name)
+    if capacity is None:
+        return None
+    allocatable = capacity.cpu_cores if resource == "cpu" else capacity.memory_bytes
+    state = loads.states[name]
+    pooled = getattr(state.forecast, resource) if state.forecast is not None else None
+    column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
+    reservation = float(column[loads.timeline.window(now, settings.batch_window_seconds), loads.index[name]].max())
+    forecast = state.forecast
+    age = now - forecast.last_sample if forecast is not None else float("inf")
+    # The measurement floors the offer only while fresh; the forecast is trusted over its horizon, then decays.
+    last = pooled.last_usage if pooled is not None and pooled.last_usage is not None and age <= settings.fresh_seconds else float("nan")
+    beyond = now - (loads.timeline.as_of + loads.timeline.steps * loads.timeline.step_seconds) if forecast is not None else float("inf")
+    weight = float(colocation.staleness_weight(beyond, 0, settings.stale_half_life_seconds))
+    limit = state.limit[resource]
+    requested = reservation if limit is None else limit
+    margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
+    jump = pooled.jump if pooled is not None else 0.0
+    batch = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight))
+    mid = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight))
+    percent = settings.koordinator_cpu_reclaim_percent if resource == "cpu" else settings.koordinator_memory_reclaim_percent
+    measured = pooled.last_usage if pooled is not None else None
+    used = requested if measured is None else measured
+    koordinator_values = {
+        "usage": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, used, age)),
+        "request": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, requested, age)),
+        "max_usage_request": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, max(used, requested), age)),
+        "mid": float(colocation.koordinator_mid(allocatable, np.array([requested]), np.array([state.long_term[resource]]), np.array([np.inf]))),
+    }
+    policy = "forecast" if state.forecast is not None else "per-pod lines"
+    return Reclaimable(batch, mid, policy, weight < 1.0, koordinator_values)
+
+
+def node_metadata(
+    loads: NodeLoads, node: Mapping[str, Any], now: float, settings: ColocationSettings, extender: ExtenderSettings
+) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The labels and annotations Koordinator already reads that we want on a node the model learned (None for others).
+
+    `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy keep our headroom above
+    its live usage (`colocation.reclaim_ratio`: margin + the forecast's rise over the batch window, at least the
+    node's rise allowance). `scheduling.koordinator.sh/
+    usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
+    always from the configured defaults (never from the value written last time); other keys are kept.
+    """
+    name = (node.get("metadata") or {}).get("name")
+    state = loads.states.get(str(name))
+    if state is None or state.forecast is None or name not in loads.capacity:
+        return None
+    status = node.get("status") or {}
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    thresholds: dict[str, int] = {}
+    window = loads.timeline.window(now, extender.window_seconds)
+    for resource in ("cpu", "memory"):
+        pooled = getattr(state.forecast, resource)
+        if pooled is None:
+            continue
+        allocatable = loads.capacity[str(name)].cpu_cores if resource == "cpu" else loads.capacity[str(name)].memory_bytes
+        parse = cpu_cores_from_quantity if resource == "cpu" else memory_bytes_from_quantity
+        try:
+            capacity = parse((status.get("capacity") or {})[resource])
+        except (KeyError, ValueError, TypeError, ArithmeticError):
+            capacity = allocatable
+        column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
+        line = column[:, loads.index[str(name)]]
+        if settings.write_reclaim_ratios:
+            ahead = loads.timeline.window(now, settings.batch_window_seconds)
+            margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
+            ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), pooled.jump))
+            # Two decimals, rounded down: Koordinator reads the ratio as a whole percent.
+            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{np.floor(ratio * 100) / 100:.2f}"
+        current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
+        peak = float(line[window].max())
+        default = extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent
+        thresholds[resource] = colocation.usage_threshold_percent(allocatable, default, current, peak, settings.usage_threshold_floor_percent)
+    if settings.write_usage_thresholds and thresholds:
+        raw = ((node.get("metadata") or {}).get("annotations") or {}).get(koordinator.USAGE_THRESHOLDS_ANNOTATION)
+        try:
+            existing = json.loads(raw) if raw else {}
+        except ValueError:
+            existing = {}
+        existing = existing if isinstance(existing, dict) else {}
+        given = existing.get("usageThresholds")
+        kept = given if isinstance(given, dict) else {}
+        merged = {**existing, "usageThresholds": {**kept, **thresholds}}
+        annotations[koordinator.USAGE_THRESHOLDS_ANNOTATION] = json.dumps(merged, sort_keys=True, separators=(",", ":"))
+    return labels, annotations
 
 
 def _capacity_row(capacity: NodeCapacity) -> tuple[float, float, float, float]:

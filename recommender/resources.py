@@ -104,6 +104,36 @@ class WorkloadRecommendation(BaseModel):
         return WorkloadKey(self.namespace, self.workload, self.container)
 
 
+class NodePod(BaseModel):
+    """A pod whose usage a node's lines were learned from."""
+
+    namespace: str
+    pod: str
+    workload: str
+    priority_class: str = Field(description="Koordinator priority class (koord-prod, ..., or none when unknown).")
+
+
+class NodeResourceLines(BaseModel):
+    """One resource of a node's high-priority pods, pooled: the forecast of their sum, not the sum of forecasts."""
+
+    limit: float | None = Field(description="Sum of the high-priority pods' requests at the last sample (limits where no request); None if unknown.")
+    last_usage: float | None = Field(description="Pooled high-priority usage at the newest step before as_of.")
+    jump: float = Field(0.0, description="How far the pooled usage rises between two 5-minute measurements (a high quantile of the last week's rises).")
+    recent_usage: list[float | None] = Field(description="Pooled high-priority usage per step over the last day before as_of.")
+    short_term: list[float] = Field(description="Short-term reservation: forecast of the pooled usage per step from as_of.")
+    long_term: float = Field(description="Long-term reservation: steady forecast of the pooled usage over days.")
+
+
+class NodeForecast(BaseModel):
+    """The pooled lines of one node's high-priority pods (learned when the usage says where pods ran)."""
+
+    node: str
+    last_sample: int = Field(description="Newest usage sample on the node, Unix seconds (for staleness).")
+    cpu: NodeResourceLines | None
+    memory: NodeResourceLines | None
+    pods: list[NodePod]
+
+
 class RecommendationSet(BaseModel):
     """The output of `recommender recommend` and the content of a model version's recommendations."""
 
@@ -111,3 +141,4 @@ class RecommendationSet(BaseModel):
     horizon_seconds: int
     step_seconds: int
     recommendations: list[WorkloadRecommendation]
+    nodes: list[NodeForecast] = Field(default_factory=list, description="Per-node pooled lines (empty without node placement).")

@@ -355,6 +355,43 @@ class ExtenderSettings(BaseModel):
     neutral_score: int = Field(5, ge=0, le=10, description="Score of a node we know nothing about (0-10): neither preferred nor avoided.")
 
 
+class ColocationSettings(BaseModel):
+    """Reclaimable node resources for koord-batch and koord-mid pods (issue 6; docs/colocation in the README)."""
+
+    cpu_margin_fraction: float = Field(
+        0.02, ge=0, lt=1, description="Safety margin kept free of batch pods, share of the node's allocatable CPU (chosen on the validation days of the --nodes backtest, docs/benchmarks.md)."
+    )
+    memory_margin_fraction: float = Field(
+        0.12, ge=0, lt=1, description="Same for memory (not compressible: the smallest margin with no more violations than Koordinator on the validation days)."
+    )
+    cpu_jump_quantile: float = Field(
+        0.99, gt=0, le=1, description="Quantile of a node's 5-minute CPU usage rises (last 7 days) kept above its last measured usage: the climb possible before the next measurement."
+    )
+    memory_jump_quantile: float = Field(
+        1.0, gt=0, le=1, description="Same for memory: the largest rise of the week (memory is not compressible; chosen on the validation days)."
+    )
+    batch_window_seconds: int = Field(
+        SECONDS_PER_HOUR, gt=0, description="The batch value offered is the smallest over this much of the short-term forecast, seconds (batch pods stay a while)."
+    )
+    fresh_seconds: int = Field(
+        900, ge=0, description="A usage measurement older than this no longer floors the offer (the forecast carries on alone), seconds (Koordinator's degrade time: 15 min)."
+    )
+    stale_half_life_seconds: float = Field(
+        SECONDS_PER_HOUR, gt=0, description="Once now is past the forecast's horizon (training stopped), trust in the forecast-based value halves every this many seconds: it decays toward the conservative, request-based value instead of dropping to 0."
+    )
+    koordinator_cpu_reclaim_percent: float = Field(60.0, gt=0, le=100, description="Koordinator's cpuReclaimThresholdPercent, for the comparison values (default 60).")
+    koordinator_memory_reclaim_percent: float = Field(65.0, gt=0, le=100, description="Koordinator's memoryReclaimThresholdPercent (default 65).")
+    write_reclaim_ratios: bool = Field(
+        False, description="`recommender sync`: write node.koordinator.sh/cpu-reclaim-ratio and memory-reclaim-ratio node labels from our batch values (opt-in)."
+    )
+    write_usage_thresholds: bool = Field(
+        False, description="`recommender sync`: write the scheduling.koordinator.sh/usage-thresholds node annotation from the forecast peak (opt-in)."
+    )
+    usage_threshold_floor_percent: float = Field(
+        30.0, gt=0, le=100, description="The written usage threshold never goes below this, percent of allocatable."
+    )
+
+
 class AuthSettings(BaseModel):
     """Optional bearer-token authentication of the REST API (/api/v1); webhook and extender rely on TLS."""
 
@@ -390,6 +427,7 @@ class Settings(BaseSettings):
     serve: ServeSettings = ServeSettings()
     webhook: WebhookSettings = WebhookSettings()
     extender: ExtenderSettings = ExtenderSettings()
+    colocation: ColocationSettings = ColocationSettings()
     auth: AuthSettings = AuthSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     sync: SyncSettings = SyncSettings()

@@ -55,7 +55,7 @@ def api_client(settings: SyncSettings) -> client.ApiClient:
         raise KubernetesError(f"no Kubernetes credentials: {error}") from None
 
 
-def _api_message(error: ApiException) -> str:
+def api_message(error: ApiException) -> str:
     """The apiserver's own explanation (its Status message), else the HTTP reason."""
     try:
         message = json.loads(error.body or "{}").get("message")
@@ -72,10 +72,14 @@ def _name(obj: dict[str, Any]) -> str:
 class StatusSync:
     """One resync pass (`sync_once`) and the watch loop (`run`)."""
 
-    def __init__(self, api: client.ApiClient, state: ServiceState, settings: SyncSettings) -> None:
+    def __init__(
+        self, api: client.ApiClient, state: ServiceState, settings: SyncSettings, extra: Callable[[SyncReport], None] | None = None
+    ) -> None:
+        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.node_sync`)."""
         self.custom = client.CustomObjectsApi(api)
         self.state = state
         self.settings = settings
+        self.extra = extra
 
     def _targets(self, namespace: str, workload: str) -> list[WorkloadRecommendation]:
         snapshot = self.state.require()
@@ -119,7 +123,7 @@ class StatusSync:
             )
             report.written.append(name)
         except ApiException as error:
-            report.failed[name] = f"HTTP {error.status}: {_api_message(error)}"
+            report.failed[name] = f"HTTP {error.status}: {api_message(error)}"
 
     def _kinds(self) -> list[tuple[str, str, str]]:
         return [k for k, on in ((VPA, self.settings.vpa), (RECOMMENDATION, self.settings.koordinator)) if on]
@@ -132,6 +136,8 @@ class StatusSync:
         for kind in self._kinds():
             for obj in self._list(kind):
                 self.reconcile(kind, obj, report)
+        if self.extra is not None:
+            self.extra(report)
         return report
 
     def _list(self, kind: tuple[str, str, str]) -> Iterable[dict[str, Any]]:
@@ -144,7 +150,7 @@ class StatusSync:
             if error.status == 404:
                 log.warning("%s/%s %s is not installed in this cluster; skipping it", group, version, plural)
                 return []
-            raise KubernetesError(f"listing {plural}.{group}: HTTP {error.status}: {_api_message(error)}") from None
+            raise KubernetesError(f"listing {plural}.{group}: HTTP {error.status}: {api_message(error)}") from None
 
     def run(self, stop: threading.Event, on_report: Callable[[SyncReport], None] = lambda _: None) -> None:
         """Resync every `resync_seconds`, answering watch events in between, until `stop` is set."""

@@ -1,33 +1,67 @@
-"""REST: per-node lines, the forecast load the scheduler extender places pods against."""
+"""REST: per-node lines of Koordinator's resource model, reclaimable batch/mid room, and a chart of both."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, Field
 
+from recommender.charts import node_lines_figure, png_bytes
 from recommender.errors import UnknownNodeError
+from recommender.placement import NodeLoads, node_reclaimable
+from recommender.resources import NodePod
+from recommender.settings import ColocationSettings
 from serving.cluster import ClusterView
 from serving.routes.auth import require_token
 from serving.routes.deps import conditional
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"], dependencies=[Depends(require_token)])
+#: pyplot keeps global state: one chart at a time.
+_CHART_LOCK = threading.Lock()
 
 
 def cluster(request: Request, response: Response) -> ClusterView:
     view: ClusterView = request.app.state.cluster
-    conditional(request, response, f"nodes-{view.generation}")
+    conditional(request, response, f"nodes-{view.generation}-{int(time.time()) // 60}")
     return view
 
 
 Cluster = Annotated[ClusterView, Depends(cluster)]
 
 
+class KoordinatorReclaimable(BaseModel):
+    """What Koordinator's own rules would offer on this node now (anchors.md section 1), for comparison."""
+
+    usage: float = Field(description="Batch allocatable, policy usage: capacity x reclaim% - HP usage (0 on stale metrics).")
+    request: float = Field(description="Batch allocatable, policy request: HP requests instead of usage.")
+    max_usage_request: float = Field(description="Batch allocatable, policy maxUsageRequest: max(request, usage).")
+    mid: float = Field(description="Mid reclaimable: HP requests - long-term peak, capped by allocatable - peak.")
+
+
+class Reclaimable(BaseModel):
+    batch: float = Field(description="Our batch allocatable now: room left under the short-term reservation over the batch window.")
+    mid: float = Field(description="Our mid allocatable: room left under the long-term reservation.")
+    policy: str = Field(description="forecast (the node's pooled forecast) or per-pod lines (no node model: sum of pods' lines).")
+    stale: bool = Field(description="The forecast ran past its horizon (no new training): values decay toward the request-based ones.")
+    koordinator: KoordinatorReclaimable
+
+
 class NodeResourceLine(BaseModel):
     allocatable: float | None = Field(description="From the node list; None when the node is only known from pods.")
     threshold_percent: float | None = Field(description="Usage threshold (default or the node's annotation).")
-    short_term_reservation: list[float] = Field(description="Sum of the node's pods' short-term lines, per step from as_of.")
+    limit: float | None = Field(description="Sum of the high-priority pods' requests; None when none states one.")
+    usage: list[float | None] = Field(description="Pooled high-priority usage per step, the day before usage_start + len x step (empty without a node model).")
+    usage_start: int | None = Field(description="Unix seconds of the first usage value; None when there is no usage.")
+    usage_step_seconds: int
+    short_term_reservation: list[float] = Field(
+        description="High-priority forecast per step from as_of: the pooled forecast plus pods placed since (else the sum of the pods' lines); borrowing pods excluded."
+    )
+    long_term_reservation: float = Field(description="Steady forecast of the high-priority pods' usage.")
+    system_usage: float | None = Field(description="Usage outside pods; None: not measured by this service.")
+    reclaimable: Reclaimable | None = Field(description="None when the node's allocatable is unknown.")
 
 
 class NodeLines(BaseModel):
@@ -36,30 +70,63 @@ class NodeLines(BaseModel):
     step_seconds: int
     cpu_cores: NodeResourceLine
     memory_bytes: NodeResourceLine
+    pods: list[NodePod] = Field(description="Pods on the node now (from the pods file), else the pods the node model learned from.")
 
 
-@router.get("/nodes", response_model=list[str], summary="Nodes the extender knows (from the nodes and pods files)")
+def node_lines_of(loads: NodeLoads, node: str, settings: ColocationSettings, now: float) -> NodeLines:
+    """The NodeLines answer for a known node (UnknownNodeError otherwise)."""
+    if node not in loads.index:
+        raise UnknownNodeError(f"no node {node} in the cluster view")
+    cpu_line, memory_line = loads.node_line(node, high_priority=True)
+    capacity = loads.capacity.get(node)
+    state = loads.states[node]
+    step = loads.timeline.step_seconds
+
+    def resource(name: str, line: list[float], allocatable: float | None, threshold: float | None) -> NodeResourceLine:
+        pooled = getattr(state.forecast, name) if state.forecast is not None else None
+        usage = pooled.recent_usage if pooled is not None else []
+        found = node_reclaimable(loads, node, name, now, settings)
+        return NodeResourceLine(
+            allocatable=allocatable, threshold_percent=threshold, limit=state.limit[name], usage=usage,
+            usage_start=loads.timeline.as_of - len(usage) * step if usage else None, usage_step_seconds=step,
+            short_term_reservation=line, long_term_reservation=state.long_term[name], system_usage=None,
+            reclaimable=None if found is None else Reclaimable(
+                batch=found.batch, mid=found.mid, policy=found.policy, stale=found.stale,
+                koordinator=KoordinatorReclaimable(**found.koordinator),
+            ),
+        )
+
+    pods = state.pods or (state.forecast.pods if state.forecast is not None else [])
+    return NodeLines(
+        node=node,
+        as_of=loads.timeline.as_of,
+        step_seconds=step,
+        cpu_cores=resource("cpu", cpu_line, *((capacity.cpu_cores, capacity.cpu_threshold_percent) if capacity else (None, None))),
+        memory_bytes=resource(
+            "memory", memory_line, *((capacity.memory_bytes, capacity.memory_threshold_percent) if capacity else (None, None))
+        ),
+        pods=pods,
+    )
+
+
+@router.get("/nodes", response_model=list[str], summary="Nodes the extender knows (from the nodes and pods files and the node model)")
 def nodes(view: Cluster) -> list[str]:
     return list(view.loads.index)
 
 
-@router.get("/nodes/{node}/lines", response_model=NodeLines, summary="A node's forecast load lines against allocatable")
-def node_lines(node: str, view: Cluster) -> NodeLines:
-    loads = view.loads
-    if node not in loads.index:
-        raise UnknownNodeError(f"no node {node} in the cluster view")
-    cpu_line, memory_line = loads.node_line(node)
-    capacity = loads.capacity.get(node)
-    return NodeLines(
-        node=node,
-        as_of=loads.timeline.as_of,
-        step_seconds=loads.timeline.step_seconds,
-        cpu_cores=NodeResourceLine(
-            allocatable=capacity and capacity.cpu_cores, threshold_percent=capacity and capacity.cpu_threshold_percent,
-            short_term_reservation=cpu_line,
-        ),
-        memory_bytes=NodeResourceLine(
-            allocatable=capacity and capacity.memory_bytes, threshold_percent=capacity and capacity.memory_threshold_percent,
-            short_term_reservation=memory_line,
-        ),
-    )
+@router.get("/nodes/{node}/lines", response_model=NodeLines, summary="A node's four lines, allocatable and reclaimable batch/mid room")
+def node_lines(node: str, view: Cluster, request: Request) -> NodeLines:
+    return node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
+
+
+@router.get(
+    "/nodes/{node}/chart.png",
+    response_class=Response,
+    responses={200: {"content": {"image/png": {}}, "description": "The node's lines and reclaimable room"}},
+    summary="A node's lines as PNG",
+)
+def node_chart(node: str, view: Cluster, request: Request) -> Response:
+    lines = node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
+    with _CHART_LOCK:
+        image = png_bytes(node_lines_figure(lines.model_dump()))
+    return Response(image, media_type="image/png")

@@ -148,9 +148,17 @@ def write_openmetrics(
                     for t in meta_times(first, last):
                         yield f"{metric}{text} 1 {t}\n"
 
+        # A pod's node and PriorityClass: the usage's own columns where it has them, else spread over three nodes.
+        placed = {
+            column: usage.groupby(["namespace", "pod"])[column].first().to_dict() for column in ("node", "priority_class") if column in usage
+        }
+
         def info_lines() -> Iterator[str]:
             for i, (ns, _, pod, first, last) in enumerate(pods.itertuples(index=False)):
-                labels = _labels({"namespace": ns, "pod": pod, "node": f"node-{i % 3}", "host_ip": "10.0.0.1"})
+                info = {"namespace": ns, "pod": pod, "node": placed.get("node", {}).get((ns, pod), f"node-{i % 3}"), "host_ip": "10.0.0.1"}
+                if (ns, pod) in placed.get("priority_class", {}):
+                    info["priority_class"] = placed["priority_class"][(ns, pod)]
+                labels = _labels(info)
                 for t in meta_times(first, last):
                     yield f"kube_pod_info{labels} 1 {t}\n"
 

@@ -1,0 +1,200 @@
+"""The node resource model: pooled usage of each node's high-priority pods and its forecasts (issue 6).
+
+Koordinator's four lines per node come from the pods placed on it. The reservations here are forecasts of the
+node's *pooled* high-priority usage (sum over its pod containers of each one's 5-minute max), made by the same
+selected and calibrated forecasters as the workload lines (`models.ensemble`). Forecasting the sum rather than
+summing per-pod forecasts is the pooling effect: pods rarely peak together, so the peak of the sum is well below the
+sum of the peaks, and a calibrated line on the sum keeps its violation target at node level.
+
+Pure estimator over a tidy usage frame with a `node` column: no clients, one step beside the per-workload fit so
+the two can be scheduled independently. Rows of borrowing pods (`priority_class` koord-batch or koord-free, when
+the column is present) are left out: they use the reclaimed room rather than reserve it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from models._validation import require_columns
+from models.forecast import FloatArray, nan_quantile, usage_grid
+from models.workload import USAGE_COLUMNS, fit_resource_forecast
+from recommender import koordinator
+from recommender.resources import NodeForecast, NodePod, NodeResourceLines
+from recommender.settings import ForecastSettings
+
+RESOURCE_COLUMNS = {"cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"), "memory": ("memory_bytes", "memory_request_bytes", "memory_limit_bytes")}
+SECONDS_PER_DAY = 86400
+IntArray = npt.NDArray[np.int64]
+
+
+def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:
+    """Rows placed on a node and not of a borrowing priority class."""
+    placed = usage["node"].notna() & (usage["node"].astype(str) != "")
+    if "priority_class" in usage.columns:
+        placed &= ~usage["priority_class"].isin(koordinator.BORROWING_CLASSES)
+    return usage[placed]
+
+
+def node_grid(
+    instance_codes: IntArray, instance_node: IntArray, times: FloatArray, values: FloatArray, n_instances: int, n_nodes: int,
+    end_seconds: float, n_steps: int, step_seconds: int,
+) -> FloatArray:
+    """(nodes x steps) pooled usage: per step the sum over the node's pod containers of each one's max; NaN where
+    no container of the node has a sample."""
+    per_instance = usage_grid(instance_codes, times, values, n_instances, end_seconds, n_steps, step_seconds)
+    pooled = np.zeros((n_nodes, n_steps))
+    counted = np.zeros((n_nodes, n_steps))
+    np.add.at(pooled, instance_node, np.nan_to_num(per_instance))
+    np.add.at(counted, instance_node, ~np.isnan(per_instance))
+    result: FloatArray = np.where(counted > 0, pooled, np.nan)
+    return result
+
+
+def rise_allowance(grid: FloatArray, quantile: float, steps: int) -> FloatArray:
+    """Per row, the `quantile` of the rises between consecutive steps over the last `steps` (0 when none is known):
+    how far usage can climb between two measurements, so the last measurement plus this is a safe floor."""
+    recent = grid[:, -(steps + 1) :]
+    rises = np.diff(recent, axis=1)
+    result: FloatArray = np.nan_to_num(np.maximum(nan_quantile(rises, quantile), 0.0)) if rises.shape[1] else np.zeros(grid.shape[0])
+    return result
+
+
+class NodeForecaster(BaseEstimator):  # type: ignore[misc]
+    """Pooled high-priority usage per node and its short-term (per step) and long-term (steady) forecasts.
+
+    Fitted: `nodes_` (names), `cpu_grid_`/`memory_grid_` (nodes x steps ending at `grid_end_`), the forecast models,
+    `instances_` (one row per pod container on a node: last sample, last request or limit, priority class).
+    """
+
+    def __init__(
+        self,
+        forecast: ForecastSettings | None = None,
+        step_seconds: int = 300,
+        alive_seconds: int = 3600,
+        cpu_jump_quantile: float = 0.99,
+        memory_jump_quantile: float = 1.0,
+    ) -> None:
+        self.forecast = forecast
+        self.step_seconds = step_seconds
+        self.alive_seconds = alive_seconds
+        self.cpu_jump_quantile = cpu_jump_quantile
+        self.memory_jump_quantile = memory_jump_quantile
+
+    def _steps(self) -> int:
+        settings = self.forecast or ForecastSettings()
+        return (settings.selection_days + settings.seasonal_days + 1) * (SECONDS_PER_DAY // self.step_seconds)
+
+    def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        require_columns(X, (*USAGE_COLUMNS, "node"), type(self).__name__)
+        usage = high_priority_rows(X)
+        if usage.empty:
+            raise ValueError("no usage rows of high-priority pods with a node")
+        self.nodes_ = np.asarray(sorted(usage["node"].astype(str).unique()), dtype=str)
+        self.data_end_ = int(usage["timestamp"].max())
+        self.grid_end_ = (self.data_end_ // self.step_seconds + 1) * self.step_seconds
+        self.instances_ = self._instances(usage)
+        self.cpu_grid_, self.memory_grid_ = (self._grid(usage, r, pd.Index(self.nodes_), self.grid_end_) for r in ("cpu", "memory"))
+        return self._fit_forecasts()
+
+    def partial_fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        """Continue with samples newer than those seen: the pooled grids slide to the new end and take the new steps
+        (samples inside the last seen step are not added twice), then the forecasts are refitted."""
+        if not hasattr(self, "nodes_"):
+            return self.fit(X)
+        require_columns(X, (*USAGE_COLUMNS, "node"), type(self).__name__)
+        usage = high_priority_rows(X)
+        usage = usage[usage["timestamp"] >= self.grid_end_]
+        if usage.empty:
+            return self
+        nodes = pd.Index(self.nodes_).append(pd.Index(sorted(usage["node"].astype(str).unique()))).unique()
+        end = (int(usage["timestamp"].max()) // self.step_seconds + 1) * self.step_seconds
+        shift = int((end - self.grid_end_) // self.step_seconds)
+        for name, resource in (("cpu_grid_", "cpu"), ("memory_grid_", "memory")):
+            old = getattr(self, name)
+            slid = np.full((len(nodes), old.shape[1]), np.nan)
+            if shift < old.shape[1]:
+                slid[: old.shape[0], : old.shape[1] - shift] = old[:, shift:]
+            setattr(self, name, np.fmax(slid, self._grid(usage, resource, nodes, end)))
+        merged = pd.concat([self.instances_, self._instances(usage)])
+        self.instances_ = merged[~merged.index.duplicated(keep="last")]
+        self.nodes_ = np.asarray(nodes, dtype=str)
+        self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
+        self.grid_end_ = end
+        return self._fit_forecasts()
+
+    def _fit_forecasts(self) -> Self:
+        settings = self.forecast or ForecastSettings()
+        self.cpu_forecast_ = fit_resource_forecast(self.cpu_grid_, settings, self.grid_end_)
+        self.memory_forecast_ = fit_resource_forecast(self.memory_grid_, settings, self.grid_end_)
+        return self
+
+    def _grid(self, usage: pd.DataFrame, resource: str, nodes: pd.Index, end: int) -> FloatArray:
+        codes: IntArray = np.asarray(usage.groupby(["namespace", "pod", "container", "node"], sort=False).ngroup(), dtype=np.int64)
+        node_of = pd.Series(usage["node"].astype(str).to_numpy()).groupby(codes).first()
+        instance_node = nodes.get_indexer(pd.Index(node_of.to_numpy())).astype(np.int64)
+        column = RESOURCE_COLUMNS[resource][0]
+        return node_grid(
+            codes, instance_node, usage["timestamp"].to_numpy(dtype=np.float64), usage[column].to_numpy(dtype=np.float64),
+            len(node_of), len(nodes), end, self._steps(), self.step_seconds,
+        )
+
+    @staticmethod
+    def _instances(usage: pd.DataFrame) -> pd.DataFrame:
+        """Per (namespace, pod, container, node): workload, priority class, last sample and its last request (or limit)."""
+        ordered = usage.sort_values("timestamp", kind="stable")
+        last = ordered.groupby(["namespace", "pod", "container", "node"], sort=False).last()
+        out = pd.DataFrame(
+            {
+                "workload": last["workload"].astype(str),
+                "priority_class": last["priority_class"].fillna("none").astype(str) if "priority_class" in last else "none",
+                "last_sample": last["timestamp"].astype(np.int64),
+            },
+            index=last.index,
+        )
+        missing = pd.Series(np.nan, index=last.index)
+        for resource, (_, request, limit) in RESOURCE_COLUMNS.items():
+            out[f"{resource}_request"] = last.get(request, missing).fillna(last.get(limit, missing))
+        return out
+
+    def predict(self, as_of: int | None = None, horizon_seconds: int = SECONDS_PER_DAY) -> list[NodeForecast]:
+        """Each node's pooled lines at `as_of` (default: data end); pods count toward `limit` while alive then."""
+        check_is_fitted(self, "cpu_forecast_")
+        decision = int(self.data_end_ + 1 if as_of is None else as_of)
+        steps_per_day = SECONDS_PER_DAY // self.step_seconds
+        lines = {
+            "cpu": (self.cpu_grid_, self.cpu_forecast_.lines(decision, horizon_seconds, self.step_seconds)),
+            "memory": (self.memory_grid_, self.memory_forecast_.lines(decision, horizon_seconds, self.step_seconds)),
+        }
+        instances = self.instances_.reset_index()
+        out = []
+        for row, name in enumerate(self.nodes_):
+            mine = instances[instances["node"] == name]
+            last_sample = int(mine["last_sample"].max())
+            alive = mine[mine["last_sample"] >= last_sample - self.alive_seconds]
+            per_resource: dict[str, NodeResourceLines | None] = {}
+            for resource, (grid, (short, _, long)) in lines.items():
+                recent = grid[row, -steps_per_day:]
+                known = recent[~np.isnan(recent)]
+                requests = alive[f"{resource}_request"]
+                per_resource[resource] = None if np.all(np.isnan(short[row])) else NodeResourceLines(
+                    limit=float(requests.sum()) if requests.notna().any() else None,
+                    last_usage=float(known[-1]) if known.size else None,
+                    jump=float(rise_allowance(grid[row : row + 1], getattr(self, f"{resource}_jump_quantile"), 7 * steps_per_day)[0]),
+                    recent_usage=[None if np.isnan(v) else float(v) for v in recent],
+                    short_term=np.nan_to_num(short[row]).tolist(),
+                    long_term=float(np.nan_to_num(long[row])),
+                )
+            pods = alive.drop_duplicates(["namespace", "pod"])
+            out.append(
+                NodeForecast(
+                    node=str(name), last_sample=last_sample, cpu=per_resource["cpu"], memory=per_resource["memory"],
+                    pods=[NodePod(namespace=p.namespace, pod=p.pod, workload=p.workload, priority_class=p.priority_class) for p in pods.itertuples()],
+                )
+            )
+        return out

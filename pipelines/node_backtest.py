@@ -1,0 +1,346 @@
+"""`recommender backtest --nodes`: reclaimed batch and mid room per node and over time, ours against Koordinator's rules.
+
+Placement: the file's `node` column when it has one (allocatable: the given node size, or the sum of the node's
+requests when larger); otherwise a seeded random packing, documented in `pack_pods`. High-priority usage of a node
+is the sum over its pods of each pod's 5-minute max (every pod of the file is high priority: the file holds the
+workloads whose room batch pods would borrow).
+
+At every 5-minute step t of every decision day (00:00 UTC, once 7 days of history exist), each method offers batch
+(and mid) room; the node's high-priority pods are left `allocatable - offered`. A violation is a step where their
+measured usage exceeded that. Methods:
+- ours: `recommender.colocation.reclaimable` with the day-ahead forecast of the node's pooled usage (the same
+  selected and calibrated forecasters as the workload backtest, fitted on the node grid), its highest value over the
+  next `batch_window_seconds`, and the last measured usage plus the node's rise allowance while that measurement is
+  fresh (a stale one is dropped: the forecast, within its horizon, carries on);
+- ours_forecast_only: the same without any measurement after the decision (what `serve` offers between daily
+  trainings, which see no live usage);
+- koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
+  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`): what a Koordinator cluster gets;
+- Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
+  last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
+- Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
+  (the bucket-free form of its histograms: bucket rounding adds up to 5 %), pods younger than 24 h at their request.
+Two scenarios: complete metrics, and seeded metric outages (whole-node gaps) where staleness rules matter.
+(The decay of `colocation.staleness_weight` applies once a forecast runs past its horizon, which a daily decision
+never does; it is tested on hand-made cases.)
+The decision days are split in time: the first half is where the margin settings were chosen, the second is held out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+
+from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
+from models.forecast import DecayedQuantileForecaster, FloatArray
+from models.nodes import rise_allowance
+from pipelines.backtest import RESOURCES, Fleet, candidate_lines, load_fleet, selected_lines
+from recommender import colocation
+from recommender.settings import Settings
+
+Step = Callable[[str], None]
+IntArray = npt.NDArray[np.int64]
+BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
+MID_METHODS = ("ours_mid", "koordinator_mid")
+SCENARIOS = ("complete", "outages")
+
+
+def _quiet(_: str) -> None:
+    """Progress sink for callers that show none."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which node each pod of the fleet ran on, and every node's allocatable per resource."""
+
+    node_of_pod: IntArray
+    names: list[str]
+    allocatable: dict[str, FloatArray]
+    rule: str
+
+
+def pack_pods(requests: dict[str, FloatArray], node_size: dict[str, float], seed: int) -> tuple[IntArray, dict[str, FloatArray]]:
+    """First fit on a seeded random order: pods are shuffled with numpy's `default_rng(seed)`, each goes to the
+    first node where its CPU and memory requests both still fit, and a new node is opened when none has room. A pod
+    larger than a node gets a node of its own, sized to it. Returns the node of each pod and each node's allocatable."""
+    order = np.random.default_rng(seed).permutation(len(requests["cpu"]))
+    node_of = np.zeros(len(order), dtype=np.int64)
+    free: list[dict[str, float]] = []
+    sizes: list[dict[str, float]] = []
+    for pod in order:
+        need = {r: float(requests[r][pod]) for r in RESOURCES}
+        target = next((i for i, room in enumerate(free) if all(need[r] <= room[r] + 1e-9 for r in RESOURCES)), None)
+        if target is None:
+            size = {r: max(node_size[r], need[r]) for r in RESOURCES}
+            sizes.append(size)
+            free.append(dict(size))
+            target = len(free) - 1
+        for r in RESOURCES:
+            free[target][r] -= need[r]
+        node_of[pod] = target
+    return node_of, {r: np.array([s[r] for s in sizes]) for r in RESOURCES}
+
+
+def pod_requests(fleet: Fleet) -> dict[str, FloatArray]:
+    """Each fleet pod's largest request (its limit where no request is given, its peak usage where neither is)."""
+    frame = fleet.frame
+    codes, _ = pd.factorize(frame["group"].astype(str) + "\x00" + frame["pod"].astype(str))
+    out = {}
+    for resource, column in RESOURCES.items():
+        stated = frame.get(f"{resource}_request_{'cores' if resource == 'cpu' else 'bytes'}")
+        limit = frame.get(f"{resource}_limit_{'cores' if resource == 'cpu' else 'bytes'}")
+        values = pd.Series(np.nan, index=frame.index)
+        for part in (stated, limit, frame[column]):
+            if part is not None:
+                values = values.fillna(part)
+        requested = np.zeros(int(codes.max()) + 1)
+        np.maximum.at(requested, codes, np.nan_to_num(values.to_numpy(dtype=np.float64)))
+        out[resource] = requested
+    return out
+
+
+def placement(fleet: Fleet, node_size: dict[str, float], seed: int) -> Placement:
+    """Real placement from the `node` column when present (a pod's most frequent node), else `pack_pods`."""
+    requests = pod_requests(fleet)
+    frame = fleet.frame
+    if "node" in frame.columns and frame["node"].notna().any():
+        codes, _ = pd.factorize(frame["group"].astype(str) + "\x00" + frame["pod"].astype(str))
+        nodes = frame["node"].fillna("<unknown>").astype(str)
+        most = pd.DataFrame({"pod": codes, "node": nodes}).groupby("pod")["node"].agg(lambda s: s.value_counts().index[0])
+        names = sorted(most.unique())
+        node_of = pd.Index(names).get_indexer(most.sort_index().to_numpy()).astype(np.int64)
+        allocatable = {}
+        for r in RESOURCES:
+            summed = np.zeros(len(names))
+            np.add.at(summed, node_of, requests[r])
+            allocatable[r] = np.maximum(summed, node_size[r])
+        return Placement(node_of, names, allocatable, "the file's node column; allocatable = max(node size, sum of requests)")
+    node_of, allocatable = pack_pods(requests, node_size, seed)
+    names = [f"node-{i:02d}" for i in range(len(allocatable["cpu"]))]
+    rule = (
+        f"first fit of the pods in a random order (numpy default_rng({seed})) by CPU and memory requests (limits where no "
+        f"request) onto nodes of {node_size['cpu']:g} cores and {node_size['memory'] / 2**30:g} GiB"
+    )
+    return Placement(node_of, names, allocatable, rule)
+
+
+def node_sums(pod_values: FloatArray, node_of: IntArray, n_nodes: int) -> FloatArray:
+    """(nodes x steps) sum over each node's pods; NaN where none of them has a value."""
+    total = np.zeros((n_nodes, pod_values.shape[1]))
+    counted = np.zeros((n_nodes, pod_values.shape[1]))
+    np.add.at(total, node_of, np.nan_to_num(pod_values))
+    np.add.at(counted, node_of, ~np.isnan(pod_values))
+    result: FloatArray = np.where(counted > 0, total, np.nan)
+    return result
+
+
+def outage_mask(n_nodes: int, n_steps: int, fraction: float, seed: int, min_steps: int = 6, max_steps: int = 24) -> npt.NDArray[np.bool_]:
+    """Seeded whole-node metric gaps of 30 min to 2 h (uniform) covering about `fraction` of all node-steps."""
+    rng = np.random.default_rng(seed + 1)
+    mask = np.zeros((n_nodes, n_steps), dtype=bool)
+    per_node = int(round(fraction * n_steps / ((min_steps + max_steps) / 2)))
+    for node in range(n_nodes):
+        for _ in range(per_node):
+            length = int(rng.integers(min_steps, max_steps + 1))
+            start = int(rng.integers(0, max(n_steps - length, 1)))
+            mask[node, start : start + length] = True
+    return mask
+
+
+def last_measured(values: FloatArray, measured: npt.NDArray[np.bool_]) -> tuple[FloatArray, FloatArray]:
+    """For each step t: the value at the last measured step before t (NaN if none) and how many steps back it is."""
+    n = values.shape[1]
+    index = np.where(measured, np.arange(n)[None, :], -1)
+    latest = np.maximum.accumulate(index, axis=1)
+    before = np.concatenate([np.full((values.shape[0], 1), -1), latest[:, :-1]], axis=1)
+    gathered = np.take_along_axis(values, np.maximum(before, 0), axis=1)
+    age = np.where(before >= 0, np.arange(n)[None, :] - before, np.inf)
+    return np.where(before >= 0, gathered, np.nan), age
+
+
+def forward_max(line: FloatArray, steps: int) -> FloatArray:
+    """Per row, the max of the next `steps` values from each step on (fewer near the end)."""
+    padded = np.concatenate([line, np.repeat(line[:, -1:], max(steps - 1, 0), axis=1)], axis=1)
+    result: FloatArray = sliding_window_view(padded, max(steps, 1), axis=1).max(axis=2)
+    return result
+
+
+@dataclass
+class Offered:
+    """Room offered per method, (nodes x evaluated steps), and the usage it is judged against."""
+
+    hp: FloatArray
+    allocatable: FloatArray
+    short_term: FloatArray
+    long_term: FloatArray
+    batch: dict[str, FloatArray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    reclaimed: float  # resource-hours offered
+    reclaimed_share: float  # mean offered / allocatable
+    violations: int  # node-steps with high-priority usage above what was left for it
+    violation_rate: float
+    zero_drops: int  # node-steps where the offer fell to 0 from above 0
+    mean_change: float  # mean |offer(t) - offer(t-1)| / allocatable
+
+
+def summarize(offered: Offered, method: str, columns: slice, step_seconds: int) -> MethodSummary:
+    batch = offered.batch[method][:, columns]
+    hp = offered.hp[:, columns]
+    alloc = offered.allocatable[:, None]
+    known = ~np.isnan(hp)
+    violated = known & (hp > alloc - batch + 1e-9)
+    zero = (batch[:, 1:] <= 0) & (batch[:, :-1] > 0)
+    return MethodSummary(
+        reclaimed=float(batch.sum() * step_seconds / 3600),
+        reclaimed_share=float(np.mean(batch / alloc)),
+        violations=int(violated.sum()),
+        violation_rate=float(violated.sum() / max(known.sum(), 1)),
+        zero_drops=int(zero.sum()),
+        mean_change=float(np.mean(np.abs(np.diff(batch, axis=1)) / alloc)),
+    )
+
+
+@dataclass(frozen=True)
+class NodeBacktestResult:
+    placement: Placement
+    decision_days: list[int]
+    first_step: int
+    step_seconds: int
+    origin: int
+    offered: dict[str, dict[str, Offered]]  # scenario -> resource -> offers
+    summaries: dict[str, dict[str, dict[str, dict[str, MethodSummary]]]]  # part -> scenario -> resource -> method
+    seconds: float
+
+
+def _forecast_lines(grid: FloatArray, settings: Settings, decision_days: list[int], per_day: int, step: Step, resource: str) -> tuple[FloatArray, FloatArray]:
+    """Our day-ahead short-term lines (days x nodes x steps) and long-term values (days x nodes) on the node grid."""
+    forecast = settings.forecast
+    out = []
+    for name, candidates, target, constant in (
+        ("short-term", short_term_candidates(forecast), forecast.short_term_target_violation, False),
+        ("long-term", constant_candidates(forecast), forecast.long_term_target_violation, True),
+    ):
+        step(f"{resource}: node {name} candidates ({len(candidates)} models)")
+        lines = candidate_lines(grid, candidates, per_day, constant)
+        final, _ = selected_lines(grid, lines, selected_forecaster(forecast, candidates, target, constant), decision_days, per_day)
+        out.append(final)
+    return out[0], out[1][:, :, 0]
+
+
+def _koordinator_mid(
+    pod_grid: FloatArray, requests: FloatArray, present: npt.NDArray[np.bool_], first_step: IntArray, node_of: IntArray,
+    allocatable: FloatArray, resource: str, start: int, end: int, per_hour: int,
+) -> FloatArray:
+    """Koordinator's mid reclaimable per node at every step of [start, end), recomputed every hour."""
+    half_life_steps = (12 if resource == "cpu" else 24) * per_hour
+    quantile = 0.95 if resource == "cpu" else 0.98
+    n_nodes = len(allocatable)
+    out = np.zeros((n_nodes, end - start))
+    for hour_start in range(start, end, per_hour):
+        model = DecayedQuantileForecaster(days=7, quantile=quantile, half_life_steps=half_life_steps).fit(pod_grid[:, :hour_start])
+        peak = model.level_ * 1.10
+        alive = present[:, hour_start]
+        age = (hour_start - first_step) * (3600 / per_hour)
+        request = np.where(alive, requests, np.nan)
+        per_node = np.full((n_nodes, len(requests)), np.nan)
+        per_node[node_of, np.arange(len(requests))] = request
+        mid = colocation.koordinator_mid(allocatable, per_node, np.broadcast_to(peak, per_node.shape), np.broadcast_to(age, per_node.shape))
+        out[:, hour_start - start : min(hour_start + per_hour, end) - start] = mid[:, None]
+    return out
+
+
+def run_node_backtest(
+    path: Path, settings: Settings, node_size: dict[str, float], seed: int = 0, outage_fraction: float = 0.02, step: Step = _quiet
+) -> NodeBacktestResult:
+    """The whole protocol on one usage file."""
+    started = time.perf_counter()
+    step(f"reading {path}")
+    fleet = load_fleet(path, settings.reservation.step_seconds)
+    where = placement(fleet, node_size, seed)
+    per_day, step_seconds = fleet.steps_per_day, fleet.step_seconds
+    per_hour = 3600 // step_seconds
+    n_nodes = len(where.names)
+    decision_days = list(range(7, fleet.days))
+    start, end = decision_days[0] * per_day, fleet.days * per_day
+    requests = pod_requests(fleet)
+    col = settings.colocation
+    known_any = ~np.isnan(fleet.pod_grid["cpu"]) | ~np.isnan(fleet.pod_grid["memory"])
+    first_step = np.argmax(known_any, axis=1).astype(np.int64)
+    last_step = (known_any.shape[1] - 1 - np.argmax(known_any[:, ::-1], axis=1)).astype(np.int64)
+    steps = np.arange(known_any.shape[1])
+    present = (steps[None, :] >= first_step[:, None]) & (steps[None, :] <= last_step[:, None])
+    outages = outage_mask(n_nodes, end - start, outage_fraction, seed)
+    offered: dict[str, dict[str, Offered]] = {s: {} for s in SCENARIOS}
+    for resource in RESOURCES:
+        pods = fleet.pod_grid[resource]
+        grid = node_sums(pods, where.node_of_pod, n_nodes)
+        short, long = _forecast_lines(grid, settings, decision_days, per_day, step, resource)
+        short_flat = np.concatenate(list(short), axis=1)  # nodes x evaluated steps
+        long_flat = np.repeat(long.T, per_day, axis=1)
+        alloc = where.allocatable[resource]
+        margin = (col.cpu_margin_fraction if resource == "cpu" else col.memory_margin_fraction) * alloc[:, None]
+        reclaim_percent = col.koordinator_cpu_reclaim_percent if resource == "cpu" else col.koordinator_memory_reclaim_percent
+        request_now = np.where(present, requests[resource][:, None], np.nan)
+        limit = node_sums(request_now, where.node_of_pod, n_nodes)[:, start:end]
+        hp_used = {
+            policy: node_sums(
+                np.where(present, colocation.koordinator_hp_used(policy, pods[:, :, None], request_now[:, :, None]), np.nan),
+                where.node_of_pod, n_nodes,
+            )
+            for policy in colocation.KOORDINATOR_POLICIES
+        }
+        step(f"{resource}: Koordinator mid, hourly")
+        koord_mid = _koordinator_mid(pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour)
+        window = max(col.batch_window_seconds // step_seconds, 1)
+        quantile = col.cpu_jump_quantile if resource == "cpu" else col.memory_jump_quantile
+        jump = np.concatenate(
+            [np.repeat(rise_allowance(grid[:, : day * per_day], quantile, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days],
+            axis=1,
+        )
+        for scenario in SCENARIOS:
+            measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
+            full_measured = np.concatenate([np.ones((n_nodes, start), dtype=bool), measured], axis=1)
+            last_usage, age_steps = last_measured(grid, full_measured)
+            age = age_steps[:, start:end] * step_seconds
+            # A stale measurement no longer floors the offer: the day-ahead forecast (within its horizon) carries on.
+            last_usage = np.where(age <= col.fresh_seconds, last_usage[:, start:end], np.nan)
+            # The offer at t holds for the batch window: it leaves room for the highest forecast over it.
+            ahead = forward_max(short_flat, window)
+            offers = Offered(hp=grid[:, start:end], allocatable=alloc, short_term=short_flat, long_term=long_flat)
+            offers.batch["ours"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump)
+            offers.batch["ours_forecast_only"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, np.nan, limit)
+            # Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the node
+            # with (recomputed every step, as `sync` can): our headroom over its own measurement.
+            rise = ahead - short_flat
+            ratio = colocation.reclaim_ratio(alloc[:, None], margin, rise, jump)
+            live, _ = last_measured(np.nan_to_num(hp_used["usage"]), full_measured)
+            offers.batch["koordinator_our_ratio"] = colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
+            for policy in colocation.KOORDINATOR_POLICIES:
+                used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
+                offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age)
+            offers.batch["ours_mid"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump)
+            offers.batch["koordinator_mid"] = koord_mid
+            offered[scenario][resource] = offers
+    half = len(decision_days) // 2 * per_day
+    parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
+    summaries = {
+        part: {
+            scenario: {
+                resource: {m: summarize(offers, m, columns, step_seconds) for m in offers.batch}
+                for resource, offers in offered[scenario].items()
+            }
+            for scenario in SCENARIOS
+        }
+        for part, columns in parts.items()
+    }
+    return NodeBacktestResult(where, decision_days, start, step_seconds, fleet.origin, offered, summaries, time.perf_counter() - started)

@@ -1,0 +1,61 @@
+"""Opt-in writer of per-node values Koordinator already reads (reclaim-ratio labels, usage-thresholds annotation).
+
+Part of `recommender sync`: lists nodes and pods from the API server, builds the same node view as the extender
+over the loaded model version, and merge-patches the metadata of each node the model learned, only when a value
+changed. Koordinator's own controllers then compute batch resources and filter nodes with our forecasts, unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from recommender.errors import KubernetesError
+from recommender.placement import NodeLoads, node_metadata
+from recommender.settings import Settings
+from serving.cluster import timeline_of
+from serving.kube_sync import SyncReport, api_message
+from serving.state import ServiceState
+
+
+class NodeColocationSync:
+    """One pass over the nodes: `sync_once(report)` adds each node written, unchanged or failed to `report`."""
+
+    def __init__(self, api: client.ApiClient, state: ServiceState, settings: Settings) -> None:
+        self.core = client.CoreV1Api(api)
+        self.state = state
+        self.settings = settings
+
+    def enabled(self) -> bool:
+        return self.settings.colocation.write_reclaim_ratios or self.settings.colocation.write_usage_thresholds
+
+    def sync_once(self, report: SyncReport) -> None:
+        snapshot = self.state.require()
+        try:
+            nodes: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(self.core.list_node().items)
+            pods: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(self.core.list_pod_for_all_namespaces().items)
+        except ApiException as error:
+            raise KubernetesError(f"listing nodes and pods: HTTP {error.status}: {api_message(error)}") from None
+        forecasts = {n.node: n for n in snapshot.loaded.recommendations.nodes}
+        loads = NodeLoads.build(pods, nodes, snapshot.lookup, timeline_of(snapshot), self.settings.extender, forecasts)
+        now = time.time()
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            name = f"Node {meta.get('name')}"
+            wanted = node_metadata(loads, node, now, self.settings.colocation, self.settings.extender)
+            if wanted is None:
+                report.ignored.append(name)
+                continue
+            labels, annotations = wanted
+            current_labels, current_annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+            if all(current_labels.get(k) == v for k, v in labels.items()) and all(current_annotations.get(k) == v for k, v in annotations.items()):
+                report.unchanged.append(name)
+                continue
+            try:
+                self.core.patch_node(meta["name"], {"metadata": {"labels": labels, "annotations": annotations}})
+                report.written.append(name)
+            except ApiException as error:
+                report.failed[name] = f"HTTP {error.status}: {api_message(error)}"

@@ -1,0 +1,197 @@
+"""The node resource model: pooled forecasts, the node view served and written, and the --nodes backtest's parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.nodes import NodeForecaster, rise_allowance
+from pipelines.node_backtest import forward_max, last_measured, node_sums, outage_mask, pack_pods
+from recommender import colocation
+from recommender import koordinator as k
+from recommender.errors import ModelStoreError
+from recommender.placement import NodeLoads, Timeline, node_metadata, node_reclaimable
+from recommender.resources import NodeForecast, NodePod, NodeResourceLines
+from recommender.settings import ColocationSettings, ExtenderSettings, ForecastSettings
+from recommender.units import GIB
+from tests.k8s import container, node, pod, running
+from tests.recs import STEPS
+
+DAY = 86400
+FAST = ForecastSettings(use_stl=False, use_boosting=False, selection_days=2, seasonal_days=2)
+
+
+def alternating(days: int = 4, start: int = 1_700_006_400) -> pd.DataFrame:
+    """Two pods on node a peaking in turn (4 cores for 12 h each), a batch pod beside them, one pod on node b."""
+    times = np.arange(start, start + days * DAY, 300)
+    first_half = ((times - start) % DAY) < DAY / 2
+    rows = []
+    for name, cpu, node_name, priority in (
+        ("morning", np.where(first_half, 4.0, 0.5), "a", "koord-prod"),
+        ("evening", np.where(first_half, 0.5, 4.0), "a", "koord-prod"),
+        ("batch", np.full(times.size, 3.0), "a", "koord-batch"),
+        ("alone", np.full(times.size, 1.0), "b", "koord-prod"),
+    ):
+        rows.append(pd.DataFrame({
+            "timestamp": times, "namespace": "ns", "workload": name, "pod": f"{name}-0", "container": "main",
+            "cpu_cores": cpu, "memory_bytes": 1e9, "cpu_request_cores": 2.0, "memory_request_bytes": 2e9,
+            "node": node_name, "priority_class": priority,
+        }))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_the_node_line_forecasts_the_pooled_sum_not_the_sum_of_peaks() -> None:
+    usage = alternating()
+    found = {n.node: n for n in NodeForecaster(FAST).fit(usage).predict()}
+    a = found["a"]
+    assert a.cpu is not None and a.memory is not None
+    # the two pods never peak together: the pooled line stays near 4.5 cores, far below the 8 of the two peaks
+    assert 4.5 <= max(a.cpu.short_term) < 6.0
+    assert a.cpu.long_term < 6.0
+    assert a.cpu.limit == 4.0 and a.memory.limit == 4e9  # the batch pod's request is not reserved for
+    assert a.cpu.last_usage == pytest.approx(4.5)
+    assert {p.pod for p in a.pods} == {"morning-0", "evening-0"}
+    assert found["b"].cpu is not None and max(found["b"].cpu.short_term) == pytest.approx(1.0, rel=0.3)
+
+
+def test_partial_fit_slides_the_grid_to_the_new_samples() -> None:
+    usage = alternating(days=4)
+    end = int(usage["timestamp"].min()) + 3 * DAY
+    model = NodeForecaster(FAST).fit(usage[usage["timestamp"] < end])
+    model.partial_fit(usage[usage["timestamp"] >= end])
+    assert model.data_end_ == int(usage["timestamp"].max())
+    full = NodeForecaster(FAST).fit(usage)
+    np.testing.assert_allclose(model.cpu_grid_, full.cpu_grid_, equal_nan=True)
+
+
+def test_a_usage_without_placement_is_a_clear_error() -> None:
+    usage = alternating().assign(node=None)
+    with pytest.raises(ValueError, match="with a node"):
+        NodeForecaster(FAST).fit(usage)
+
+
+def test_rise_allowance_is_a_quantile_of_the_recent_rises() -> None:
+    grid = np.array([[1.0, 2.0, 1.0, 4.0, np.nan, 5.0]])
+    assert rise_allowance(grid, 1.0, 10)[0] == pytest.approx(3.0)
+    assert rise_allowance(np.array([[2.0, 1.0, 0.5]]), 1.0, 10)[0] == 0.0
+
+
+def test_pack_pods_first_fit_on_a_seeded_order() -> None:
+    requests = {"cpu": np.array([3.0, 2.0, 2.0, 1.0, 9.0]), "memory": np.full(5, GIB)}
+    size = {"cpu": 4.0, "memory": 16 * GIB}
+    node_of, allocatable = pack_pods(requests, size, seed=0)
+    again, _ = pack_pods(requests, size, seed=0)
+    assert node_of.tolist() == again.tolist()
+    used = np.bincount(node_of, weights=requests["cpu"])
+    assert np.all(used <= allocatable["cpu"] + 1e-9)
+    assert allocatable["cpu"][node_of[4]] == 9.0 and np.sum(node_of == node_of[4]) == 1  # too big: a node of its own
+    assert len(allocatable["cpu"]) == 4  # 3+1, 2+2 in some order, and the big one: first fit never needs more here
+
+
+def test_backtest_helpers() -> None:
+    values = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]])
+    measured = np.array([[True, True, False, False, True]])
+    last, age = last_measured(values, measured)
+    np.testing.assert_allclose(last, [[np.nan, 1.0, 2.0, 2.0, 2.0]])
+    np.testing.assert_allclose(age, [[np.inf, 1, 1, 2, 3]])
+    np.testing.assert_allclose(forward_max(np.array([[1.0, 3.0, 2.0, 0.0]]), 2), [[3.0, 3.0, 2.0, 0.0]])
+    np.testing.assert_allclose(node_sums(np.array([[1.0, np.nan], [2.0, np.nan], [5.0, 1.0]]), np.array([0, 0, 1]), 2), [[3.0, np.nan], [5.0, 1.0]])
+    mask = outage_mask(10, 10_000, 0.02, seed=3)
+    assert 0.01 < mask.mean() < 0.03
+
+
+AS_OF = 1_800_000_000
+TIMELINE = Timeline(AS_OF, 300, STEPS)
+
+
+def forecast_of(last_sample: int) -> NodeForecast:
+    lines = NodeResourceLines(limit=2.0, last_usage=2.0, jump=0.5, recent_usage=[2.0] * 12, short_term=[3.0] * STEPS, long_term=3.5)
+    memory = NodeResourceLines(limit=2 * GIB, last_usage=GIB, jump=0.0, recent_usage=[GIB] * 12, short_term=[GIB] * STEPS, long_term=GIB)
+    return NodeForecast(node="a", last_sample=last_sample, cpu=lines, memory=memory, pods=[NodePod(namespace="ns", pod="old", workload="old", priority_class="koord-prod")])
+
+
+def view(last_sample: int, old_request: str = "2") -> NodeLoads:
+    pods = [
+        running(pod("deployment", "old", [container("main", {"requests": {"cpu": old_request}})]), "ns", "a", "old"),
+        running(pod("deployment", "new", [container("main", {"requests": {"cpu": "1"}})]), "ns", "a", "new"),
+        running(pod("deployment", "spare", [container("main", {"requests": {"cpu": "4"}})], labels={k.PRIORITY_CLASS_LABEL: k.BATCH}), "ns", "a", "spare"),
+    ]
+    return NodeLoads.build(pods, [node("a", cpu="10", memory="16Gi")], lambda key: None, TIMELINE, ExtenderSettings(), {"a": forecast_of(last_sample)})
+
+
+COLOCATION = ColocationSettings(cpu_margin_fraction=0.1, memory_margin_fraction=0.1)
+
+
+def test_node_view_starts_from_the_pooled_forecast_and_adds_pods_placed_since() -> None:
+    loads = view(AS_OF)
+    cpu, _ = loads.node_line("a")
+    assert cpu[0] == pytest.approx(3.0 + 1.0 + 4.0)  # extender load: pooled line + the new pod's request + the batch pod's
+    reserved, _ = loads.node_line("a", high_priority=True)
+    assert reserved[0] == pytest.approx(3.0 + 1.0)  # the batch pod borrows: it is not in the reservation
+    state = loads.states["a"]
+    assert state.limit["cpu"] == 3.0  # high-priority requests now: old 2 + new 1 (the batch pod borrows)
+    assert state.long_term["cpu"] == pytest.approx(3.5 + 1.0)
+    assert {p.pod: p.priority_class for p in state.pods} == {"old": "koord-prod", "new": "koord-prod", "spare": "koord-batch"}
+
+
+def test_reclaimable_now_fresh_and_stale() -> None:
+    fresh = node_reclaimable(view(AS_OF), "a", "cpu", AS_OF + 60, COLOCATION)
+    assert fresh is not None and not fresh.stale
+    # room = 10 - 1; the high-priority line over the window is 4 (pooled 3 + new pod 1)
+    assert fresh.batch == pytest.approx(5.0)
+    assert fresh.mid == pytest.approx(9.0 - 4.5)
+    assert fresh.koordinator == {"usage": pytest.approx(4.0), "request": pytest.approx(3.0), "max_usage_request": pytest.approx(3.0), "mid": 0.0}
+    # within the forecast's horizon a stale measurement only stops flooring the offer: a rise to 9 measured then
+    # would cap batch at 0 while fresh, and is ignored an hour later
+    risen = view(AS_OF)
+    assert risen.states["a"].forecast is not None and risen.states["a"].forecast.cpu is not None
+    risen.states["a"].forecast.cpu.last_usage = 8.5
+    floored = node_reclaimable(risen, "a", "cpu", AS_OF + 60, COLOCATION)
+    later = node_reclaimable(risen, "a", "cpu", AS_OF + 3600, COLOCATION)
+    assert floored is not None and later is not None and not later.stale
+    assert (floored.batch, later.batch) == (0.0, pytest.approx(5.0))
+    assert later.koordinator["usage"] == 0.0  # Koordinator drops batch to 0 without fresh metrics
+    # an hour past the forecast's horizon: half the trust, halfway to the request-based value (room 9 - requests 8 + 1)
+    stale = node_reclaimable(view(AS_OF, old_request="8"), "a", "cpu", AS_OF + DAY + 3600, COLOCATION)
+    assert stale is not None and stale.stale
+    assert stale.batch == pytest.approx(0.5 * 5.0 + 0.5 * 0.0)
+
+
+def test_node_metadata_for_koordinator() -> None:
+    loads = view(AS_OF)
+    settings = COLOCATION.model_copy(update={"write_reclaim_ratios": True, "write_usage_thresholds": True})
+    existing = node("a", cpu="10", memory="16Gi", annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"prodUsageThresholds": {"cpu": 50}}'})
+    found = node_metadata(loads, existing, AS_OF + 60, settings, ExtenderSettings())
+    assert found is not None
+    labels, annotations = found
+    # flat forecast: headroom = margin 1 + rise allowance 0.5 of capacity 10
+    assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.85", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
+    written = json.loads(annotations[k.USAGE_THRESHOLDS_ANNOTATION])
+    # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
+    assert written == {"prodUsageThresholds": {"cpu": 50}, "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]}}
+    assert node_metadata(loads, node("elsewhere"), AS_OF, settings, ExtenderSettings()) is None
+
+
+def test_training_with_placement_stores_and_continues_the_node_model(tmp_path: Path) -> None:
+    from models.store import ModelStore
+    from pipelines.train import train_from_file
+    from recommender.settings import Settings, StoreSettings
+
+    usage = alternating(days=4)
+    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(tmp_path / "usage.csv", index=False)
+    settings = Settings(forecast=FAST, store=StoreSettings(path=tmp_path / "store"))
+    cut = int(usage["timestamp"].min()) + 3 * DAY
+    first = train_from_file(tmp_path / "usage.csv", settings, as_of=cut)
+    assert first.row_counts["nodes"] == 2 and "nodes.joblib" in first.files
+    store = ModelStore(settings.store.path)
+    assert {n.node for n in store.load().recommendations.nodes} == {"a", "b"}
+    continued = train_from_file(tmp_path / "usage.csv", settings, incremental=True)
+    model = store.load_node_model(continued.version)
+    assert model is not None and model.data_end_ == int(usage["timestamp"].max())
+    (store.versions_dir / continued.version / "nodes.joblib").write_bytes(b"tampered")
+    with pytest.raises(ModelStoreError, match="checksum"):
+        store.load_node_model(continued.version)
