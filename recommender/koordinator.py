@@ -18,6 +18,9 @@ PRIORITY_CLASS_LABEL = "koordinator.sh/priority-class"
 QOS_LABEL = "koordinator.sh/qosClass"
 SUB_PRIORITY_LABEL = "koordinator.sh/priority"
 USAGE_THRESHOLDS_ANNOTATION = "scheduling.koordinator.sh/usage-thresholds"
+#: Written by `recommender sync --usage-thresholds` beside USAGE_THRESHOLDS_ANNOTATION: JSON {"written": {cpu, memory},
+#: "operator": {cpu, memory}}, what we wrote there and the operator's values it replaced (see `operator_thresholds`).
+WRITTEN_THRESHOLDS_ANNOTATION = "koord-recommender.io/usage-thresholds-written"
 SCALING_FACTORS_ANNOTATION = "scheduling.koordinator.sh/load-estimated-scaling-factors"
 
 PROD, MID, BATCH, FREE, NONE = "koord-prod", "koord-mid", "koord-batch", "koord-free", "none"
@@ -168,20 +171,48 @@ def extended_resources(resources: Mapping[str, Any], priority: str) -> dict[str,
     return renamed
 
 
-def usage_thresholds(annotations: Mapping[str, str] | None, cpu_percent: float, memory_percent: float) -> tuple[float, float]:
-    """(cpu, memory) usage thresholds in percent: the node's annotation overrides the defaults where it parses."""
-    raw = (annotations or {}).get(USAGE_THRESHOLDS_ANNOTATION)
-    if not raw:
-        return cpu_percent, memory_percent
+def json_object(raw: str | None) -> dict[str, Any]:
+    """A JSON object from an annotation value; empty when absent or not an object."""
     try:
-        parsed = json.loads(raw)
-        thresholds = parsed.get("usageThresholds", parsed) if isinstance(parsed, dict) else {}
+        parsed = json.loads(raw) if raw else {}
     except ValueError:
-        return cpu_percent, memory_percent
-    return _percent(thresholds.get("cpu"), cpu_percent), _percent(thresholds.get("memory"), memory_percent)
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
-def _percent(value: Any, default: float) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 100:
-        return float(value)
-    return default
+def _valid_thresholds(values: Any) -> dict[str, float]:
+    """The cpu/memory entries of a thresholds object that are percentages in (0, 100]."""
+    given = values if isinstance(values, dict) else {}
+    return {r: float(given[r]) for r in ("cpu", "memory") if _is_percent(given.get(r))}
+
+
+def operator_thresholds(annotations: Mapping[str, str] | None) -> dict[str, float]:
+    """The usage thresholds (percent, per resource) the operator set on a node, without the ones our writer set.
+
+    Our writer records in WRITTEN_THRESHOLDS_ANNOTATION what it put into Koordinator's annotation and the operator's
+    values it replaced: a resource whose current value is still the one we wrote takes the recorded operator value
+    (absent: the default applies); any other current value was set by someone else and is the operator's.
+    """
+    annotations = annotations or {}
+    parsed = json_object(annotations.get(USAGE_THRESHOLDS_ANNOTATION))
+    current = _valid_thresholds(parsed.get("usageThresholds", parsed))
+    record = json_object(annotations.get(WRITTEN_THRESHOLDS_ANNOTATION))
+    written, operator = _valid_thresholds(record.get("written")), _valid_thresholds(record.get("operator"))
+    found = {}
+    for resource in ("cpu", "memory"):
+        ours = resource in written and current.get(resource) == written[resource]
+        value = operator.get(resource) if ours else current.get(resource)
+        if value is not None:
+            found[resource] = value
+    return found
+
+
+def usage_thresholds(annotations: Mapping[str, str] | None, cpu_percent: float, memory_percent: float) -> tuple[float, float]:
+    """(cpu, memory) usage thresholds in percent: the operator's per-node values (`operator_thresholds`) override the
+    defaults; a value our own writer lowered is not one of them (the extender adds the forecast peak itself)."""
+    given = operator_thresholds(annotations)
+    return given.get("cpu", cpu_percent), given.get("memory", memory_percent)
+
+
+def _is_percent(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 100

@@ -310,7 +310,10 @@ def node_metadata(
     its live usage (`colocation.reclaim_ratio`: margin + the forecast's rise over the batch window, at least the
     node's rise allowance). `scheduling.koordinator.sh/
     usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
-    always from the configured defaults (never from the value written last time); other keys are kept.
+    always from the operator's thresholds (their per-node value, else the configured default; never from the value
+    written last time); other keys are kept. Beside it `koordinator.WRITTEN_THRESHOLDS_ANNOTATION` records what was
+    written and the operator's values, so the extender (which adds the forecast peak itself) and the next pass use the
+    operator's thresholds, not ours.
     """
     name = (node.get("metadata") or {}).get("name")
     state = loads.states.get(str(name))
@@ -321,6 +324,8 @@ def node_metadata(
     annotations: dict[str, str] = {}
     thresholds: dict[str, int] = {}
     window = loads.timeline.window(now, extender.window_seconds)
+    given = (node.get("metadata") or {}).get("annotations") or {}
+    operator = koordinator.operator_thresholds(given)
     for resource in ("cpu", "memory"):
         pooled = getattr(state.forecast, resource)
         if pooled is None:
@@ -341,19 +346,16 @@ def node_metadata(
             labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{np.floor(ratio * 100) / 100:.2f}"
         current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
         peak = float(line[window].max())
-        default = extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent
+        default = operator.get(resource, extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent)
         thresholds[resource] = colocation.usage_threshold_percent(allocatable, default, current, peak, settings.usage_threshold_floor_percent)
     if settings.write_usage_thresholds and thresholds:
-        raw = ((node.get("metadata") or {}).get("annotations") or {}).get(koordinator.USAGE_THRESHOLDS_ANNOTATION)
-        try:
-            existing = json.loads(raw) if raw else {}
-        except ValueError:
-            existing = {}
-        existing = existing if isinstance(existing, dict) else {}
-        given = existing.get("usageThresholds")
-        kept = given if isinstance(given, dict) else {}
+        existing = koordinator.json_object(given.get(koordinator.USAGE_THRESHOLDS_ANNOTATION))
+        stated = existing.get("usageThresholds")
+        kept = stated if isinstance(stated, dict) else {}
         merged = {**existing, "usageThresholds": {**kept, **thresholds}}
-        annotations[koordinator.USAGE_THRESHOLDS_ANNOTATION] = json.dumps(merged, sort_keys=True, separators=(",", ":"))
+        record = {"written": thresholds, "operator": {r: v for r, v in operator.items() if r in thresholds}}
+        for key, value in ((koordinator.USAGE_THRESHOLDS_ANNOTATION, merged), (koordinator.WRITTEN_THRESHOLDS_ANNOTATION, record)):
+            annotations[key] = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return labels, annotations
 
 

@@ -55,6 +55,9 @@ def test_sync_writes_reclaim_ratios_and_usage_thresholds_on_learned_nodes(plane:
             assert 0.0 < ratio <= 1.0
         thresholds = json.loads(meta.annotations[k.USAGE_THRESHOLDS_ANNOTATION])
         assert 30 <= thresholds["usageThresholds"]["cpu"] <= 65 and 30 <= thresholds["usageThresholds"]["memory"] <= 95
+        # the record of what we wrote: the extender and the next pass go back to the operator's (here the default)
+        record = json.loads(meta.annotations[k.WRITTEN_THRESHOLDS_ANNOTATION])
+        assert record == {"written": thresholds["usageThresholds"], "operator": {}}
     kept = json.loads(core.read_node("learned-a").metadata.annotations[k.USAGE_THRESHOLDS_ANNOTATION])
     assert kept["prodUsageThresholds"] == {"cpu": 50}
     stranger = core.read_node("stranger").metadata

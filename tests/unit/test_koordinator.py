@@ -83,6 +83,22 @@ def test_usage_thresholds_annotation_overrides_defaults() -> None:
         assert k.usage_thresholds({k.USAGE_THRESHOLDS_ANNOTATION: bad}, 65, 95) == (65, 95)
 
 
+def test_thresholds_our_writer_lowered_are_not_the_operators() -> None:
+    ours = {"written": {"cpu": 45, "memory": 90}, "operator": {"cpu": 50}}
+    annotations = {
+        k.USAGE_THRESHOLDS_ANNOTATION: json.dumps({"usageThresholds": {"cpu": 45, "memory": 90}}),
+        k.WRITTEN_THRESHOLDS_ANNOTATION: json.dumps(ours),
+    }
+    # cpu: still our 45, the operator had set 50; memory: still our 90, the operator had set nothing (default 95)
+    assert k.operator_thresholds(annotations) == {"cpu": 50.0}
+    assert k.usage_thresholds(annotations, 65, 95) == (50, 95)
+    # the operator has since changed memory to 80: that value is theirs, cpu is still ours
+    changed = {**annotations, k.USAGE_THRESHOLDS_ANNOTATION: json.dumps({"usageThresholds": {"cpu": 45, "memory": 80}})}
+    assert k.usage_thresholds(changed, 65, 95) == (50, 80)
+    # a damaged record is ignored: the annotation's values count as the operator's
+    assert k.usage_thresholds({**annotations, k.WRITTEN_THRESHOLDS_ANNOTATION: "{broken"}, 65, 95) == (45, 90)
+
+
 @pytest.mark.parametrize(
     ("owner", "first"),
     [("deployment", "web"), ("statefulset", "web"), ("daemonset", "web"), ("job", "web"), ("cronjob", "web"), ("bare", "web")],

@@ -14,7 +14,7 @@ from pipelines.node_backtest import forward_max, last_measured, node_sums, outag
 from recommender import colocation
 from recommender import koordinator as k
 from recommender.errors import ModelStoreError
-from recommender.placement import NodeLoads, Timeline, node_metadata, node_reclaimable
+from recommender.placement import NodeLoads, Timeline, node_capacity, node_metadata, node_reclaimable
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ColocationSettings, ExtenderSettings, ForecastSettings
 from recommender.units import GIB
@@ -174,6 +174,25 @@ def test_node_metadata_for_koordinator() -> None:
     # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
     assert written == {"prodUsageThresholds": {"cpu": 50}, "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]}}
     assert node_metadata(loads, node("elsewhere"), AS_OF, settings, ExtenderSettings()) is None
+
+
+def test_written_thresholds_are_not_counted_twice_by_the_extender() -> None:
+    """The writer lowers the operator's threshold by the forecast rise; the extender, which adds that rise itself,
+    must keep judging against the operator's threshold, and a second pass must not lower it again."""
+    settings = COLOCATION.model_copy(update={"write_usage_thresholds": True})
+    operator = {k.USAGE_THRESHOLDS_ANNOTATION: '{"usageThresholds": {"cpu": 60}}'}
+    first = node_metadata(view(AS_OF), node("a", cpu="10", memory="16Gi", annotations=operator), AS_OF + 60, settings, ExtenderSettings())
+    assert first is not None
+    _, written = first
+    # the operator's 60 % minus the rise 4 - 2 = 2 cores of 10 (20 %); memory from the default 95 % minus the new
+    # pod's default 200 MiB of 16 GiB (1.2 %)
+    assert json.loads(written[k.USAGE_THRESHOLDS_ANNOTATION])["usageThresholds"] == {"cpu": 40, "memory": 94}
+    assert json.loads(written[k.WRITTEN_THRESHOLDS_ANNOTATION]) == {"written": {"cpu": 40, "memory": 94}, "operator": {"cpu": 60.0}}
+    patched = node("a", cpu="10", memory="16Gi", annotations=written)
+    capacity = node_capacity(patched, ExtenderSettings())
+    assert capacity is not None and (capacity.cpu_threshold_percent, capacity.memory_threshold_percent) == (60.0, 95.0)
+    second = node_metadata(view(AS_OF), patched, AS_OF + 60, settings, ExtenderSettings())
+    assert second is not None and second[1] == written  # idempotent: the same values, not 40 - 20
 
 
 def test_training_with_placement_stores_and_continues_the_node_model(tmp_path: Path) -> None:
