@@ -11,11 +11,12 @@ measured usage exceeded that. Methods:
 - ours: `recommender.colocation.reclaimable` with the day-ahead forecast of the node's pooled usage (the same
   selected and calibrated forecasters as the workload backtest, fitted on the node grid), its highest value over the
   next `batch_window_seconds`, and the last measured usage plus the node's rise allowance while that measurement is
-  fresh (a stale one is dropped: the forecast, within its horizon, carries on);
-- ours_forecast_only: the same without any measurement after the decision (what `serve` offers between daily
-  trainings, which see no live usage);
+  fresh (a stale one is dropped: the forecast, within its horizon, carries on with the forecast-only margin);
+- ours_forecast_only: the same without any measurement after the decision, at the forecast-only margin (what `serve`
+  offers between daily trainings, which see no live usage);
 - koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
-  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`): what a Koordinator cluster gets;
+  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`, its own margin): what a Koordinator
+  cluster gets;
 - Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
   last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
 - Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
@@ -24,6 +25,9 @@ Two scenarios: complete metrics, and seeded metric outages (whole-node gaps) whe
 (The decay of `colocation.staleness_weight` applies once a forecast runs past its horizon, which a daily decision
 never does; it is tested on hand-made cases.)
 The decision days are split in time: the first half is where the margin settings were chosen, the second is held out.
+For the two paths without our measurement floor (ours_forecast_only, koordinator_our_ratio) the margin is also swept
+(`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the smallest with at most the violations of
+Koordinator's usage policy on the validation days, the rule the settings' defaults were chosen by.
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ IntArray = npt.NDArray[np.int64]
 BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
 MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
+#: Margins (share of allocatable) swept for the two paths that run without our fresh measurement floor: the value
+#: `serve` offers between trainings and the reclaim-ratio label; the settings' defaults are chosen from this sweep.
+MARGIN_GRID = tuple(round(0.01 * i, 2) for i in range(31))
+SWEEP_PARTS = ("validation", "held_out")
 
 
 def _quiet(_: str) -> None:
@@ -210,6 +218,15 @@ def summarize(offered: Offered, method: str, columns: slice, step_seconds: int) 
     )
 
 
+def _summary_of(offers: Offered, batch: FloatArray, columns: slice, step_seconds: int) -> MethodSummary:
+    """`summarize` of one candidate offer judged against `offers`' usage."""
+    return summarize(Offered(offers.hp, offers.allocatable, offers.short_term, offers.long_term, {"candidate": batch}), "candidate", columns, step_seconds)
+
+
+#: (margin as a share of allocatable, summary per part) for each swept margin, smallest first.
+Sweep = list[tuple[float, dict[str, MethodSummary]]]
+
+
 @dataclass(frozen=True)
 class NodeBacktestResult:
     placement: Placement
@@ -219,7 +236,14 @@ class NodeBacktestResult:
     origin: int
     offered: dict[str, dict[str, Offered]]  # scenario -> resource -> offers
     summaries: dict[str, dict[str, dict[str, dict[str, MethodSummary]]]]  # part -> scenario -> resource -> method
+    sweeps: dict[str, dict[str, Sweep]]  # resource -> method -> its margin sweep (complete metrics)
     seconds: float
+
+    def chosen_margin(self, resource: str, method: str) -> float | None:
+        """The smallest swept margin (most room) whose violations on the validation days are at most those of
+        Koordinator's usage policy there; None when no swept margin is that safe."""
+        bound = self.summaries["validation"]["complete"][resource]["koordinator_usage"].violations
+        return next((fraction for fraction, found in self.sweeps[resource][method] if found["validation"].violations <= bound), None)
 
 
 def _forecast_lines(grid: FloatArray, settings: Settings, decision_days: list[int], per_day: int, step: Step, resource: str) -> tuple[FloatArray, FloatArray]:
@@ -281,6 +305,9 @@ def run_node_backtest(
     present = (steps[None, :] >= first_step[:, None]) & (steps[None, :] <= last_step[:, None])
     outages = outage_mask(n_nodes, end - start, outage_fraction, seed)
     offered: dict[str, dict[str, Offered]] = {s: {} for s in SCENARIOS}
+    sweeps: dict[str, dict[str, Sweep]] = {}
+    half = len(decision_days) // 2 * per_day
+    parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
     for resource in RESOURCES:
         pods = fleet.pod_grid[resource]
         grid = node_sums(pods, where.node_of_pod, n_nodes)
@@ -289,6 +316,9 @@ def run_node_backtest(
         long_flat = np.repeat(long.T, per_day, axis=1)
         alloc = where.allocatable[resource]
         margin = (col.cpu_margin_fraction if resource == "cpu" else col.memory_margin_fraction) * alloc[:, None]
+        blind_fraction = col.cpu_forecast_only_margin_fraction if resource == "cpu" else col.memory_forecast_only_margin_fraction
+        blind_margin = blind_fraction * alloc[:, None]
+        ratio_fraction = col.cpu_reclaim_ratio_margin_fraction if resource == "cpu" else col.memory_reclaim_ratio_margin_fraction
         reclaim_percent = col.koordinator_cpu_reclaim_percent if resource == "cpu" else col.koordinator_memory_reclaim_percent
         request_now = np.where(present, requests[resource][:, None], np.nan)
         limit = node_sums(request_now, where.node_of_pod, n_nodes)[:, start:end]
@@ -317,22 +347,32 @@ def run_node_backtest(
             # The offer at t holds for the batch window: it leaves room for the highest forecast over it.
             ahead = forward_max(short_flat, window)
             offers = Offered(hp=grid[:, start:end], allocatable=alloc, short_term=short_flat, long_term=long_flat)
-            offers.batch["ours"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump)
-            offers.batch["ours_forecast_only"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, np.nan, limit)
-            # Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the node
-            # with (recomputed every step, as `sync` can): our headroom over its own measurement.
-            rise = ahead - short_flat
-            ratio = colocation.reclaim_ratio(alloc[:, None], margin, rise, jump)
+            offers.batch["ours"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump, unmeasured_margin=blind_margin)
             live, _ = last_measured(np.nan_to_num(hp_used["usage"]), full_measured)
-            offers.batch["koordinator_our_ratio"] = colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
+
+            def forecast_only(fraction: float) -> FloatArray:
+                """What `serve` offers between trainings (no measurement after the decision) at this margin."""
+                return colocation.reclaimable(alloc[:, None], fraction * alloc[:, None], 0.0, 0.0, ahead, np.nan, limit)
+
+            def with_our_ratio(fraction: float) -> FloatArray:
+                """Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the
+                node with at this margin (recomputed every step, as `sync` can): our headroom over its measurement."""
+                ratio = colocation.reclaim_ratio(alloc[:, None], fraction * alloc[:, None], ahead - short_flat, jump)
+                return colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
+
+            offers.batch["ours_forecast_only"] = forecast_only(blind_fraction)
+            offers.batch["koordinator_our_ratio"] = with_our_ratio(ratio_fraction)
+            if scenario == "complete":
+                sweeps[resource] = {
+                    path: [(fraction, {part: _summary_of(offers, make(fraction), parts[part], step_seconds) for part in SWEEP_PARTS}) for fraction in MARGIN_GRID]
+                    for path, make in (("ours_forecast_only", forecast_only), ("koordinator_our_ratio", with_our_ratio))
+                }
             for policy in colocation.KOORDINATOR_POLICIES:
                 used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
                 offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age)
-            offers.batch["ours_mid"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump)
+            offers.batch["ours_mid"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump, unmeasured_margin=blind_margin)
             offers.batch["koordinator_mid"] = koord_mid
             offered[scenario][resource] = offers
-    half = len(decision_days) // 2 * per_day
-    parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
     summaries = {
         part: {
             scenario: {
@@ -343,4 +383,4 @@ def run_node_backtest(
         }
         for part, columns in parts.items()
     }
-    return NodeBacktestResult(where, decision_days, start, step_seconds, fleet.origin, offered, summaries, time.perf_counter() - started)
+    return NodeBacktestResult(where, decision_days, start, step_seconds, fleet.origin, offered, summaries, sweeps, time.perf_counter() - started)

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from pipelines.backtest import RESOURCES
-from pipelines.node_backtest import BATCH_METHODS, MID_METHODS, NodeBacktestResult, Offered, summarize
+from pipelines.node_backtest import BATCH_METHODS, MID_METHODS, SWEEP_PARTS, NodeBacktestResult, Offered, summarize
 from recommender.atomic import atomic_write_text
 from recommender.charts import save_png
 from recommender.units import GIB
@@ -64,6 +64,30 @@ def node_table(result: NodeBacktestResult, resource: str, scenario: str = "compl
     return "\n".join(rows)
 
 
+def sweep_table(result: NodeBacktestResult, resource: str) -> str:
+    """Room (vs Koordinator's usage policy) and violations of the two unfloored paths at every swept margin, on the
+    validation days (where the defaults are chosen) and the held-out days; the chosen margins in a closing line."""
+    reference = {part: result.summaries[part]["complete"][resource]["koordinator_usage"] for part in SWEEP_PARTS}
+    methods = list(result.sweeps[resource])
+    header = " | ".join(f"{m} {part.replace('_', ' ')}: room, violations" for m in methods for part in SWEEP_PARTS)
+    rows = [f"| margin | {header} |", "|---:|" + "---:|" * len(methods) * len(SWEEP_PARTS)]
+    for position, (fraction, _) in enumerate(result.sweeps[resource][methods[0]]):
+        cells = []
+        for method in methods:
+            found = result.sweeps[resource][method][position][1]
+            for part in SWEEP_PARTS:
+                base = reference[part].reclaimed
+                ratio = f"{(found[part].reclaimed / base - 1) * 100:+.1f} %" if base > 0 else "n/a"
+                cells.append(f"{ratio}, {found[part].violations}")
+        rows.append(f"| {fraction * 100:.0f} % | " + " | ".join(cells) + " |")
+    bounds = ", ".join(f"{part.replace('_', ' ')} {reference[part].violations}" for part in SWEEP_PARTS)
+    chosen = "; ".join(
+        f"{m}: {'none of the swept margins' if (c := result.chosen_margin(resource, m)) is None else f'{c * 100:.0f} %'}" for m in methods
+    )
+    rows += ["", f"Koordinator usage policy violations: {bounds}. Smallest margin at most as many on the validation days: {chosen}."]
+    return "\n".join(rows)
+
+
 def report_markdown(result: NodeBacktestResult, source: str) -> str:
     days = result.decision_days
     lines = [
@@ -82,6 +106,8 @@ def report_markdown(result: NodeBacktestResult, source: str) -> str:
                 lines += [f"## {part} days, {scenario} metrics, {resource}", "", summary_table(result, part, scenario, resource), ""]
     for resource in RESOURCES:
         lines += [f"## Per node, {resource} (all days, complete metrics)", "", node_table(result, resource), ""]
+    for resource in RESOURCES:
+        lines += [f"## Margin sweep, {resource} (complete metrics; margin as a share of allocatable)", "", sweep_table(result, resource), ""]
     return "\n".join(lines)
 
 

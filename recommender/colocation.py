@@ -11,7 +11,8 @@ the sum of per-pod forecasts: peaks of different pods rarely coincide), `last_us
 high-priority usage and `jump` the node's learned rise between two measurements (a high quantile of its 5-minute
 increases): a forecast that lags reality never offers room that is in use or about to be. Koordinator keeps a flat
 35-40 % of capacity for that rise on every node; we keep what each node's history shows.
-A measurement older than `fresh_seconds` stops flooring the offer (the forecast carries on over its horizon); once
+A measurement older than `fresh_seconds` stops flooring the offer (the forecast carries on over its horizon, with a
+wider margin: `unmeasured_margin`, chosen on validation days so that the forecast alone is as safe); once
 the forecast itself runs past its horizon, both values decay toward the conservative one (the room high-priority
 pods did not request at all: `allocatable - margin - max(system, reserved) - limit`) with a half-life, instead of
 Koordinator's drop to 0.
@@ -72,12 +73,17 @@ def reclaimable(
     limit: ArrayLike,
     jump: ArrayLike = 0.0,
     weight: ArrayLike = 1.0,
+    unmeasured_margin: ArrayLike | None = None,
 ) -> FloatArray:
     """Our batch (with the short-term reservation) or mid (with the long-term one) allocatable, floored at 0.
 
     `weight` (from `staleness_weight`) blends the forecast-based value with the conservative one
     (`limit` = the high-priority requests in place of the forecast): 1 is fresh data, 0 is no trust left.
+    `unmeasured_margin` replaces `margin` where `last_usage` is NaN: with no fresh measurement the forecast alone
+    carries the offer, and its day-ahead error is larger than the 5-minute rise the measured floor covers.
     """
+    if unmeasured_margin is not None:
+        margin = np.where(np.isnan(np.asarray(last_usage, dtype=np.float64)), unmeasured_margin, margin)
     shared = room(allocatable, margin, system, reserved)
     requested = np.nan_to_num(np.asarray(limit, dtype=np.float64))
     # With neither a forecast nor a measurement, the requests are all we know.
@@ -140,10 +146,13 @@ def reclaim_ratio(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump:
     """The node's `<resource>-reclaim-ratio` label value: Koordinator then offers `capacity x ratio - max(system,
     reserved) - HPUsed` with its own live HPUsed; with `capacity x (1 - ratio) = margin + max(rise, jump)` that is
     `allocatable - margin - (live usage + the rise our forecast expects over the batch window, at least the node's
-    5-minute rise allowance)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1]."""
+    5-minute rise allowance)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1], rounded down
+    to a whole percent (Koordinator reads the label as one), so rounding never takes headroom away."""
     capacity = np.asarray(capacity, dtype=np.float64)
     headroom = np.asarray(margin, dtype=np.float64) + np.fmax(np.maximum(rise, 0.0), jump)
-    result: FloatArray = np.where(capacity > 0, np.clip(1.0 - headroom / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
+    ratio = np.where(capacity > 0, np.clip(1.0 - headroom / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
+    # The small epsilon keeps 0.75 from flooring to 0.74 through binary rounding.
+    result: FloatArray = np.floor(ratio * 100 + 1e-9) / 100
     return result
 
 

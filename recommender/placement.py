@@ -262,7 +262,8 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
 
     Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
     mid their long-term reservation; both at least the last measured usage plus the node's rise allowance while that
-    measurement is fresh. Stale: the forecast ran past its horizon (training stopped), and the values decay toward
+    measurement is fresh. The service measures usage only when it trains, so between trainings the forecast alone
+    carries the offer, with the wider forecast-only margin. Stale: the forecast ran past its horizon (training stopped), and the values decay toward
     the request-based ones. Koordinator's
     values come from what the service knows: its usage policy on the node's last pooled usage (the requests where
     there is none), its mid rule on the node's requests and long-term line as one aggregate, allocatable as capacity.
@@ -285,9 +286,10 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     limit = state.limit[resource]
     requested = reservation if limit is None else limit
     margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
+    blind = allocatable * (settings.cpu_forecast_only_margin_fraction if resource == "cpu" else settings.memory_forecast_only_margin_fraction)
     jump = pooled.jump if pooled is not None else 0.0
-    batch = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight))
-    mid = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight))
+    batch = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight, blind))
+    mid = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight, blind))
     percent = settings.koordinator_cpu_reclaim_percent if resource == "cpu" else settings.koordinator_memory_reclaim_percent
     measured = pooled.last_usage if pooled is not None else None
     used = requested if measured is None else measured
@@ -307,8 +309,8 @@ def node_metadata(
     """The labels and annotations Koordinator already reads that we want on a node the model learned (None for others).
 
     `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy keep our headroom above
-    its live usage (`colocation.reclaim_ratio`: margin + the forecast's rise over the batch window, at least the
-    node's rise allowance). `scheduling.koordinator.sh/
+    its live usage (`colocation.reclaim_ratio`: the reclaim-ratio margin + the forecast's rise over the batch window, at
+    least the node's rise allowance). `scheduling.koordinator.sh/
     usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
     always from the operator's thresholds (their per-node value, else the configured default; never from the value
     written last time); other keys are kept. Beside it `koordinator.WRITTEN_THRESHOLDS_ANNOTATION` records what was
@@ -340,10 +342,9 @@ def node_metadata(
         line = column[:, loads.index[str(name)]]
         if settings.write_reclaim_ratios:
             ahead = loads.timeline.window(now, settings.batch_window_seconds)
-            margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
+            margin = allocatable * (settings.cpu_reclaim_ratio_margin_fraction if resource == "cpu" else settings.memory_reclaim_ratio_margin_fraction)
             ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), pooled.jump))
-            # Two decimals, rounded down: Koordinator reads the ratio as a whole percent.
-            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{np.floor(ratio * 100) / 100:.2f}"
+            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"
         current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
         peak = float(line[window].max())
         default = operator.get(resource, extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent)

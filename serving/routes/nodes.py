@@ -42,8 +42,15 @@ class KoordinatorReclaimable(BaseModel):
 
 
 class Reclaimable(BaseModel):
-    batch: float = Field(description="Our batch allocatable now: room left under the short-term reservation over the batch window.")
-    mid: float = Field(description="Our mid allocatable: room left under the long-term reservation.")
+    batch: float = Field(
+        description=(
+            "Our batch allocatable now: allocatable - margin - the highest short-term reservation over the batch window. "
+            "The service sees usage only when it trains, so this is forecast-only between trainings (no live usage) and "
+            "keeps the wider forecast-only margin (colocation.*_forecast_only_margin_fraction); only within fresh_seconds "
+            "of the training's last sample does the measured usage + rise allowance floor it with the normal margin."
+        )
+    )
+    mid: float = Field(description="Our mid allocatable: the same with the long-term reservation in place of the short-term one.")
     policy: str = Field(description="forecast (the node's pooled forecast) or per-pod lines (no node model: sum of pods' lines).")
     stale: bool = Field(description="The forecast ran past its horizon (no new training): values decay toward the request-based ones.")
     koordinator: KoordinatorReclaimable
@@ -51,7 +58,9 @@ class Reclaimable(BaseModel):
 
 class NodeResourceLine(BaseModel):
     allocatable: float | None = Field(description="From the node list; None when the node is only known from pods.")
-    threshold_percent: float | None = Field(description="Usage threshold (default or the node's annotation).")
+    threshold_percent: float | None = Field(
+        description="The operator's usage threshold (the node's usage-thresholds annotation, else the default); a value our own writer lowered is not used, the forecast peak is judged against the operator's."
+    )
     limit: float | None = Field(description="Sum of the high-priority pods' requests; None when none states one.")
     usage: list[float | None] = Field(description="Pooled high-priority usage per step, the day before usage_start + len x step (empty without a node model).")
     usage_start: int | None = Field(description="Unix seconds of the first usage value; None when there is no usage.")

@@ -23,6 +23,17 @@ def test_batch_leaves_the_forecast_and_the_margin_to_high_priority_pods() -> Non
     assert c.reclaimable(10.0, 1.0, 0.5, 1.0, 9.0, 2.0, 6.0) == 0.0
 
 
+def test_without_a_measurement_the_forecast_keeps_the_wider_margin() -> None:
+    # measured: 10 - 1 - max(3, 2 + 0.5) = 6; unmeasured (NaN): 10 - 2.5 - 3 = 4.5
+    assert c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, 2.0, 6.0, jump=0.5, unmeasured_margin=2.5) == pytest.approx(6.0)
+    assert c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, NAN, 6.0, jump=0.5, unmeasured_margin=2.5) == pytest.approx(4.5)
+    # per node-step: only the unmeasured steps take it
+    mixed = c.reclaimable(10.0, 1.0, 0.0, 0.0, np.array([3.0, 3.0]), np.array([2.0, NAN]), 6.0, unmeasured_margin=2.5)
+    np.testing.assert_allclose(mixed, [6.0, 4.5])
+    # the conservative side keeps it too: (9 - 3) and (10 - 2.5 - 6) blended half and half, unmeasured
+    assert c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, NAN, 6.0, weight=0.5, unmeasured_margin=2.5) == pytest.approx(0.5 * 4.5 + 0.5 * 1.5)
+
+
 def test_stale_data_decays_toward_the_request_based_value_not_to_zero() -> None:
     fresh = c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, 2.0, 6.0, weight=1.0)  # 9 - 3 = 6
     half = c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, 2.0, 6.0, weight=0.5)  # (6 + (9 - 6)) / 2
@@ -76,6 +87,8 @@ def test_reclaim_ratio_gives_koordinator_our_headroom_over_its_live_usage() -> N
     # Koordinator with that ratio, reserved 1 (allocatable 9) and live usage 3: 9 - 1 - (3 + 1.5)
     assert c.koordinator_batch(10.0, ratio * 100, 0.0, 1.0, 3.0) == pytest.approx(3.5)
     assert float(c.reclaim_ratio(10.0, 1.0, -2.0, 0.5)) == pytest.approx(0.85)  # a falling forecast: the allowance
+    # rounded down to a whole percent, never up: 1 - 1.234 / 10 = 0.8766 -> 0.87
+    assert float(c.reclaim_ratio(10.0, 1.0, 0.234, 0.0)) == pytest.approx(0.87)
     assert float(c.reclaim_ratio(10.0, 30.0, 0.0, 0.0)) == 0.0
     assert float(c.reclaim_ratio(0.0, 1.0, 0.0, 0.0)) == 0.0
 

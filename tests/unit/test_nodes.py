@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from models.nodes import NodeForecaster, rise_allowance
-from pipelines.node_backtest import forward_max, last_measured, node_sums, outage_mask, pack_pods
+from pipelines.node_backtest import MethodSummary, NodeBacktestResult, Placement, forward_max, last_measured, node_sums, outage_mask, pack_pods
 from recommender import colocation
 from recommender import koordinator as k
 from recommender.errors import ModelStoreError
@@ -104,6 +104,20 @@ def test_backtest_helpers() -> None:
     assert 0.01 < mask.mean() < 0.03
 
 
+def test_the_chosen_margin_is_the_smallest_as_safe_as_koordinator_on_validation_days() -> None:
+    def summary(violations: int) -> MethodSummary:
+        return MethodSummary(reclaimed=1.0, reclaimed_share=0.1, violations=violations, violation_rate=0.0, zero_drops=0, mean_change=0.0)
+
+    sweep = [(0.0, {"validation": summary(9)}), (0.01, {"validation": summary(3)}), (0.02, {"validation": summary(1)})]
+    result = NodeBacktestResult(
+        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"), decision_days=[7], first_step=0, step_seconds=300, origin=0,
+        offered={}, summaries={"validation": {"complete": {"cpu": {"koordinator_usage": summary(3)}, "memory": {"koordinator_usage": summary(0)}}}},
+        sweeps={"cpu": {"ours_forecast_only": sweep}, "memory": {"ours_forecast_only": sweep}}, seconds=0.0,
+    )
+    assert result.chosen_margin("cpu", "ours_forecast_only") == 0.01  # 0 % had 9 violations, 1 % ties Koordinator's 3
+    assert result.chosen_margin("memory", "ours_forecast_only") is None  # none as safe as Koordinator's 0
+
+
 AS_OF = 1_800_000_000
 TIMELINE = Timeline(AS_OF, 300, STEPS)
 
@@ -123,7 +137,10 @@ def view(last_sample: int, old_request: str = "2") -> NodeLoads:
     return NodeLoads.build(pods, [node("a", cpu="10", memory="16Gi")], lambda key: None, TIMELINE, ExtenderSettings(), {"a": forecast_of(last_sample)})
 
 
-COLOCATION = ColocationSettings(cpu_margin_fraction=0.1, memory_margin_fraction=0.1)
+COLOCATION = ColocationSettings(
+    cpu_margin_fraction=0.1, memory_margin_fraction=0.1, cpu_forecast_only_margin_fraction=0.2, memory_forecast_only_margin_fraction=0.2,
+    cpu_reclaim_ratio_margin_fraction=0.1, memory_reclaim_ratio_margin_fraction=0.1,
+)
 
 
 def test_node_view_starts_from_the_pooled_forecast_and_adds_pods_placed_since() -> None:
@@ -146,19 +163,21 @@ def test_reclaimable_now_fresh_and_stale() -> None:
     assert fresh.mid == pytest.approx(9.0 - 4.5)
     assert fresh.koordinator == {"usage": pytest.approx(4.0), "request": pytest.approx(3.0), "max_usage_request": pytest.approx(3.0), "mid": 0.0}
     # within the forecast's horizon a stale measurement only stops flooring the offer: a rise to 9 measured then
-    # would cap batch at 0 while fresh, and is ignored an hour later
+    # would cap batch at 0 while fresh; an hour later the forecast alone carries it, with the forecast-only margin
+    # (20 % of 10): 10 - 2 - 4
     risen = view(AS_OF)
     assert risen.states["a"].forecast is not None and risen.states["a"].forecast.cpu is not None
     risen.states["a"].forecast.cpu.last_usage = 8.5
     floored = node_reclaimable(risen, "a", "cpu", AS_OF + 60, COLOCATION)
     later = node_reclaimable(risen, "a", "cpu", AS_OF + 3600, COLOCATION)
     assert floored is not None and later is not None and not later.stale
-    assert (floored.batch, later.batch) == (0.0, pytest.approx(5.0))
+    assert floored.batch == 0.0 and later.batch == pytest.approx(4.0)
+    assert later.mid == pytest.approx(8.0 - 4.5)
     assert later.koordinator["usage"] == 0.0  # Koordinator drops batch to 0 without fresh metrics
-    # an hour past the forecast's horizon: half the trust, halfway to the request-based value (room 9 - requests 8 + 1)
+    # an hour past the forecast's horizon: half the trust, halfway to the request-based value (room 8 - requests 8 + 1)
     stale = node_reclaimable(view(AS_OF, old_request="8"), "a", "cpu", AS_OF + DAY + 3600, COLOCATION)
     assert stale is not None and stale.stale
-    assert stale.batch == pytest.approx(0.5 * 5.0 + 0.5 * 0.0)
+    assert stale.batch == pytest.approx(0.5 * 4.0 + 0.5 * 0.0)
 
 
 def test_node_metadata_for_koordinator() -> None:
@@ -168,7 +187,7 @@ def test_node_metadata_for_koordinator() -> None:
     found = node_metadata(loads, existing, AS_OF + 60, settings, ExtenderSettings())
     assert found is not None
     labels, annotations = found
-    # flat forecast: headroom = margin 1 + rise allowance 0.5 of capacity 10
+    # flat forecast: headroom = reclaim-ratio margin 1 + rise allowance 0.5 of capacity 10
     assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.85", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
     written = json.loads(annotations[k.USAGE_THRESHOLDS_ANNOTATION])
     # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
