@@ -186,6 +186,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                     limit=float(requests.sum()) if requests.notna().any() else None,
                     last_usage=float(known[-1]) if known.size else None,
                     jump=float(rise_allowance(grid[row : row + 1], getattr(self, f"{resource}_jump_quantile"), 7 * steps_per_day)[0]),
+                    largest_jump=float(rise_allowance(grid[row : row + 1], 1.0, 7 * steps_per_day)[0]),
                     recent_usage=[None if np.isnan(v) else float(v) for v in recent],
                     short_term=np.nan_to_num(short[row]).tolist(),
                     long_term=float(np.nan_to_num(long[row])),

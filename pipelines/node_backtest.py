@@ -15,8 +15,8 @@ measured usage exceeded that. Methods:
 - ours_forecast_only: the same without any measurement after the decision, at the forecast-only margin (what `serve`
   offers between daily trainings, which see no live usage);
 - koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
-  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`, its own margin): what a Koordinator
-  cluster gets;
+  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`, its own margin, the node's largest rise
+  of the week): what a Koordinator cluster gets;
 - Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
   last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
 - Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
@@ -333,9 +333,11 @@ def run_node_backtest(
         koord_mid = _koordinator_mid(pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour)
         window = max(col.batch_window_seconds // step_seconds, 1)
         quantile = col.cpu_jump_quantile if resource == "cpu" else col.memory_jump_quantile
-        jump = np.concatenate(
-            [np.repeat(rise_allowance(grid[:, : day * per_day], quantile, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days],
-            axis=1,
+        jump, largest_jump = (
+            np.concatenate(
+                [np.repeat(rise_allowance(grid[:, : day * per_day], q, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days], axis=1
+            )
+            for q in (quantile, 1.0)
         )
         for scenario in SCENARIOS:
             measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
@@ -357,7 +359,7 @@ def run_node_backtest(
             def with_our_ratio(fraction: float) -> FloatArray:
                 """Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the
                 node with at this margin (recomputed every step, as `sync` can): our headroom over its measurement."""
-                ratio = colocation.reclaim_ratio(alloc[:, None], fraction * alloc[:, None], ahead - short_flat, jump)
+                ratio = colocation.reclaim_ratio(alloc[:, None], fraction * alloc[:, None], ahead - short_flat, largest_jump)
                 return colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
 
             offers.batch["ours_forecast_only"] = forecast_only(blind_fraction)

@@ -310,7 +310,7 @@ def node_metadata(
 
     `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy keep our headroom above
     its live usage (`colocation.reclaim_ratio`: the reclaim-ratio margin + the forecast's rise over the batch window, at
-    least the node's rise allowance). `scheduling.koordinator.sh/
+    least the node's largest 5-minute rise of the week). `scheduling.koordinator.sh/
     usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
     always from the operator's thresholds (their per-node value, else the configured default; never from the value
     written last time); other keys are kept. Beside it `koordinator.WRITTEN_THRESHOLDS_ANNOTATION` records what was
@@ -343,7 +343,8 @@ def node_metadata(
         if settings.write_reclaim_ratios:
             ahead = loads.timeline.window(now, settings.batch_window_seconds)
             margin = allocatable * (settings.cpu_reclaim_ratio_margin_fraction if resource == "cpu" else settings.memory_reclaim_ratio_margin_fraction)
-            ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), pooled.jump))
+            jump = pooled.jump if pooled.largest_jump is None else pooled.largest_jump
+            ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), jump))
             labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"
         current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
         peak = float(line[window].max())

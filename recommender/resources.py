@@ -119,6 +119,9 @@ class NodeResourceLines(BaseModel):
     limit: float | None = Field(description="Sum of the high-priority pods' requests at the last sample (limits where no request); None if unknown.")
     last_usage: float | None = Field(description="Pooled high-priority usage at the newest step before as_of.")
     jump: float = Field(0.0, description="How far the pooled usage rises between two 5-minute measurements (a high quantile of the last week's rises).")
+    largest_jump: float | None = Field(
+        None, description="The largest 5-minute rise of the last week: the reclaim-ratio labels keep it (Koordinator acts on a measurement up to a step old); None in versions from before it was stored (then `jump`)."
+    )
     recent_usage: list[float | None] = Field(description="Pooled high-priority usage per step over the last day before as_of.")
     short_term: list[float] = Field(description="Short-term reservation: forecast of the pooled usage per step from as_of.")
     long_term: float = Field(description="Long-term reservation: steady forecast of the pooled usage over days.")

@@ -365,16 +365,16 @@ class ColocationSettings(BaseModel):
         0.12, ge=0, lt=1, description="Same for memory (not compressible: the smallest margin with no more violations than Koordinator on the validation days)."
     )
     cpu_forecast_only_margin_fraction: float = Field(
-        0.10, ge=0, lt=1, description="Margin used instead of cpu_margin_fraction when no usage measurement younger than fresh_seconds floors the offer (what `serve` offers between trainings, and during metric outages), share of allocatable CPU: the forecast alone must absorb its own day-ahead error (chosen on the validation days of the --nodes backtest: no more violations than Koordinator's usage policy)."
+        0.13, ge=0, lt=1, description="Margin used instead of cpu_margin_fraction when no usage measurement younger than fresh_seconds floors the offer (what `serve` offers between trainings, and during metric outages), share of allocatable CPU: the forecast alone must absorb its own day-ahead error (chosen on the validation days of the --nodes backtest: no more violations than Koordinator's usage policy)."
     )
     memory_forecast_only_margin_fraction: float = Field(
-        0.12, ge=0, lt=1, description="Same for memory (chosen the same way)."
+        0.28, ge=0, lt=1, description="Same for memory (chosen the same way: Koordinator had no memory violation on the validation days, so it is wide)."
     )
     cpu_reclaim_ratio_margin_fraction: float = Field(
-        0.05, ge=0, lt=1, description="Margin inside the node.koordinator.sh/cpu-reclaim-ratio label `recommender sync --reclaim-ratios` writes, share of capacity: Koordinator then offers its live-usage value minus this, the forecast rise and the rise allowance (chosen on the validation days of the --nodes backtest: no more violations than Koordinator's default policy, with the most room)."
+        0.02, ge=0, lt=1, description="Margin inside the node.koordinator.sh/cpu-reclaim-ratio label `recommender sync --reclaim-ratios` writes, share of allocatable: Koordinator then keeps this, the forecast rise and the node's largest 5-minute rise of the week above its live usage (chosen on the validation days of the --nodes backtest: no more violations than Koordinator's default policy, with the most room)."
     )
     memory_reclaim_ratio_margin_fraction: float = Field(
-        0.12, ge=0, lt=1, description="Same for the memory-reclaim-ratio label (chosen the same way)."
+        0.11, ge=0, lt=1, description="Same for the memory-reclaim-ratio label (chosen the same way)."
     )
     cpu_jump_quantile: float = Field(
         0.99, gt=0, le=1, description="Quantile of a node's 5-minute CPU usage rises (last 7 days) kept above its last measured usage: the climb possible before the next measurement."

@@ -123,7 +123,7 @@ TIMELINE = Timeline(AS_OF, 300, STEPS)
 
 
 def forecast_of(last_sample: int) -> NodeForecast:
-    lines = NodeResourceLines(limit=2.0, last_usage=2.0, jump=0.5, recent_usage=[2.0] * 12, short_term=[3.0] * STEPS, long_term=3.5)
+    lines = NodeResourceLines(limit=2.0, last_usage=2.0, jump=0.5, largest_jump=0.8, recent_usage=[2.0] * 12, short_term=[3.0] * STEPS, long_term=3.5)
     memory = NodeResourceLines(limit=2 * GIB, last_usage=GIB, jump=0.0, recent_usage=[GIB] * 12, short_term=[GIB] * STEPS, long_term=GIB)
     return NodeForecast(node="a", last_sample=last_sample, cpu=lines, memory=memory, pods=[NodePod(namespace="ns", pod="old", workload="old", priority_class="koord-prod")])
 
@@ -187,12 +187,17 @@ def test_node_metadata_for_koordinator() -> None:
     found = node_metadata(loads, existing, AS_OF + 60, settings, ExtenderSettings())
     assert found is not None
     labels, annotations = found
-    # flat forecast: headroom = reclaim-ratio margin 1 + rise allowance 0.5 of capacity 10
-    assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.85", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
+    # flat forecast: headroom = reclaim-ratio margin 1 + the largest rise of the week 0.8 (not the p99 0.5) of capacity 10
+    assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.82", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
     written = json.loads(annotations[k.USAGE_THRESHOLDS_ANNOTATION])
     # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
     assert written == {"prodUsageThresholds": {"cpu": 50}, "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]}}
     assert node_metadata(loads, node("elsewhere"), AS_OF, settings, ExtenderSettings()) is None
+    # a version stored before largest_jump existed: the rise allowance stands in for it
+    assert loads.states["a"].forecast is not None and loads.states["a"].forecast.cpu is not None
+    loads.states["a"].forecast.cpu.largest_jump = None
+    older = node_metadata(loads, existing, AS_OF + 60, settings, ExtenderSettings())
+    assert older is not None and older[0][colocation.NODE_RECLAIM_LABEL["cpu"]] == "0.85"
 
 
 def test_written_thresholds_are_not_counted_twice_by_the_extender() -> None:
