@@ -145,8 +145,8 @@ def koordinator_mid(
 def reclaim_ratio(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump: ArrayLike) -> FloatArray:
     """The node's `<resource>-reclaim-ratio` label value: Koordinator then offers `capacity x ratio - max(system,
     reserved) - HPUsed` with its own live HPUsed; with `capacity x (1 - ratio) = margin + max(rise, jump)` that is
-    `allocatable - margin - (live usage + the rise our forecast expects over the batch window, at least the node's
-    5-minute rise allowance)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1], rounded down
+    `allocatable - margin - (live usage + the rise our forecast expects over the batch window, at least `jump`, a
+    5-minute rise: the writer passes the node's largest of the week, since Koordinator acts on a step-old measurement)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1], rounded down
     to a whole percent (Koordinator reads the label as one), so rounding never takes headroom away."""
     capacity = np.asarray(capacity, dtype=np.float64)
     headroom = np.asarray(margin, dtype=np.float64) + np.fmax(np.maximum(rise, 0.0), jump)

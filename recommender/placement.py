@@ -263,11 +263,11 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
     mid their long-term reservation; both at least the last measured usage plus the node's rise allowance while that
     measurement is fresh. The service measures usage only when it trains, so between trainings the forecast alone
-    carries the offer, with the wider forecast-only margin. Stale: the forecast ran past its horizon (training stopped), and the values decay toward
-    the request-based ones. Koordinator's
-    values come from what the service knows: its usage policy on the node's last pooled usage (the requests where
-    there is none), its mid rule on the node's requests and long-term line as one aggregate, allocatable as capacity.
-    Koordinator's batch is 0 once that usage is older than 15 minutes, as Koordinator does without fresh metrics.
+    carries the offer, with the wider forecast-only margin. Stale: the forecast ran past its horizon (training
+    stopped), and the values decay toward the request-based ones. Koordinator's values come from what the service
+    knows: its usage policy on the node's last pooled usage (the requests where there is none), its mid rule on the
+    node's requests and long-term line as one aggregate, allocatable as capacity. Koordinator's batch is 0 once that
+    usage is older than 15 minutes, as Koordinator does without fresh metrics.
     """
     capacity = loads.capacity.get(name)
     if capacity is None:
