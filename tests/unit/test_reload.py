@@ -52,7 +52,7 @@ def test_a_broken_latest_keeps_the_loaded_version_and_is_not_retried(tmp_path: P
     assert state.refresh_if_published() is True and state.snapshot is not None
     assert state.refresh_if_published() is False
     second = train_from_file(usage_csv, settings)
-    (settings.store.path / "versions" / second.version / "recommendations.json").write_text("{}")
+    (Path(settings.store.path) / "versions" / second.version / "recommendations.json").write_text("{}")
     assert state.refresh_if_published() is False
     assert state.snapshot.version == first.version and "checksum" in (state.last_error or "")
     assert state.refresh_if_published() is False
