@@ -91,3 +91,20 @@ class KubernetesError(RecommenderError):
 
     http_status = 502
     exit_code = 7
+
+
+class DistributedTrainingError(RecommenderError):
+    """Partitions of a training run on a Dask cluster failed beyond the tolerated share; names them. Nothing was
+    published: the store's `latest` is as it was."""
+
+    http_status = 502
+    exit_code = 8
+
+    def __init__(self, failed: dict[str, str], partitions: int, tolerance: float):
+        self.failed = failed
+        listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items())[:10])
+        more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
+        super().__init__(
+            f"{len(failed)} of {partitions} partition(s) failed after retries, more than the tolerated "
+            f"{tolerance:.0%}; nothing was published: {listed}{more}"
+        )
