@@ -100,9 +100,12 @@ class StoreFiles:
         """The URL of a path on this file system, for another process (a Dask worker) to open."""
         return path if self.local else str(self.fs.unstrip_protocol(path))
 
-    def put(self, path: str, data: bytes) -> FileEntry:
-        """Write a whole file (temporary name, fsync and rename locally; one PUT on an object store)."""
+    def put(self, path: str, data: bytes, create_parents: bool = True) -> FileEntry:
+        """Write a whole file (temporary name, fsync and rename locally; one PUT on an object store). Without
+        `create_parents` a missing directory fails the write: a late task of an aborted run cannot recreate it."""
         if self.local:
+            if not create_parents and not Path(path).parent.is_dir():
+                raise FileNotFoundError(f"{Path(path).parent}: gone (the run was aborted)")
             atomic_write_bytes(Path(path), data)
         else:
             self.fs.pipe_file(path, data)
@@ -123,10 +126,10 @@ class StoreFiles:
         self.fs.mv(temporary, path)
         return FileEntry(sha256=digest.hexdigest(), bytes=size)
 
-    def put_model(self, path: str, model: Any, compress: int = 3) -> FileEntry:
+    def put_model(self, path: str, model: Any, compress: int = 3, create_parents: bool = True) -> FileEntry:
         buffer = io.BytesIO()
         joblib.dump(model, buffer, compress=compress)
-        return self.put(path, buffer.getvalue())
+        return self.put(path, buffer.getvalue(), create_parents)
 
     def read(self, path: str) -> bytes:
         data: bytes = self.fs.cat_file(path)

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from distributed import Client, Future, LocalCluster, wait
+from distributed import Client, Future, LocalCluster
 
 from models.store import PARTITION_MODELS, RECOMMENDATIONS, DataWindow, FileEntry, IncomingVersion, Manifest, ModelStore, StoreFiles
 from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
@@ -168,7 +168,6 @@ def split_file(input_path: Path, partitions: list[Partition], incoming: Incoming
     owner = np.concatenate([np.full(len(p.workloads), p.index) for p in partitions])
     writers: dict[int, tuple[Any, pq.ParquetWriter]] = {}
     files = incoming.files
-    files.fs.makedirs(incoming.path_of(WORK), exist_ok=True)
     try:
         for batch in iter_usage_batches(input_path):
             if as_of is not None:
@@ -246,7 +245,8 @@ def fit_partition(
     model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, settings.forecast).fit(
         usage, oom_events=oom_events, data_end=data_end
     )
-    StoreFiles(files["fitted"]).put_model(StoreFiles(files["fitted"]).root, model, compress=0)
+    fitted = StoreFiles(files["fitted"])
+    fitted.put_model(fitted.root, model, compress=0, create_parents=False)
     return PartitionFit(
         index=partition.index,
         statistics=model.fleet_statistics(),
@@ -268,8 +268,8 @@ def finish_partition(
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
     fragment = b",".join(r.model_dump_json().encode() for r in recommendations.recommendations)
     out, final = StoreFiles(files["recommendations"]), StoreFiles(files["model"])
-    written = out.put(out.root, fragment)
-    model_entry = final.put_model(final.root, model)
+    written = out.put(out.root, fragment, create_parents=False)
+    model_entry = final.put_model(final.root, model, create_parents=False)
     fitted.remove(fitted.root)
     return PartitionResult(
         index=partition.index,
@@ -288,16 +288,23 @@ def reduce_fleet(fits: list[PartitionFit]) -> FleetStatistics:
     return FleetStatistics.merge([fit.statistics for fit in fits])
 
 
-def _outcomes(futures: dict[int, "Future[Any]"], partitions: list[Partition], failed: dict[str, str]) -> dict[int, Any]:
-    """Results of finished tasks; the failed ones recorded by partition name (with the error after retries)."""
+def _outcomes(futures: dict[int, Future[Any]], partitions: list[Partition], failed: dict[str, str], deadline: float) -> dict[int, Any]:
+    """Results of the tasks, fetched as they come (a result held by a worker that then dies is recomputed and waited
+    for); failures recorded by partition name with the last error. Past the deadline, the unfinished ones fail."""
     done: dict[int, Any] = {}
     for index, future in futures.items():
-        if future.status == "finished":
-            done[index] = future.result()
-        else:
-            error = future.exception()
-            failed[partitions[index].name] = f"{type(error).__name__}: {error}"
-            log.warning("%s failed: %s", partitions[index].name, error)
+        name = partitions[index].name
+        try:
+            done[index] = future.result(timeout=max(deadline - time.monotonic(), 0.001))
+            # Released at once: a result left on a worker that later dies would be recomputed, for nothing.
+            future.release()
+        except TimeoutError:
+            failed[name] = "not finished within the run's timeout (scale.timeout_seconds)"
+            future.cancel()
+        except Exception as error:  # noqa: BLE001 - whatever a task raised is reported by partition, not lost
+            failed[name] = f"{type(error).__name__}: {error}"
+        if name in failed:
+            log.warning("%s failed: %s", name, failed[name])
     return done
 
 
@@ -326,6 +333,8 @@ def train_distributed(
     if oom is not None and as_of is not None:
         oom = oom[oom["timestamp"] < as_of]
     incoming = store.begin()
+    for directory in (WORK, PARTITION_MODELS):
+        incoming.files.fs.makedirs(incoming.path_of(directory), exist_ok=True)
     deadline = time.monotonic() + scale.timeout_seconds
     try:
         step(f"splitting {found.rows:,} rows into {len(partitions)} partitions on {store}")
@@ -340,8 +349,7 @@ def train_distributed(
             )
             for p in partitions
         }
-        wait(list(fit_futures.values()), timeout=max(deadline - time.monotonic(), 1.0))
-        fits = _outcomes(fit_futures, partitions, failed)
+        fits = _outcomes(fit_futures, partitions, failed, deadline)
         _check_tolerance(failed, len(partitions), scale)
         fleet = client.scatter(reduce_fleet(list(fits.values())), broadcast=True)
         step(f"calibrating and predicting {len(fits)} partitions with the fleet's factors")
@@ -352,8 +360,7 @@ def train_distributed(
             )
             for i in sorted(fits)
         }
-        wait(list(finish_futures.values()), timeout=max(deadline - time.monotonic(), 1.0))
-        results = _outcomes(finish_futures, partitions, failed)
+        results = _outcomes(finish_futures, partitions, failed, deadline)
         _check_tolerance(failed, len(partitions), scale)
         if not results:
             raise DistributedTrainingError(failed, len(partitions), scale.failure_tolerance_fraction)
