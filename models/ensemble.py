@@ -69,9 +69,9 @@ def ratio_sketch(ratios: FloatArray) -> tuple[IntArray, IntArray]:
     comes out the same whether the containers were fitted in one process or in partitions on many.
     """
     values = ratios[~np.isnan(ratios)]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bins = np.where(values > 0, np.floor(np.log(np.where(values > 0, values, 1.0)) / _LOG_STEP), 0.0)
-    codes = np.where(values > 0, np.where(np.isinf(values), _INF_BIN, bins.astype(np.int64)), _ZERO_BIN)
+    positive = np.isfinite(values) & (values > 0)
+    bins = np.floor(np.log(np.where(positive, values, 1.0)) / _LOG_STEP).astype(np.int64)
+    codes = np.where(positive, bins, np.where(np.isinf(values), _INF_BIN, _ZERO_BIN))
     unique, counts = np.unique(codes, return_counts=True)
     return unique.astype(np.int64), counts.astype(np.int64)
 
