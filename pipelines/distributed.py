@@ -50,7 +50,10 @@ from distributed import Client, Future, LocalCluster
 from models.store import PARTITION_MODELS, RECOMMENDATIONS, DataWindow, FileEntry, IncomingVersion, Manifest, ModelStore, StoreFiles
 from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
 from pipelines.ingest import iter_usage_batches, read_oom_events
-from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError
+from pipelines.prometheus import PrometheusClient
+from pipelines.prometheus_source import PrometheusSource
+from pipelines.train import prometheus_window, tidy_prometheus_usage
+from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
 from recommender.resources import recommendation_set_chunks
 from recommender.settings import ScaleSettings, Settings
 
@@ -96,7 +99,8 @@ class Partition:
     def name(self) -> str:
         first, last = self.workloads[0], self.workloads[-1]
         span = f"{first[0]}/{first[1]}" + (f" .. {last[0]}/{last[1]}" if len(self.workloads) > 1 else "")
-        return f"partition {self.index} ({span}, {len(self.workloads)} workloads)"
+        unit = "namespaces" if first[1] == "*" else "workloads"
+        return f"partition {self.index} ({span}, {len(self.workloads)} {unit})"
 
     def files(self, incoming: IncomingVersion) -> dict[str, str]:
         """Where this partition's input, intermediate model, recommendations and final model live (URLs)."""
@@ -313,6 +317,41 @@ def _check_tolerance(failed: dict[str, str], partitions: int, scale: ScaleSettin
         raise DistributedTrainingError(failed, partitions, scale.failure_tolerance_fraction)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One distributed run's fixed inputs."""
+
+    client: Client
+    store: ModelStore
+    incoming: IncomingVersion
+    settings: Settings
+    partitions: list[Partition]
+    source: str
+    as_of: int | None
+    horizon_seconds: int
+    deadline: float
+
+    def submit(self, phase: str, function: Callable[..., Any], index: int, *args: Any) -> Future[Any]:
+        partition = self.partitions[index]
+        return self.client.submit(
+            function, partition, partition.files(self.incoming), *args,
+            retries=self.settings.scale.retries, pure=False, key=f"{phase}-{self.incoming.name}-{index}",
+        )
+
+
+@contextmanager
+def _incoming_version(store: ModelStore) -> Iterator[IncomingVersion]:
+    """A new incoming version with its work and model directories; removed if anything fails before the commit."""
+    incoming = store.begin()
+    try:
+        for directory in (WORK, PARTITION_MODELS):
+            incoming.files.fs.makedirs(incoming.path_of(directory), exist_ok=True)
+        yield incoming
+    except BaseException:
+        store.abort(incoming)
+        raise
+
+
 def train_distributed(
     client: Client,
     input_path: Path,
@@ -324,60 +363,110 @@ def train_distributed(
     step: Step = _quiet,
 ) -> Manifest:
     """Fit a usage file on the cluster behind `client` and publish one version (see the module's docstring)."""
-    scale, source = settings.scale, str(input_path)
     store = ModelStore(settings.store.path, settings.store.retention_versions)
     step(f"listing workloads in {input_path}")
     found = inventory(input_path, as_of)
-    partitions = plan_partitions(found.containers, scale.partition_containers)
+    partitions = plan_partitions(found.containers, settings.scale.partition_containers)
     oom = read_oom_events(oom_events_path) if oom_events_path is not None else None
-    if oom is not None and as_of is not None:
-        oom = oom[oom["timestamp"] < as_of]
-    incoming = store.begin()
-    for directory in (WORK, PARTITION_MODELS):
-        incoming.files.fs.makedirs(incoming.path_of(directory), exist_ok=True)
-    deadline = time.monotonic() + scale.timeout_seconds
-    try:
+    with _incoming_version(store) as incoming:
+        job = _Job(client, store, incoming, settings, partitions, str(input_path), as_of, horizon_seconds,
+                   time.monotonic() + settings.scale.timeout_seconds)
         step(f"splitting {found.rows:,} rows into {len(partitions)} partitions on {store}")
         split_file(input_path, partitions, incoming, as_of)
+        return _fit_and_publish(job, [p.index for p in partitions], found.last_sample, oom, {}, None, step)
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    index: int
+    last_sample: int
+    oom_events: pd.DataFrame
+    costs: dict[str, float]
+
+
+def read_prometheus_partition(partition: Partition, files: dict[str, str], settings: Settings, start: int, end: int) -> PartitionRead:
+    """Phase 0 for Prometheus (a task): read a partition's namespaces (every query scoped to them) and write its
+    rows to the store; a namespace batch that fails after the client's retries fails the task."""
+    prom = settings.prometheus
+    with PrometheusClient(prom) as client:
+        read = PrometheusSource(client, prom, [namespace for namespace, _ in partition.workloads]).read(start, end, _quiet)
+        costs = client.stats.summary()
+    if read.skipped:
+        raise PartialDataError(read.skipped)
+    usage = tidy_prometheus_usage(read.usage, settings, start, end)
+    out = StoreFiles(files["input"])
+    with out.fs.open(out.root, "wb") as handle:
+        pq.write_table(pa.Table.from_pandas(usage, preserve_index=False), handle)
+    return PartitionRead(partition.index, int(usage["timestamp"].max()), read.oom_events, costs)
+
+
+def train_distributed_prometheus(
+    client: Client, settings: Settings, *, as_of: int | None = None, horizon_seconds: int = 86400, step: Step = _quiet
+) -> Manifest:
+    """Read Prometheus in partitions of whole namespaces (one task each, no process holding the fleet's samples),
+    then fit and publish as for a file. A partition that cannot be read counts against the failure tolerance."""
+    prom = settings.prometheus
+    store = ModelStore(settings.store.path, settings.store.retention_versions)
+    start, end = prometheus_window(settings, as_of)
+    step(f"discovering containers in {prom.url}")
+    with PrometheusClient(prom) as prometheus:
+        counts = PrometheusSource(prometheus, prom).containers_per_namespace(start, end)
+    # Whole namespaces: a partition is named `ns/*` as a skipped Prometheus batch is, and sorts as its workloads do.
+    partitions = plan_partitions({(namespace, "*"): n for namespace, n in counts.items()}, settings.scale.partition_containers)
+    with _incoming_version(store) as incoming:
+        job = _Job(client, store, incoming, settings, partitions, str(prom.url), as_of, horizon_seconds,
+                   time.monotonic() + settings.scale.timeout_seconds)
+        step(f"reading {sum(counts.values())} containers in {len(partitions)} partitions")
         failed: dict[str, str] = {}
-        started = time.perf_counter()
-        step(f"fitting {len(partitions)} partitions on {len(client.scheduler_info()['workers'])} workers")
-        fit_futures = {
-            p.index: client.submit(
-                fit_partition, p, p.files(incoming), settings, found.last_sample, _oom_of(oom, p), source,
-                retries=scale.retries, pure=False, key=f"fit-{incoming.name}-{p.index}",
-            )
-            for p in partitions
-        }
-        fits = _outcomes(fit_futures, partitions, failed, deadline)
-        _check_tolerance(failed, len(partitions), scale)
-        fleet = client.scatter(reduce_fleet(list(fits.values())), broadcast=True)
-        step(f"calibrating and predicting {len(fits)} partitions with the fleet's factors")
-        finish_futures = {
-            i: client.submit(
-                finish_partition, partitions[i], partitions[i].files(incoming), fleet, as_of, horizon_seconds,
-                retries=scale.retries, pure=False, key=f"finish-{incoming.name}-{i}",
-            )
-            for i in sorted(fits)
-        }
-        results = _outcomes(finish_futures, partitions, failed, deadline)
-        _check_tolerance(failed, len(partitions), scale)
-        if not results:
-            raise DistributedTrainingError(failed, len(partitions), scale.failure_tolerance_fraction)
-        fit_seconds = time.perf_counter() - started
-        step(f"publishing to {store}")
-        run = _Run(settings, partitions, fits, results, failed, source, horizon_seconds, 0 if oom is None else len(oom))
-        return _commit(client, store, incoming, run, fit_seconds)
-    except BaseException:
-        store.abort(incoming)
-        raise
+        futures = {p.index: job.submit("read", read_prometheus_partition, p.index, settings, start, end) for p in partitions}
+        reads: dict[int, PartitionRead] = _outcomes(futures, partitions, failed, job.deadline)
+        _check_tolerance(failed, len(partitions), settings.scale)
+        if not reads:
+            raise DistributedTrainingError(failed, len(partitions), settings.scale.failure_tolerance_fraction)
+        oom = pd.concat([r.oom_events for r in reads.values()], ignore_index=True)
+        costs = {key: float(sum(r.costs.get(key, 0.0) for r in reads.values())) for key in next(iter(reads.values())).costs}
+        data_end = max(r.last_sample for r in reads.values())
+        return _fit_and_publish(job, sorted(reads), data_end, oom, failed, costs, step)
+
+
+def _fit_and_publish(
+    job: _Job,
+    ready: list[int],
+    data_end: int,
+    oom: pd.DataFrame | None,
+    failed: dict[str, str],
+    read_metrics: dict[str, float] | None,
+    step: Step,
+) -> Manifest:
+    """Phases 1 and 2 over the partitions whose rows are on the store, the fleet reduce between them, the commit."""
+    scale, partitions = job.settings.scale, job.partitions
+    if oom is not None and job.as_of is not None:
+        oom = oom[oom["timestamp"] < job.as_of]
+    started = time.perf_counter()
+    step(f"fitting {len(ready)} partitions on {len(job.client.scheduler_info()['workers'])} workers")
+    fit_futures = {i: job.submit("fit", fit_partition, i, job.settings, data_end, _oom_of(oom, partitions[i]), job.source) for i in ready}
+    fits = _outcomes(fit_futures, partitions, failed, job.deadline)
+    _check_tolerance(failed, len(partitions), scale)
+    fleet = job.client.scatter(reduce_fleet(list(fits.values())), broadcast=True)
+    step(f"calibrating and predicting {len(fits)} partitions with the fleet's factors")
+    finish_futures = {i: job.submit("finish", finish_partition, i, fleet, job.as_of, job.horizon_seconds) for i in sorted(fits)}
+    results = _outcomes(finish_futures, partitions, failed, job.deadline)
+    _check_tolerance(failed, len(partitions), scale)
+    if not results:
+        raise DistributedTrainingError(failed, len(partitions), scale.failure_tolerance_fraction)
+    fit_seconds = time.perf_counter() - started
+    step(f"publishing to {job.store}")
+    run = _Run(job.settings, partitions, fits, results, failed, job.source, job.horizon_seconds, 0 if oom is None else len(oom))
+    return _commit(job.client, job.store, job.incoming, run, fit_seconds, read_metrics)
 
 
 def _oom_of(oom: pd.DataFrame | None, partition: Partition) -> pd.DataFrame | None:
+    """The OOM events of a partition's workloads (of its namespaces, for a Prometheus partition)."""
     if oom is None:
         return None
-    mine = pd.MultiIndex.from_tuples(partition.workloads)
-    return oom[pd.MultiIndex.from_frame(oom[["namespace", "workload"]]).isin(mine)].reset_index(drop=True)
+    whole = {namespace for namespace, workload in partition.workloads if workload == "*"}
+    mine = pd.MultiIndex.from_frame(oom[["namespace", "workload"]]).isin(pd.MultiIndex.from_tuples(partition.workloads))
+    return oom[mine | oom["namespace"].isin(whole).to_numpy()].reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -394,7 +483,9 @@ class _Run:
     oom_events: int
 
 
-def _commit(client: Client, store: ModelStore, incoming: IncomingVersion, run: _Run, fit_seconds: float) -> Manifest:
+def _commit(
+    client: Client, store: ModelStore, incoming: IncomingVersion, run: _Run, fit_seconds: float, read_metrics: dict[str, float] | None
+) -> Manifest:
     """Stream the partitions' recommendations into one file, check every file the workers wrote, and commit."""
     order = sorted(run.results)
     first = run.results[order[0]]
@@ -445,5 +536,6 @@ def _commit(client: Client, store: ModelStore, incoming: IncomingVersion, run: _
         data_window=DataWindow(
             first_sample=min(f.first_sample for f in fits), last_sample=max(f.last_sample for f in fits), as_of=first.as_of
         ),
+        read_metrics=read_metrics,
         skipped=skipped,
     )

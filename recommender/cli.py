@@ -167,7 +167,12 @@ def train(
     )
     horizon_seconds = _duration(horizon, "--horizon")
     if settings.scale.scheduler_address or settings.scale.workers:
-        manifest = _train_distributed(settings, input, as_of, oom_events, horizon_seconds, incremental)
+        if allow_partial or incremental:
+            raise ConfigurationError(
+                "distributed training does full fits (no --incremental) and takes --failure-tolerance for what "
+                "--allow-partial does in one process"
+            )
+        manifest = _train_distributed(settings, input, as_of, oom_events, horizon_seconds)
     elif input is not None:
         with _progress(4) as step:
             manifest = train_from_file(
@@ -204,19 +209,18 @@ def train(
 
 
 def _train_distributed(
-    settings: Settings, input: Path | None, as_of: int | None, oom_events: Path | None, horizon_seconds: int, incremental: bool
+    settings: Settings, input: Path | None, as_of: int | None, oom_events: Path | None, horizon_seconds: int
 ) -> Manifest:
-    """`train` on a Dask cluster (pipelines/distributed.py)."""
-    from pipelines.distributed import dask_client, train_distributed
+    """`train` on a Dask cluster (pipelines/distributed.py), from a file or from Prometheus."""
+    from pipelines.distributed import dask_client, train_distributed, train_distributed_prometheus
 
-    if input is None:
-        raise ConfigurationError("distributed training reads a usage file (--input); Prometheus is read in one process")
-    if incremental:
-        raise ConfigurationError("--incremental continues a single-process version; distributed training does full fits")
     with _progress(5) as step, dask_client(settings.scale) as client:
-        manifest = train_distributed(
-            client, input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
-        )
+        if input is None:
+            manifest = train_distributed_prometheus(client, settings, as_of=as_of, horizon_seconds=horizon_seconds, step=step)
+        else:
+            manifest = train_distributed(
+                client, input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+            )
     metrics = manifest.fit_metrics
     err.print(
         f"{manifest.row_counts['partitions']} partitions ({manifest.row_counts['failed_partitions']} failed) on "

@@ -34,6 +34,10 @@ class InputFileError(RecommenderError):
             where += f", column '{column}'"
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[type[InputFileError], tuple[str, str, int | None, str | None]]:
+        """Pickled by its fields: a Dask task's error reaches the driver intact."""
+        return type(self), (self.path, self.problem, self.line, self.column)
+
 
 class ModelStoreError(RecommenderError):
     """The model store has no usable version, or one that is corrupt or partial."""
@@ -85,6 +89,9 @@ class PartialDataError(RecommenderError):
             f"(use --allow-partial to publish the rest): {listed}{more}"
         )
 
+    def __reduce__(self) -> tuple[type[PartialDataError], tuple[dict[str, str]]]:
+        return type(self), (self.skipped,)
+
 
 class KubernetesError(RecommenderError):
     """The Kubernetes API could not be reached or refused a request we needed."""
@@ -102,9 +109,14 @@ class DistributedTrainingError(RecommenderError):
 
     def __init__(self, failed: dict[str, str], partitions: int, tolerance: float):
         self.failed = failed
+        self.partitions = partitions
+        self.tolerance = tolerance
         listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items())[:10])
         more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
         super().__init__(
             f"{len(failed)} of {partitions} partition(s) failed after retries, more than the tolerated "
             f"{tolerance:.0%}; nothing was published: {listed}{more}"
         )
+
+    def __reduce__(self) -> tuple[type[DistributedTrainingError], tuple[dict[str, str], int, float]]:
+        return type(self), (self.failed, self.partitions, self.tolerance)

@@ -51,3 +51,18 @@ def test_partitions_hold_whole_workloads_in_label_order(containers: dict[tuple[s
     labels = [group_label(ns, wl, f"c{i}") for ns, wl in flat for i in range(containers[(ns, wl)])]
     per_partition = [sorted(group_label(ns, wl, f"c{i}") for ns, wl in p.workloads for i in range(containers[(ns, wl)])) for p in partitions]
     assert [label for part in per_partition for label in part] == sorted(labels)
+
+
+def test_our_errors_cross_process_boundaries_intact() -> None:
+    """A task's error is pickled from the Dask worker to the driver: each keeps its fields and message."""
+    import pickle
+
+    from recommender.errors import DistributedTrainingError, InputFileError, PartialDataError
+
+    for error in (
+        InputFileError("usage.csv", "negative cpu_cores", line=7, column="cpu_cores"),
+        PartialDataError({"team-a/*": "timeout"}),
+        DistributedTrainingError({"partition 1 (a/b, 1 workloads)": "KilledWorker"}, 4, 0.0),
+    ):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
