@@ -7,6 +7,9 @@ The driver (the process running `recommender train --dask-scheduler ADDRESS` or 
    streaming pass writes each partition's rows as Parquet into the incoming version on the store (which the
    workers share). Two passes because a gzip CSV cannot be seeked or filtered: reading it through twice keeps the
    driver's memory at one batch, where a filtered read per task would make every task decompress the whole file.
+   From Prometheus (`train_distributed_prometheus`), the driver only discovers the containers per namespace; the
+   partitions are whole namespaces, and a phase-0 task per partition reads them (every query, metadata too, scoped
+   to its namespaces) and writes the rows to the store.
 2. phase 1, one task per partition: read its Parquet, fit `WorkloadRecommender` (forecast grids ending at the
    fleet's newest sample), write the fitted model to the store, and return `FleetStatistics` (a few kB).
 3. merges the statistics into the fleet's calibration sketches and sample interval (`reduce_fleet`: the seam where
