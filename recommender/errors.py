@@ -82,11 +82,9 @@ class PartialDataError(RecommenderError):
 
     def __init__(self, skipped: dict[str, str]):
         self.skipped = skipped
-        listed = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items())[:10])
-        more = f" (and {len(skipped) - 10} more)" if len(skipped) > 10 else ""
         super().__init__(
             f"{len(skipped)} workload group(s) could not be read from Prometheus, nothing was published "
-            f"(use --allow-partial to publish the rest): {listed}{more}"
+            f"(use --allow-partial to publish the rest): {_first_ten(skipped)}"
         )
 
     def __reduce__(self) -> tuple[type[PartialDataError], tuple[dict[str, str]]]:
@@ -111,12 +109,16 @@ class DistributedTrainingError(RecommenderError):
         self.failed = failed
         self.partitions = partitions
         self.tolerance = tolerance
-        listed = "; ".join(f"{name}: {why}" for name, why in sorted(failed.items())[:10])
-        more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
         super().__init__(
             f"{len(failed)} of {partitions} partition(s) failed after retries, more than the tolerated "
-            f"{tolerance:.0%}; nothing was published: {listed}{more}"
+            f"{tolerance:.0%}; nothing was published: {_first_ten(failed)}"
         )
 
     def __reduce__(self) -> tuple[type[DistributedTrainingError], tuple[dict[str, str], int, float]]:
         return type(self), (self.failed, self.partitions, self.tolerance)
+
+
+def _first_ten(problems: dict[str, str]) -> str:
+    """`name: why` of the first ten problems by name, and how many more there are."""
+    listed = "; ".join(f"{name}: {why}" for name, why in sorted(problems.items())[:10])
+    return listed + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else "")
