@@ -42,7 +42,10 @@ err = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
 
 StoreOption = Annotated[
-    Path | None, typer.Option("--store", help="Model store directory [env KOORD_RECOMMENDER_STORE__PATH, default ./model-store].")
+    str | None,
+    typer.Option(
+        "--store", help="Model store: a directory or an fsspec URL such as s3://bucket/prefix [env KOORD_RECOMMENDER_STORE__PATH, default ./model-store]."
+    ),
 ]
 
 
