@@ -96,12 +96,13 @@ class ResourceForecast:
         short = self.short_term.predict(gap + steps)[:, gap:]
         return short, self.request.predict(gap + 1)[:, -1], self.long_term.predict(gap + 1)[:, -1]
 
-    def describe(self, model: SelectedForecaster, group: int) -> str:
-        """Name of the candidate `model` chose for a group, with its rolling-origin cost and calibration factor."""
+    def describe(self, model: SelectedForecaster, group: int, names: list[str]) -> str:
+        """Name of the candidate `model` chose for a group (`names`: its `model_names()`, computed once per line: a
+        scikit-learn repr costs milliseconds), with its rolling-origin cost and calibration factor."""
         choice = int(model.choice_[group])
         cost = model.costs_[choice, group]
         scored = f"cost={cost:.3g}" if np.isfinite(cost) else "not yet backtested"
-        return f"{model.model_names()[choice]} {scored} x{model.factors_[group]:.3g}"
+        return f"{names[choice]} {scored} x{model.factors_[group]:.3g}"
 
 
 Sketch = tuple[IntArray, IntArray]
@@ -514,6 +515,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         step = short_term.step_seconds
         n_steps = int(np.ceil(horizon_seconds / step))
         own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        names = {line: getattr(forecast, line).model_names() for line in LINES} if forecast is not None else {}
         if forecast is None:
             ours_short, ours_request = np.full((len(groups), n_steps), np.nan), np.full(len(groups), np.nan)
             ours_long = ours_request
@@ -545,9 +547,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     long_term=float(long_values[i]),
                     peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
                     models=LineModels(
-                        target=_name(forecast, "request", own[i], ours_request[i], "VPA histogram"),
-                        short_term=_name(forecast, "short_term", own[i], 0.0 if has_line[i] else np.nan, "SeasonalMaxReservation"),
-                        long_term=_name(forecast, "long_term", own[i], ours_long[i], "Koordinator mid"),
+                        target=_name(forecast, names, "request", own[i], ours_request[i], "VPA histogram"),
+                        short_term=_name(forecast, names, "short_term", own[i], 0.0 if has_line[i] else np.nan, "SeasonalMaxReservation"),
+                        long_term=_name(forecast, names, "long_term", own[i], ours_long[i], "Koordinator mid"),
                         peak="max of the short-term line",
                     ),
                 )
@@ -562,11 +564,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return [[None if np.isnan(v) else float(v) for v in recent[i]] if i >= 0 else [] for i in index]
 
 
-def _name(forecast: ResourceForecast | None, line: str, group: int, value: float, fallback: str) -> str:
+def _name(forecast: ResourceForecast | None, names: dict[str, list[str]], line: str, group: int, value: float, fallback: str) -> str:
     """The model behind one line of one group: the selected candidate, or the foundation rule it fell back to."""
     if forecast is None or np.isnan(value):
         return fallback
-    return forecast.describe(getattr(forecast, line), group)
+    return forecast.describe(getattr(forecast, line), group, names[line])
 
 
 def _sizer(
