@@ -530,6 +530,8 @@ def _commit(
         },
         fit_metrics={
             "fit_seconds": round(fit_seconds, 3),
+            "partition_fit_seconds_sum": round(sum(f.fit_seconds for f in fits), 3),
+            "partition_fit_seconds_max": round(max(f.fit_seconds for f in fits), 3),
             "workers": float(len(workers)),
             "worker_peak_rss_mib_max": round(max(workers.values()), 1),
             "worker_peak_rss_mib_sum": round(sum(workers.values()), 1),
