@@ -39,7 +39,7 @@ import resource
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ def dask_client(scale: ScaleSettings) -> Iterator[Client]:
         threads_per_worker=scale.threads_per_worker,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",
     ) as cluster, Client(cluster) as client:
         yield client
 
@@ -289,20 +289,28 @@ def finish_partition(
     )
 
 
-def reduce_fleet(fits: list[PartitionFit]) -> FleetStatistics:
-    """The driver's step between the phases: the fleet-level quantities from every partition's statistics. Steps
-    that need the whole fleet's (or a node's) gathered results run here."""
-    return FleetStatistics.merge([fit.statistics for fit in fits])
+def reduce_fleet(fleet: FleetStatistics, fit: PartitionFit) -> FleetStatistics:
+    """The driver's step between the phases, folded over the partitions as their results arrive: the fleet-level
+    quantities so far with one more partition's. Steps that need the whole fleet's (or a node's) gathered results
+    run here. Folding keeps one merged sketch per line on the driver, not one per partition."""
+    return FleetStatistics.merge([fleet, fit.statistics])
 
 
-def _outcomes(futures: dict[int, Future[Any]], partitions: list[Partition], failed: dict[str, str], deadline: float) -> dict[int, Any]:
-    """Results of the tasks, fetched as they come (a result held by a worker that then dies is recomputed and waited
-    for); failures recorded by partition name with the last error. Past the deadline, the unfinished ones fail."""
+def _outcomes(
+    futures: dict[int, Future[Any]],
+    partitions: list[Partition],
+    failed: dict[str, str],
+    deadline: float,
+    keep: Callable[[Any], Any] = lambda result: result,
+) -> dict[int, Any]:
+    """Results of the tasks (what `keep` makes of each), fetched as they come (a result held by a worker that then
+    dies is recomputed and waited for); failures recorded by partition name with the last error. Past the deadline,
+    the unfinished ones fail."""
     done: dict[int, Any] = {}
     for index, future in futures.items():
         name = partitions[index].name
         try:
-            done[index] = future.result(timeout=max(deadline - time.monotonic(), 0.001))
+            done[index] = keep(future.result(timeout=max(deadline - time.monotonic(), 0.001)))
             # Released at once: a result left on a worker that later dies would be recomputed, for nothing.
             future.release()
         except TimeoutError:
@@ -448,11 +456,18 @@ def _fit_and_publish(
     started = time.perf_counter()
     step(f"fitting {len(ready)} partitions on {len(job.client.scheduler_info()['workers'])} workers")
     fit_futures = {i: job.submit("fit", fit_partition, i, job.settings, data_end, _oom_of(oom, partitions[i]), job.source) for i in ready}
-    fits = _outcomes(fit_futures, partitions, failed, job.deadline)
+    fleet = FleetStatistics.merge([])
+
+    def fold(fit: PartitionFit) -> PartitionFit:
+        nonlocal fleet
+        fleet = reduce_fleet(fleet, fit)
+        return replace(fit, statistics=FleetStatistics.merge([]))
+
+    fits = _outcomes(fit_futures, partitions, failed, job.deadline, fold)
     _check_tolerance(failed, len(partitions), scale)
-    fleet = job.client.scatter(reduce_fleet(list(fits.values())), broadcast=True)
+    scattered = job.client.scatter(fleet, broadcast=True)
     step(f"calibrating and predicting {len(fits)} partitions with the fleet's factors")
-    finish_futures = {i: job.submit("finish", finish_partition, i, fleet, job.as_of, job.horizon_seconds) for i in sorted(fits)}
+    finish_futures = {i: job.submit("finish", finish_partition, i, scattered, job.as_of, job.horizon_seconds) for i in sorted(fits)}
     results = _outcomes(finish_futures, partitions, failed, job.deadline)
     _check_tolerance(failed, len(partitions), scale)
     if not results:

@@ -53,7 +53,7 @@ def client() -> Iterator[Client]:
     # One death per task is enough to call it failed (keeps the failure tests short), and a worker holds one task
     # at a time, so a death counts against the task that caused it only, not against one queued behind it.
     with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None) as cluster:
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
             with Client(cluster) as client:
                 yield client
 
