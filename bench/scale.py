@@ -169,11 +169,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     runs = pd.DataFrame(result["runs"])
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for workers, group in runs.groupby("workers"):
+    for index, (workers, group) in enumerate(runs.groupby("workers")):
         label = "single process" if workers == 0 else f"{workers} worker{'s' if workers > 1 else ''}"
-        left.plot(group["size"], group["wall_seconds"], marker="o", label=label)
+        left.plot(group["size"], group["wall_seconds"], marker="o", label=label, color=f"C{index}")
         if workers:
-            right.plot(group["size"], group["worker_peak_rss_mib_max"], marker="o", label=label)
+            right.plot(group["size"], group["worker_peak_rss_mib_max"], marker="o", label=label, color=f"C{index}")
     sizes = np.array(sorted(runs["size"].unique()), dtype=float)
     one = runs[(runs["workers"] == 1)].set_index("size")["wall_seconds"]
     if sizes.min() in one.index:
