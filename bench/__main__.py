@@ -1,5 +1,6 @@
 """Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus` (bench/prometheus.py:
-training from a real Prometheus vs a file), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
+training from a real Prometheus vs a file), `scale` (bench/scale.py: distributed training at 1k-50k containers on
+1-4 Dask workers), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig.
 
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
@@ -87,6 +88,13 @@ def main() -> None:
     prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     prom.add_argument("--namespaces", type=int, default=4, help="copies of the 250 VMs (4 -> 1,000 containers)")
     prom.add_argument("--days", type=int, default=14)
+    scale = sub.add_parser("scale", help="distributed training at 1k/10k/50k containers on 1/2/4 Dask workers")
+    scale.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    scale.add_argument("--sizes", default="1000,10000,50000", help="fleet sizes, containers")
+    scale.add_argument("--workers", default="1,2,4", help="local Dask worker processes")
+    scale.add_argument("--reference-sizes", default="1000,10000", help="sizes also trained single-process (the reference)")
+    scale.add_argument("--days", type=float, default=2.0, help="history per container, days of 5-minute samples")
+    scale.add_argument("--partition-containers", type=int, default=500)
     for name, what in (
         ("webhook", "admission reviews over TLS vs a bare echo endpoint"),
         ("extender", "prioritize over 1,000 and 5,000 nodes vs a bare echo endpoint"),
@@ -96,7 +104,7 @@ def main() -> None:
         one = sub.add_parser(name, help=what)
         one.add_argument("--requests", type=int, default=3000, help="per run (bounded further by a 30 s cap)")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if args.name in ("recommend", "prometheus") and not args.input.is_file():
+    if args.name in ("recommend", "prometheus", "scale") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
     if args.name == "recommend":
         result = bench_recommend(args.input, args.runs, args.as_of)
@@ -104,6 +112,15 @@ def main() -> None:
         from bench.prometheus import main as bench_prometheus
 
         result = bench_prometheus(args.input, args.namespaces, args.days)
+    elif args.name == "scale":
+        from bench.scale import main as bench_scale
+
+        def numbers(text: str) -> list[int]:
+            return [int(x) for x in text.split(",") if x]
+
+        result = bench_scale(
+            args.input, numbers(args.sizes), numbers(args.workers), numbers(args.reference_sizes), args.days, args.partition_containers
+        )
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,74 @@ def choose_models(costs: FloatArray) -> IntArray:
     return result
 
 
+#: Relative width of the log-spaced bins of the calibration sketch: the fleet factor is exact to this share.
+SKETCH_RESOLUTION = 1e-4
+_LOG_STEP = float(np.log1p(SKETCH_RESOLUTION))
+_ZERO_BIN = np.iinfo(np.int64).min
+_INF_BIN = np.iinfo(np.int64).max
+
+
+def ratio_sketch(ratios: FloatArray) -> tuple[IntArray, IntArray]:
+    """Sparse counts (bins, counts) of the known ratios over log bins of relative width `SKETCH_RESOLUTION`.
+
+    Sketches of disjoint sets of containers add up exactly (`merge_sketches`), so a fleet's calibration quantile
+    comes out the same whether the containers were fitted in one process or in partitions on many.
+    """
+    values = ratios[~np.isnan(ratios)]
+    positive = np.isfinite(values) & (values > 0)
+    bins = np.floor(np.log(np.where(positive, values, 1.0)) / _LOG_STEP).astype(np.int64)
+    codes = np.where(positive, bins, np.where(np.isinf(values), _INF_BIN, _ZERO_BIN))
+    unique, counts = np.unique(codes, return_counts=True)
+    return unique.astype(np.int64), counts.astype(np.int64)
+
+
+def merge_sketches(sketches: list[tuple[IntArray, IntArray]]) -> tuple[IntArray, IntArray]:
+    """One sketch of the union of the sketched sets."""
+    if not sketches:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    bins = np.concatenate([b for b, _ in sketches])
+    unique, inverse = np.unique(bins, return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate([c for _, c in sketches]), minlength=unique.size)
+    return unique.astype(np.int64), counts.astype(np.int64)
+
+
+def sketch_quantile(sketch: tuple[IntArray, IntArray], q: float) -> float:
+    """The q-quantile by the "higher" rule of `nan_quantile`: the upper edge of the bin holding that sample (so
+    never below it, and above it by at most `SKETCH_RESOLUTION`); NaN for an empty sketch."""
+    bins, counts = sketch
+    total = int(counts.sum())
+    if total == 0:
+        return float("nan")
+    rank = min(max(int(np.ceil(q * total)), 1), total)
+    code = int(bins[int(np.searchsorted(np.cumsum(counts), rank))])
+    if code == _ZERO_BIN:
+        return 0.0
+    if code == _INF_BIN:
+        return float("inf")
+    return float(np.exp((code + 1) * _LOG_STEP))
+
+
+def calibration_parts(past_lines: FloatArray, past_usage: FloatArray, target_violation: float) -> tuple[FloatArray, FloatArray, tuple[IntArray, IntArray]]:
+    """Per container from its past lines (origins x containers x steps): own factor (the (1 - target) quantile of
+    usage / line) and scored samples; and the sketch of all the ratios, from which the fleet factor comes."""
+    unknown = np.isnan(past_usage) | np.isnan(past_lines)
+    ratio = np.where(unknown, np.nan, usage_to_line_ratio(np.nan_to_num(past_usage), np.nan_to_num(past_lines)))
+    per_container = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
+    samples = np.sum(~np.isnan(per_container), axis=1).astype(np.float64)
+    return nan_quantile(per_container, 1.0 - target_violation), samples, ratio_sketch(per_container)
+
+
+def blend_factors(own: FloatArray, samples: FloatArray, fleet: float, prior_samples: float, factor_range: tuple[float, float]) -> FloatArray:
+    """Own and fleet factor blended by n / (n + prior_samples), n the container's scored samples; 1 with no samples
+    anywhere in the fleet."""
+    if np.isnan(fleet):
+        return np.ones(own.shape[0])
+    weight = samples / (samples + prior_samples)
+    blended = np.where(samples > 0, weight * np.nan_to_num(own, posinf=factor_range[1]) + (1 - weight) * fleet, fleet)
+    result: FloatArray = np.clip(np.nan_to_num(blended, nan=1.0, posinf=factor_range[1]), *factor_range)
+    return result
+
+
 def calibration_factors(
     past_lines: FloatArray,
     past_usage: FloatArray,
@@ -62,22 +130,10 @@ def calibration_factors(
     prior_samples: float,
     factor_range: tuple[float, float],
 ) -> FloatArray:
-    """Per container: the factor making its past lines (origins x containers x steps) violate `target_violation`.
-
-    Own factor and fleet factor are blended by n / (n + prior_samples), n the container's scored samples.
-    """
-    unknown = np.isnan(past_usage) | np.isnan(past_lines)
-    ratio = np.where(unknown, np.nan, usage_to_line_ratio(np.nan_to_num(past_usage), np.nan_to_num(past_lines)))
-    per_container = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
-    samples = np.sum(~np.isnan(per_container), axis=1).astype(np.float64)
-    if samples.sum() == 0:
-        return np.ones(ratio.shape[1])
-    fleet = float(nan_quantile(per_container.reshape(1, -1), 1.0 - target_violation)[0])
-    own = nan_quantile(per_container, 1.0 - target_violation)
-    weight = samples / (samples + prior_samples)
-    blended = np.where(samples > 0, weight * np.nan_to_num(own, posinf=factor_range[1]) + (1 - weight) * fleet, fleet)
-    result: FloatArray = np.clip(np.nan_to_num(blended, nan=1.0, posinf=factor_range[1]), *factor_range)
-    return result
+    """Per container: the factor making its past lines (origins x containers x steps) violate `target_violation`,
+    its own blended with the fleet's (`blend_factors`)."""
+    own, samples, sketch = calibration_parts(past_lines, past_usage, target_violation)
+    return blend_factors(own, samples, sketch_quantile(sketch, 1.0 - target_violation), prior_samples, factor_range)
 
 
 def history_summary(grid: FloatArray, recent_steps: int) -> FloatArray:
@@ -172,17 +228,34 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         return self
 
     def decide(self, past_lines: FloatArray, past_usage: FloatArray) -> Self:
-        """Choose and calibrate from candidates' past lines (models x origins x containers x steps) and usage."""
+        """Choose and calibrate from candidates' past lines (models x origins x containers x steps) and usage.
+
+        Keeps the calibration's parts (`own_factors_`, `calibration_samples_`, `ratio_sketch_`) so that a partition of
+        a fleet can be recalibrated with the whole fleet's factor (`calibrate_with_fleet`)."""
+        n_groups = past_lines.shape[2]
         if past_lines.shape[1] == 0:
-            self.costs_ = np.zeros((past_lines.shape[0], past_lines.shape[2]))
-            self.choice_ = np.zeros(past_lines.shape[2], dtype=np.int64)
-            self.factors_ = np.ones(past_lines.shape[2])
-            return self
-        self.costs_ = selection_costs(past_lines, past_usage, self.target_violation, self.change_weight)
-        self.choice_ = choose_models(self.costs_)
-        chosen = past_lines[self.choice_, :, np.arange(past_lines.shape[2]), :].transpose(1, 0, 2)
-        self.factors_ = calibration_factors(
-            chosen, past_usage, self.target_violation, self.calibration_prior_samples, (self.factor_min, self.factor_max)
+            self.costs_ = np.zeros((past_lines.shape[0], n_groups))
+            self.choice_ = np.zeros(n_groups, dtype=np.int64)
+            self.own_factors_ = np.full(n_groups, np.nan)
+            self.calibration_samples_ = np.zeros(n_groups)
+            self.ratio_sketch_ = merge_sketches([])
+        else:
+            self.costs_ = selection_costs(past_lines, past_usage, self.target_violation, self.change_weight)
+            self.choice_ = choose_models(self.costs_)
+            chosen = past_lines[self.choice_, :, np.arange(n_groups), :].transpose(1, 0, 2)
+            self.own_factors_, self.calibration_samples_, self.ratio_sketch_ = calibration_parts(
+                chosen, past_usage, self.target_violation
+            )
+        return self.calibrate_with_fleet(self.ratio_sketch_)
+
+    def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:
+        """Set `factors_` from the own factors and the fleet factor read from `fleet_sketch` (this fit's own sketch,
+        or the merged sketches of every partition of the fleet)."""
+        check_is_fitted(self, "ratio_sketch_")
+        self.fleet_factor_ = sketch_quantile(fleet_sketch, 1.0 - self.target_violation)
+        self.factors_ = blend_factors(
+            self.own_factors_, self.calibration_samples_, self.fleet_factor_, self.calibration_prior_samples,
+            (self.factor_min, self.factor_max),
         )
         return self
 

@@ -1,16 +1,21 @@
 """The model store: versioned, atomically published training results that training writes and serving reads.
 
-Layout under the store root:
+Layout under the store root (a local directory, a mounted shared volume, or any fsspec URL such as s3://bucket/path
+or memory://name; object stores need their fsspec package, e.g. s3fs):
     versions/<version>/manifest.json        what was trained on, with what, and checksums of the files below
     versions/<version>/recommendations.json the RecommendationSet at the end of the training window
-    versions/<version>/model.joblib         the fitted WorkloadRecommender (for incremental training)
+    versions/<version>/model.joblib         the fitted WorkloadRecommender (for incremental training), or
+    versions/<version>/models/part-*.joblib one per partition when the version was trained on a Dask cluster
     versions/<version>/nodes.joblib         the fitted NodeForecaster, when the usage said where pods ran
     latest                                  the name of the newest published version
 
-A version is written under `versions/.incoming-*`, flushed, and renamed into place; only then does `latest` move
-(itself an atomic replace). A crash at any point leaves the previous version as it was. Loading verifies every
-checksum and refuses a corrupt or partial version with an error that says which file is wrong.
-It lives in `models/` because both the training pipeline (writer) and the service (reader) use it.
+A version is written under `versions/.incoming-*` (workers of a distributed run write their partitions' files
+there too), and moved into place only when complete; only then does `latest` move. On a local or mounted file
+system each file is written to a temporary name, flushed and renamed, and the directory rename is atomic; on an
+object store a single object PUT is atomic and the move is a copy, so readers rely on the order instead: a version
+is complete before `latest` names it, and every file is checked against the manifest's checksums on load. A crash
+at any point leaves the previous version as it was. It lives in `models/` because both the training pipeline
+(writer) and the service (reader) use it.
 """
 
 from __future__ import annotations
@@ -19,21 +24,24 @@ import hashlib
 import io
 import json
 import os
+import posixpath
 import secrets
-import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import joblib
+from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field, ValidationError
 
 from models.nodes import NodeForecaster
 from models.workload import WorkloadRecommender
 from recommender import __version__
-from recommender.atomic import atomic_write_bytes, atomic_write_text, fsync_directory
+from recommender.atomic import atomic_write_bytes, fsync_directory
 from recommender.errors import ModelStoreError
 from recommender.resources import RecommendationSet
 
@@ -42,6 +50,7 @@ MANIFEST = "manifest.json"
 RECOMMENDATIONS = "recommendations.json"
 MODEL = "model.joblib"
 NODE_MODEL = "nodes.joblib"
+PARTITION_MODELS = "models"
 INCOMING_PREFIX = ".incoming-"
 #: An unfinished publish older than this is a crashed run's leftover and is removed.
 STALE_INCOMING_SECONDS = 3600
@@ -80,39 +89,136 @@ class Manifest(BaseModel):
 class LoadedVersion:
     manifest: Manifest
     recommendations: RecommendationSet
-    path: Path
+    path: str
+
+
+class StoreFiles:
+    """File operations on one fsspec file system, atomic per file where the file system allows it."""
+
+    def __init__(self, url: str | Path) -> None:
+        self.fs, self.root = fsspec.core.url_to_fs(str(url))
+        self.local = isinstance(self.fs, LocalFileSystem)
+
+    def url(self, path: str) -> str:
+        """The URL of a path on this file system, for another process (a Dask worker) to open."""
+        return path if self.local else str(self.fs.unstrip_protocol(path))
+
+    def put(self, path: str, data: bytes, create_parents: bool = True) -> FileEntry:
+        """Write a whole file (temporary name, fsync and rename locally; one PUT on an object store). Without
+        `create_parents` a missing directory fails the write: a late task of an aborted run cannot recreate it."""
+        if self.local:
+            if not create_parents and not Path(path).parent.is_dir():
+                raise FileNotFoundError(f"{Path(path).parent}: gone (the run was aborted)")
+            atomic_write_bytes(Path(path), data)
+        else:
+            self.fs.pipe_file(path, data)
+        return FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+
+    def put_chunks(self, path: str, chunks: Iterable[bytes]) -> FileEntry:
+        """Write a file from chunks without holding it whole (checksummed on the way), then as `put` does."""
+        digest, size = hashlib.sha256(), 0
+        temporary = path + f".{secrets.token_hex(4)}.tmp"
+        with self.fs.open(temporary, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+            if self.local:
+                handle.flush()
+                os.fsync(handle.fileno())
+        self.fs.mv(temporary, path)
+        return FileEntry(sha256=digest.hexdigest(), bytes=size)
+
+    def put_model(self, path: str, model: Any, compress: int = 3, create_parents: bool = True) -> FileEntry:
+        buffer = io.BytesIO()
+        joblib.dump(model, buffer, compress=compress)
+        return self.put(path, buffer.getvalue(), create_parents)
+
+    def read(self, path: str) -> bytes:
+        data: bytes = self.fs.cat_file(path)
+        return data
+
+    def remove(self, path: str) -> None:
+        try:
+            self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+
+    def sync_directory(self, path: str) -> None:
+        if self.local:
+            fsync_directory(Path(path))
+
+
+class IncomingVersion:
+    """A version being written: files go under `versions/.incoming-<name>/`, `ModelStore.commit` publishes it."""
+
+    def __init__(self, files: StoreFiles, versions_dir: str, name: str) -> None:
+        self.files = files
+        self.name = name
+        self.path = posixpath.join(versions_dir, INCOMING_PREFIX + name)
+        self.entries: dict[str, FileEntry] = {}
+
+    def path_of(self, filename: str) -> str:
+        return posixpath.join(self.path, filename)
+
+    def url_of(self, filename: str) -> str:
+        return self.files.url(self.path_of(filename))
+
+    def put(self, filename: str, data: bytes) -> None:
+        self.entries[filename] = self.files.put(self.path_of(filename), data)
+
+    def put_model(self, filename: str, model: Any) -> None:
+        self.entries[filename] = self.files.put_model(self.path_of(filename), model)
 
 
 class ModelStore:
-    """Publish and load model versions under one directory."""
+    """Publish and load model versions under one directory or fsspec URL."""
 
-    def __init__(self, root: Path, retention_versions: int = 10) -> None:
+    def __init__(self, root: str | Path, retention_versions: int = 10) -> None:
         if retention_versions < 1:
             raise ValueError("retention_versions must be at least 1")
-        self.root = Path(root)
+        self.files = StoreFiles(root)
+        self.root = self.files.root
         self.retention_versions = retention_versions
 
+    def __str__(self) -> str:
+        return self.files.url(self.root)
+
     @property
-    def versions_dir(self) -> Path:
-        return self.root / "versions"
+    def versions_dir(self) -> str:
+        return posixpath.join(self.root, "versions")
 
     def versions(self) -> list[str]:
         """Published version names, oldest first (names sort by creation time)."""
-        if not self.versions_dir.is_dir():
+        try:
+            entries = self.files.fs.ls(self.versions_dir, detail=True)
+        except FileNotFoundError:
             return []
-        return sorted(p.name for p in self.versions_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        names = (posixpath.basename(e["name"].rstrip("/")) for e in entries if e["type"] == "directory")
+        return sorted(n for n in names if not n.startswith("."))
 
     def latest_name(self) -> str | None:
-        pointer = self.root / "latest"
-        if not pointer.is_file():
+        try:
+            name = self.files.read(posixpath.join(self.root, "latest")).decode("utf-8").strip()
+        except (FileNotFoundError, IsADirectoryError):
             return None
-        name = pointer.read_text(encoding="utf-8").strip()
         return name or None
 
-    def publish(
+    def begin(self) -> IncomingVersion:
+        """Start a version (name sorting by creation time); write its files, then `commit` or `abort` it."""
+        self.files.fs.makedirs(self.versions_dir, exist_ok=True)
+        self._remove_stale_incoming()
+        name = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
+        incoming = IncomingVersion(self.files, self.versions_dir, name)
+        self.files.fs.makedirs(incoming.path, exist_ok=True)
+        return incoming
+
+    def abort(self, incoming: IncomingVersion) -> None:
+        self.files.remove(incoming.path)
+
+    def commit(
         self,
-        recommendations: RecommendationSet,
-        model: WorkloadRecommender,
+        incoming: IncomingVersion,
         *,
         source: str,
         parameters: dict[str, Any],
@@ -122,24 +228,13 @@ class ModelStore:
         parent_version: str | None = None,
         read_metrics: dict[str, float] | None = None,
         skipped: dict[str, str] | None = None,
-        node_model: NodeForecaster | None = None,
     ) -> Manifest:
-        """Write a new version and move `latest` to it; returns its manifest. Old versions beyond retention go."""
-        self.versions_dir.mkdir(parents=True, exist_ok=True)
-        self._remove_stale_incoming()
-        name = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
-        incoming = self.versions_dir / (INCOMING_PREFIX + name)
-        incoming.mkdir()
+        """Write the manifest of a complete incoming version, move it into place, then move `latest` to it; old
+        versions beyond retention go. Any failure removes the incoming version and leaves `latest` as it was."""
         try:
-            files = {
-                RECOMMENDATIONS: self._write(incoming / RECOMMENDATIONS, recommendations.model_dump_json().encode()),
-                MODEL: self._write_model(incoming / MODEL, model),
-            }
-            if node_model is not None:
-                files[NODE_MODEL] = self._write_model(incoming / NODE_MODEL, node_model)
             manifest = Manifest(
                 schema_version=SCHEMA_VERSION,
-                version=name,
+                version=incoming.name,
                 created_at=datetime.now(UTC).isoformat(timespec="seconds"),
                 package_version=__version__,
                 source=source,
@@ -150,91 +245,110 @@ class ModelStore:
                 parent_version=parent_version,
                 read_metrics=read_metrics or {},
                 skipped=skipped or {},
-                files=files,
+                files=dict(sorted(incoming.entries.items())),
             )
-            self._write(incoming / MANIFEST, manifest.model_dump_json(indent=2).encode())
-            fsync_directory(incoming)
-            os.rename(incoming, self.versions_dir / name)
-            fsync_directory(self.versions_dir)
+            self.files.put(incoming.path_of(MANIFEST), manifest.model_dump_json(indent=2).encode())
+            self.files.sync_directory(incoming.path)
+            final = posixpath.join(self.versions_dir, incoming.name)
+            if self.files.local:
+                os.rename(incoming.path, final)
+            else:
+                self.files.fs.mv(incoming.path, final, recursive=True)
+            self.files.sync_directory(self.versions_dir)
         except BaseException:
-            shutil.rmtree(incoming, ignore_errors=True)
+            self.abort(incoming)
             raise
-        atomic_write_text(self.root / "latest", name + "\n")
-        self._prune(keep=name)
+        self.files.put(posixpath.join(self.root, "latest"), (incoming.name + "\n").encode())
+        self._prune(keep=incoming.name)
         return manifest
 
-    @staticmethod
-    def _write(path: Path, data: bytes) -> FileEntry:
-        atomic_write_bytes(path, data)
-        return FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
-
-    def _write_model(self, path: Path, model: WorkloadRecommender | NodeForecaster) -> FileEntry:
-        buffer = io.BytesIO()
-        joblib.dump(model, buffer, compress=3)
-        return self._write(path, buffer.getvalue())
+    def publish(
+        self,
+        recommendations: RecommendationSet,
+        model: WorkloadRecommender,
+        node_model: NodeForecaster | None = None,
+        **manifest_fields: Any,
+    ) -> Manifest:
+        """Write a new single-process version (with the node model when the usage said where pods ran) and move
+        `latest` to it (the fields are those of `commit`)."""
+        incoming = self.begin()
+        try:
+            incoming.put(RECOMMENDATIONS, recommendations.model_dump_json().encode())
+            incoming.put_model(MODEL, model)
+            if node_model is not None:
+                incoming.put_model(NODE_MODEL, node_model)
+        except BaseException:
+            self.abort(incoming)
+            raise
+        return self.commit(incoming, **manifest_fields)
 
     def _prune(self, keep: str) -> None:
         names = self.versions()
         for old in names[: max(0, len(names) - self.retention_versions)]:
             if old != keep:
-                shutil.rmtree(self.versions_dir / old, ignore_errors=True)
+                self.files.remove(posixpath.join(self.versions_dir, old))
 
     def _remove_stale_incoming(self) -> None:
         now = time.time()
-        for path in self.versions_dir.glob(INCOMING_PREFIX + "*"):
-            if now - path.stat().st_mtime > STALE_INCOMING_SECONDS:
-                shutil.rmtree(path, ignore_errors=True)
+        for path in self.files.fs.glob(posixpath.join(self.versions_dir, INCOMING_PREFIX + "*")):
+            try:
+                modified = self.files.fs.modified(path).timestamp()
+            except (NotImplementedError, FileNotFoundError, OSError):
+                continue
+            if now - modified > STALE_INCOMING_SECONDS:
+                self.files.remove(path)
 
-    def _version_path(self, name: str | None) -> Path:
+    def _version_path(self, name: str | None) -> str:
         if name is None:
             name = self.latest_name()
             if name is None:
-                raise ModelStoreError(f"{self.root}: no model version published yet (run `recommender train`)")
+                raise ModelStoreError(f"{self}: no model version published yet (run `recommender train`)")
         if "/" in name or name.startswith("."):
-            raise ModelStoreError(f"{self.root}: {name!r} is not a version name")
-        path = self.versions_dir / name
-        if not path.is_dir():
-            raise ModelStoreError(f"{path}: version {name} does not exist")
+            raise ModelStoreError(f"{self}: {name!r} is not a version name")
+        path = posixpath.join(self.versions_dir, name)
+        if not self.files.fs.isdir(path):
+            raise ModelStoreError(f"{self.files.url(path)}: version {name} does not exist")
         return path
 
     def manifest(self, name: str | None = None) -> Manifest:
         """The verified manifest of a version (latest by default)."""
         path = self._version_path(name)
-        manifest_path = path / MANIFEST
+        manifest_path = posixpath.join(path, MANIFEST)
         try:
-            manifest = Manifest.model_validate_json(manifest_path.read_bytes())
+            manifest = Manifest.model_validate_json(self.files.read(manifest_path))
         except FileNotFoundError:
-            raise ModelStoreError(f"{manifest_path}: missing; the version is partial") from None
+            raise ModelStoreError(f"{self.files.url(manifest_path)}: missing; the version is partial") from None
         except ValidationError as error:
-            raise ModelStoreError(f"{manifest_path}: not a valid manifest: {error.errors()[0]['msg']}") from None
+            raise ModelStoreError(f"{self.files.url(manifest_path)}: not a valid manifest: {error.errors()[0]['msg']}") from None
         if manifest.schema_version != SCHEMA_VERSION:
             raise ModelStoreError(
-                f"{manifest_path}: schema version {manifest.schema_version}, this release reads {SCHEMA_VERSION}"
+                f"{self.files.url(manifest_path)}: schema version {manifest.schema_version}, this release reads {SCHEMA_VERSION}"
             )
         return manifest
 
-    def _verified_bytes(self, path: Path, manifest: Manifest, filename: str) -> bytes:
+    def _verified_bytes(self, path: str, manifest: Manifest, filename: str) -> bytes:
         entry = manifest.files.get(filename)
         if entry is None:
-            raise ModelStoreError(f"{path}: the manifest lists no {filename}")
+            raise ModelStoreError(f"{self.files.url(path)}: the manifest lists no {filename}")
+        file_path = posixpath.join(path, filename)
         try:
-            data = (path / filename).read_bytes()
+            data = self.files.read(file_path)
         except FileNotFoundError:
-            raise ModelStoreError(f"{path / filename}: missing; the version is partial") from None
+            raise ModelStoreError(f"{self.files.url(file_path)}: missing; the version is partial") from None
         if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise ModelStoreError(f"{path / filename}: checksum does not match the manifest; the file is corrupt")
+            raise ModelStoreError(f"{self.files.url(file_path)}: checksum does not match the manifest; the file is corrupt")
         return data
 
     def load(self, name: str | None = None) -> LoadedVersion:
         """Load and verify one version's recommendations (latest by default)."""
         path = self._version_path(name)
-        manifest = self.manifest(path.name)
+        manifest = self.manifest(posixpath.basename(path))
         data = self._verified_bytes(path, manifest, RECOMMENDATIONS)
         try:
             recommendations = RecommendationSet.model_validate_json(data)
         except ValidationError as error:
-            raise ModelStoreError(f"{path / RECOMMENDATIONS}: not a valid recommendation set: {error}") from None
-        return LoadedVersion(manifest=manifest, recommendations=recommendations, path=path)
+            raise ModelStoreError(f"{self.files.url(path)}/{RECOMMENDATIONS}: not a valid recommendation set: {error}") from None
+        return LoadedVersion(manifest=manifest, recommendations=recommendations, path=self.files.url(path))
 
     def load_latest_valid(self) -> tuple[LoadedVersion, list[str]]:
         """The newest version that verifies, and the problems of any newer ones skipped on the way."""
@@ -247,28 +361,31 @@ class ModelStore:
                 return self.load(name), problems
             except ModelStoreError as error:
                 problems.append(str(error))
-        raise ModelStoreError("; ".join(problems) or f"{self.root}: no model version published yet (run `recommender train`)")
+        raise ModelStoreError("; ".join(problems) or f"{self}: no model version published yet (run `recommender train`)")
 
     def load_model(self, name: str | None = None) -> WorkloadRecommender:
         """The fitted estimator of a version, after its checksum is verified (for incremental training)."""
         path = self._version_path(name)
-        manifest = self.manifest(path.name)
-        self._verified_bytes(path, manifest, MODEL)
-        model = joblib.load(path / MODEL)
+        manifest = self.manifest(posixpath.basename(path))
+        if MODEL not in manifest.files and any(f.startswith(PARTITION_MODELS + "/") for f in manifest.files):
+            raise ModelStoreError(
+                f"{self.files.url(path)}: version {manifest.version} was trained in partitions on a Dask cluster; "
+                "incremental training continues single-process versions only (run a full fit)"
+            )
+        model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, MODEL)))
         if not isinstance(model, WorkloadRecommender):
-            raise ModelStoreError(f"{path / MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender")
+            raise ModelStoreError(f"{self.files.url(path)}/{MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender")
         return model
 
     def load_node_model(self, name: str | None = None) -> NodeForecaster | None:
         """The fitted node model of a version (None when it has none), after its checksum is verified."""
         path = self._version_path(name)
-        manifest = self.manifest(path.name)
+        manifest = self.manifest(posixpath.basename(path))
         if NODE_MODEL not in manifest.files:
             return None
-        self._verified_bytes(path, manifest, NODE_MODEL)
-        model = joblib.load(path / NODE_MODEL)
+        model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, NODE_MODEL)))
         if not isinstance(model, NodeForecaster):
-            raise ModelStoreError(f"{path / NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster")
+            raise ModelStoreError(f"{self.files.url(path)}/{NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster")
         return model
 
 

@@ -22,7 +22,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
 from models.histogram import DecayingHistogram, FloatArray, MemoryPeakHistogram
-from models.ensemble import SelectedForecaster, constant_candidates, selected_forecaster, short_term_candidates
+from models.ensemble import (
+    IntArray,
+    SelectedForecaster,
+    constant_candidates,
+    merge_sketches,
+    selected_forecaster,
+    short_term_candidates,
+)
 from models.forecast import usage_grid
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from recommender.identity import KEY_COLUMNS
@@ -102,12 +109,62 @@ class ResourceForecast:
             calibration_factor=float(model.factors_[group]),
         )
 
-    def describe(self, model: SelectedForecaster, group: int) -> str:
-        """Name of the candidate `model` chose for a group, with its rolling-origin cost and calibration factor."""
+    def describe(self, model: SelectedForecaster, group: int, names: list[str]) -> str:
+        """Name of the candidate `model` chose for a group (`names`: its `model_names()`, computed once per line: a
+        scikit-learn repr costs milliseconds), with its rolling-origin cost and calibration factor."""
         choice = int(model.choice_[group])
         cost = model.costs_[choice, group]
         scored = f"cost={cost:.3g}" if np.isfinite(cost) else "not yet backtested"
-        return f"{model.model_names()[choice]} {scored} x{model.factors_[group]:.3g}"
+        return f"{names[choice]} {scored} x{model.factors_[group]:.3g}"
+
+
+Sketch = tuple[IntArray, IntArray]
+LINES = ("short_term", "request", "long_term")
+
+
+@dataclass(frozen=True)
+class FleetStatistics:
+    """The small, mergeable part of a fit that depends on the whole fleet: the time between consecutive samples
+    (distinct step -> count, for the median of VPA's confidence) and each forecast line's calibration sketch
+    (`"cpu.short_term"` -> sketch). Partitions return theirs; `merge` adds them up exactly."""
+
+    sample_steps: Sketch
+    calibration: dict[str, Sketch]
+
+    @classmethod
+    def merge(cls, parts: list[FleetStatistics]) -> FleetStatistics:
+        names = sorted({name for part in parts for name in part.calibration})
+        return cls(
+            sample_steps=merge_sketches([p.sample_steps for p in parts]),
+            calibration={n: merge_sketches([p.calibration[n] for p in parts if n in p.calibration]) for n in names},
+        )
+
+
+def median_of_counts(values: IntArray, counts: IntArray, default: float) -> float:
+    """np.median of the multiset where each value occurs `counts` times (`default` when empty)."""
+    total = int(counts.sum())
+    if total == 0:
+        return default
+    order = np.argsort(values)
+    ranks = np.cumsum(counts[order])
+    low = values[order][int(np.searchsorted(ranks, (total + 1) // 2))]
+    high = values[order][int(np.searchsorted(ranks, total // 2 + 1))]
+    return float((float(low) + float(high)) / 2)
+
+
+def summarize_selection(parts: list[dict[str, tuple[list[str], IntArray, FloatArray]]]) -> dict[str, float]:
+    """Per resource and line, the share of containers on each candidate and the mean rolling-origin cost of the
+    chosen ones, over the `selection_choices` of one fit or of every partition of a fleet."""
+    summary: dict[str, float] = {}
+    for key in (parts[0] if parts else {}):
+        names = parts[0][key][0]
+        choice = np.concatenate([part[key][1] for part in parts])
+        costs = np.concatenate([part[key][2] for part in parts])
+        for index in np.unique(choice):
+            summary[f"{key}.share.{names[index]}"] = round(float(np.mean(choice == index)), 4)
+        if np.isfinite(costs).any():
+            summary[f"{key}.mean_cost"] = round(float(np.mean(costs[np.isfinite(costs)])), 6)
+    return summary
 
 
 def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end: int) -> ResourceForecast:
@@ -153,9 +210,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             state["oom_kills_"] = pd.Series(1, index=pd.Index(groups, dtype=object), dtype=np.int64)
         super().__setstate__(state)
 
-    def fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
+    def fit(
+        self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None, data_end: int | None = None
+    ) -> Self:
         """Learn from tidy usage rows; `oom_events` (timestamp, namespace, workload, pod, container and optionally
-        memory_bytes at the kill) bumps the memory histogram as VPA does."""
+        memory_bytes at the kill) bumps the memory histogram as VPA does. `data_end`: the fleet's newest sample when
+        X is one partition of it, so every partition's forecast grid ends at the same step (default: X's newest)."""
         require_columns(X, USAGE_COLUMNS, type(self).__name__)
         if len(X) == 0:
             raise ValueError("no usage rows to learn from")
@@ -203,8 +263,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_short_term_ = SeasonalMaxReservation(**short_term.get_params()).fit(memory)
         self.pods_ = self._pods(usage)
         self.workloads_ = self._describe(self.pods_)
-        self.sample_interval_seconds_ = self._sample_interval(usage)
-        self.data_end_ = int(usage["timestamp"].max())
+        self.sample_steps_ = self._sample_steps(usage)
+        self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
+        self.data_end_ = int(usage["timestamp"].max()) if data_end is None else int(data_end)
         self.forecast_groups_ = np.asarray(usage["group"].cat.categories, dtype=str)
         self.grid_end_ = self._grid_end()
         groups = pd.Index(self.forecast_groups_)
@@ -232,7 +293,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_short_term_.partial_fit(memory)
         self.pods_ = self._merge_pods(self.pods_, self._pods(usage))
         self.workloads_ = self._describe(self.pods_)
-        self.sample_interval_seconds_ = self._sample_interval(usage) if len(usage) > 1 else self.sample_interval_seconds_
+        if len(usage) > 1:
+            self.sample_steps_ = self._sample_steps(usage)
+            self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
         self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
@@ -252,24 +315,42 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self._fit_forecasts()
         return self
 
-    def selection_summary(self) -> dict[str, float]:
-        """Flat fit metrics of the model selection: per resource and line, the share of containers on each
-        candidate and the mean rolling-origin cost of the chosen ones (stored in the version's manifest)."""
+    def fleet_statistics(self) -> FleetStatistics:
+        """This fit's share of the fleet-level quantities (see `FleetStatistics`)."""
         check_is_fitted(self, "workloads_")
-        summary: dict[str, float] = {}
-        for resource, forecast in (("cpu", self.cpu_forecast_), ("memory", self.memory_forecast_)):
-            if forecast is None:
-                continue
-            for line in ("short_term", "request", "long_term"):
+        return FleetStatistics(
+            sample_steps=self.sample_steps_,
+            calibration={f"{name}.{line}": getattr(forecast, line).ratio_sketch_ for name, forecast in self._forecasts() for line in LINES},
+        )
+
+    def calibrate_with_fleet(self, fleet: FleetStatistics) -> Self:
+        """Make a partition's fit what a fit on the whole fleet gives: the fleet's sample interval and calibration
+        factors (the driver of distributed training merges every partition's `fleet_statistics` into `fleet`)."""
+        check_is_fitted(self, "workloads_")
+        self.sample_interval_seconds_ = median_of_counts(*fleet.sample_steps, default=60.0)
+        for name, forecast in self._forecasts():
+            for line in LINES:
+                getattr(forecast, line).calibrate_with_fleet(fleet.calibration[f"{name}.{line}"])
+        return self
+
+    def _forecasts(self) -> list[tuple[str, ResourceForecast]]:
+        return [(n, f) for n, f in (("cpu", self.cpu_forecast_), ("memory", self.memory_forecast_)) if f is not None]
+
+    def selection_summary(self) -> dict[str, float]:
+        """Flat fit metrics of the model selection (stored in the version's manifest): see `summarize_selection`."""
+        return summarize_selection([self.selection_choices()])
+
+    def selection_choices(self) -> dict[str, tuple[list[str], IntArray, FloatArray]]:
+        """Per resource and line (`"cpu.short_term"`): candidate names, the chosen candidate per container and its
+        rolling-origin cost; small, so partitions of a fleet return them for one summary."""
+        check_is_fitted(self, "workloads_")
+        choices = {}
+        for resource, forecast in self._forecasts():
+            for line in LINES:
                 model: SelectedForecaster = getattr(forecast, line)
-                names = model.model_names()
-                groups = np.arange(model.choice_.size)
-                for index in np.unique(model.choice_):
-                    summary[f"{resource}.{line}.share.{names[index]}"] = round(float(np.mean(model.choice_ == index)), 4)
-                costs = model.costs_[model.choice_, groups]
-                if np.isfinite(costs).any():
-                    summary[f"{resource}.{line}.mean_cost"] = round(float(np.mean(costs[np.isfinite(costs)])), 6)
-        return summary
+                costs = model.costs_[model.choice_, np.arange(model.choice_.size)]
+                choices[f"{resource}.{line}"] = (model.model_names(), model.choice_, costs)
+        return choices
 
     def _grid_end(self) -> int:
         """End of the forecast grid: the step after the newest sample."""
@@ -357,16 +438,17 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return described.join(containers, on=["namespace", "workload"])
 
     @staticmethod
-    def _sample_interval(usage: pd.DataFrame) -> float:
-        """Median time between consecutive samples of a pod container, seconds (VPA assumes 60 s)."""
+    def _sample_steps(usage: pd.DataFrame) -> Sketch:
+        """Distinct times between consecutive samples of a pod container, seconds, and their counts: their median
+        is the sample interval (60 s, VPA's assumption, when there are none)."""
         pods = pd.factorize(usage["pod"])[0]
         groups = usage["group"].cat.codes.to_numpy()
         times = usage["timestamp"].to_numpy(dtype=np.float64)
         order = np.lexsort((times, pods, groups))
         same = (groups[order][1:] == groups[order][:-1]) & (pods[order][1:] == pods[order][:-1])
         steps = np.diff(times[order])[same]
-        steps = steps[steps > 0]
-        return float(np.median(steps)) if steps.size else 60.0
+        values, counts = np.unique(steps[steps > 0].astype(np.int64), return_counts=True)
+        return values.astype(np.int64), counts.astype(np.int64)
 
     def predict(self, as_of: int | None = None, horizon_seconds: int = 86400) -> RecommendationSet:
         """Recommendations for every learned workload container at decision time `as_of` (default: data end)."""
@@ -455,6 +537,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         step = short_term.step_seconds
         n_steps = int(np.ceil(horizon_seconds / step))
         own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        names = {line: getattr(forecast, line).model_names() for line in LINES} if forecast is not None else {}
         if forecast is None:
             ours_short, ours_request = np.full((len(groups), n_steps), np.nan), np.full(len(groups), np.nan)
             ours_long = ours_request
@@ -488,9 +571,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     long_term=float(long_values[i]),
                     peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
                     models=LineModels(
-                        target=_name(forecast, "request", own[i], drawn["target"], "VPA histogram"),
-                        short_term=_name(forecast, "short_term", own[i], drawn["short_term"], "SeasonalMaxReservation"),
-                        long_term=_name(forecast, "long_term", own[i], drawn["long_term"], "Koordinator mid"),
+                        target=_name(forecast, names, "request", own[i], drawn["target"], "VPA histogram"),
+                        short_term=_name(forecast, names, "short_term", own[i], drawn["short_term"], "SeasonalMaxReservation"),
+                        long_term=_name(forecast, names, "long_term", own[i], drawn["long_term"], "Koordinator mid"),
                         peak="max of the short-term line",
                         quality=_quality(forecast, own[i], drawn),
                     ),
@@ -528,11 +611,11 @@ def _quality(forecast: ResourceForecast | None, group: int, values: dict[str, fl
     }
 
 
-def _name(forecast: ResourceForecast | None, line: str, group: int, value: float, fallback: str) -> str:
+def _name(forecast: ResourceForecast | None, names: dict[str, list[str]], line: str, group: int, value: float, fallback: str) -> str:
     """The model behind one line of one group: the selected candidate, or the foundation rule it fell back to."""
     if forecast is None or np.isnan(value):
         return fallback
-    return forecast.describe(getattr(forecast, line), group)
+    return forecast.describe(getattr(forecast, line), group, names[line])
 
 
 def _sizer(

@@ -79,6 +79,43 @@ def read_oom_events(path: Path | str) -> pd.DataFrame:
 
 def read_table(path: Path, schema: tuple[Column, ...]) -> pd.DataFrame:
     """Read a CSV, CSV.gz or Parquet file against a schema; raise InputFileError on the first problem."""
+    parquet, wanted = _columns_present(path, schema)
+    try:
+        table = _read_parquet(path, wanted) if parquet else _read_csv(path, wanted)
+    except pa.ArrowException:
+        if parquet:
+            raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
+        raise _locate_csv_problem(path, wanted) from None
+    return _typed_frame(path, table, schema, wanted, first_row=0, parquet=parquet)
+
+
+def iter_usage_batches(path: Path | str, batch_bytes: int = 64 << 20) -> Iterator[pd.DataFrame]:
+    """A usage file streamed as validated frames (about `batch_bytes` of CSV or one Parquet row group each), with
+    errors naming the file's line as `read_usage` does. Memory stays bounded whatever the file's size: this is how
+    distributed training splits a file into partitions (a gzip CSV cannot be seeked, so it is read through once).
+    Duplicate samples are not checked here (that needs a whole workload); `read_usage` of a partition does."""
+    path = Path(path)
+    parquet, wanted = _columns_present(path, USAGE_SCHEMA)
+    row = 0
+    try:
+        if parquet:
+            handle = pq.ParquetFile(path)
+            batches: Iterator[pa.RecordBatch] = handle.iter_batches(columns=[c.name for c in wanted])
+        else:
+            batches = iter(pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=batch_bytes), convert_options=_csv_options(wanted)))
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            frame = _typed_frame(path, _cast_parquet(path, table, wanted) if parquet else table, USAGE_SCHEMA, wanted, row, parquet)
+            row += len(frame)
+            yield frame
+    except pa.ArrowException:
+        if parquet:
+            raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
+        raise _locate_csv_problem(path, wanted) from None
+
+
+def _columns_present(path: Path, schema: tuple[Column, ...]) -> tuple[bool, list[Column]]:
+    """Whether the file is Parquet, and the schema's columns its header has (after checking the header)."""
     if not path.is_file():
         raise InputFileError(path, "no such file")
     parquet = path.suffix.lower() in {".parquet", ".pq"}
@@ -87,15 +124,13 @@ def read_table(path: Path, schema: tuple[Column, ...]) -> pd.DataFrame:
     except (OSError, EOFError, UnicodeDecodeError, pa.ArrowException) as error:
         raise InputFileError(path, f"cannot be read: {error}") from error
     _check_header(path, header, schema, line=None if parquet else 1)
-    wanted = [c for c in schema if c.name in header]
-    try:
-        table = _read_parquet(path, wanted) if parquet else _read_csv(path, wanted)
-    except pa.ArrowException:
-        if parquet:
-            raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
-        raise _locate_csv_problem(path, wanted) from None
+    return parquet, [c for c in schema if c.name in header]
+
+
+def _typed_frame(path: Path, table: pa.Table, schema: tuple[Column, ...], wanted: list[Column], first_row: int, parquet: bool) -> pd.DataFrame:
+    """The checked frame of rows starting at 0-based data row `first_row`, with every value column of the schema."""
     frame: pd.DataFrame = table.to_pandas()
-    _check_values(path, frame, wanted, first_line=1 if parquet else 2, unit="row" if parquet else "line")
+    _check_values(path, frame, wanted, first_line=first_row + (1 if parquet else 2), unit="row" if parquet else "line")
     frame["timestamp"] = frame["timestamp"].astype(np.int64)
     for column in schema:
         if column.name not in frame.columns and column.kind == "value":
@@ -137,18 +172,25 @@ def _arrow_type(column: Column) -> pa.DataType:
 
 
 def _read_csv(path: Path, columns: list[Column]) -> pa.Table:
-    convert = pacsv.ConvertOptions(
+    return pacsv.read_csv(path, convert_options=_csv_options(columns))
+
+
+def _csv_options(columns: list[Column]) -> pacsv.ConvertOptions:
+    return pacsv.ConvertOptions(
         column_types={c.name: _arrow_type(c) for c in columns},
         include_columns=[c.name for c in columns],
         strings_can_be_null=False,
         null_values=[""],
         quoted_strings_can_be_null=False,
     )
-    return pacsv.read_csv(path, convert_options=convert)
 
 
 def _read_parquet(path: Path, columns: list[Column]) -> pa.Table:
-    table = pq.read_table(path, columns=[c.name for c in columns])
+    return _cast_parquet(path, pq.read_table(path, columns=[c.name for c in columns]), columns)
+
+
+def _cast_parquet(path: Path, table: pa.Table, columns: list[Column]) -> pa.Table:
+    """The table in the schema's types, after checking each column holds what its kind allows."""
     casts = []
     for column in columns:
         field = table.schema.field(column.name)

@@ -40,13 +40,18 @@ class PrometheusUsage:
 class PrometheusSource:
     """Builds the queries for one read window and turns the answers into tidy rows."""
 
-    def __init__(self, client: PrometheusClient, settings: PrometheusSettings) -> None:
+    def __init__(self, client: PrometheusClient, settings: PrometheusSettings, namespaces: list[str] | None = None) -> None:
+        """`namespaces`: read only these (every query, metadata too, is scoped to them: one partition of a
+        distributed run); None reads every namespace."""
         self.client = client
         self.s = settings
+        self.namespaces = namespaces
 
     # -- selectors -------------------------------------------------------------------------------------------
     def _base(self, extra: list[promql.Matcher] | None = None) -> list[promql.Matcher]:
         matchers = [promql.eq(k, v) for k, v in sorted(self.s.extra_labels.items())]
+        if self.namespaces is not None:
+            matchers.append(promql.one_of(self.s.namespace_label, self.namespaces))
         return matchers + (extra or [])
 
     def _container_matchers(self, namespaces: list[str] | None = None) -> list[promql.Matcher]:
@@ -59,10 +64,9 @@ class PrometheusSource:
         return [self.s.namespace_label, self.s.pod_label, self.s.container_label]
 
     # -- the read ----------------------------------------------------------------------------------------------
-    def read(self, start: int, end: int, step: Step) -> PrometheusUsage:
-        """Everything between `start` and `end` (Unix seconds, aligned to the step)."""
+    def containers_per_namespace(self, start: int, end: int) -> dict[str, int]:
+        """Pod containers with a memory series between `start` and `end`, per namespace (one index-only query)."""
         s = self.s
-        step(f"discovering containers in {self.client.base_url}")
         inventory = self.client.series([promql.selector(s.memory_metric, self._container_matchers())], start, end)
         per_namespace: dict[str, set[tuple[str, str]]] = defaultdict(set)
         for labels in inventory:
@@ -71,9 +75,15 @@ class PrometheusSource:
             raise PrometheusError(
                 f"no {s.memory_metric} series with a container label in {self.client.base_url} between {start} and {end}"
             )
-        step(f"resolving owners of {sum(len(v) for v in per_namespace.values())} containers")
+        return {namespace: len(containers) for namespace, containers in per_namespace.items()}
+
+    def read(self, start: int, end: int, step: Step) -> PrometheusUsage:
+        """Everything between `start` and `end` (Unix seconds, aligned to the step)."""
+        step(f"discovering containers in {self.client.base_url}")
+        per_namespace = self.containers_per_namespace(start, end)
+        step(f"resolving owners of {sum(per_namespace.values())} containers")
         owners = self._owners(start, end)
-        batches = self._batches({ns: len(containers) for ns, containers in per_namespace.items()})
+        batches = self._batches(per_namespace)
         step(f"reading usage of {len(per_namespace)} namespaces in {len(batches)} batches")
         # CPU, memory and throttling of each batch are separate queries, so `concurrency` can overlap them.
         tasks = [(i, part) for i in range(len(batches)) for part in ("cpu", "memory", "throttling")]

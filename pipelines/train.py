@@ -186,8 +186,7 @@ def train_from_prometheus(
     `incremental`: continue the latest version's models, reading only the steps after its data window.
     """
     prom = settings.prometheus
-    end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
-    start = end - prom.history_seconds
+    start, end = prometheus_window(settings, as_of)
     parent = _parent(settings, incremental)
     if parent is not None:
         start = max(start, parent.manifest.data_window.last_sample + prom.step_seconds)
@@ -198,10 +197,7 @@ def train_from_prometheus(
         costs = client.stats.summary()
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
-    usage = read.usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all")
-    if usage.empty:
-        raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
-    usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
+    usage = tidy_prometheus_usage(read.usage, settings, start, end)
     result = fit_history(
         usage, settings, as_of, horizon_seconds, read.oom_events, step,
         resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
@@ -209,6 +205,21 @@ def train_from_prometheus(
     result = replace(result, recommendations=with_kinds(result.recommendations, read.workload_kinds))
     manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, parent=parent)
     return manifest, costs
+
+
+def prometheus_window(settings: Settings, as_of: int | None) -> tuple[int, int]:
+    """First and last step (Unix seconds) of the `history_seconds` read before `as_of` (default: now)."""
+    prom = settings.prometheus
+    end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
+    return end - prom.history_seconds, end
+
+
+def tidy_prometheus_usage(usage: pd.DataFrame, settings: Settings, start: int, end: int) -> pd.DataFrame:
+    """The rows with a sample, sorted as a usage file is; an error when there are none."""
+    usage = usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all")
+    if usage.empty:
+        raise PrometheusError(f"{settings.prometheus.url}: no usage samples between {start} and {end}")
+    return usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
 
 
 def _publish(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -39,6 +39,9 @@ from recommender.units import (
     parse_duration_seconds,
 )
 
+if TYPE_CHECKING:
+    from models.store import Manifest
+
 app = typer.Typer(
     name="recommender",
     help="koord-recommender: learn what CPU and memory Kubernetes workloads need, and tell the cluster.",
@@ -51,7 +54,10 @@ err = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
 
 StoreOption = Annotated[
-    Path | None, typer.Option("--store", help="Model store directory [env KOORD_RECOMMENDER_STORE__PATH, default ./model-store].")
+    str | None,
+    typer.Option(
+        "--store", help="Model store: a directory or an fsspec URL such as s3://bucket/prefix [env KOORD_RECOMMENDER_STORE__PATH, default ./model-store]."
+    ),
 ]
 
 
@@ -128,12 +134,28 @@ def train(
     incremental: Annotated[
         bool, typer.Option("--incremental", help="Continue the latest version's models with only the samples after it.")
     ] = False,
+    dask_scheduler: Annotated[
+        str | None,
+        typer.Option("--dask-scheduler", help="Train in partitions on this Dask scheduler, e.g. tcp://dask-scheduler:8786 [env KOORD_RECOMMENDER_SCALE__SCHEDULER_ADDRESS]."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="Train in partitions on a local Dask cluster of N worker processes.")
+    ] = None,
+    partition_containers: Annotated[
+        int | None, typer.Option("--partition-containers", help="Distributed: workload containers per partition [default 500].")
+    ] = None,
+    failure_tolerance: Annotated[
+        float | None,
+        typer.Option("--failure-tolerance", help="Distributed: share of partitions that may fail and the rest still publish [default 0]."),
+    ] = None,
 ) -> None:
     """Fit the models on a usage file or on Prometheus, and publish a new model version."""
     from pipelines.train import train_from_file, train_from_prometheus
 
     if (input is None) == (prometheus_url is None):
         raise ConfigurationError("give exactly one of --input FILE or --prometheus-url URL")
+    if dask_scheduler is not None and workers is not None:
+        raise ConfigurationError("give at most one of --dask-scheduler ADDRESS or --workers N")
     headers = {}
     for item in header or []:
         name, sep, value = item.partition(":")
@@ -151,9 +173,22 @@ def train(
             "client_key_file": client_key_file,
             "headers": headers or None,
         },
+        scale={
+            "scheduler_address": dask_scheduler,
+            "workers": workers,
+            "partition_containers": partition_containers,
+            "failure_tolerance_fraction": failure_tolerance,
+        },
     )
     horizon_seconds = _duration(horizon, "--horizon")
-    if input is not None:
+    if settings.scale.scheduler_address or settings.scale.workers:
+        if allow_partial or incremental:
+            raise ConfigurationError(
+                "distributed training does full fits (no --incremental) and takes --failure-tolerance for what "
+                "--allow-partial does in one process"
+            )
+        manifest = _train_distributed(settings, input, as_of, oom_events, horizon_seconds)
+    elif input is not None:
         with _progress(5) as step:
             manifest = train_from_file(
                 input,
@@ -186,6 +221,30 @@ def train(
         f"published version [bold]{manifest.version}[/]{continued} to {settings.store.path}: "
         f"{counts['workload_containers']} workload containers from {counts['usage_rows']:,} samples"
     )
+
+
+def _train_distributed(
+    settings: Settings, input: Path | None, as_of: int | None, oom_events: Path | None, horizon_seconds: int
+) -> Manifest:
+    """`train` on a Dask cluster (pipelines/distributed.py), from a file or from Prometheus."""
+    from pipelines.distributed import dask_client, train_distributed, train_distributed_prometheus
+
+    with _progress(5) as step, dask_client(settings.scale) as client:
+        if input is None:
+            manifest = train_distributed_prometheus(client, settings, as_of=as_of, horizon_seconds=horizon_seconds, step=step)
+        else:
+            manifest = train_distributed(
+                client, input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+            )
+    metrics = manifest.fit_metrics
+    err.print(
+        f"{manifest.row_counts['partitions']} partitions ({manifest.row_counts['failed_partitions']} failed) on "
+        f"{metrics['workers']:.0f} workers in {metrics['fit_seconds']:.1f} s; peak memory per worker "
+        f"{metrics['worker_peak_rss_mib_max']:.0f} MiB, all workers {metrics['worker_peak_rss_mib_sum']:.0f} MiB"
+    )
+    for name, why in sorted(manifest.skipped.items()):
+        err.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
+    return manifest
 
 
 @app.command()

@@ -34,6 +34,10 @@ class InputFileError(RecommenderError):
             where += f", column '{column}'"
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[type[InputFileError], tuple[str, str, int | None, str | None]]:
+        """Pickled by its fields: a Dask task's error reaches the driver intact."""
+        return type(self), (self.path, self.problem, self.line, self.column)
+
 
 class ModelStoreError(RecommenderError):
     """The model store has no usable version, or one that is corrupt or partial."""
@@ -78,12 +82,13 @@ class PartialDataError(RecommenderError):
 
     def __init__(self, skipped: dict[str, str]):
         self.skipped = skipped
-        listed = "; ".join(f"{name}: {why}" for name, why in sorted(skipped.items())[:10])
-        more = f" (and {len(skipped) - 10} more)" if len(skipped) > 10 else ""
         super().__init__(
             f"{len(skipped)} workload group(s) could not be read from Prometheus, nothing was published "
-            f"(use --allow-partial to publish the rest): {listed}{more}"
+            f"(use --allow-partial to publish the rest): {_first_ten(skipped)}"
         )
+
+    def __reduce__(self) -> tuple[type[PartialDataError], tuple[dict[str, str]]]:
+        return type(self), (self.skipped,)
 
 
 class KubernetesError(RecommenderError):
@@ -91,3 +96,29 @@ class KubernetesError(RecommenderError):
 
     http_status = 502
     exit_code = 7
+
+
+class DistributedTrainingError(RecommenderError):
+    """Partitions of a training run on a Dask cluster failed beyond the tolerated share; names them. Nothing was
+    published: the store's `latest` is as it was."""
+
+    http_status = 502
+    exit_code = 8
+
+    def __init__(self, failed: dict[str, str], partitions: int, tolerance: float):
+        self.failed = failed
+        self.partitions = partitions
+        self.tolerance = tolerance
+        super().__init__(
+            f"{len(failed)} of {partitions} partition(s) failed after retries, more than the tolerated "
+            f"{tolerance:.0%}; nothing was published: {_first_ten(failed)}"
+        )
+
+    def __reduce__(self) -> tuple[type[DistributedTrainingError], tuple[dict[str, str], int, float]]:
+        return type(self), (self.failed, self.partitions, self.tolerance)
+
+
+def _first_ten(problems: dict[str, str]) -> str:
+    """`name: why` of the first ten problems by name, and how many more there are."""
+    listed = "; ".join(f"{name}: {why}" for name, why in sorted(problems.items())[:10])
+    return listed + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else "")

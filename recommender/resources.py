@@ -7,6 +7,8 @@ from recent history) and long-term reservation (from a long history). Beside the
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from recommender.identity import WorkloadKey
@@ -143,5 +145,21 @@ class RecommendationSet(BaseModel):
     as_of: int = Field(description="Decision time, Unix seconds: only samples before it were used.")
     horizon_seconds: int
     step_seconds: int
-    recommendations: list[WorkloadRecommendation]
     nodes: list[NodeForecast] = Field(default_factory=list, description="Per-node pooled lines (empty without node placement).")
+    # Last: distributed training streams this list into the JSON (`recommendation_set_chunks`).
+    recommendations: list[WorkloadRecommendation]
+
+
+def recommendation_set_chunks(as_of: int, horizon_seconds: int, step_seconds: int, fragments: Iterable[bytes]) -> Iterator[bytes]:
+    """The JSON of a `RecommendationSet` (byte for byte what `model_dump_json` gives) from fragments, each the
+    comma-joined JSON of some recommendations in order: distributed training writes a fleet's set without holding it."""
+    empty = RecommendationSet(as_of=as_of, horizon_seconds=horizon_seconds, step_seconds=step_seconds, recommendations=[])
+    text = empty.model_dump_json().encode()
+    assert text.endswith(b"[]}"), "recommendations must stay the last field of RecommendationSet"
+    yield text[:-2]
+    first = True
+    for fragment in fragments:
+        if fragment:
+            yield fragment if first else b"," + fragment
+            first = False
+    yield text[-2:]

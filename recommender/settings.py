@@ -7,11 +7,11 @@ object is built once at the edge (CLI, app factory) and passed down; nothing rea
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from recommender.units import MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
@@ -180,8 +180,48 @@ class ForecastSettings(BaseModel):
 class StoreSettings(BaseModel):
     """Where model versions live and how many are kept."""
 
-    path: Path = Field(Path("model-store"), description="Directory of the model store.")
+    path: str = Field(
+        "model-store",
+        description="The model store: a directory (a mounted volume shared by training and serving replicas) or an fsspec "
+        "URL such as s3://bucket/prefix (needs that file system's fsspec package, e.g. s3fs).",
+    )
     retention_versions: int = Field(10, ge=1, description="Published versions kept; older ones are deleted after a publish.")
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: object) -> object:
+        """A local path is given as a Path by callers and the CLI; the store takes any URL as text."""
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+class ScaleSettings(BaseModel):
+    """Training on a Dask cluster: workloads in partitions, each read and fitted by one task (README "Scale out")."""
+
+    scheduler_address: str | None = Field(
+        None, description="Address of a running Dask scheduler, e.g. tcp://dask-scheduler:8786. Unset (and workers 0): "
+        "train in this process.",
+    )
+    workers: int = Field(
+        0, ge=0, description="Without a scheduler address: start a local Dask cluster of this many worker processes (0: none).",
+    )
+    threads_per_worker: int = Field(
+        1, ge=1, description="Threads of each local worker: one, since fitting holds the GIL most of the time.",
+    )
+    partition_containers: int = Field(
+        500, ge=1, description="Workload containers per partition (a task's unit of work and memory); whole workloads stay "
+        "together, a bigger one is a partition alone.",
+    )
+    failure_tolerance_fraction: float = Field(
+        0.0, ge=0, lt=1, description="Share of partitions that may still fail after retries with the version published "
+        "anyway (their workloads are named in the manifest's `skipped`). 0: any failure stops the publish.",
+    )
+    retries: int = Field(
+        2, ge=0, description="Retries of a failed partition task; a worker that dies mid-task has its tasks rerun elsewhere "
+        "as well (up to Dask's distributed.scheduler.allowed-failures).",
+    )
+    timeout_seconds: float = Field(
+        6 * SECONDS_PER_HOUR, gt=0, description="The whole distributed run gives up after this long, seconds (6 h).",
+    )
 
 
 class ServeSettings(BaseModel):
@@ -436,6 +476,7 @@ class Settings(BaseSettings):
     reservation: ReservationSettings = ReservationSettings()
     forecast: ForecastSettings = ForecastSettings()
     store: StoreSettings = StoreSettings()
+    scale: ScaleSettings = ScaleSettings()
     serve: ServeSettings = ServeSettings()
     webhook: WebhookSettings = WebhookSettings()
     extender: ExtenderSettings = ExtenderSettings()

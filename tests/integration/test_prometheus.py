@@ -236,3 +236,25 @@ def test_incremental_training_reads_only_the_new_day(cluster: Cluster, cli: Runn
         for resource in ("cpu", "memory"):
             for field in ("target", "upper_bound", "long_term"):
                 assert shown["inc"][key][resource][field] == pytest.approx(expected[resource][field], rel=0.06), (key, resource, field)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_distributed_read_by_namespace_gives_the_same_version(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    """`--workers 2`: each task reads its own namespaces (every query scoped to them) and fits them; the
+    recommendations are byte-identical to one process reading everything (the boosted model, fitted per
+    partition, is left out), and the OOM kill and the query costs are carried over."""
+    env = {**PROMETHEUS_ENV, "KOORD_RECOMMENDER_FORECAST__USE_BOOSTING": "false"}
+    common = ("--prometheus-url", cluster.server.url, "--as-of", str(cluster.as_of))
+    single = cli("train", *common, "--store", "single", env=env)
+    assert single.returncode == 0, single.stderr
+    spread = cli("train", *common, "--store", "spread", "--workers", "2", "--partition-containers", "1", env=env)
+    assert spread.returncode == 0, spread.stderr
+    versions = {}
+    for store in ("single", "spread"):
+        name = (tmp_path / store / "latest").read_text().strip()
+        versions[store] = tmp_path / store / "versions" / name
+    assert (versions["spread"] / "recommendations.json").read_bytes() == (versions["single"] / "recommendations.json").read_bytes()
+    manifest = json.loads((versions["spread"] / "manifest.json").read_text())
+    assert manifest["row_counts"]["partitions"] == 6 and manifest["row_counts"]["failed_partitions"] == 0
+    assert manifest["row_counts"]["oom_events"] == 1 and manifest["read_metrics"]["queries"] > 0

@@ -52,7 +52,7 @@ def test_a_broken_latest_keeps_the_loaded_version_and_is_not_retried(tmp_path: P
     assert state.refresh_if_published() is True and state.snapshot is not None
     assert state.refresh_if_published() is False
     second = train_from_file(usage_csv, settings)
-    (settings.store.path / "versions" / second.version / "recommendations.json").write_text("{}")
+    (Path(settings.store.path) / "versions" / second.version / "recommendations.json").write_text("{}")
     assert state.refresh_if_published() is False
     assert state.snapshot.version == first.version and "checksum" in (state.last_error or "")
     assert state.refresh_if_published() is False
@@ -75,3 +75,24 @@ def test_cluster_view_rebuilds_when_its_files_change_and_survives_bad_ones(tmp_p
     nodes.write_text(json.dumps(k8s.listing("NodeList", [k8s.node("a"), k8s.node("b")])))
     view.refresh(None)
     assert list(view.loads.index) == ["a", "b"] and view.generation == 2
+
+
+def test_a_replica_on_an_fsspec_store_picks_up_new_versions(usage_csv: Path) -> None:
+    """Serving replicas poll the shared store's `latest` and load a version the training job published."""
+    import secrets
+
+    import fsspec
+
+    from pipelines.train import train_from_file
+    from recommender.settings import Settings
+
+    settings = Settings(store={"path": "memory://replica-" + secrets.token_hex(4)})
+    try:
+        first = train_from_file(usage_csv, settings)
+        replica = ServiceState(ModelStore(settings.store.path))
+        assert replica.refresh_if_published() is True and replica.require().version == first.version
+        assert replica.refresh_if_published() is False
+        second = train_from_file(usage_csv, settings)
+        assert replica.refresh_if_published() is True and replica.require().version == second.version
+    finally:
+        fsspec.filesystem("memory").rm(ModelStore(settings.store.path).root, recursive=True)

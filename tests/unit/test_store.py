@@ -93,3 +93,37 @@ def test_empty_store_says_what_to_do(tmp_path: Path) -> None:
         ModelStore(tmp_path).load()
     with pytest.raises(ModelStoreError, match="not a version name"):
         ModelStore(tmp_path).load("../etc")
+
+
+def test_an_fsspec_store_publishes_loads_and_prunes(fitted: WorkloadRecommender) -> None:
+    """An object store stands in for shared storage: memory:// (process-local) through the same code path as s3://."""
+    import fsspec
+
+    url = "memory://store-test-" + __import__("secrets").token_hex(4)
+    store = ModelStore(url, retention_versions=2)
+    try:
+        assert store.latest_name() is None and store.versions() == []
+        names = [publish(store, fitted) for _ in range(3)]
+        assert store.latest_name() == names[-1]
+        assert store.versions() == names[1:]
+        assert len(store.load().recommendations.recommendations) == 2
+        assert isinstance(store.load_model(), WorkloadRecommender)
+        assert str(store).startswith("memory://") and store.load().path.startswith("memory://")
+        # A corrupt newest version is skipped for the one before it, and the problem is named.
+        fsspec.filesystem("memory").pipe_file(f"{store.root}/versions/{names[-1]}/recommendations.json", b"{}")
+        loaded, problems = store.load_latest_valid()
+        assert loaded.manifest.version == names[1] and "checksum" in problems[0]
+    finally:
+        fsspec.filesystem("memory").rm(store.root, recursive=True)
+
+
+def test_an_aborted_version_leaves_latest_and_no_leftovers(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    store = ModelStore(tmp_path)
+    first = publish(store, fitted)
+    incoming = store.begin()
+    incoming.put("recommendations.json", b"[]")
+    store.abort(incoming)
+    assert store.latest_name() == first and store.versions() == [first]
+    assert not list((tmp_path / "versions").glob(".incoming-*"))
+    with pytest.raises(FileNotFoundError):
+        incoming.files.put(incoming.path_of("late.json"), b"{}", create_parents=False)

@@ -1,0 +1,136 @@
+"""Training on a real `distributed.LocalCluster` (worker processes on loopback): the same recommendations as the
+single-process path, a worker killed mid-run survived, failures beyond the tolerance reported by name with the
+previous `latest` intact, and never a half-published version."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import pytest
+from distributed import Client, LocalCluster, WorkerPlugin
+
+from models.store import ModelStore
+from pipelines.distributed import train_distributed
+from pipelines.train import train_from_file
+from recommender.errors import DistributedTrainingError
+from recommender.settings import Settings
+from tests.conftest import BUNDLED
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+
+#: The bundled Google slice: 4 workload containers, one per partition below, so 4 tasks per phase.
+SCALE = {"partition_containers": 1, "retries": 1}
+
+
+class KillOnFit(WorkerPlugin):  # type: ignore[misc]
+    """Makes the worker process exit abruptly (as an OOM kill would) when it starts fitting a partition: once
+    overall (a marker file remembers it) or, with `every_time`, whenever it starts partition `index`."""
+
+    def __init__(self, marker: str, index: int, every_time: bool) -> None:
+        self.marker = marker
+        self.index = index
+        self.every_time = every_time
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        name = key if isinstance(key, str) else str(key)
+        if finish != "executing" or not name.startswith("fit-") or not name.endswith(f"-{self.index}"):
+            return
+        if not self.every_time:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return
+        os._exit(1)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    # One death per task is enough to call it failed (keeps the failure tests short), and a worker holds one task
+    # at a time, so a death counts against the task that caused it only, not against one queued behind it.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
+            with Client(cluster) as client:
+                yield client
+
+
+def settings(store: Path, **scale: Any) -> Settings:
+    return Settings(store={"path": store}, scale={**SCALE, **scale}, forecast={"use_boosting": False})
+
+
+def recommendations(store: ModelStore, version: str) -> bytes:
+    return Path(store.root, "versions", version, "recommendations.json").read_bytes()
+
+
+def test_same_recommendations_as_single_process(tmp_path: Path, client: Client) -> None:
+    single = settings(tmp_path / "single")
+    distributed = settings(tmp_path / "distributed")
+    expected = train_from_file(BUNDLED, single)
+    got = train_distributed(client, BUNDLED, distributed)
+    assert got.row_counts["partitions"] == 4 and got.row_counts["failed_partitions"] == 0
+    # Byte for byte: per-container models, the merged sample interval and the merged calibration sketch.
+    assert recommendations(ModelStore(distributed.store.path), got.version) == recommendations(
+        ModelStore(single.store.path), expected.version
+    )
+    for key in ("usage_rows", "workload_containers", "pods"):
+        assert got.row_counts[key] == expected.row_counts[key]
+    shares = {k: v for k, v in expected.fit_metrics.items() if k != "fit_seconds"}
+    assert {k: got.fit_metrics[k] for k in shares} == shares
+    assert got.data_window == expected.data_window
+    assert len(ModelStore(distributed.store.path).load().recommendations.recommendations) == 4
+
+
+def test_boosting_is_the_one_partition_local_part(tmp_path: Path, client: Client) -> None:
+    """With the global boosted model on, it is fitted per partition: only the short-term line (and its peak and
+    model name) may differ; the request and long-term lines, bounds and history match exactly."""
+    single = Settings(store={"path": tmp_path / "single"})
+    distributed = Settings(store={"path": tmp_path / "distributed"}, scale=SCALE)
+    expected = json.loads(recommendations(ModelStore(single.store.path), train_from_file(BUNDLED, single).version))
+    got = json.loads(recommendations(ModelStore(distributed.store.path), train_distributed(client, BUNDLED, distributed).version))
+    assert len(got["recommendations"]) == len(expected["recommendations"]) == 4
+    for mine, theirs in zip(got["recommendations"], expected["recommendations"]):
+        for resource in ("cpu", "memory"):
+            for payload in (mine[resource], theirs[resource]):
+                del payload["short_term"], payload["peak"], payload["models"]["short_term"]
+        assert mine == theirs
+
+
+def test_worker_killed_mid_run_is_survived(tmp_path: Path, client: Client) -> None:
+    marker = tmp_path / "killed-once"
+    client.register_plugin(KillOnFit(str(marker), index=2, every_time=False), name="kill")
+    try:
+        got = train_distributed(client, BUNDLED, settings(tmp_path / "distributed"))
+    finally:
+        client.unregister_worker_plugin("kill")
+    assert marker.exists(), "no worker was killed"
+    assert got.row_counts["failed_partitions"] == 0
+    expected = train_from_file(BUNDLED, settings(tmp_path / "single"))
+    assert recommendations(ModelStore(tmp_path / "distributed"), got.version) == recommendations(
+        ModelStore(tmp_path / "single"), expected.version
+    )
+
+
+def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Client) -> None:
+    store_path = tmp_path / "store"
+    before = train_from_file(BUNDLED, settings(store_path))
+    client.register_plugin(KillOnFit(str(tmp_path / "unused"), index=1, every_time=True), name="kill-always")
+    try:
+        with pytest.raises(DistributedTrainingError, match=r"1 of 4 partition\(s\) failed.*partition 1 \(google-2019/"):
+            train_distributed(client, BUNDLED, settings(store_path))
+        tolerated = train_distributed(client, BUNDLED, settings(store_path, failure_tolerance_fraction=0.25))
+    finally:
+        client.unregister_worker_plugin("kill-always")
+    store = ModelStore(store_path)
+    # The failed run left no version and no leftovers; the tolerated one names the workloads it lacks.
+    assert store.versions() == sorted([before.version, tolerated.version])
+    assert not list((store_path / "versions").glob(".incoming-*"))
+    assert store.latest_name() == tolerated.version
+    assert tolerated.row_counts["failed_partitions"] == 1
+    assert len(tolerated.skipped) == 1
+    (workload, why), = tolerated.skipped.items()
+    assert workload.startswith("google-2019/") and why.startswith("partition 1 (")
+    assert len(store.load().recommendations.recommendations) == 3
