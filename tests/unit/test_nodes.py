@@ -235,6 +235,6 @@ def test_training_with_placement_stores_and_continues_the_node_model(tmp_path: P
     continued = train_from_file(tmp_path / "usage.csv", settings, incremental=True)
     model = store.load_node_model(continued.version)
     assert model is not None and model.data_end_ == int(usage["timestamp"].max())
-    (store.versions_dir / continued.version / "nodes.joblib").write_bytes(b"tampered")
+    (tmp_path / "store" / "versions" / continued.version / "nodes.joblib").write_bytes(b"tampered")
     with pytest.raises(ModelStoreError, match="checksum"):
         store.load_node_model(continued.version)
