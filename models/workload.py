@@ -103,9 +103,11 @@ class ResourceForecast:
         choice = int(model.choice_[group])
         others = np.delete(costs, choice)
         others = others[np.isfinite(others)]
+        # Six significant digits: the costs' last bits depend on how many containers were scored together (numpy's
+        # summation order), and a distributed run must give the same JSON as one process.
         return LineQuality(
-            cost=float(costs[choice]) if np.isfinite(costs[choice]) else None,
-            next_best_cost=float(others.min()) if others.size else None,
+            cost=_significant(costs[choice]) if np.isfinite(costs[choice]) else None,
+            next_best_cost=_significant(others.min()) if others.size else None,
             calibration_factor=float(model.factors_[group]),
         )
 
@@ -587,6 +589,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
         return [[None if np.isnan(v) else float(v) for v in recent[i]] if i >= 0 else [] for i in index]
+
+
+def _significant(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits - 1}e}")
 
 
 def _oom_counts(oom_frame: pd.DataFrame | None) -> pd.Series:

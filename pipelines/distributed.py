@@ -425,6 +425,7 @@ def train_distributed_prometheus(
     prom = settings.prometheus
     store = ModelStore(settings.store.path, settings.store.retention_versions)
     start, end = prometheus_window(settings, as_of)
+    log.warning("distributed runs learn no node lines and no workload kinds yet: train single-process for them")
     step(f"discovering containers in {prom.url}")
     with PrometheusClient(prom) as prometheus:
         counts = PrometheusSource(prometheus, prom).containers_per_namespace(start, end)
