@@ -1,16 +1,23 @@
-"""Per-container model selection and conformal calibration over the forecasters of `models.forecast`.
+"""Fleet-level model selection and hierarchical calibration over the forecasters of `models.forecast`.
 
-A rolling-origin backtest on each container's own history (the last `selection_days` days, each forecast from data
-before that day only) scores every candidate with an Autopilot-style cost: a pinball loss at the target quantile
-(usage above the line costs (1 - target) per unit, unused room below it `target` per unit) plus `change_weight` x
-the line's changes, all relative to the container's usage. The cheapest candidate wins per container. Its margin
-is then calibrated on the same out-of-sample days (conformal style): the line is scaled by the (1 - target)
-quantile of usage / line, shrunk toward the fleet's factor when the container has few samples. The three steps are
-pure functions so the backtest can run them on lines it has already computed; `SelectedForecaster` wires them.
+Why not per container: choosing each container's own cheapest candidate on its own last days (the first design)
+fitted those days and did not carry over to the next ones or to other containers (issue 19). Here the fleet chooses.
+A rolling-origin backtest (the last `selection_days` days, each forecast from data before that day only) scores
+every candidate, built for the asked risk level, by what the product is judged on: the overprovision once the
+candidate's lines are scaled so that exactly `target_violation` of the fleet's samples lie above them
+(`matched_costs`). The fleet takes its cheapest candidate; a group of similar containers (by burstiness, the ratio
+of a high to a middle quantile of its usage) takes its own only when that is cheaper on the group by at least
+`group_min_gain` and the group holds `group_min_containers`: a choice needs evidence from many containers.
+
+Calibration is hierarchical and conformal: a container's factor (the (1 - target) quantile of usage / line on the
+out-of-sample days) is shrunk toward its group's, and the group's toward the fleet's, each with weight
+n / (n + prior) for the n samples behind it. The steps are pure functions so the backtest can run them on lines it
+has already computed; `SelectedForecaster` wires them.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Self
 
 import numpy as np
@@ -18,12 +25,12 @@ import numpy.typing as npt
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from models.boosting import GlobalQuantileBoostingForecaster
 from models.forecast import (
     STEPS_PER_DAY,
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
     FloatArray,
+    MultiWindowQuantileForecaster,
     StlForecaster,
     WindowQuantileForecaster,
     check_grid,
@@ -33,26 +40,130 @@ from models.metrics import usage_to_line_ratio
 from recommender.settings import ForecastSettings
 
 IntArray = npt.NDArray[np.int64]
+#: Candidates whose line is one value over the horizon: backtested as one value per origin and container.
+CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)
 
 
-def selection_costs(past_lines: FloatArray, past_usage: FloatArray, target_violation: float, change_weight: float) -> FloatArray:
-    """(models x containers) cost of each candidate's past lines (models x origins x containers x steps)."""
-    usage = np.broadcast_to(past_usage, past_lines.shape)
-    known = ~np.isnan(usage)
+def selection_costs(past_lines: FloatArray, past_usage: FloatArray, target_violation: float) -> FloatArray:
+    """(models x containers) pinball cost of each candidate's past lines (models x origins x containers x steps, or
+    x 1 for constant lines) relative to the container's usage: reported per container (how well its line did), not
+    used to choose. Constant lines are scored from sorted usage (no models x samples temporaries)."""
+    q = 1.0 - target_violation
+    scale = np.maximum(np.nansum(past_usage, axis=(0, 2)), 1e-12)
+    if past_lines.shape[3] == 1 and past_usage.shape[2] > 1:
+        ordered = np.sort(past_usage, axis=2)  # NaN last
+        count = np.sum(~np.isnan(past_usage), axis=2)
+        cumulative = np.concatenate([np.zeros((*ordered.shape[:2], 1)), np.nancumsum(ordered, axis=2)], axis=2)
+        total = cumulative[:, :, -1]
+        out = np.full(past_lines.shape[:1] + past_lines.shape[2:3], np.nan)
+        for m in range(past_lines.shape[0]):
+            level = past_lines[m, :, :, 0]
+            below = np.sum(ordered <= level[:, :, None], axis=2)
+            at_or_below = np.take_along_axis(cumulative, below[:, :, None], axis=2)[:, :, 0]
+            over = (total - at_or_below) - level * (count - below)
+            under = level * below - at_or_below
+            known = ~np.isnan(level) & (count > 0)
+            pinball = np.where(known, q * over + (1 - q) * under, 0.0).sum(axis=0)
+            out[m] = np.where(known.any(axis=0), pinball / scale, np.nan)
+        return out
+    usage = past_usage[None]
+    known = ~np.isnan(usage) & ~np.isnan(past_lines)
     over = np.where(known, np.maximum(usage - past_lines, 0.0), 0.0)
     under = np.where(known, np.maximum(past_lines - usage, 0.0), 0.0)
-    pinball = ((1.0 - target_violation) * over + target_violation * under).sum(axis=(1, 3))
-    changes = np.nansum(np.abs(np.diff(past_lines, axis=3)), axis=(1, 3))
-    scale = np.maximum(np.nansum(past_usage, axis=(0, 2)), 1e-12)
-    result: FloatArray = (pinball + change_weight * target_violation * changes) / scale
+    pinball = (q * over + (1 - q) * under).sum(axis=(1, 3))
+    result: FloatArray = np.where(known.any(axis=(1, 3)), pinball / scale, np.nan)
     return result
 
 
-def choose_models(costs: FloatArray) -> IntArray:
-    """Index of the cheapest candidate per container (the first candidate where no cost is known)."""
-    filled = np.where(np.isnan(costs), np.inf, costs)
-    result: IntArray = np.argmin(filled, axis=0).astype(np.int64)
-    return result
+def _higher_quantile(values: FloatArray, q: float) -> float:
+    """The q-quantile of a 1-D array by the "higher" rule (the smallest value with a q-share at or below it)."""
+    rank = min(max(int(np.ceil(q * values.size)) - 1, 0), values.size - 1)
+    return float(np.partition(values, rank)[rank])
+
+
+def burst_groups(past_usage: FloatArray, n_groups: int) -> IntArray:
+    """Group index (0 = steadiest) per container from its past usage (origins x containers x steps): quantile bins
+    of the ratio of its 99th to its 50th percentile, so that bursty and steady containers may choose apart."""
+    per_container = np.moveaxis(past_usage, 1, 0).reshape(past_usage.shape[1], -1)
+    high, middle = nan_quantile(per_container, 0.99), nan_quantile(per_container, 0.5)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        burstiness = np.where(middle > 0, high / middle, np.where(high > 0, np.inf, 1.0))
+    known = ~np.isnan(burstiness)
+    if n_groups <= 1 or not known.any():
+        return np.zeros(past_usage.shape[1], dtype=np.int64)
+    capped = np.minimum(np.where(known, burstiness, 1.0), 1e12)
+    edges = np.quantile(capped[known], np.linspace(0, 1, n_groups + 1)[1:-1])
+    return np.searchsorted(edges, capped, side="right").astype(np.int64)
+
+
+def matched_costs(past_lines: FloatArray, past_usage: FloatArray, target_violation: float, members: npt.NDArray[np.bool_] | None = None) -> FloatArray:
+    """Per candidate (first axis of past_lines: models x origins x containers x steps, or x 1 for constant lines):
+    (overprovision, p90 container violation) at the pooled violation `target_violation` over the containers in
+    `members` (all by default), the harness' '@' figures: alpha x sum(line) / sum(usage) - 1 with alpha the
+    (1 - target) quantile of usage / line over every known sample, and the 90th percentile over containers of each
+    one's share of samples above alpha x line. NaN where a candidate scored no sample."""
+    chosen = np.ones(past_usage.shape[1], dtype=bool) if members is None else members
+    usage = past_usage[:, chosen]
+    known = ~np.isnan(usage)
+    costs = np.full((past_lines.shape[0], 2), np.nan)
+    used = float(np.sum(usage[known]))
+    if used <= 0:
+        return costs
+    per_container = known.sum(axis=(0, 2))
+    scored_containers = per_container > 0
+    for m in range(past_lines.shape[0]):
+        line = np.broadcast_to(past_lines[m][:, chosen], usage.shape)
+        scored = known & ~np.isnan(line)
+        if not scored.any():
+            continue
+        ratio = usage_to_line_ratio(usage[scored], line[scored])
+        alpha = _higher_quantile(ratio, 1.0 - target_violation)
+        # Samples the candidate drew no line for count at its mean level, so a gap does not look cheap.
+        total_line = float(np.sum(line[scored])) * float(known.sum()) / float(scored.sum())
+        over = np.zeros(usage.shape)
+        over[scored] = ratio > alpha
+        rates = over.sum(axis=(0, 2))[scored_containers] / per_container[scored_containers]
+        costs[m, 0] = alpha * total_line / used - 1.0 if np.isfinite(alpha) else np.inf
+        costs[m, 1] = float(np.percentile(rates, 90))
+    return costs
+
+
+def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
+    """Index of the lowest overprovision (costs: candidates x (overprovision, p90 container violation)) among the
+    candidates whose p90 container violation is at most (1 + tolerance) x the `reference` candidate's: cheaper lines
+    must not get there by giving up on some containers."""
+    over = np.where(np.isnan(costs[:, 0]), np.inf, costs[:, 0])
+    limit = costs[reference, 1] * (1.0 + tolerance) if np.isfinite(costs[reference, 1]) else np.inf
+    fair = np.isfinite(over) & ~(costs[:, 1] > limit)
+    return int(np.argmin(np.where(fair, over, np.inf))) if fair.any() else int(np.argmin(over))
+
+
+def choose_models(
+    past_lines: FloatArray,
+    past_usage: FloatArray,
+    groups: IntArray,
+    target_violation: float,
+    min_gain: float,
+    min_containers: int,
+    reference: int = 0,
+    fairness_tolerance: float = 0.1,
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's),
+    the fleet's matched costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
+    fleet = matched_costs(past_lines, past_usage, target_violation)
+    fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance)
+    n_groups = int(groups.max()) + 1 if groups.size else 0
+    per_group = np.full((n_groups, past_lines.shape[0], 2), np.nan)
+    choice = np.full(groups.size, fleet_choice, dtype=np.int64)
+    for g in range(n_groups):
+        members = groups == g
+        if members.sum() < max(min_containers, 1):
+            continue
+        per_group[g] = matched_costs(past_lines, past_usage, target_violation, members)
+        best = cheapest_fair(per_group[g], reference, fairness_tolerance)
+        if np.isfinite(per_group[g, best, 0]) and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]:
+            choice[members] = best
+    return choice, fleet, per_group
 
 
 #: Relative width of the log-spaced bins of the calibration sketch: the fleet factor is exact to this share.
@@ -102,64 +213,95 @@ def sketch_quantile(sketch: tuple[IntArray, IntArray], q: float) -> float:
     return float(np.exp((code + 1) * _LOG_STEP))
 
 
-def calibration_parts(past_lines: FloatArray, past_usage: FloatArray, target_violation: float) -> tuple[FloatArray, FloatArray, tuple[IntArray, IntArray]]:
-    """Per container from its past lines (origins x containers x steps): own factor (the (1 - target) quantile of
-    usage / line) and scored samples; and the sketch of all the ratios, from which the fleet factor comes."""
-    unknown = np.isnan(past_usage) | np.isnan(past_lines)
-    ratio = np.where(unknown, np.nan, usage_to_line_ratio(np.nan_to_num(past_usage), np.nan_to_num(past_lines)))
-    per_container = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
-    samples = np.sum(~np.isnan(per_container), axis=1).astype(np.float64)
-    return nan_quantile(per_container, 1.0 - target_violation), samples, ratio_sketch(per_container)
-
-
-def blend_factors(own: FloatArray, samples: FloatArray, fleet: float, prior_samples: float, factor_range: tuple[float, float]) -> FloatArray:
-    """Own and fleet factor blended by n / (n + prior_samples), n the container's scored samples; 1 with no samples
-    anywhere in the fleet."""
-    if np.isnan(fleet):
-        return np.ones(own.shape[0])
-    weight = samples / (samples + prior_samples)
-    blended = np.where(samples > 0, weight * np.nan_to_num(own, posinf=factor_range[1]) + (1 - weight) * fleet, fleet)
-    result: FloatArray = np.clip(np.nan_to_num(blended, nan=1.0, posinf=factor_range[1]), *factor_range)
+def calibration_ratios(past_lines: FloatArray, past_usage: FloatArray) -> FloatArray:
+    """(containers x samples) usage / line of the chosen lines (origins x containers x steps), NaN where unknown."""
+    lines = np.broadcast_to(past_lines, past_usage.shape)
+    unknown = np.isnan(past_usage) | np.isnan(lines)
+    ratio = np.where(unknown, np.nan, usage_to_line_ratio(np.nan_to_num(past_usage), np.nan_to_num(lines)))
+    result: FloatArray = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
     return result
 
 
-def calibration_factors(
-    past_lines: FloatArray,
-    past_usage: FloatArray,
-    target_violation: float,
+def group_factors(ratios: FloatArray, groups: IntArray, n_groups: int, target_violation: float) -> tuple[FloatArray, FloatArray]:
+    """Per group: the (1 - target) quantile of its containers' pooled ratios and the samples behind it."""
+    factors = np.full(n_groups, np.nan)
+    samples = np.zeros(n_groups)
+    for g in range(n_groups):
+        values = ratios[groups == g]
+        values = values[~np.isnan(values)]
+        if values.size:
+            factors[g] = _higher_quantile(values, 1.0 - target_violation)
+            samples[g] = values.size
+    return factors, samples
+
+
+def shrink(own: FloatArray, samples: FloatArray, toward: FloatArray, prior_samples: float) -> FloatArray:
+    """Own factors pulled toward `toward` with weight n / (n + prior) on the own one (geometrically: factors are
+    ratios); `toward` where there are no own samples or the own factor is not a finite positive number."""
+    weight = samples / (samples + prior_samples)
+    usable = (samples > 0) & np.isfinite(own) & (own > 0) & np.isfinite(toward) & (toward > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        blended = np.exp(weight * np.log(np.where(usable, own, 1.0)) + (1 - weight) * np.log(np.where(usable, toward, 1.0)))
+    result: FloatArray = np.where(usable, blended, toward)
+    return result
+
+
+def blend_factors(
+    own: FloatArray,
+    samples: FloatArray,
+    groups: IntArray,
+    group_factor: FloatArray,
+    group_samples: FloatArray,
+    fleet: float,
     prior_samples: float,
+    group_prior_samples: float,
     factor_range: tuple[float, float],
 ) -> FloatArray:
-    """Per container: the factor making its past lines (origins x containers x steps) violate `target_violation`,
-    its own blended with the fleet's (`blend_factors`)."""
-    own, samples, sketch = calibration_parts(past_lines, past_usage, target_violation)
-    return blend_factors(own, samples, sketch_quantile(sketch, 1.0 - target_violation), prior_samples, factor_range)
+    """Each container's factor shrunk toward its group's, each group's toward the fleet's (1 without any sample);
+    clipped to `factor_range` only as a guard against a degenerate day, not as the calibration itself."""
+    if not np.isfinite(fleet) or fleet <= 0:
+        return np.ones(own.shape[0])
+    group = shrink(group_factor, group_samples, np.full(group_factor.shape, fleet), group_prior_samples)
+    toward = group[groups] if group.size else np.full(own.shape[0], fleet)
+    result: FloatArray = np.clip(np.nan_to_num(shrink(own, samples, toward, prior_samples), nan=1.0), *factor_range)
+    return result
 
 
 def history_summary(grid: FloatArray, recent_steps: int) -> FloatArray:
-    """Per container (rows): max of the last `recent_steps`, max of all, and the count of known steps (NaN-free)."""
+    """Per container (rows): max of the last `recent_steps`, max of all, the count of known steps, and the steps
+    since the last known one (the grid's width when none)."""
+    known_mask = ~np.isnan(grid)
     with np.errstate(all="ignore"):
-        masked = np.where(np.isnan(grid), -np.inf, grid)
+        masked = np.where(known_mask, grid, -np.inf)
         recent = masked[:, -recent_steps:].max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
         observed = masked.max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
-    known = np.sum(~np.isnan(grid), axis=1).astype(np.float64)
-    result: FloatArray = np.stack([np.where(np.isfinite(recent), recent, np.nan), np.where(np.isfinite(observed), observed, np.nan), known], axis=1)
+    known = known_mask.sum(axis=1).astype(np.float64)
+    any_known = known_mask.any(axis=1)
+    since = np.where(any_known, np.argmax(known_mask[:, ::-1], axis=1), grid.shape[1]).astype(np.float64)
+    result: FloatArray = np.stack(
+        [np.where(np.isfinite(recent), recent, np.nan), np.where(np.isfinite(observed), observed, np.nan), known, since], axis=1
+    )
     return result
 
 
-def finish_line(line: FloatArray, summary: FloatArray, recent_steps: int, cold_start_factor: float, steps_per_day: int) -> FloatArray:
-    """Reaction and cold start on a calibrated line (containers x steps), given `history_summary` of its usage.
+def finish_line(
+    line: FloatArray, summary: FloatArray, recent_steps: int, cold_start_factor: float, steps_per_day: int, stale_steps: int
+) -> FloatArray:
+    """Reaction, cold start and staleness on a calibrated line (containers x steps), given `history_summary`.
 
     Fast up: the first `recent_steps` of the line never fall below the max of the last `recent_steps` of usage.
     Cold start: a container with under a day of samples gets `cold_start_factor` x its observed max (NaN if none):
-    bounded by what it has shown, never an absurd value.
+    bounded by what it has shown, never an absurd value. Stale: a container without a sample in the last
+    `stale_steps` gets NaN (no forecast is extrapolated from old data; the caller says it is stale).
     """
-    recent, observed, known = summary[:, 0], summary[:, 1], summary[:, 2]
+    recent, observed, known, since = summary[:, 0], summary[:, 1], summary[:, 2], summary[:, 3]
     out = line.copy()
     head = min(recent_steps, out.shape[1])
-    out[:, :head] = np.fmax(out[:, :head], recent[:, None])
+    if head > 0:
+        out[:, :head] = np.fmax(out[:, :head], recent[:, None])
     cold = known < steps_per_day
     out[cold] = (cold_start_factor * observed[cold])[:, None]
+    out[since >= stale_steps] = np.nan
     return out
 
 
@@ -175,11 +317,48 @@ def constant_line(line: FloatArray) -> FloatArray:
     return np.repeat(np.where(np.isfinite(peak), peak, np.nan)[:, None], line.shape[1], axis=1)
 
 
+def rolling_origins(n_steps: int, selection_days: int, steps_per_day: int) -> list[int]:
+    """Grid positions of the last `selection_days` daily origins that have at least a day of history before them."""
+    return [n_steps - day * steps_per_day for day in range(selection_days, 0, -1) if n_steps - day * steps_per_day >= steps_per_day]
+
+
+def candidate_lines(grid: FloatArray, candidate: BaseEstimator, origins: list[int], steps_per_day: int, constant: bool) -> FloatArray:
+    """One candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
+    or (origins x containers x 1) when `constant` (a constant line is one value: memory stays small)."""
+    out = np.full((len(origins), grid.shape[0], 1 if constant else steps_per_day), np.nan)
+    for o, origin in enumerate(origins):
+        line = clone(candidate).fit(grid[:, :origin]).predict(steps_per_day)
+        out[o] = constant_line(line)[:, :1] if constant else line
+    return out
+
+
+def usage_after(grid: FloatArray, origins: list[int], steps: int) -> FloatArray:
+    """(origins x containers x steps) usage after each origin, NaN past the grid's end."""
+    out = np.full((len(origins), grid.shape[0], steps), np.nan)
+    for o, origin in enumerate(origins):
+        future = grid[:, origin : origin + steps]
+        out[o, :, : future.shape[1]] = future
+    return out
+
+
+def rolling_lines(
+    grid: FloatArray, candidates: list[BaseEstimator], selection_days: int, steps_per_day: int, constant: bool, horizon_days: int = 1
+) -> tuple[FloatArray, FloatArray]:
+    """Every candidate's `candidate_lines` (models x origins x containers x steps, or x 1 when `constant`) and the
+    usage that followed each origin (origins x containers x steps: a day, or `horizon_days` when constant)."""
+    origins = rolling_origins(grid.shape[1], selection_days, steps_per_day)
+    past = np.stack([candidate_lines(grid, c, origins, steps_per_day, constant) for c in candidates]) if candidates else np.empty((0, len(origins), grid.shape[0], 1))
+    return past, usage_after(grid, origins, (horizon_days if constant else 1) * steps_per_day)
+
+
 class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
-    """Picks, per container, the candidate forecaster with the lowest rolling-origin cost; calibrates its margin.
+    """Chooses, for the fleet (and groups of similar containers with strong evidence), the candidate with the lowest
+    overprovision at the target violation on a rolling-origin backtest; calibrates it hierarchically.
 
     `constant=True` makes every line flat at its max over the horizon (the request and long-term lines).
-    Fitted: `choice_` (candidate index per container), `costs_` (candidates x containers), `factors_`.
+    Fitted: `choice_` (candidate index per container), `fleet_costs_` (candidates), `group_costs_` (groups x
+    candidates), `costs_` (candidates x containers: each container's own pinball cost, for reports), `groups_`,
+    `factors_`, `group_factors_`, `fleet_factor_`.
     """
 
     def __init__(
@@ -187,43 +366,55 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         candidates: list[BaseEstimator] | None = None,
         selection_days: int = 7,
         target_violation: float = 0.01,
-        change_weight: float = 0.1,
-        calibration_prior_samples: float = 1e6,
-        factor_min: float = 0.8,
-        factor_max: float = 1.25,
+        groups: int = 3,
+        group_min_gain: float = 0.1,
+        group_min_containers: int = 20,
+        reference: int = 0,
+        fairness_tolerance: float = 0.1,
+        calibration_prior_samples: float = 20_000.0,
+        group_prior_samples: float = 20_000.0,
+        factor_min: float = 0.25,
+        factor_max: float = 4.0,
         recent_steps: int = 12,
         cold_start_factor: float = 1.5,
+        stale_steps: int = 3 * STEPS_PER_DAY,
         constant: bool = False,
+        horizon_days: int = 1,
         steps_per_day: int = STEPS_PER_DAY,
     ) -> None:
         self.candidates = candidates
         self.selection_days = selection_days
         self.target_violation = target_violation
-        self.change_weight = change_weight
+        self.groups = groups
+        self.group_min_gain = group_min_gain
+        self.group_min_containers = group_min_containers
+        self.reference = reference
+        self.fairness_tolerance = fairness_tolerance
         self.calibration_prior_samples = calibration_prior_samples
+        self.group_prior_samples = group_prior_samples
         self.factor_min = factor_min
         self.factor_max = factor_max
         self.recent_steps = recent_steps
         self.cold_start_factor = cold_start_factor
+        self.stale_steps = stale_steps
         self.constant = constant
+        self.horizon_days = horizon_days
         self.steps_per_day = steps_per_day
 
     def _candidates(self) -> list[BaseEstimator]:
-        return list(self.candidates) if self.candidates else [FlatQuantileForecaster(steps_per_day=self.steps_per_day)]
+        return list(self.candidates) if self.candidates else [FlatQuantileForecaster(quantile=1.0 - self.target_violation, steps_per_day=self.steps_per_day)]
 
     def fit(self, X: Any, y: Any = None) -> Self:
         grid = check_grid(X, type(self).__name__)
-        per_day, n = self.steps_per_day, grid.shape[1]
         candidates = self._candidates()
-        origins = [n - day * per_day for day in range(self.selection_days, 0, -1) if n - day * per_day >= per_day]
-        past = np.full((len(candidates), len(origins), grid.shape[0], per_day), np.nan)
-        actual = np.full((len(origins), grid.shape[0], per_day), np.nan)
-        for o, origin in enumerate(origins):
-            actual[o] = grid[:, origin : origin + per_day]
-            for m, candidate in enumerate(candidates):
-                past[m, o] = self._shape(clone(candidate).fit(grid[:, :origin]).predict(per_day))
-        self.decide(past, actual)
-        self.fitted_ = [clone(candidate).fit(grid) for candidate in candidates]
+        past, actual = rolling_lines(grid, candidates, self.selection_days, self.steps_per_day, self.constant, self.horizon_days)
+        return self.fit_lines(grid, past, actual, [clone(candidate).fit(grid) for candidate in candidates])
+
+    def fit_lines(self, grid: FloatArray, past_lines: FloatArray, past_usage: FloatArray, fitted: list[BaseEstimator]) -> Self:
+        """`fit` from the candidates' rolling lines and usage (`rolling_lines`) and the candidates fitted on the whole
+        grid, computed once when several lines share candidates."""
+        self.decide(past_lines, past_usage)
+        self.fitted_ = fitted
         self.summary_ = history_summary(grid, self.recent_steps)
         return self
 
@@ -232,30 +423,42 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
         Keeps the calibration's parts (`own_factors_`, `calibration_samples_`, `ratio_sketch_`) so that a partition of
         a fleet can be recalibrated with the whole fleet's factor (`calibrate_with_fleet`)."""
-        n_groups = past_lines.shape[2]
+        n_models, n_groups = past_lines.shape[0], past_lines.shape[2]
+        self.groups_ = burst_groups(past_usage, self.groups) if past_lines.shape[1] else np.zeros(n_groups, dtype=np.int64)
+        group_count = max(self.groups, 1)
         if past_lines.shape[1] == 0:
-            self.costs_ = np.zeros((past_lines.shape[0], n_groups))
+            self.costs_ = np.full((n_models, n_groups), np.nan)
+            self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
+            self.fleet_costs_ = np.full((n_models, 2), np.nan)
             self.choice_ = np.zeros(n_groups, dtype=np.int64)
-            self.own_factors_ = np.full(n_groups, np.nan)
-            self.calibration_samples_ = np.zeros(n_groups)
-            self.ratio_sketch_ = merge_sketches([])
+            ratios = np.full((n_groups, 0), np.nan)
         else:
-            self.costs_ = selection_costs(past_lines, past_usage, self.target_violation, self.change_weight)
-            self.choice_ = choose_models(self.costs_)
-            chosen = past_lines[self.choice_, :, np.arange(n_groups), :].transpose(1, 0, 2)
-            self.own_factors_, self.calibration_samples_, self.ratio_sketch_ = calibration_parts(
-                chosen, past_usage, self.target_violation
+            self.costs_ = selection_costs(past_lines, past_usage, self.target_violation)
+            self.choice_, self.fleet_costs_, group_costs = choose_models(
+                past_lines, past_usage, self.groups_, self.target_violation, self.group_min_gain, self.group_min_containers,
+                self.reference, self.fairness_tolerance,
             )
+            self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
+            self.group_costs_[: group_costs.shape[0]] = group_costs
+            chosen = past_lines[self.choice_, :, np.arange(n_groups), :].transpose(1, 0, 2)
+            ratios = calibration_ratios(chosen, past_usage)
+        self.own_factors_ = nan_quantile(ratios, 1.0 - self.target_violation) if ratios.shape[1] else np.full(n_groups, np.nan)
+        self.calibration_samples_ = np.sum(~np.isnan(ratios), axis=1).astype(np.float64)
+        self.group_factors_raw_, self.group_samples_ = group_factors(ratios, self.groups_, group_count, self.target_violation)
+        self.ratio_sketch_ = ratio_sketch(ratios)
         return self.calibrate_with_fleet(self.ratio_sketch_)
 
     def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:
-        """Set `factors_` from the own factors and the fleet factor read from `fleet_sketch` (this fit's own sketch,
-        or the merged sketches of every partition of the fleet)."""
+        """Set `factors_` from the own and group factors and the fleet factor read from `fleet_sketch` (this fit's own
+        sketch, or the merged sketches of every partition of the fleet)."""
         check_is_fitted(self, "ratio_sketch_")
         self.fleet_factor_ = sketch_quantile(fleet_sketch, 1.0 - self.target_violation)
+        self.group_factors_ = shrink(
+            self.group_factors_raw_, self.group_samples_, np.full(self.group_factors_raw_.shape, self.fleet_factor_), self.group_prior_samples
+        )
         self.factors_ = blend_factors(
-            self.own_factors_, self.calibration_samples_, self.fleet_factor_, self.calibration_prior_samples,
-            (self.factor_min, self.factor_max),
+            self.own_factors_, self.calibration_samples_, self.groups_, self.group_factors_raw_, self.group_samples_,
+            self.fleet_factor_, self.calibration_prior_samples, self.group_prior_samples, (self.factor_min, self.factor_max),
         )
         return self
 
@@ -266,7 +469,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         """The final line from the candidates' current lines (models x containers x steps) and `history_summary`."""
         check_is_fitted(self, "choice_")
         picked = lines[self.choice_, np.arange(lines.shape[1]), :] * self.factors_[:, None]
-        finished = finish_line(picked, summary, self.recent_steps, self.cold_start_factor, self.steps_per_day)
+        # Fast up belongs to the short-term line: a constant line is flat at its max, so it would take a spike's height.
+        recent = 0 if self.constant else self.recent_steps
+        finished = finish_line(picked, summary, recent, self.cold_start_factor, self.steps_per_day, self.stale_steps)
         return self._shape(finished)
 
     def predict(self, n_steps: int) -> FloatArray:
@@ -279,60 +484,139 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         return [model_name(candidate) for candidate in self._candidates()]
 
 
-def short_term_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
-    """The short-term ensemble: seasonal windows, statsmodels STL, the global boosted model, and the flat rules as fallbacks and members."""
-    days = settings.seasonal_days
-    floor = settings.seasonal_floor_fraction
+def short_term_candidates(settings: ForecastSettings, target_violation: float) -> list[BaseEstimator]:
+    """The short-term candidates at level 1 - target: time-of-day windows (with and without a floor of the flat
+    quantile), statsmodels STL when enabled, and every constant candidate."""
+    days, q = settings.seasonal_days, 1.0 - target_violation
+    narrow, wide = settings.narrow_window_steps, settings.wide_window_steps
     seasonal = [
-        WindowQuantileForecaster(days=days, window_steps=settings.narrow_window_steps, floor_fraction=floor),
-        WindowQuantileForecaster(days=days, window_steps=settings.wide_window_steps, floor_fraction=floor),
-        WindowQuantileForecaster(days=days, window_steps=settings.narrow_window_steps, floor_fraction=0.0),
-        WindowQuantileForecaster(days=3, window_steps=settings.wide_window_steps, floor_fraction=floor),
-    ]
-    stl: list[BaseEstimator] = [StlForecaster(days=days)] if settings.use_stl else []
-    return [*seasonal, *stl, *boosting_candidates(settings), *constant_candidates(settings)]
+        WindowQuantileForecaster(days=days, window_steps=narrow, quantile=q, floor_quantile=q, floor_fraction=fraction)
+        for fraction in (0.5, 0.8)
+    ] + [WindowQuantileForecaster(days=days, window_steps=wide, quantile=q, floor_quantile=q, floor_fraction=0.5)]
+    stl: list[BaseEstimator] = [StlForecaster(days=days, quantile=q)] if settings.use_stl else []
+    return [*seasonal, *stl, *constant_candidates(settings, target_violation)]
 
 
-def boosting_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
-    """The global boosted quantile model when `use_boosting` is on (its jitter window is the narrow seasonal one)."""
-    if not settings.use_boosting:
-        return []
-    return [
-        GlobalQuantileBoostingForecaster(
-            quantile=settings.boosting_quantile,
-            days=settings.seasonal_days,
-            train_days=settings.boosting_train_days,
-            lag_window_steps=settings.narrow_window_steps,
-            max_rows=settings.boosting_max_rows,
-            max_iter=settings.boosting_max_iter,
-        )
-    ]
-
-
-def constant_candidates(settings: ForecastSettings) -> list[BaseEstimator]:
-    """Flat rules: p99 and max of the last 1, 3 and `seasonal_days` days, and decayed quantiles (Koordinator-like)."""
-    flat: list[BaseEstimator] = [
-        FlatQuantileForecaster(days=d, quantile=q) for d in (1.0, 3.0, float(settings.seasonal_days)) for q in (0.99, 1.0)
-    ]
+def constant_candidates(settings: ForecastSettings, target_violation: float) -> list[BaseEstimator]:
+    """Flat rules at level 1 - target: the quantile of the last 1, 3, 7 and `history_days` days, the max of the last
+    1, 7 and `history_days` days, and decayed quantiles (half-lives 12 h, 1 and 3 days; Koordinator- and VPA-like)."""
+    q, long = 1.0 - target_violation, float(settings.history_days)
+    flat: list[BaseEstimator] = [FlatQuantileForecaster(days=d, quantile=q) for d in (1.0, 3.0, 7.0)]
+    flat.append(reference_candidate(settings, target_violation))
+    peaks = [FlatQuantileForecaster(days=d, quantile=1.0) for d in (1.0, 7.0, long)]
     decayed = [
-        DecayedQuantileForecaster(days=settings.seasonal_days, quantile=0.98, half_life_steps=STEPS_PER_DAY),
-        DecayedQuantileForecaster(days=settings.seasonal_days, quantile=0.99, half_life_steps=STEPS_PER_DAY // 2),
-        DecayedQuantileForecaster(days=3, quantile=0.99, half_life_steps=STEPS_PER_DAY),
+        DecayedQuantileForecaster(days=long, quantile=q, half_life_steps=int(hours * STEPS_PER_DAY / 24)) for hours in (12, 24, 72)
     ]
-    return [*flat, *decayed]
+    mixed = [MultiWindowQuantileForecaster(days=long, quantile=q), MultiWindowQuantileForecaster(days=long, shortest_days=3.0, windows=3, quantile=q)]
+    return [*flat, *peaks, *decayed, *mixed]
 
 
-def selected_forecaster(settings: ForecastSettings, candidates: list[BaseEstimator], target: float, constant: bool) -> SelectedForecaster:
+def reference_candidate(settings: ForecastSettings, target_violation: float) -> BaseEstimator:
+    """The flat quantile of the longest window at the asked level (KRR's shape): the fairness reference of selection."""
+    return FlatQuantileForecaster(days=float(settings.history_days), quantile=1.0 - target_violation)
+
+
+def selected_forecaster(
+    settings: ForecastSettings, candidates: list[BaseEstimator], target: float, constant: bool, horizon_days: int = 1
+) -> SelectedForecaster:
     """A `SelectedForecaster` over `candidates` with the settings' selection and calibration parameters."""
+    names = [model_name(c) for c in candidates]
+    reference = model_name(reference_candidate(settings, target))
     return SelectedForecaster(
         candidates=candidates,
         selection_days=settings.selection_days,
         target_violation=target,
-        change_weight=settings.change_weight,
+        groups=settings.selection_groups,
+        group_min_gain=settings.group_min_gain,
+        group_min_containers=settings.group_min_containers,
+        reference=names.index(reference) if reference in names else 0,
+        fairness_tolerance=settings.fairness_tolerance,
         calibration_prior_samples=settings.calibration_prior_samples,
+        group_prior_samples=settings.group_prior_samples,
         factor_min=settings.calibration_factor_min,
         factor_max=settings.calibration_factor_max,
         recent_steps=settings.recent_window_steps,
         cold_start_factor=settings.cold_start_factor,
+        stale_steps=int(settings.stale_after_seconds // 300),
         constant=constant,
+        horizon_days=horizon_days,
     )
+
+
+def daily_maxima(grid: FloatArray, days: int, steps_per_day: int) -> FloatArray:
+    """(containers x days) max of each of the last `days` whole days of the grid (oldest first), NaN where none."""
+    width = days * steps_per_day
+    block = np.full((grid.shape[0], width), np.nan)
+    recent = grid[:, -width:] if grid.shape[1] else grid
+    if recent.shape[1]:
+        block[:, width - recent.shape[1] :] = recent
+    per_day = block.reshape(grid.shape[0], days, steps_per_day)
+    with np.errstate(all="ignore"):
+        peaks = np.where(np.isnan(per_day), -np.inf, per_day).max(axis=2)
+    result: FloatArray = np.where(np.isfinite(peaks), peaks, np.nan)
+    return result
+
+
+#: Peak candidates: summaries of the last week's daily maxima (name, days, statistic).
+PEAK_RULES = (("last day's max", 1, "mean"), ("mean of 3 daily maxima", 3, "mean"), ("mean of 7 daily maxima", 7, "mean"),
+              ("median of 7 daily maxima", 7, "median"))
+
+
+def peak_candidates(grid: FloatArray, steps_per_day: int) -> FloatArray:
+    """(rules x containers) each `PEAK_RULES` summary of the daily maxima before the grid's end."""
+    weekly = daily_maxima(grid, 7, steps_per_day)
+    out = []
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: a container without a day of samples
+        for _, days, statistic in PEAK_RULES:
+            part = weekly[:, -days:]
+            out.append(np.nanmean(part, axis=1) if statistic == "mean" else np.nanmedian(part, axis=1))
+    return np.stack(out)
+
+
+class PeakForecaster(BaseEstimator):  # type: ignore[misc]
+    """The next day's maximum as a point forecast: the fleet's most accurate summary of recent daily maxima
+    (median absolute percentage error over the last `selection_days` rolling origins), scaled so that a `quantile`
+    share of those days peaked at or below it (slightly above the median: about half the days peak above a
+    median forecast, and the peak is read as a warning level). Fitted: `choice_`, `errors_`, `factor_`, `level_`."""
+
+    def __init__(self, selection_days: int = 7, quantile: float = 0.55, steps_per_day: int = STEPS_PER_DAY) -> None:
+        self.selection_days = selection_days
+        self.quantile = quantile
+        self.steps_per_day = steps_per_day
+
+    def fit(self, X: Any, y: Any = None) -> Self:
+        grid = check_grid(X, type(self).__name__)
+        per_day, n = self.steps_per_day, grid.shape[1]
+        forecasts, actuals = [], []
+        for day in range(self.selection_days, 0, -1):
+            origin = n - day * per_day
+            if origin < per_day:
+                continue
+            forecasts.append(peak_candidates(grid[:, :origin], per_day))
+            actuals.append(daily_maxima(grid[:, : origin + per_day], 1, per_day)[:, 0])
+        self.errors_ = np.full(len(PEAK_RULES), np.nan)
+        self.choice_, self.factor_ = len(PEAK_RULES) - 2, 1.0
+        if forecasts:
+            past, actual = np.stack(forecasts, axis=1), np.stack(actuals)[None]
+            scored = ~np.isnan(past) & ~np.isnan(actual) & (actual > 0) & (past > 0)
+            with np.errstate(all="ignore"):
+                error = np.abs(past - actual) / actual
+            for r in range(len(PEAK_RULES)):
+                if scored[r].any():
+                    self.errors_[r] = float(np.median(error[r][scored[r]]))
+            if np.isfinite(self.errors_).any():
+                self.choice_ = int(np.nanargmin(self.errors_))
+                with np.errstate(all="ignore"):
+                    ratio = (actual[0] / past[self.choice_])[scored[self.choice_]]
+                self.factor_ = _higher_quantile(ratio, self.quantile) if ratio.size else 1.0
+        self.level_ = peak_candidates(grid, per_day)[self.choice_] * self.factor_
+        return self
+
+    def predict(self) -> FloatArray:
+        check_is_fitted(self, "level_")
+        result: FloatArray = self.level_
+        return result
+
+    def name(self) -> str:
+        return f"{PEAK_RULES[self.choice_][0]} x{self.factor_:.3g}"

@@ -105,6 +105,29 @@ class FlatQuantileForecaster(_ConstantLine):
         return self
 
 
+class MultiWindowQuantileForecaster(_ConstantLine):
+    """A constant line: the mean of the `quantile` over `windows` windows from `shortest_days` to `days` (geometric
+    spacing). A recent level shift counts at once (short windows) without forgetting a burst of last week (long
+    ones); the mean is steadier than any one window, which matters at a 1 % risk, where single days decide."""
+
+    def __init__(
+        self, days: float = 14.0, shortest_days: float = 1.0, windows: int = 4, quantile: float = 0.99, steps_per_day: int = STEPS_PER_DAY
+    ) -> None:
+        self.days = days
+        self.shortest_days = shortest_days
+        self.windows = windows
+        self.quantile = quantile
+        self.steps_per_day = steps_per_day
+
+    def fit(self, X: Any, y: Any = None) -> Self:
+        window = self._window(X)
+        spans = np.geomspace(self.shortest_days, self.days, max(self.windows, 1))
+        levels = [nan_quantile(window[:, -max(int(d * self.steps_per_day), 1) :], self.quantile) for d in spans]
+        with np.errstate(all="ignore"):
+            self.level_ = np.nanmean(np.stack(levels), axis=0) if np.isfinite(levels).any() else np.full(window.shape[0], np.nan)
+        return self
+
+
 class DecayedQuantileForecaster(_ConstantLine):
     """A constant line: the weighted `quantile` of the last `days` days, a sample's weight halving every
     `half_life_steps` of age (Koordinator's mid rule without its buckets: recent level shifts count most)."""

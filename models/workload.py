@@ -12,31 +12,39 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
 from models.histogram import DecayingHistogram, FloatArray, MemoryPeakHistogram
 from models.ensemble import (
+    CONSTANT_FORECASTERS,
     IntArray,
+    PeakForecaster,
+    candidate_lines,
+    model_name,
+    rolling_origins,
+    usage_after,
     SelectedForecaster,
     constant_candidates,
     merge_sketches,
     selected_forecaster,
     short_term_candidates,
 )
-from models.forecast import usage_grid
+from models.forecast import STEPS_PER_DAY, usage_grid
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from recommender.identity import KEY_COLUMNS
 from recommender.policy import RequestBounds, request_bounds, with_target
 from recommender.resources import (
     CurrentResources,
     History,
+    LineLevels,
     LineModels,
     LineQuality,
     Peak,
@@ -85,6 +93,7 @@ class ResourceForecast:
     short_term: SelectedForecaster
     request: SelectedForecaster
     long_term: SelectedForecaster
+    peak: PeakForecaster
     grid_end: int
 
     def lines(self, as_of: int, horizon_seconds: int, step_seconds: int) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -122,6 +131,8 @@ class ResourceForecast:
 
 Sketch = tuple[IntArray, IntArray]
 LINES = ("short_term", "request", "long_term")
+#: The long-term line holds for a week: its candidates are scored on the week after each origin.
+LONG_TERM_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -158,10 +169,13 @@ def summarize_selection(parts: list[dict[str, tuple[list[str], IntArray, FloatAr
     """Per resource and line, the share of containers on each candidate and the mean rolling-origin cost of the
     chosen ones, over the `selection_choices` of one fit or of every partition of a fleet."""
     summary: dict[str, float] = {}
-    for key in (parts[0] if parts else {}):
-        names = parts[0][key][0]
-        choice = np.concatenate([part[key][1] for part in parts])
-        costs = np.concatenate([part[key][2] for part in parts])
+    for key in sorted({key for part in parts for key in part}):
+        present = [part[key] for part in parts if key in part]
+        names = present[0][0]
+        choice = np.concatenate([p[1] for p in present])
+        costs = np.concatenate([p[2] for p in present])
+        if choice.size == 0:
+            continue
         for index in np.unique(choice):
             summary[f"{key}.share.{names[index]}"] = round(float(np.mean(choice == index)), 4)
         if np.isfinite(costs).any():
@@ -170,14 +184,59 @@ def summarize_selection(parts: list[dict[str, tuple[list[str], IntArray, FloatAr
 
 
 def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end: int) -> ResourceForecast:
-    """The three forecast models of one resource on a usage grid (rows: workload containers, or nodes' pooled usage)."""
-    short = short_term_candidates(settings)
+    """The forecast models of one resource on a usage grid (rows: workload containers, or nodes' pooled usage), each
+    line built for its risk level in `settings`. A candidate shared by several lines (the constant rules are
+    candidates of all three) is backtested and fitted once."""
+    per_day = STEPS_PER_DAY
+    origins = rolling_origins(grid.shape[1], settings.selection_days, per_day)
+    usage = usage_after(grid, origins, LONG_TERM_DAYS * per_day)
+    cache: dict[tuple[str, bool], tuple[FloatArray, BaseEstimator]] = {}
+
+    def lines(candidates: list[BaseEstimator], constant: bool) -> tuple[FloatArray, list[BaseEstimator]]:
+        past, fitted = [], []
+        for candidate in candidates:
+            is_constant = isinstance(candidate, CONSTANT_FORECASTERS)
+            key = (model_name(candidate), is_constant)
+            if key not in cache:
+                cache[key] = (candidate_lines(grid, candidate, origins, per_day, is_constant), clone(candidate).fit(grid))
+            values, model = cache[key]
+            past.append(values if constant or not is_constant else np.broadcast_to(values, (*values.shape[:2], per_day)))
+            fitted.append(model)
+        width = 1 if constant else per_day
+        stacked = np.stack([np.broadcast_to(p, (*p.shape[:2], width)) for p in past]) if past else np.empty((0, len(origins), grid.shape[0], width))
+        return stacked, fitted
+
+    short, request, long = (settings.target_for(line) for line in LINES)
+    models = []
+    for target, candidates, constant, days in (
+        (short, short_term_candidates(settings, short), False, 1),
+        (request, constant_candidates(settings, request), True, 1),
+        (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
+    ):
+        past, fitted = lines(candidates, constant)
+        selector = selected_forecaster(settings, candidates, target, constant, days)
+        models.append(selector.fit_lines(grid, past, usage[:, :, : days * per_day], fitted))
     return ResourceForecast(
-        short_term=selected_forecaster(settings, short, settings.short_term_target_violation, False).fit(grid),
-        request=selected_forecaster(settings, constant_candidates(settings), settings.request_target_violation, True).fit(grid),
-        long_term=selected_forecaster(settings, constant_candidates(settings), settings.long_term_target_violation, True).fit(grid),
+        short_term=models[0],
+        request=models[1],
+        long_term=models[2],
+        peak=PeakForecaster(selection_days=settings.selection_days, quantile=settings.peak_quantile).fit(grid),
         grid_end=grid_end,
     )
+
+
+def level_key(settings: ForecastSettings, label: str) -> str:
+    """The risk levels of a group's three lines as a key, `"short/request/long"`: an override for its workload
+    (`namespace/workload`) or namespace, else the settings' per-line levels."""
+    namespace, workload, _ = json.loads(label)
+    override = settings.target_violation_overrides
+    level = override.get(f"{namespace}/{workload}", override.get(namespace))
+    levels = [level] * 3 if level is not None else [settings.target_for(line) for line in LINES]
+    return "/".join(f"{value:g}" for value in levels)
+
+
+def parse_level_key(key: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in key.split("/"))
 
 
 def _buckets(hist: HistogramSettings, resource: str) -> dict[str, float]:
@@ -325,6 +384,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             calibration={f"{name}.{line}": getattr(forecast, line).ratio_sketch_ for name, forecast in self._forecasts() for line in LINES},
         )
 
+    def _forecasts(self) -> list[tuple[str, ResourceForecast]]:
+        """Every fitted forecast as (`"cpu@0.01/0.01/0.01"`, forecast): one per resource and set of risk levels, so
+        partitions of a fleet merge the calibration of the same lines at the same levels."""
+        return [
+            (f"{resource}@{level}", forecast)
+            for resource, forecasts in (("cpu", self.cpu_forecasts_), ("memory", self.memory_forecasts_))
+            for level, forecast in forecasts.items()
+        ]
+
     def calibrate_with_fleet(self, fleet: FleetStatistics) -> Self:
         """Make a partition's fit what a fit on the whole fleet gives: the fleet's sample interval and calibration
         factors (the driver of distributed training merges every partition's `fleet_statistics` into `fleet`)."""
@@ -335,9 +403,6 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 getattr(forecast, line).calibrate_with_fleet(fleet.calibration[f"{name}.{line}"])
         return self
 
-    def _forecasts(self) -> list[tuple[str, ResourceForecast]]:
-        return [(n, f) for n, f in (("cpu", self.cpu_forecast_), ("memory", self.memory_forecast_)) if f is not None]
-
     def selection_summary(self) -> dict[str, float]:
         """Flat fit metrics of the model selection (stored in the version's manifest): see `summarize_selection`."""
         return summarize_selection([self.selection_choices()])
@@ -347,11 +412,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         rolling-origin cost; small, so partitions of a fleet return them for one summary."""
         check_is_fitted(self, "workloads_")
         choices = {}
-        for resource, forecast in self._forecasts():
+        for name, forecast in self._forecasts():
+            members = self.group_levels_ == name.split("@", 1)[1]
             for line in LINES:
                 model: SelectedForecaster = getattr(forecast, line)
                 costs = model.costs_[model.choice_, np.arange(model.choice_.size)]
-                choices[f"{resource}.{line}"] = (model.model_names(), model.choice_, costs)
+                choices[f"{name}.{line}"] = (model.model_names(), model.choice_[members], costs[members])
         return choices
 
     def _grid_end(self) -> int:
@@ -370,17 +436,26 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             usage[column].to_numpy(dtype=np.float64),
             len(groups),
             self.grid_end_,
-            (settings.selection_days + settings.seasonal_days + 1) * (86400 // step),
+            (settings.selection_days + settings.history_days + 1) * (86400 // step),
             step,
         )
 
     def _fit_forecasts(self) -> None:
-        enabled = (self.forecast or ForecastSettings()).enabled
-        self.cpu_forecast_ = self._fit_forecast(self.cpu_grid_) if enabled else None
-        self.memory_forecast_ = self._fit_forecast(self.memory_grid_) if enabled else None
-
-    def _fit_forecast(self, grid: FloatArray) -> ResourceForecast:
-        return fit_resource_forecast(grid, self.forecast or ForecastSettings(), self.grid_end_)
+        """One forecast per resource and distinct set of risk levels (the default, and each override in use), each on
+        the whole fleet's grid: the fleet chooses and calibrates at that level, its containers take the lines."""
+        settings = self.forecast or ForecastSettings()
+        self.group_levels_ = np.asarray([level_key(settings, label) for label in self.forecast_groups_], dtype=object)
+        self.cpu_forecasts_: dict[str, ResourceForecast] = {}
+        self.memory_forecasts_: dict[str, ResourceForecast] = {}
+        if not settings.enabled:
+            return
+        # CPU and memory in two threads: the work is numpy sorting, which releases the GIL (1.7x on 2 cores).
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for key in sorted(set(self.group_levels_.tolist())):
+                levels = settings.model_copy(update=dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key))))
+                cpu = pool.submit(fit_resource_forecast, self.cpu_grid_, levels, self.grid_end_)
+                memory = pool.submit(fit_resource_forecast, self.memory_grid_, levels, self.grid_end_)
+                self.cpu_forecasts_[key], self.memory_forecasts_[key] = cpu.result(), memory.result()
 
     @staticmethod
     def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:
@@ -463,12 +538,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         confidence = self._confidence_days(groups)
         per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
         cpu = self._resource(
-            self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, self.cpu_forecast_, groups, decision,
+            self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, self.cpu_forecasts_, groups, decision,
             horizon_seconds,
             _sizer(confidence, per_pod, policy.pod_min_cpu_cores, policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy),
         )
         memory = self._resource(
-            self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, self.memory_forecast_, groups,
+            self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, self.memory_forecasts_, groups,
             decision, horizon_seconds,
             _sizer(
                 confidence, per_pod, policy.pod_min_memory_bytes, policy.min_allowed_memory_bytes,
@@ -518,69 +593,131 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         result[index >= 0] = values[index[index >= 0]]
         return result
 
+    def _forecast_lines(
+        self, forecasts: dict[str, ResourceForecast], groups: pd.Index, as_of: int, horizon_seconds: int, step: int
+    ) -> dict[str, Any]:
+        """Per group (in `groups` order): our short-term line, request, long-term and peak values from the forecast of
+        its risk levels (NaN where a forecast drew none, e.g. stale), the levels, and per line the model's name and
+        quality."""
+        n_steps = int(np.ceil(horizon_seconds / step))
+        out: dict[str, Any] = {
+            "short_term": np.full((len(groups), n_steps), np.nan), "request": np.full(len(groups), np.nan),
+            "long_term": np.full(len(groups), np.nan), "peak": np.full(len(groups), np.nan),
+            "levels": [None] * len(groups), "names": [dict[str, str]() for _ in groups],
+            "quality": [dict[str, LineQuality]() for _ in groups], "stale": np.zeros(len(groups), dtype=bool),
+        }
+        own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        for key, forecast in forecasts.items():
+            rows = np.flatnonzero((own >= 0) & (self.group_levels_[np.maximum(own, 0)] == key))
+            if rows.size == 0:
+                continue
+            short, request, long_term = (line[own[rows]] for line in forecast.lines(as_of, horizon_seconds, step))
+            out["short_term"][rows], out["request"][rows], out["long_term"][rows] = short, request, long_term
+            out["peak"][rows] = forecast.peak.predict()[own[rows]]
+            out["stale"][rows] = forecast.short_term.summary_[own[rows], 3] >= forecast.short_term.stale_steps
+            names = {line: getattr(forecast, line).model_names() for line in LINES}
+            levels = parse_level_key(key)
+            for row in rows:
+                group = own[row]
+                out["levels"][row] = LineLevels(short_term=levels[0], target=levels[1], long_term=levels[2])
+                for line, field in _FORECAST_LINE.items():
+                    model = getattr(forecast, field)
+                    out["names"][row][line] = forecast.describe(model, group, names[field])
+                    out["quality"][row][line] = forecast.quality(model, group)
+                out["names"][row]["peak"] = forecast.peak.name()
+        return out
+
     def _resource(
         self,
         histogram: DecayingHistogram | MemoryPeakHistogram,
         long_term: PercentileReservation,
         short_term: SeasonalMaxReservation,
-        forecast: ResourceForecast | None,
+        forecasts: dict[str, ResourceForecast],
         groups: pd.Index,
         as_of: int,
         horizon_seconds: int,
         bounds: Any,
     ) -> list[ResourceRecommendation | None]:
-        """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere."""
+        """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
+        group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
         policy = self.policy or PolicySettings()
+        settings = self.forecast or ForecastSettings()
         fitted = histogram.groups_
         lower, target, upper = (
             self._aligned(histogram.quantile(q), fitted, groups)
             for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
         )
         step = short_term.step_seconds
-        n_steps = int(np.ceil(horizon_seconds / step))
-        own = pd.Index(self.forecast_groups_).get_indexer(groups)
-        names = {line: getattr(forecast, line).model_names() for line in LINES} if forecast is not None else {}
-        if forecast is None:
-            ours_short, ours_request = np.full((len(groups), n_steps), np.nan), np.full(len(groups), np.nan)
-            ours_long = ours_request
-        else:
-            ours_short, ours_request, ours_long = (line[own] for line in forecast.lines(as_of, horizon_seconds, step))
-            if histogram is self.memory_histogram_:
-                oom = np.isin(np.asarray(groups, dtype=str), self.oom_kills_.index)
-                ours_request = np.where(oom, np.nan, ours_request)
+        ours = self._forecast_lines(forecasts, groups, as_of, horizon_seconds, step)
+        ours_request = ours["request"]
+        memory = histogram is self.memory_histogram_
+        oom = np.isin(np.asarray(groups, dtype=str), self.oom_kills_.index)
+        if memory:
+            ours_request = np.where(oom, np.nan, ours_request)
         sized = bounds(lower, target, upper, ours_request)
+        sized_target = sized.target
+        peak_bound = np.full(len(groups), np.nan)
+        if memory:
+            # A small fleet must not inflate memory: without an OOM kill, the request stays within the week's peak
+            # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`).
+            peak_bound = self._observed_peak(groups) * (1.0 + settings.memory_peak_margin_fraction)
+            capped = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
+            sized_target = capped
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         lines_all = short_term.predict(as_of, horizon_seconds)
         lines = lines_all[pd.Index(short_term.groups_).get_indexer(groups)]
-        has_line = ~np.isnan(ours_short).any(axis=1)
-        lines = np.where(has_line[:, None], ours_short, lines)
-        long_values = np.where(np.isnan(ours_long), long_values, ours_long)
-        peak_values, peak_times = peak_of(lines, as_of, short_term.step_seconds)
+        has_line = ~np.isnan(ours["short_term"]).any(axis=1)
+        lines = np.where(has_line[:, None], ours["short_term"], lines)
+        long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
+        stale = ours["stale"]
+        lines = np.where(stale[:, None], sized_target[:, None], lines)
+        long_values = np.where(stale, sized_target, long_values)
+        line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
+        peak_values = np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"])
+        current = self.workloads_.reindex(groups)
+        request_now = current["memory_request_bytes" if memory else "cpu_request_cores"].to_numpy(dtype=np.float64)
+        limit_now = current["memory_limit_bytes" if memory else "cpu_limit_cores"].to_numpy(dtype=np.float64)
         result: list[ResourceRecommendation | None] = []
         for i in range(len(groups)):
             if np.isnan(target[i]):
                 result.append(None)
                 continue
-            # Per line, a value where a selected model drew it, NaN where it fell back to a rule.
-            drawn = {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours_long[i]}
+            drawn = {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours["long_term"][i]}
+            names = ours["names"][i]
+            limit, rule = recommended_limit(float(sized_target[i]), request_now[i], limit_now[i], float(peak_bound[i]))
             result.append(
                 ResourceRecommendation(
-                    target=float(sized.target[i]),
-                    lower_bound=float(sized.lower_bound[i]),
-                    upper_bound=float(sized.upper_bound[i]),
+                    target=float(sized_target[i]),
+                    lower_bound=float(min(sized.lower_bound[i], sized_target[i])),
+                    upper_bound=float(max(sized.upper_bound[i], sized_target[i])),
                     uncapped_target=float(sized.uncapped_target[i]),
                     short_term=[float(v) for v in lines[i]],
                     long_term=float(long_values[i]),
                     peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
+                    levels=ours["levels"][i],
+                    stale=bool(stale[i]),
+                    limit=limit,
+                    limit_rule=rule,
+                    limit_floor=float(peak_bound[i]) if np.isfinite(peak_bound[i]) else None,
                     models=LineModels(
-                        target=_name(forecast, names, "request", own[i], drawn["target"], "VPA histogram"),
-                        short_term=_name(forecast, names, "short_term", own[i], drawn["short_term"], "SeasonalMaxReservation"),
-                        long_term=_name(forecast, names, "long_term", own[i], drawn["long_term"], "Koordinator mid"),
-                        peak="max of the short-term line",
-                        quality=_quality(forecast, own[i], drawn),
+                        target=names["target"] if not np.isnan(drawn["target"]) else "VPA histogram",
+                        short_term=("stale: VPA request held flat" if stale[i] else names["short_term"]) if has_line[i] else "SeasonalMaxReservation",
+                        long_term=names["long_term"] if not np.isnan(drawn["long_term"]) else "Koordinator mid",
+                        peak=names.get("peak", "max of the short-term line") if not stale[i] else "max of the short-term line",
+                        quality={line: q for line, q in ours["quality"][i].items() if not np.isnan(drawn[line])},
                     ),
                 )
             )
+        return result
+
+    def _observed_peak(self, groups: pd.Index) -> FloatArray:
+        """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
+        own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
+        with np.errstate(all="ignore"):
+            peak = np.where(np.isnan(window), -np.inf, window).max(axis=1) if window.shape[1] else np.full(window.shape[0], -np.inf)
+        values = np.where(own >= 0, peak[np.maximum(own, 0)], -np.inf)
+        result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 
     @staticmethod
@@ -606,22 +743,18 @@ def _oom_counts(oom_frame: pd.DataFrame | None) -> pd.Series:
 _FORECAST_LINE = {"target": "request", "short_term": "short_term", "long_term": "long_term"}
 
 
-def _quality(forecast: ResourceForecast | None, group: int, values: dict[str, float]) -> dict[str, LineQuality]:
-    """Backtest quality of each line drawn by a selected model (a NaN value means the line fell back to a rule)."""
-    if forecast is None:
-        return {}
-    return {
-        line: forecast.quality(getattr(forecast, _FORECAST_LINE[line]), group)
-        for line, value in values.items()
-        if not np.isnan(value)
-    }
-
-
-def _name(forecast: ResourceForecast | None, names: dict[str, list[str]], line: str, group: int, value: float, fallback: str) -> str:
-    """The model behind one line of one group: the selected candidate, or the foundation rule it fell back to."""
-    if forecast is None or np.isnan(value):
-        return fallback
-    return forecast.describe(getattr(forecast, line), group, names[line])
+def recommended_limit(target: float, request_now: float, limit_now: float, floor: float) -> tuple[float | None, str | None]:
+    """The limit we would set beside `target` and the rule that set it: scaled with the request as VPA does
+    (limit x target / request), never below the target, and for memory never below `floor` (the observed peak plus a
+    margin; NaN for CPU). None without a current limit (nothing to scale, and we never add one)."""
+    if not np.isfinite(limit_now):
+        return None, None
+    scaled = limit_now * target / request_now if np.isfinite(request_now) and request_now > 0 else limit_now
+    candidates = {"scaled with the request": scaled, "the request": target}
+    if np.isfinite(floor):
+        candidates["observed 7-day peak + margin"] = floor
+    rule = max(candidates, key=lambda name: candidates[name])
+    return float(candidates[rule]), rule
 
 
 def _sizer(

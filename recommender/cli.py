@@ -81,6 +81,26 @@ def _settings(**groups: dict[str, Any]) -> Settings:
         raise ConfigurationError(f"invalid settings: {error}") from None
 
 
+TargetViolationOption = Annotated[
+    float | None,
+    typer.Option(
+        "--target-violation",
+        help="Risk level: the share of 5-minute samples each line may be under, e.g. 0.01 or 0.05 (like VPA's target "
+        "percentile, 0.05 = p95); sets the short-term, request and long-term lines [default 0.01; per namespace or "
+        "workload: KOORD_RECOMMENDER_FORECAST__TARGET_VIOLATION_OVERRIDES].",
+    ),
+]
+
+
+def _forecast_levels(target_violation: float | None) -> dict[str, Any]:
+    """The forecast group's per-line levels for `--target-violation` (nothing when not given)."""
+    if target_violation is None:
+        return {}
+    if not 0 < target_violation < 0.5:
+        raise ConfigurationError(f"--target-violation: {target_violation} is not a share between 0 and 0.5 (e.g. 0.01)")
+    return {f"{line}_target_violation": target_violation for line in ("short_term", "request", "long_term")}
+
+
 def _duration(text: str, option: str) -> int:
     try:
         return parse_duration_seconds(text)
@@ -148,6 +168,7 @@ def train(
         float | None,
         typer.Option("--failure-tolerance", help="Distributed: share of partitions that may fail and the rest still publish [default 0]."),
     ] = None,
+    target_violation: TargetViolationOption = None,
 ) -> None:
     """Fit the models on a usage file or on Prometheus, and publish a new model version."""
     from pipelines.train import train_from_file, train_from_prometheus
@@ -179,6 +200,7 @@ def train(
             "partition_containers": partition_containers,
             "failure_tolerance_fraction": failure_tolerance,
         },
+        forecast=_forecast_levels(target_violation),
     )
     horizon_seconds = _duration(horizon, "--horizon")
     if settings.scale.scheduler_address or settings.scale.workers:
@@ -253,11 +275,12 @@ def recommend(
     as_of: Annotated[int, typer.Option("--as-of", help="Decision time, Unix seconds: only earlier rows are used.")],
     output: Annotated[Path, typer.Option("--output", help="Where to write the JSON recommendations.")],
     horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon, e.g. 24h.")] = "24h",
+    target_violation: TargetViolationOption = None,
 ) -> None:
     """Recommend for every workload container at a decision time (the evaluation contract)."""
     from pipelines.train import recommend_from_file
 
-    settings = _settings()
+    settings = _settings(forecast=_forecast_levels(target_violation))
     horizon_seconds = _duration(horizon, "--horizon")
     with _progress(3) as step:
         result = recommend_from_file(input, as_of, horizon_seconds, settings, step=step)

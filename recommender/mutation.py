@@ -113,6 +113,9 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
         learned: ResourceRecommendation | None = getattr(rec, name)
         if learned is None:
             continue
+        if learned.stale:
+            result.warnings.append(f"koord-recommender: {container.get('name')}: {name} not resized, the recommendation is stale (no recent samples)")
+            continue
         parse, fmt = _PARSE[name], _FORMAT[name]
         new_request = _clamp(_line_value(learned, policy.line), *bounds[name])
         old_limit = parse(limits[name]) if name in limits else None
@@ -125,7 +128,9 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
             result.changes.append(f"{container.get('name')}: {name} request {requests.get(name, '-')} -> {request_text}")
             requests[name] = request_text
         if scale_limit and old_limit is not None and old_request:
-            limit_text = fmt(max(old_limit * new_request / old_request, new_request))
+            # A memory limit never goes below the peak the container has reached (plus margin): an OOM kill by surprise.
+            floor = learned.limit_floor if learned.limit_floor is not None else 0.0
+            limit_text = fmt(max(old_limit * new_request / old_request, new_request, floor))
             if limits[name] != limit_text:
                 result.changes.append(f"{container.get('name')}: {name} limit {limits[name]} -> {limit_text}")
                 limits[name] = limit_text

@@ -46,6 +46,14 @@ class LineModels(BaseModel):
     )
 
 
+class LineLevels(BaseModel):
+    """The risk level each line was built for: the share of 5-minute samples it may be under."""
+
+    target: float = Field(description="Request line (the `target`).")
+    short_term: float
+    long_term: float
+
+
 class ResourceRecommendation(BaseModel):
     """One resource (CPU or memory) of one workload container."""
 
@@ -56,6 +64,16 @@ class ResourceRecommendation(BaseModel):
     short_term: list[float] = Field(description="Short-term reservation: one value per step over the horizon.")
     long_term: float = Field(description="Long-term reservation (Koordinator's mid rule).")
     peak: Peak
+    levels: LineLevels | None = Field(None, description="The risk level of each line; None where the lines come from "
+                                      "the foundation's rules (forecasting off).")
+    stale: bool = Field(False, description="No sample for `forecast.stale_after_seconds`: no fresh forecast was made; "
+                        "every line holds the request flat (the webhook leaves such containers alone).")
+    limit: float | None = Field(None, description="The limit we would set with this target for the container's current "
+                                "request and limit (None without a current limit: we never add one).")
+    limit_rule: str | None = Field(None, description="Which rule set `limit`: scaled with the request (VPA's rule), the "
+                                   "request itself, or (memory) the observed 7-day peak + margin.")
+    limit_floor: float | None = Field(None, description="Memory: no limit we set goes below this (the observed 7-day peak "
+                                      "x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.")
     models: LineModels | None = Field(default=None, description="Which model produced each line (optional).")
 
 

@@ -106,75 +106,104 @@ class ReservationSettings(BaseModel):
 
 
 class ForecastSettings(BaseModel):
-    """The forecast models, their per-container selection and calibration (issue 4; README "Models")."""
+    """The forecast models: candidates built for the asked risk level, their fleet-level selection and hierarchical
+    calibration (issue 19; README "Models"). Every choice below was settled on the development half of the data
+    (docs/benchmarks.md, "How settings are chosen")."""
 
     short_term_target_violation: float = Field(
-        0.01, gt=0, lt=0.5, description="Share of 5-minute samples the calibrated short-term line may be under (1 %)."
+        0.01, gt=0, lt=0.5, description="Share of 5-minute samples the short-term line may be under (1 %); "
+        "`--target-violation` sets all three lines.",
     )
     request_target_violation: float = Field(
-        0.02, gt=0, lt=0.5, description="Same for the request line (2 %: VPA's request violates about 2.3 % on bitbrains)."
+        0.01, gt=0, lt=0.5, description="Same for the request line (1 %)."
     )
     long_term_target_violation: float = Field(
         0.01, gt=0, lt=0.5, description="Same for the long-term line, judged on day-ahead rolling origins (1 %)."
     )
-    selection_days: int = Field(
-        7, ge=1, description="Rolling origins (days) each container's models are scored and calibrated on."
+    target_violation_overrides: dict[str, float] = Field(
+        default_factory=dict,
+        description="Risk level per namespace (`team-a`) or workload (`team-a/api`), applied to all three lines of its "
+        "containers; the most specific key wins. Example: {\"batch\": 0.05, \"shop/checkout\": 0.005}.",
     )
-    change_weight: float = Field(
-        0.1, ge=0, description="Autopilot cost: weight of the line's changes against the pinball loss (0 = ignore changes)."
+    selection_days: int = Field(
+        7, ge=1, description="Rolling origins (days) the candidates are scored and calibrated on."
+    )
+    history_days: int = Field(
+        14, ge=1, description="Longest window of a candidate, days: 14, as KRR's; at a 1 % risk, long windows carry "
+        "a container's rare bursts into the next day.",
+    )
+    selection_groups: int = Field(
+        3, ge=1, description="Groups of similar containers (by burstiness) that may choose their own candidate and "
+        "calibration factor.",
+    )
+    group_min_gain: float = Field(
+        0.1, ge=0, lt=1, description="A group takes its own candidate only when it is this much cheaper on the group "
+        "than the fleet's choice (10 %): a choice needs evidence.",
+    )
+    group_min_containers: int = Field(
+        20, ge=1, description="Containers a group needs before it may choose its own candidate.",
+    )
+    fairness_tolerance: float = Field(
+        0.1, ge=0, description="A candidate is chosen only if its p90 container violation at the matched level is at "
+        "most this much (10 %) above that of the flat quantile of `history_days` (KRR's shape).",
     )
     calibration_prior_samples: float = Field(
-        1e6,
-        gt=0,
-        description="Samples at which a container's own calibration factor counts as much as the fleet's. Large: on "
-        "bitbrains' validation days per-container factors chased single bursts and cost more than they fixed.",
+        1e9, gt=0, description="Samples at which a container's own calibration factor counts as much as its group's. "
+        "Large: on the development half, own factors (prior 20,000, about ten weeks of samples) raised the "
+        "overprovision at matched risk in 5 of 6 cells: last week's misses are a poor guide to tomorrow's.",
+    )
+    group_prior_samples: float = Field(
+        1e9, gt=0, description="Samples at which a group's factor counts as much as the fleet's (large, for the same "
+        "reason: the fleet's factor, never clipped, carries the calibration).",
     )
     calibration_factor_min: float = Field(
-        0.8, gt=0, description="Smallest calibration factor: calibration is a gentle correction of the quantile level."
+        0.25, gt=0, description="Guard on a calibration factor (not the calibration itself): smallest allowed."
     )
     calibration_factor_max: float = Field(
-        1.25, gt=0, description="Largest calibration factor, so one bursty day cannot blow every line up."
+        4.0, gt=0, description="Guard on a calibration factor: largest allowed."
     )
-    seasonal_days: int = Field(7, ge=1, description="Days of history the seasonal models look at (one week: weekday rhythm).")
+    seasonal_days: int = Field(7, ge=1, description="Days of history the time-of-day models look at (one week: weekday rhythm).")
     narrow_window_steps: int = Field(
-        6, ge=0, description="Half-width of the narrow time-of-day window, steps (30 min: spikes come early or late)."
+        3, ge=0, description="Half-width of the narrow time-of-day window, steps (15 min: spikes come early or late)."
     )
-    wide_window_steps: int = Field(36, ge=0, description="Half-width of the wide time-of-day window, steps (3 h).")
-    seasonal_floor_fraction: float = Field(
-        0.7, ge=0, description="Seasonal lines never drop below this fraction of the flat p99 (quiet slots still burst)."
-    )
+    wide_window_steps: int = Field(12, ge=0, description="Half-width of the wide time-of-day window, steps (1 h).")
     recent_window_steps: int = Field(
-        12, ge=1, description="Fast up: the first steps of a line never fall below the max of this many last steps (1 h)."
+        12, ge=0, description="Fast up: the first steps of the short-term line never fall below the max of this many last "
+        "steps (1 h; 0: off)."
     )
     cold_start_factor: float = Field(
         1.5, ge=1, description="A container with under a day of samples gets this x its observed max."
+    )
+    stale_after_seconds: float = Field(
+        3 * 86400.0, gt=0, description="A container without a sample for this long (3 days) gets no fresh forecast: "
+        "its recommendation is marked stale and holds its last request flat instead of extrapolating.",
+    )
+    memory_peak_margin_fraction: float = Field(
+        0.15, ge=0, description="Memory: without an OOM kill the request stays at most, and a limit we set at least, the "
+        "observed 7-day peak x (1 + this) (15 %, KRR's memory buffer): a small fleet cannot inflate a request, and a "
+        "Guaranteed pod's limit never lands under a peak it has already reached.",
+    )
+    peak_quantile: float = Field(
+        0.55, gt=0, lt=1, description="The peak forecast is scaled so this share of past days peaked at or below it "
+        "(0.55: a point forecast, a little above the median, so at most about half the days peak above it).",
     )
     enabled: bool = Field(
         True, description="False: the foundation's rules only (VPA target, Koordinator mid, seasonal max), as baselines."
     )
     use_stl: bool = Field(
-        True, description="Include the statsmodels STL model among the short-term candidates (about 5 ms per container)."
+        False, description="Include the statsmodels STL model among the short-term candidates (about 5 ms per "
+        "container and origin; off: it did not win on the development half).",
     )
-    use_boosting: bool = Field(
-        True,
-        description="Include the global gradient-boosted quantile model among the short-term candidates (one fit per "
-        "rolling origin for the whole fleet, about 1-2 s each on bitbrains).",
-    )
-    boosting_quantile: float = Field(
-        0.99, gt=0, lt=1, description="Quantile the boosted model's loss targets (0.99: the short-term 1 % violation)."
-    )
-    boosting_train_days: int = Field(
-        7, ge=1, description="Days before each origin whose day-ahead forecasts become the boosted model's training rows."
-    )
-    boosting_max_rows: int = Field(
-        50_000,
-        ge=1,
-        description="Training rows the boosted model is fitted on at most, subsampled with a fixed seed: bounds the "
-        "fit time whatever the fleet's size.",
-    )
-    boosting_max_iter: int = Field(
-        100, ge=1, description="Boosting iterations (trees) of the boosted model; its fit time grows linearly with them."
-    )
+
+    def target_for(self, line: str) -> float:
+        """The default risk level of one line (`short_term`, `request`, `long_term`)."""
+        return float(getattr(self, f"{line}_target_violation"))
+
+    def with_target_violation(self, target: float) -> ForecastSettings:
+        """These settings with every line built for the risk level `target`."""
+        return self.model_copy(
+            update={f"{line}_target_violation": target for line in ("short_term", "request", "long_term")}
+        )
 
 
 class StoreSettings(BaseModel):
