@@ -130,10 +130,11 @@ def matched_costs(past_lines: FloatArray, past_usage: FloatArray, target_violati
 
 def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
     """Index of the lowest overprovision (costs: candidates x (overprovision, p90 container violation)) among the
-    candidates whose p90 container violation is at most (1 + tolerance) x the `reference` candidate's: cheaper lines
-    must not get there by giving up on some containers."""
+    candidates whose p90 container violation is at most the `reference` candidate's plus `tolerance` x the target
+    violation: cheaper lines must not get there by giving up on some containers (a flat line spreads its misses
+    evenly; a time-of-day line may miss a little more on some containers for far less room)."""
     over = np.where(np.isnan(costs[:, 0]), np.inf, costs[:, 0])
-    limit = costs[reference, 1] * (1.0 + tolerance) if np.isfinite(costs[reference, 1]) else np.inf
+    limit = costs[reference, 1] + tolerance if np.isfinite(costs[reference, 1]) else np.inf
     fair = np.isfinite(over) & ~(costs[:, 1] > limit)
     return int(np.argmin(np.where(fair, over, np.inf))) if fair.any() else int(np.argmin(over))
 
@@ -151,7 +152,7 @@ def choose_models(
     """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's),
     the fleet's matched costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
     fleet = matched_costs(past_lines, past_usage, target_violation)
-    fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance)
+    fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance * target_violation)
     n_groups = int(groups.max()) + 1 if groups.size else 0
     per_group = np.full((n_groups, past_lines.shape[0], 2), np.nan)
     choice = np.full(groups.size, fleet_choice, dtype=np.int64)
@@ -160,7 +161,7 @@ def choose_models(
         if members.sum() < max(min_containers, 1):
             continue
         per_group[g] = matched_costs(past_lines, past_usage, target_violation, members)
-        best = cheapest_fair(per_group[g], reference, fairness_tolerance)
+        best = cheapest_fair(per_group[g], reference, fairness_tolerance * target_violation)
         if np.isfinite(per_group[g, best, 0]) and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]:
             choice[members] = best
     return choice, fleet, per_group

@@ -144,8 +144,8 @@ class ForecastSettings(BaseModel):
         20, ge=1, description="Containers a group needs before it may choose its own candidate.",
     )
     fairness_tolerance: float = Field(
-        0.1, ge=0, description="A candidate is chosen only if its p90 container violation at the matched level is at "
-        "most this much (10 %) above that of the flat quantile of `history_days` (KRR's shape).",
+        1.0, ge=0, description="A candidate is chosen only if its p90 container violation at the matched level is at "
+        "most that of the flat quantile of `history_days` (KRR's shape) plus this x the target (1: one point at 1 %).",
     )
     calibration_prior_samples: float = Field(
         1e9, gt=0, description="Samples at which a container's own calibration factor counts as much as its group's. "
