@@ -88,7 +88,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
 
     def _steps(self) -> int:
         settings = self.forecast or ForecastSettings()
-        return (settings.selection_days + settings.seasonal_days + 1) * (SECONDS_PER_DAY // self.step_seconds)
+        return (settings.selection_days + settings.history_days + 1) * (SECONDS_PER_DAY // self.step_seconds)
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
         require_columns(X, (*USAGE_COLUMNS, "node"), type(self).__name__)

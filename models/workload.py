@@ -114,9 +114,11 @@ class ResourceForecast:
         others = others[np.isfinite(others)]
         # Six significant digits: the costs' last bits depend on how many containers were scored together (numpy's
         # summation order), and a distributed run must give the same JSON as one process.
+        fleet = model.fleet_costs_[choice, 0]
         return LineQuality(
             cost=_significant(costs[choice]) if np.isfinite(costs[choice]) else None,
             next_best_cost=_significant(others.min()) if others.size else None,
+            fleet_overprovision=_significant(fleet) if np.isfinite(fleet) else None,
             calibration_factor=float(model.factors_[group]),
         )
 

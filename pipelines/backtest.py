@@ -4,7 +4,8 @@ Decisions every day at 00:00 UTC for each container with at least 7 days of hist
 sees only samples before T. Lines: request (constant 24 h), short-term (288 five-minute values), long-term
 (constant 7 days), peak (max over 24 h). Every pod's later samples are scored against its workload's line.
 Our candidates' lines are computed once per day and per resource; selection and calibration at T use only the
-lines of earlier origins whose day has passed, exactly what `SelectedForecaster.fit` recomputes in `recommend`.
+lines of earlier origins whose day has passed, exactly what `recommend` recomputes (the fleet chooses at the level
+of each line, `models.ensemble`).
 The decision days are split in time: the first half is the validation part (where the model settings were
 chosen), the second half the held-out part; both are reported beside the whole.
 """
@@ -29,10 +30,11 @@ from models.ensemble import (
     model_name,
     selected_forecaster,
     short_term_candidates,
+    usage_after,
 )
 from models.forecast import FloatArray, nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
-from models.workload import WorkloadRecommender, group_label, with_group_labels
+from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
 from pipelines.ingest import read_usage
 from recommender.settings import Settings
 
@@ -102,7 +104,7 @@ class Decisions:
     choices: dict[str, FloatArray] = field(default_factory=dict)
 
 
-def candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: int, constant: bool) -> FloatArray:
+def daily_candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: int, constant: bool) -> FloatArray:
     """(models x days x groups x steps) day-ahead lines of each candidate from each day's origin (NaN on day 0)."""
     n_groups, n = grid.shape
     days = n // steps_per_day
@@ -118,12 +120,16 @@ def candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: i
 def selected_lines(
     grid: FloatArray, lines: FloatArray, selector: SelectedForecaster, decision_days: list[int], steps_per_day: int
 ) -> tuple[FloatArray, FloatArray]:
-    """Our final line and chosen candidate at each decision day from the cached candidate lines."""
-    actual = grid.reshape(grid.shape[0], -1, steps_per_day).transpose(1, 0, 2)
+    """Our final line and chosen candidate at each decision day from the cached candidate lines: the origins of
+    the `selection_days` before it, each scored on the usage after it up to the decision (a week at most for the
+    long-term line, as `recommend` does)."""
     finals, choices = [], []
+    horizon = (selector.horizon_days if selector.constant else 1) * steps_per_day
     for day in decision_days:
         first = max(day - selector.selection_days, 1)
-        model = clone(selector).decide(lines[:, first:day], actual[first:day])
+        actual = usage_after(grid[:, : day * steps_per_day], [d * steps_per_day for d in range(first, day)], horizon)
+        past = lines[:, first:day, :, :1] if selector.constant else lines[:, first:day]
+        model = clone(selector).decide(past, actual)
         summary = history_summary(grid[:, : day * steps_per_day], selector.recent_steps)
         finals.append(model.combine(lines[:, day], summary))
         choices.append(model.choice_.astype(np.float64))
@@ -191,14 +197,15 @@ def decide(fleet: Fleet, settings: Settings, step: Step = _quiet) -> tuple[list[
         grid = fleet.group_grid[resource]
         decisions = Decisions()
         families = {
-            "short_term": (short_term_candidates(forecast), forecast.short_term_target_violation, False),
-            "request": (constant_candidates(forecast), forecast.request_target_violation, True),
-            "long_term": (constant_candidates(forecast), forecast.long_term_target_violation, True),
+            line: (candidates(forecast, forecast.target_for(line)), forecast.target_for(line), line != "short_term", days)
+            for line, candidates, days in (
+                ("short_term", short_term_candidates, 1), ("request", constant_candidates, 1), ("long_term", constant_candidates, LONG_TERM_DAYS),
+            )
         }
-        for line, (candidates, target, constant) in families.items():
+        for line, (candidates, target, constant, horizon_days) in families.items():
             step(f"{resource}: {line} candidates ({len(candidates)} models x {fleet.days} days)")
-            lines = candidate_lines(grid, candidates, per_day, constant)
-            selector = selected_forecaster(forecast, candidates, target, constant)
+            lines = daily_candidate_lines(grid, candidates, per_day, constant)
+            selector = selected_forecaster(forecast, candidates, target, constant, horizon_days)
             ours, choices = selected_lines(grid, lines, selector, decision_days, per_day)
             getattr(decisions, line)["ours"] = ours if line == "short_term" else ours[:, :, 0]
             decisions.choices[line] = choices
@@ -300,7 +307,7 @@ def run_backtest(path: Path, settings: Settings, step: Step = _quiet) -> tuple[F
         step(f"scoring ({part})")
         scores[part] = {r: score(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
     names = {
-        "short_term": [model_name(c) for c in short_term_candidates(settings.forecast)],
-        "constant": [model_name(c) for c in constant_candidates(settings.forecast)],
+        "short_term": [model_name(c) for c in short_term_candidates(settings.forecast, settings.forecast.short_term_target_violation)],
+        "constant": [model_name(c) for c in constant_candidates(settings.forecast, settings.forecast.request_target_violation)],
     }
     return fleet, BacktestResult(days, fleet.origin, scores, decisions, time.perf_counter() - started, names)

@@ -19,9 +19,10 @@ The driver (the process running `recommender train --dask-scheduler ADDRESS` or 
 5. streams the partitions' recommendations, in workload order, into one `recommendations.json`, and commits.
 
 What matches the single-process fit exactly: everything per container (VPA histograms, Koordinator's mid rule, the
-seasonal max, the rolling-origin model choice), the sample interval (merged step counts) and the fleet calibration
-factor (merged log-bin sketches; both paths read the same sketch): the recommendations are byte-identical. What does
-not: the global boosted candidate (`forecast.use_boosting`) is fitted per partition, on that partition's containers.
+seasonal max), the sample interval (merged step counts) and the fleet calibration factor (merged log-bin sketches;
+both paths read the same sketch). What does not: the choice among forecast candidates and the peak rule are made by
+each partition for its own containers (a partition of `partition_containers` is a fleet of its own; merging the
+choice would need a second pass over every partition).
 
 A partition that fails after `scale.retries` (or whose worker died more often than Dask allows) is reported by the
 names of its workloads; within `scale.failure_tolerance_fraction` the rest is published with them in the manifest's

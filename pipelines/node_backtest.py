@@ -45,7 +45,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
 from models.forecast import DecayedQuantileForecaster, FloatArray
 from models.nodes import rise_allowance
-from pipelines.backtest import RESOURCES, Fleet, candidate_lines, load_fleet, selected_lines
+from models.workload import LONG_TERM_DAYS
+from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from recommender import colocation
 from recommender.settings import Settings
 
@@ -251,12 +252,14 @@ def _forecast_lines(grid: FloatArray, settings: Settings, decision_days: list[in
     forecast = settings.forecast
     out = []
     for name, candidates, target, constant in (
-        ("short-term", short_term_candidates(forecast), forecast.short_term_target_violation, False),
-        ("long-term", constant_candidates(forecast), forecast.long_term_target_violation, True),
+        ("short-term", short_term_candidates(forecast, forecast.short_term_target_violation), forecast.short_term_target_violation, False),
+        ("long-term", constant_candidates(forecast, forecast.long_term_target_violation), forecast.long_term_target_violation, True),
     ):
         step(f"{resource}: node {name} candidates ({len(candidates)} models)")
-        lines = candidate_lines(grid, candidates, per_day, constant)
-        final, _ = selected_lines(grid, lines, selected_forecaster(forecast, candidates, target, constant), decision_days, per_day)
+        lines = daily_candidate_lines(grid, candidates, per_day, constant)
+        horizon_days = LONG_TERM_DAYS if constant else 1
+        selector = selected_forecaster(forecast, candidates, target, constant, horizon_days)
+        final, _ = selected_lines(grid, lines, selector, decision_days, per_day)
         out.append(final)
     return out[0], out[1][:, :, 0]
 

@@ -22,13 +22,18 @@ class Peak(BaseModel):
 
 
 class LineQuality(BaseModel):
-    """How the chosen candidate of one line scored on the rolling-origin backtest of the container's last days."""
+    """How the chosen candidate of one line scored on the rolling-origin backtest of the last days."""
 
     cost: float | None = Field(
-        description="Autopilot-style cost relative to usage (usage above the line, unused room, changes); lower is "
-        "better; None when the history was too short to backtest."
+        description="The container's own pinball cost of the chosen candidate at its risk level, relative to its usage "
+        "(usage above the line, unused room below it); lower is better; None when the history was too short."
     )
-    next_best_cost: float | None = Field(None, description="The lowest cost among the candidates not chosen.")
+    next_best_cost: float | None = Field(None, description="The container's lowest cost among the candidates not chosen "
+                                         "(the fleet chooses, so one may be lower for this container).")
+    fleet_overprovision: float | None = Field(
+        None, description="Why it was chosen: the chosen candidate's overprovision over the whole fleet at the "
+        "matched risk level on the backtest, alpha x sum(line) / sum(usage) - 1."
+    )
     calibration_factor: float = Field(description="Scale applied to the chosen line so its violations meet the target.")
 
 

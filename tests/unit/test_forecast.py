@@ -117,7 +117,8 @@ def test_selected_line_follows_a_daily_sine_with_jitter() -> None:
     line, truth = model.predict(P), grid[:, -P:]
     chosen = model.model_names()[model.choice_[0]]
     assert chosen.startswith("WindowQuantileForecaster"), chosen
-    assert np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(line, truth)]) > 0.95
+    # The line's trough is floored at half the flat quantile (quiet slots still burst), so it follows the peaks.
+    assert np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(line, truth)]) > 0.9
     assert np.mean(truth > line) <= 0.02
     flat = np.max(grid[:, -2 * P : -P], axis=1, keepdims=True)
     assert line.sum() < 0.8 * (flat * np.ones(P)).sum()
@@ -148,7 +149,7 @@ def test_lines_are_built_for_the_asked_level() -> None:
     past, future = grid[:, :-P], grid[:, -P:]
     strict = short_term(ForecastSettings(), 0.01).fit(past).predict(P)
     loose = short_term(ForecastSettings(), 0.05).fit(past).predict(P)
-    assert np.all(loose < strict)
+    assert np.all(loose <= strict) and np.mean(loose < strict) > 0.9  # the first hour may share the recent max
     assert np.mean(future > strict) == pytest.approx(0.01, abs=0.006)
     assert np.mean(future > loose) == pytest.approx(0.05, abs=0.02)
 
@@ -172,13 +173,13 @@ def test_cold_start_is_bounded_by_what_was_seen() -> None:
 def test_matched_cost_is_the_overprovision_at_the_target_violation() -> None:
     rng = np.random.default_rng(2)
     usage = rng.uniform(0, 1, size=(5, 3, P))  # origins x containers x steps
-    lines = np.stack([np.full_like(usage, 0.5), np.full((5, 3, 1), 5.0)])  # a constant line is one value
-    costs = matched_costs(lines, usage, 0.01)
+    costs = matched_costs(np.full((1, *usage.shape), 0.5), usage, 0.01)
+    constant = matched_costs(np.full((1, 5, 3, 1), 5.0), usage, 0.01)  # a constant line is one value
     ratio = np.sort((usage / 0.5).ravel())
     alpha = ratio[int(np.ceil(0.99 * ratio.size)) - 1]
     assert costs[0, 0] == pytest.approx(alpha * 0.5 * usage.size / usage.sum() - 1)
     # Scaled lines are the same shape: equal cost whatever their level; the p90 container violation is near 1 %.
-    assert costs[1, 0] == pytest.approx(costs[0, 0])
+    assert constant[0, 0] == pytest.approx(costs[0, 0])
     assert costs[0, 1] == pytest.approx(0.01, abs=0.01)
 
 

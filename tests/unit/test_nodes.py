@@ -22,7 +22,7 @@ from tests.k8s import container, node, pod, running
 from tests.recs import STEPS
 
 DAY = 86400
-FAST = ForecastSettings(use_stl=False, use_boosting=False, selection_days=2, seasonal_days=2)
+FAST = ForecastSettings(selection_days=2, seasonal_days=2, history_days=3)
 
 
 def alternating(days: int = 4, start: int = 1_700_006_400) -> pd.DataFrame:
