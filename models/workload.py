@@ -703,7 +703,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     limit_floor=float(peak_bound[i]) if np.isfinite(peak_bound[i]) else None,
                     models=LineModels(
                         target=names["target"] if not np.isnan(drawn["target"]) else "VPA histogram",
-                        short_term=("stale: VPA request held flat" if stale[i] else names["short_term"]) if has_line[i] else "SeasonalMaxReservation",
+                        short_term="stale: the request held flat" if stale[i] else names["short_term"] if has_line[i] else "SeasonalMaxReservation",
                         long_term=names["long_term"] if not np.isnan(drawn["long_term"]) else "Koordinator mid",
                         peak=names.get("peak", "max of the short-term line") if not stale[i] else "max of the short-term line",
                         quality={line: q for line, q in ours["quality"][i].items() if not np.isnan(drawn[line])},

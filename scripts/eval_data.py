@@ -42,7 +42,7 @@ def nab_cpu(shared: pathlib.Path, out: pathlib.Path) -> None:
     frames = []
     for path in files:
         raw = pd.read_csv(path)
-        stamp = pd.to_datetime(raw["timestamp"], utc=True).astype("int64") // 10**9
+        stamp = (pd.to_datetime(raw["timestamp"], utc=True) - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)
         name = path.stem.replace("_", "-")
         frames.append(
             pd.DataFrame(
@@ -69,7 +69,8 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("eval-data"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    split_bitbrains(args.shared, args.out)
+    if not (args.out / "judged.csv.gz").exists():
+        split_bitbrains(args.shared, args.out)
     nab_cpu(args.shared, args.out)
 
 

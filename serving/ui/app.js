@@ -411,13 +411,21 @@ function recommendationTable(rec) {
     ["uncapped target", (r) => rec[r]?.uncapped_target],
     ["long-term reservation", (r) => rec[r]?.long_term],
     ["forecast peak", (r) => rec[r]?.peak.value],
+    ["recommended limit", (r) => rec[r]?.limit],
   ];
   const peakTime = (r) => rec[r] ? " at " + fmt.time(rec[r].peak.at) : "";
-  return el("table", { "data-testid": "recommendation" },
+  const level = (r) => rec[r]?.levels ? (100 * rec[r].levels.short_term).toFixed(1) + " %" : "-";
+  const stale = ["cpu", "memory"].some((r) => rec[r]?.stale);
+  const table = el("table", { "data-testid": "recommendation" },
     el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"))),
     el("tbody", {}, rows.map(([label, value]) => el("tr", {}, el("td", {}, label),
       el("td", { class: "num" }, fmt.cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
-      el("td", { class: "num" }, fmt.memory(value("memory")), label === "forecast peak" ? peakTime("memory") : "")))));
+      el("td", { class: "num" }, fmt.memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
+      el("tr", {}, el("td", {}, "risk level (share of samples above the lines)"),
+        el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory")))));
+  if (!stale) return table;
+  return el("div", {}, el("p", { class: "stale", "data-testid": "stale-recommendation" },
+    "Stale: no samples for days, so no fresh forecast was made; the lines hold the request flat and the webhook leaves this container alone."), table);
 }
 
 function modelsTable(rec) {
