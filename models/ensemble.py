@@ -147,7 +147,7 @@ def choose_models(
     min_gain: float,
     min_containers: int,
     reference: int = 0,
-    fairness_tolerance: float = 0.1,
+    fairness_tolerance: float = 1.0,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
     """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's),
     the fleet's matched costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
@@ -371,7 +371,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         group_min_gain: float = 0.1,
         group_min_containers: int = 20,
         reference: int = 0,
-        fairness_tolerance: float = 0.1,
+        fairness_tolerance: float = 1.0,
         calibration_prior_samples: float = 20_000.0,
         group_prior_samples: float = 20_000.0,
         factor_min: float = 0.25,

@@ -123,8 +123,10 @@ class MultiWindowQuantileForecaster(_ConstantLine):
         window = self._window(X)
         spans = np.geomspace(self.shortest_days, self.days, max(self.windows, 1))
         levels = [nan_quantile(window[:, -max(int(d * self.steps_per_day), 1) :], self.quantile) for d in spans]
-        with np.errstate(all="ignore"):
-            self.level_ = np.nanmean(np.stack(levels), axis=0) if np.isfinite(levels).any() else np.full(window.shape[0], np.nan)
+        stacked = np.stack(levels)
+        known = ~np.isnan(stacked)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.level_ = np.where(known.any(axis=0), np.where(known, stacked, 0.0).sum(axis=0) / known.sum(axis=0), np.nan)
         return self
 
 
