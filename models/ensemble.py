@@ -17,7 +17,6 @@ has already computed; `SelectedForecaster` wires them.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Self
 
 import numpy as np
@@ -567,11 +566,12 @@ def peak_candidates(grid: FloatArray, steps_per_day: int) -> FloatArray:
     """(rules x containers) each `PEAK_RULES` summary of the daily maxima before the grid's end."""
     weekly = daily_maxima(grid, 7, steps_per_day)
     out = []
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: a container without a day of samples
-        for _, days, statistic in PEAK_RULES:
-            part = weekly[:, -days:]
-            out.append(np.nanmean(part, axis=1) if statistic == "mean" else np.nanmedian(part, axis=1))
+    for _, days, statistic in PEAK_RULES:
+        part = weekly[:, -days:]
+        known = ~np.isnan(part)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(known.any(axis=1), np.where(known, part, 0.0).sum(axis=1) / known.sum(axis=1), np.nan)
+        out.append(mean if statistic == "mean" else nan_quantile(part, 0.5))
     return np.stack(out)
 
 

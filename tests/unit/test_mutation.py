@@ -194,3 +194,25 @@ def test_a_pod_already_mutated_is_left_as_is() -> None:
     once = mutate(original, "shop", RECS.get, webhook, "v1").pod
     again = mutate(once, "shop", RECS.get, webhook, "v2")
     assert once != original and again.pod == once and again.changes == [] and again.warnings == []
+
+
+def test_a_memory_limit_never_goes_below_the_observed_peak_floor() -> None:
+    """VPA would scale a 4Gi limit with a 2Gi -> 256Mi request to 512Mi; the recommendation's floor (the observed peak
+    + margin) keeps it at 900Mi, and the request itself still follows the recommendation."""
+    rec = recommendation("shop", "web", "main", 0.5, 256 * MIB)
+    assert rec.memory is not None
+    floored = rec.model_copy(update={"memory": rec.memory.model_copy(update={"limit_floor": 900.0 * MIB})})
+    original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])])
+    found = mutate(original, "shop", lookup_of(floored).get, WebhookSettings(), "v1").pod
+    assert resources(found)["requests"]["memory"] == "256Mi"
+    assert memory_bytes_from_quantity(resources(found)["limits"]["memory"]) == 900 * MIB
+
+
+def test_a_stale_recommendation_is_not_applied_and_says_why() -> None:
+    rec = recommendation("shop", "web", "main", 0.5, 1 * GIB)
+    assert rec.cpu is not None and rec.memory is not None
+    stale = rec.model_copy(update={"cpu": rec.cpu.model_copy(update={"stale": True}), "memory": rec.memory.model_copy(update={"stale": True})})
+    original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])])
+    result = mutate(original, "shop", lookup_of(stale).get, WebhookSettings(), "v1")
+    assert resources(result.pod) == RESOURCE_SHAPES["both"]
+    assert any("stale" in warning for warning in result.warnings)

@@ -13,6 +13,7 @@ from sklearn.exceptions import NotFittedError
 from models.histogram import DecayingHistogram
 from models.reservation import PercentileReservation, SeasonalMaxReservation
 from models.workload import WorkloadRecommender
+from recommender.settings import ForecastSettings
 from recommender.settings import PolicySettings
 from tests.conftest import make_usage
 
@@ -158,3 +159,28 @@ def test_forecast_lines_far_after_the_data_keep_the_time_of_day() -> None:
     assert near is not None and far is not None
     assert near.short_term == pytest.approx(far.short_term)
     assert near.models is not None and "Forecaster" in near.models.short_term
+
+
+def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
+    """An override builds that namespace's lines at its own level (lower at 5 % than the default 1 %), the JSON says
+    which level each line was built for, and the default level stays for the others."""
+    usage = make_usage(workloads=2, pods=1, days=10)
+    loose = usage.assign(namespace="batch")
+    both = pd.concat([usage, loose], ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
+    settings = ForecastSettings(target_violation_overrides={"batch": 0.05})
+    recs = {(r.namespace, r.workload): r for r in WorkloadRecommender(forecast=settings).fit(both).predict().recommendations}
+    strict, relaxed = recs[("ns", "w0")].cpu, recs[("batch", "w0")].cpu
+    assert strict is not None and relaxed is not None and strict.levels is not None and relaxed.levels is not None
+    assert strict.levels.short_term == strict.levels.target == strict.levels.long_term == 0.01
+    assert relaxed.levels.short_term == relaxed.levels.target == relaxed.levels.long_term == 0.05
+    assert max(relaxed.short_term) < max(strict.short_term)
+
+
+def test_memory_request_stays_within_the_week_peak_and_the_limit_above_it() -> None:
+    usage = make_usage(workloads=1, pods=1, days=10).assign(memory_limit_bytes=8e9)
+    memory = WorkloadRecommender().fit(usage).predict().recommendations[0].memory
+    assert memory is not None and memory.limit_floor is not None
+    peak = usage["memory_bytes"][usage["timestamp"] >= usage["timestamp"].max() - 7 * 86400].max()
+    assert memory.target <= peak * 1.15 + 1e-6
+    assert memory.limit_floor == pytest.approx(peak * 1.15)
+    assert memory.limit is not None and memory.limit >= memory.limit_floor and memory.limit_rule is not None
