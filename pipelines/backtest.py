@@ -23,6 +23,7 @@ import pandas as pd
 from sklearn.base import clone
 
 from models.ensemble import (
+    PeakForecaster,
     SelectedForecaster,
     constant_candidates,
     constant_line,
@@ -230,6 +231,9 @@ def decide(fleet: Fleet, settings: Settings, step: Step = _quiet) -> tuple[list[
         for method, peak in decisions.peak.items():
             if method != "ours":
                 decisions.request[method] = decisions.long_term[method] = peak
+        # Our peak is its own point forecast (`PeakForecaster`), as `recommend` gives it, not the line's max.
+        peak_model = PeakForecaster(selection_days=forecast.selection_days, quantile=forecast.peak_quantile)
+        decisions.peak["ours"] = np.stack([clone(peak_model).fit(grid[:, : day * per_day]).predict() for day in decision_days])
         results[resource] = decisions
     return decision_days, results
 
