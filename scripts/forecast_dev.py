@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Score the project's forecast lines on the development split in-process with the shared harness (no CSV per day).
+
+This is how every forecasting setting was chosen (docs/benchmarks.md, "How settings are chosen"): the shared
+harness's `evaluate` calls `fit_resource_forecast` on each decision day's history and scores the lines like
+`run_project.py` does, minutes faster than a CLI call per day. Judge the result on the other half with
+`run_project.py`, never here.
+
+Usage: .venv/bin/python scripts/forecast_dev.py [--data eval-data/dev.csv.gz] [--target-violation 0.01]
+           [--day-stride 2] [--settings '{"selection_groups": 1}'] [--resources cpu,memory] [--shared ../shared]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from models.forecast import usage_grid  # noqa: E402
+from models.workload import fit_resource_forecast  # noqa: E402
+from recommender.settings import ForecastSettings  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="eval-data/dev.csv.gz")
+    parser.add_argument("--target-violation", type=float, default=0.01)
+    parser.add_argument("--day-stride", type=int, default=2)
+    parser.add_argument("--settings", default="{}", help="ForecastSettings fields as JSON")
+    parser.add_argument("--resources", default="cpu,memory")
+    parser.add_argument("--shared", type=pathlib.Path, default=ROOT.parent / "shared")
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.shared / "eval"))
+    import harness  # the shared scoring, used as it is
+
+    settings = ForecastSettings(**json.loads(args.settings)).with_target_violation(args.target_violation)
+    steps = (settings.selection_days + settings.history_days + 1) * 288
+
+    class InProcess(harness.Method):  # type: ignore[misc, name-defined]
+        name = "project-in-process"
+
+        def recommend_all(self, ds, T, eligible):  # type: ignore[no-untyped-def]
+            started = time.time()
+            out: dict[tuple[str, ...], dict[str, object]] = {s.key: {} for s in eligible}
+            for resource in ds.resources:
+                windows = [s.window(T - steps * 300, T) for s in eligible]
+                grid = usage_grid(
+                    np.concatenate([np.full(len(w), i) for i, w in enumerate(windows)]).astype(np.int64),
+                    np.concatenate([w.ts for w in windows]).astype(np.float64),
+                    np.concatenate([w.values(resource) for w in windows]),
+                    len(eligible), T, steps, 300,
+                )
+                forecast = fit_resource_forecast(grid, settings, T)
+                short, request, long_term = forecast.lines(T, 86400, 300)
+                peak = forecast.peak.predict()
+                for i, s in enumerate(eligible):
+                    out[s.key][resource] = harness.Rec(
+                        float(np.nan_to_num(request[i])), np.nan_to_num(short[i]), float(np.nan_to_num(long_term[i])),
+                        float(np.nan_to_num(peak[i])),
+                    )
+            print(f"{harness.utc(T)}: {len(eligible)} containers, {time.time() - started:.1f} s", file=sys.stderr, flush=True)
+            return out
+
+    data = harness.load_tidy(args.data)
+    data.resources = tuple(r for r in data.resources if r in args.resources.split(","))
+    result = harness.evaluate(data, InProcess(), 7.0, None, None, args.day_stride)
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    for resource in data.resources:
+        for line in ("request", "short_term", "long_term"):
+            m = result["results"][resource][line]
+            a1, a5 = m["at_1pct"], m["at_5pct"]
+            print(f"{resource} {line}: violation {pct(m['violation'])}, @1 % {pct(a1['overprovision'])} (p90 {pct(a1['p90_container_violation'])}), "
+                  f"@5 % {pct(a5['overprovision'])} (p90 {pct(a5['p90_container_violation'])})")
+        peak = result["results"][resource]["peak"]
+        print(f"{resource} peak: MdAPE {pct(peak['mdape'])}, days above {pct(peak['under_forecast'])}")
+
+
+if __name__ == "__main__":
+    main()
