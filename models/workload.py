@@ -55,6 +55,8 @@ from recommender.resources import (
 from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, ReservationSettings
 
 USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
+#: Per resource, the pod-state column counting its known samples (`PolicySettings.min_samples` reads it).
+SAMPLE_COLUMNS = {"cpu_samples": "cpu_cores", "memory_samples": "memory_bytes"}
 CURRENT_COLUMNS = (
     "cpu_request_cores",
     "cpu_limit_cores",
@@ -271,6 +273,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if "oom_groups_" in state:
             groups = state.pop("oom_groups_")
             state["oom_kills_"] = pd.Series(1, index=pd.Index(groups, dtype=object), dtype=np.int64)
+        # Models stored before per-resource sample counts: every sample of a pod counted for both resources.
+        for name in ("pods_", "workloads_"):
+            if name in state and "cpu_samples" not in state[name].columns:
+                state[name] = state[name].assign(**{column: state[name]["samples"] for column in SAMPLE_COLUMNS})
         super().__setstate__(state)
 
     def fit(
@@ -480,6 +486,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         pods: pd.DataFrame = grouped["timestamp"].agg(["min", "max", "size"]).set_axis(
             ["first_sample", "last_sample", "samples"], axis=1
         )
+        pods = pods.join(grouped[list(SAMPLE_COLUMNS.values())].count().set_axis(list(SAMPLE_COLUMNS), axis=1))
         present = [c for c in CURRENT_COLUMNS if c in usage.columns]
         if present:
             pods = pods.join(grouped[present].last())
@@ -496,7 +503,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         merged = pd.DataFrame(index=both.index)
         merged["first_sample"] = both[["first_sample_old", "first_sample"]].min(axis=1)
         merged["last_sample"] = both[["last_sample_old", "last_sample"]].max(axis=1)
-        merged["samples"] = both["samples_old"].fillna(0) + both["samples"].fillna(0)
+        for column in ("samples", *SAMPLE_COLUMNS):
+            merged[column] = both[column + "_old"].fillna(0) + both[column].fillna(0)
         for column in CURRENT_COLUMNS:
             merged[column] = both[column].fillna(both[column + "_old"])
         return merged
@@ -510,6 +518,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             last_sample=("last_sample", "max"),
             pods=("samples", "size"),
             samples=("samples", "sum"),
+            **{column: (column, "sum") for column in SAMPLE_COLUMNS},
         ).join(grouped[list(CURRENT_COLUMNS)].max())
         keys = pd.DataFrame([json.loads(label) for label in described.index], columns=list(KEY_COLUMNS), index=described.index)
         described = keys.join(described)
@@ -570,6 +579,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         last_sample=int(row["last_sample"]),
                         pods=int(row["pods"]),
                         samples=int(row["samples"]),
+                        cpu_samples=int(row["cpu_samples"]),
+                        memory_samples=int(row["memory_samples"]),
                         oom_kills=int(self.oom_kills_.get(label, 0)),
                         recent_cpu_cores=recent_cpu[i],
                         recent_memory_bytes=recent_memory[i],
@@ -679,9 +690,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         current = self.workloads_.reindex(groups)
         request_now = current["memory_request_bytes" if memory else "cpu_request_cores"].to_numpy(dtype=np.float64)
         limit_now = current["memory_limit_bytes" if memory else "cpu_limit_cores"].to_numpy(dtype=np.float64)
+        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown".
+        known = current["memory_samples" if memory else "cpu_samples"].to_numpy(dtype=np.float64)
+        enough = known >= policy.min_samples
         result: list[ResourceRecommendation | None] = []
         for i in range(len(groups)):
-            if np.isnan(target[i]):
+            if np.isnan(target[i]) or not enough[i]:
                 result.append(None)
                 continue
             drawn = {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours["long_term"][i]}

@@ -101,6 +101,8 @@ class History(BaseModel):
     last_sample: int = Field(description="Unix seconds.")
     pods: int = Field(description="Distinct pods pooled into this recommendation.")
     samples: int = Field(description="Usage rows used.")
+    cpu_samples: int | None = Field(None, description="Rows with a CPU value (a recommendation needs `policy.min_samples`).")
+    memory_samples: int | None = Field(None, description="Rows with a memory value (the same minimum).")
     oom_kills: int = Field(0, description="OOM kills of the workload's containers seen in the history.")
     recent_cpu_cores: list[float | None] = Field(
         default_factory=list, description="Usage line: max over pods per step for the last day before as_of."
@@ -119,8 +121,8 @@ class WorkloadRecommendation(BaseModel):
     kind: str | None = Field(
         None, description="Workload kind (Deployment, StatefulSet, DaemonSet, CronJob, Job, Pod) where the source says."
     )
-    cpu: ResourceRecommendation | None = Field(description="None when the history has no CPU samples.")
-    memory: ResourceRecommendation | None = Field(description="None when the history has no memory samples.")
+    cpu: ResourceRecommendation | None = Field(description="None with fewer than `policy.min_samples` CPU samples.")
+    memory: ResourceRecommendation | None = Field(description="None with fewer than `policy.min_samples` memory samples.")
     current: CurrentResources = CurrentResources()
     history: History | None = None
 

@@ -79,6 +79,13 @@ class PolicySettings(BaseModel):
     max_allowed_cpu_cores: float | None = Field(None, gt=0, description="Cap the target from above, cores (none).")
     min_allowed_memory_bytes: float | None = Field(None, ge=0, description="Cap the target from below, bytes (none).")
     max_allowed_memory_bytes: float | None = Field(None, gt=0, description="Cap the target from above, bytes (none).")
+    min_samples: int = Field(
+        12,
+        ge=1,
+        description="Known samples of a resource a container needs before it gets any recommendation for it (an hour "
+        "at the 5-minute step). VPA gives none without samples; below this a request would be read from a histogram "
+        "that is empty or nearly so (the pod minimum, 25m), and the webhook would apply it.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> PolicySettings:

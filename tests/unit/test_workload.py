@@ -48,6 +48,25 @@ def test_resource_without_samples_is_none() -> None:
     assert rec.memory is None and rec.cpu is not None
 
 
+def test_no_recommendation_for_a_resource_below_the_sample_minimum() -> None:
+    # Issue 13: a workload whose CPU cells are all empty, beside others, was sized at the 25m pod minimum.
+    usage = make_usage(workloads=2, pods=1, days=1)
+    usage.loc[usage["workload"] == "w0", "cpu_cores"] = np.nan
+    empty, full = WorkloadRecommender().fit(usage).predict().recommendations
+    assert empty.cpu is None and empty.memory is not None and full.cpu is not None
+    assert empty.history is not None and empty.history.cpu_samples == 0 and empty.history.memory_samples == 288
+    few = make_usage(workloads=1, pods=1, days=1).iloc[:11]
+    model = WorkloadRecommender().fit(few)
+    rec = model.predict().recommendations[0]
+    assert rec.cpu is None and rec.memory is None
+    # The minimum counts every sample seen, also across incremental fits.
+    more = make_usage(workloads=1, pods=1, days=1).iloc[11:13]
+    rec = model.partial_fit(more).predict().recommendations[0]
+    assert rec.cpu is not None and rec.history is not None and rec.history.cpu_samples == 13
+    thirteen = make_usage(workloads=1, pods=1, days=1).iloc[:13]
+    assert WorkloadRecommender(policy=PolicySettings(min_samples=20)).fit(thirteen).predict().recommendations[0].cpu is None
+
+
 def test_policy_settings_are_used() -> None:
     usage = make_usage(workloads=1, pods=1, days=2)
     plain = WorkloadRecommender().fit(usage).predict().recommendations[0].cpu
