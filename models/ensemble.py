@@ -17,6 +17,7 @@ has already computed; `SelectedForecaster` wires them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -43,20 +44,24 @@ IntArray = npt.NDArray[np.int64]
 CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)
 
 
-def selection_costs(past_lines: FloatArray, past_usage: FloatArray, target_violation: float) -> FloatArray:
-    """(models x containers) pinball cost of each candidate's past lines (models x origins x containers x steps, or
-    x 1 for constant lines) relative to the container's usage: reported per container (how well its line did), not
-    used to choose. Constant lines are scored from sorted usage (no models x samples temporaries)."""
+def selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatArray, target_violation: float) -> FloatArray:
+    """(models x containers) pinball cost of each candidate's past lines (per candidate: origins x containers x
+    steps, or x 1 for a constant line) relative to the container's usage: reported per container (how well its line
+    did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
     q = 1.0 - target_violation
     scale = np.maximum(np.nansum(past_usage, axis=(0, 2)), 1e-12)
-    if past_lines.shape[3] == 1 and past_usage.shape[2] > 1:
-        ordered = np.sort(past_usage, axis=2)  # NaN last
-        count = np.sum(~np.isnan(past_usage), axis=2)
-        cumulative = np.concatenate([np.zeros((*ordered.shape[:2], 1)), np.nancumsum(ordered, axis=2)], axis=2)
-        total = cumulative[:, :, -1]
-        out = np.full(past_lines.shape[:1] + past_lines.shape[2:3], np.nan)
-        for m in range(past_lines.shape[0]):
-            level = past_lines[m, :, :, 0]
+    out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
+    sorted_parts: tuple[FloatArray, FloatArray, FloatArray] | None = None
+    for m, lines in enumerate(past_lines):
+        if lines.shape[2] == 1 and past_usage.shape[2] > 1:
+            if sorted_parts is None:
+                ordered = np.sort(past_usage, axis=2)  # NaN last
+                count = np.sum(~np.isnan(past_usage), axis=2).astype(np.float64)
+                cumulative = np.concatenate([np.zeros((*ordered.shape[:2], 1)), np.nancumsum(ordered, axis=2)], axis=2)
+                sorted_parts = (ordered, count, cumulative)
+            ordered, count, cumulative = sorted_parts
+            total = cumulative[:, :, -1]
+            level = lines[:, :, 0]
             below = np.sum(ordered <= level[:, :, None], axis=2)
             at_or_below = np.take_along_axis(cumulative, below[:, :, None], axis=2)[:, :, 0]
             over = (total - at_or_below) - level * (count - below)
@@ -64,14 +69,14 @@ def selection_costs(past_lines: FloatArray, past_usage: FloatArray, target_viola
             known = ~np.isnan(level) & (count > 0)
             pinball = np.where(known, q * over + (1 - q) * under, 0.0).sum(axis=0)
             out[m] = np.where(known.any(axis=0), pinball / scale, np.nan)
-        return out
-    usage = past_usage[None]
-    known = ~np.isnan(usage) & ~np.isnan(past_lines)
-    over = np.where(known, np.maximum(usage - past_lines, 0.0), 0.0)
-    under = np.where(known, np.maximum(past_lines - usage, 0.0), 0.0)
-    pinball = (q * over + (1 - q) * under).sum(axis=(1, 3))
-    result: FloatArray = np.where(known.any(axis=(1, 3)), pinball / scale, np.nan)
-    return result
+            continue
+        line = np.broadcast_to(lines, past_usage.shape)
+        known_samples = ~np.isnan(past_usage) & ~np.isnan(line)
+        over_part = np.where(known_samples, np.maximum(past_usage - line, 0.0), 0.0)
+        under_part = np.where(known_samples, np.maximum(line - past_usage, 0.0), 0.0)
+        pinball = (q * over_part + (1 - q) * under_part).sum(axis=(0, 2))
+        out[m] = np.where(known_samples.any(axis=(0, 2)), pinball / scale, np.nan)
+    return out
 
 
 def _higher_quantile(values: FloatArray, q: float) -> float:
@@ -95,8 +100,10 @@ def burst_groups(past_usage: FloatArray, n_groups: int) -> IntArray:
     return np.searchsorted(edges, capped, side="right").astype(np.int64)
 
 
-def matched_costs(past_lines: FloatArray, past_usage: FloatArray, target_violation: float, members: npt.NDArray[np.bool_] | None = None) -> FloatArray:
-    """Per candidate (first axis of past_lines: models x origins x containers x steps, or x 1 for constant lines):
+def matched_costs(
+    past_lines: Sequence[FloatArray], past_usage: FloatArray, target_violation: float, members: npt.NDArray[np.bool_] | None = None
+) -> FloatArray:
+    """Per candidate (each of past_lines: origins x containers x steps, or x 1 for constant lines):
     (overprovision, p90 container violation) at the pooled violation `target_violation` over the containers in
     `members` (all by default), the harness' '@' figures: alpha x sum(line) / sum(usage) - 1 with alpha the
     (1 - target) quantile of usage / line over every known sample, and the 90th percentile over containers of each
@@ -104,14 +111,14 @@ def matched_costs(past_lines: FloatArray, past_usage: FloatArray, target_violati
     chosen = np.ones(past_usage.shape[1], dtype=bool) if members is None else members
     usage = past_usage[:, chosen]
     known = ~np.isnan(usage)
-    costs = np.full((past_lines.shape[0], 2), np.nan)
+    costs = np.full((len(past_lines), 2), np.nan)
     used = float(np.sum(usage[known]))
     if used <= 0:
         return costs
     per_container = known.sum(axis=(0, 2))
     scored_containers = per_container > 0
-    for m in range(past_lines.shape[0]):
-        line = np.broadcast_to(past_lines[m][:, chosen], usage.shape)
+    for m, lines in enumerate(past_lines):
+        line = np.broadcast_to(lines[:, chosen], usage.shape)
         scored = known & ~np.isnan(line)
         if not scored.any():
             continue
@@ -119,7 +126,7 @@ def matched_costs(past_lines: FloatArray, past_usage: FloatArray, target_violati
         alpha = _higher_quantile(ratio, 1.0 - target_violation)
         # Samples the candidate drew no line for count at its mean level, so a gap does not look cheap.
         total_line = float(np.sum(line[scored])) * float(known.sum()) / float(scored.sum())
-        over = np.zeros(usage.shape)
+        over = np.zeros(usage.shape, dtype=bool)
         over[scored] = ratio > alpha
         rates = over.sum(axis=(0, 2))[scored_containers] / per_container[scored_containers]
         costs[m, 0] = alpha * total_line / used - 1.0 if np.isfinite(alpha) else np.inf
@@ -139,7 +146,7 @@ def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
 
 
 def choose_models(
-    past_lines: FloatArray,
+    past_lines: Sequence[FloatArray],
     past_usage: FloatArray,
     groups: IntArray,
     target_violation: float,
@@ -153,7 +160,7 @@ def choose_models(
     fleet = matched_costs(past_lines, past_usage, target_violation)
     fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance * target_violation)
     n_groups = int(groups.max()) + 1 if groups.size else 0
-    per_group = np.full((n_groups, past_lines.shape[0], 2), np.nan)
+    per_group = np.full((n_groups, len(past_lines), 2), np.nan)
     choice = np.full(groups.size, fleet_choice, dtype=np.int64)
     for g in range(n_groups):
         members = groups == g
@@ -343,12 +350,35 @@ def usage_after(grid: FloatArray, origins: list[int], steps: int) -> FloatArray:
 
 def rolling_lines(
     grid: FloatArray, candidates: list[BaseEstimator], selection_days: int, steps_per_day: int, constant: bool, horizon_days: int = 1
-) -> tuple[FloatArray, FloatArray]:
-    """Every candidate's `candidate_lines` (models x origins x containers x steps, or x 1 when `constant`) and the
-    usage that followed each origin (origins x containers x steps: a day, or `horizon_days` when constant)."""
+) -> tuple[list[FloatArray], FloatArray]:
+    """Every candidate's `candidate_lines` (origins x containers x steps, or x 1 when `constant`) and the usage that
+    followed each origin (origins x containers x steps: a day, or `horizon_days` when constant)."""
     origins = rolling_origins(grid.shape[1], selection_days, steps_per_day)
-    past = np.stack([candidate_lines(grid, c, origins, steps_per_day, constant) for c in candidates]) if candidates else np.empty((0, len(origins), grid.shape[0], 1))
+    past = [candidate_lines(grid, c, origins, steps_per_day, constant) for c in candidates]
     return past, usage_after(grid, origins, (horizon_days if constant else 1) * steps_per_day)
+
+
+def pick_lines(lines: Sequence[FloatArray] | Mapping[int, FloatArray], choice: IntArray, axis: int) -> FloatArray:
+    """Each container's line from its chosen candidate (`lines[m]`: containers along `axis`, a constant line may be
+    one step wide): only the chosen candidates are read, so the others need not exist."""
+    available = list(lines.values()) if isinstance(lines, Mapping) else list(lines)
+    if choice.size == 0:
+        # No container: any candidate's shape with none along `axis`.
+        return np.take(available[0], np.empty(0, dtype=np.int64), axis=axis) if available else np.empty((0, 0))
+    shape = list(lines[int(choice[0])].shape)
+    shape[axis] = choice.size
+    widest = max(lines[int(m)].shape[-1] for m in np.unique(choice))
+    shape[-1] = widest
+    out = np.empty(shape)
+    for m in np.unique(choice):
+        rows = np.flatnonzero(choice == m)
+        part = np.take(lines[int(m)], rows, axis=axis)
+        target_shape = list(part.shape)
+        target_shape[-1] = widest
+        index: list[Any] = [slice(None)] * out.ndim
+        index[axis] = rows
+        out[tuple(index)] = np.broadcast_to(part, target_shape)
+    return out
 
 
 class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
@@ -360,6 +390,14 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     candidates), `costs_` (candidates x containers: each container's own pinball cost, for reports), `groups_`,
     `factors_`, `group_factors_`, `fleet_factor_`.
     """
+
+    groups_: IntArray
+    choice_: IntArray
+    costs_: FloatArray
+    fleet_costs_: FloatArray
+    own_factors_: FloatArray
+    calibration_samples_: FloatArray
+    ratio_sketch_: tuple[IntArray, IntArray]
 
     def __init__(
         self,
@@ -408,25 +446,55 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         grid = check_grid(X, type(self).__name__)
         candidates = self._candidates()
         past, actual = rolling_lines(grid, candidates, self.selection_days, self.steps_per_day, self.constant, self.horizon_days)
-        return self.fit_lines(grid, past, actual, [clone(candidate).fit(grid) for candidate in candidates])
+        return self.fit_lines(grid, past, actual, lambda m: clone(candidates[m]).fit(grid))
 
-    def fit_lines(self, grid: FloatArray, past_lines: FloatArray, past_usage: FloatArray, fitted: list[BaseEstimator]) -> Self:
-        """`fit` from the candidates' rolling lines and usage (`rolling_lines`) and the candidates fitted on the whole
-        grid, computed once when several lines share candidates."""
+    def fit_lines(
+        self,
+        grid: FloatArray,
+        past_lines: Sequence[FloatArray],
+        past_usage: FloatArray,
+        fit: Callable[[int], BaseEstimator],
+        rows: IntArray | None = None,
+    ) -> Self:
+        """`fit` from the candidates' rolling lines and usage (`rolling_lines`), computed once when several lines
+        share candidates, for the grid rows `rows` (all by default). `fit(m)` gives candidate m fitted on those rows
+        of the grid: only the chosen candidates are fitted and kept. The other rows draw no line of their own (their
+        line is the cold start of `finish_line`, or NaN)."""
         self.decide(past_lines, past_usage)
-        self.fitted_ = fitted
+        if rows is not None:
+            self._expand(rows, grid.shape[0])
+        self.rows_ = rows
+        self.fitted_ = {int(m): fit(int(m)) for m in np.unique(self.choice_)}
         self.summary_ = history_summary(grid, self.recent_steps)
         return self
 
-    def decide(self, past_lines: FloatArray, past_usage: FloatArray) -> Self:
-        """Choose and calibrate from candidates' past lines (models x origins x containers x steps) and usage.
+    def _expand(self, rows: IntArray, n_rows: int) -> None:
+        """Per-container state for `n_rows` containers from a decision on the containers at `rows`: the others take
+        the fleet's choice, group 0 and no own calibration samples (so the fleet's factor)."""
+        fleet_choice = cheapest_fair(self.fleet_costs_, self.reference, self.fairness_tolerance * self.target_violation)
+
+        def spread(values: npt.NDArray[Any], fill: Any) -> npt.NDArray[Any]:
+            out = np.full((*values.shape[:-1], n_rows), fill, dtype=values.dtype)
+            out[..., rows] = values
+            return out
+
+        self.groups_ = spread(self.groups_, 0)
+        self.choice_ = spread(self.choice_, fleet_choice)
+        self.costs_ = spread(self.costs_, np.nan)
+        self.own_factors_ = spread(self.own_factors_, np.nan)
+        self.calibration_samples_ = spread(self.calibration_samples_, 0.0)
+        self.calibrate_with_fleet(self.ratio_sketch_)
+
+    def decide(self, past_lines: Sequence[FloatArray], past_usage: FloatArray) -> Self:
+        """Choose and calibrate from candidates' past lines (each origins x containers x steps) and usage.
 
         Keeps the calibration's parts (`own_factors_`, `calibration_samples_`, `ratio_sketch_`) so that a partition of
         a fleet can be recalibrated with the whole fleet's factor (`calibrate_with_fleet`)."""
-        n_models, n_groups = past_lines.shape[0], past_lines.shape[2]
-        self.groups_ = burst_groups(past_usage, self.groups) if past_lines.shape[1] else np.zeros(n_groups, dtype=np.int64)
+        n_models, n_groups = len(past_lines), past_usage.shape[1]
+        empty = past_usage.shape[0] == 0 or n_models == 0 or n_groups == 0
+        self.groups_ = np.zeros(n_groups, dtype=np.int64) if empty else burst_groups(past_usage, self.groups)
         group_count = max(self.groups, 1)
-        if past_lines.shape[1] == 0:
+        if empty:
             self.costs_ = np.full((n_models, n_groups), np.nan)
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.fleet_costs_ = np.full((n_models, 2), np.nan)
@@ -440,8 +508,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs
-            chosen = past_lines[self.choice_, :, np.arange(n_groups), :].transpose(1, 0, 2)
-            ratios = calibration_ratios(chosen, past_usage)
+            ratios = calibration_ratios(pick_lines(past_lines, self.choice_, axis=1), past_usage)
         self.own_factors_ = nan_quantile(ratios, 1.0 - self.target_violation) if ratios.shape[1] else np.full(n_groups, np.nan)
         self.calibration_samples_ = np.sum(~np.isnan(ratios), axis=1).astype(np.float64)
         self.group_factors_raw_, self.group_samples_ = group_factors(ratios, self.groups_, group_count, self.target_violation)
@@ -465,10 +532,11 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     def _shape(self, line: FloatArray) -> FloatArray:
         return constant_line(line) if self.constant else line
 
-    def combine(self, lines: FloatArray, summary: FloatArray) -> FloatArray:
-        """The final line from the candidates' current lines (models x containers x steps) and `history_summary`."""
+    def combine(self, lines: Sequence[FloatArray] | Mapping[int, FloatArray], summary: FloatArray) -> FloatArray:
+        """The final line from the candidates' current lines (`lines[m]`: containers x steps; only the chosen
+        candidates are read) and `history_summary`."""
         check_is_fitted(self, "choice_")
-        picked = lines[self.choice_, np.arange(lines.shape[1]), :] * self.factors_[:, None]
+        picked = pick_lines(lines, self.choice_, axis=0) * self.factors_[:, None]
         # Fast up belongs to the short-term line: a constant line is flat at its max, so it would take a spike's height.
         recent = 0 if self.constant else self.recent_steps
         finished = finish_line(picked, summary, recent, self.cold_start_factor, self.steps_per_day, self.stale_steps)
@@ -476,8 +544,19 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "fitted_")
-        lines = np.stack([self._shape(model.predict(n_steps)) for model in self.fitted_])
-        return self.combine(lines, self.summary_)
+        if self.choice_.size == 0:
+            return np.zeros((0, n_steps))
+        rows = getattr(self, "rows_", None)  # None also in models stored before rows were kept: every row fitted
+
+        def drawn(model: BaseEstimator) -> FloatArray:
+            line: FloatArray = self._shape(model.predict(n_steps))
+            if rows is None:
+                return line
+            full = np.full((self.choice_.size, n_steps), np.nan)
+            full[rows] = line
+            return full
+
+        return self.combine({int(m): drawn(self.fitted_[int(m)]) for m in np.unique(self.choice_)}, self.summary_)
 
     def model_names(self) -> list[str]:
         """A short name of each candidate, e.g. `WindowQuantileForecaster(window_steps=36)`."""
@@ -545,15 +624,16 @@ def selected_forecaster(
 
 def daily_maxima(grid: FloatArray, days: int, steps_per_day: int) -> FloatArray:
     """(containers x days) max of each of the last `days` whole days of the grid (oldest first), NaN where none."""
-    width = days * steps_per_day
-    block = np.full((grid.shape[0], width), np.nan)
-    recent = grid[:, -width:] if grid.shape[1] else grid
-    if recent.shape[1]:
-        block[:, width - recent.shape[1] :] = recent
-    per_day = block.reshape(grid.shape[0], days, steps_per_day)
-    with np.errstate(all="ignore"):
-        peaks = np.where(np.isnan(per_day), -np.inf, per_day).max(axis=2)
-    result: FloatArray = np.where(np.isfinite(peaks), peaks, np.nan)
+    # Only the days the grid reaches are padded and reduced (a day-wide grid costs a day, not `days`).
+    present = min(days, -(-grid.shape[1] // steps_per_day))
+    width = present * steps_per_day
+    block = np.full((grid.shape[0], width), -np.inf)
+    recent = grid[:, -width:] if width else grid[:, :0]
+    block[:, width - recent.shape[1] :] = np.where(np.isnan(recent), -np.inf, recent)
+    result: FloatArray = np.full((grid.shape[0], days), np.nan)
+    if present:
+        peaks = block.reshape(grid.shape[0], present, steps_per_day).max(axis=2)
+        result[:, days - present :] = np.where(np.isfinite(peaks), peaks, np.nan)
     return result
 
 

@@ -51,10 +51,11 @@ def usage_grid(
     n_steps: int,
     step_seconds: int,
 ) -> FloatArray:
-    """Samples as a (groups x n_steps) grid of per-step maxima ending just before `end_seconds`; NaN where none."""
+    """Samples as a (groups x n_steps) grid of per-step maxima ending just before `end_seconds`; NaN where none.
+    Samples of a negative group code are left out (groups that are not forecast)."""
     grid = np.full((n_groups, n_steps), -np.inf)
     slot = np.floor((times - end_seconds) / step_seconds).astype(np.int64) + n_steps
-    inside = (slot >= 0) & (slot < n_steps) & ~np.isnan(values)
+    inside = (slot >= 0) & (slot < n_steps) & ~np.isnan(values) & (group_codes >= 0)
     np.maximum.at(grid, (group_codes[inside], slot[inside]), values[inside])
     result: FloatArray = np.where(np.isfinite(grid), grid, np.nan)
     return result

@@ -161,20 +161,23 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         self.fallback_ = np.where(np.isfinite(fallback), fallback, np.nan)
         return self
 
-    def predict(self, as_of: float, horizon_seconds: int = SECONDS_PER_DAY) -> FloatArray:
-        """The line for every group over [as_of, as_of + horizon) at `step_seconds` steps."""
+    def predict(self, as_of: float, horizon_seconds: int = SECONDS_PER_DAY, rows: npt.NDArray[np.int64] | None = None) -> FloatArray:
+        """The line for every group (or the groups at positions `rows` of `groups_`) over [as_of, as_of + horizon)
+        at `step_seconds` steps."""
         check_is_fitted(self, "grid_")
         step = self.step_seconds
-        n_groups, n_slots = self.grid_.shape
+        grid = self.grid_ if rows is None else self.grid_[rows]
+        fallback = self.fallback_ if rows is None else self.fallback_[rows]
+        n_groups = grid.shape[0]
         n_steps = int(np.ceil(horizon_seconds / step))
         if n_groups == 0:
             return np.zeros((0, n_steps))
         half = self.slot_tolerance_seconds // step
-        padded = np.pad(self.grid_, ((0, 0), (half, half)), constant_values=-np.inf)
+        padded = np.pad(grid, ((0, 0), (half, half)), constant_values=-np.inf)
         window_max = sliding_window_view(padded, 2 * half + 1, axis=1).max(axis=2)
         seasonal = self._seasonal_max(window_max, as_of + step * np.arange(n_steps, dtype=np.float64))
         recent_slots = as_of - self.recent_window_seconds + step * np.arange(max(self.recent_window_seconds // step, 1), dtype=np.float64)
-        recent = self._observed_max(recent_slots)
+        recent = self._observed_max(grid, recent_slots)
         seasonal_recent = self._seasonal_max(window_max, recent_slots).max(axis=1)
         # Fast up: usage above what the same window of past days saw lifts the whole line by the difference.
         comparable = np.isfinite(seasonal_recent) & np.isfinite(recent)
@@ -183,7 +186,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         line = np.where(np.isfinite(seasonal), seasonal + uplift[:, None], recent[:, None])
         first_window = np.arange(n_steps) * step < self.recent_window_seconds
         line[:, first_window] = np.fmax(line[:, first_window], recent[:, None])
-        line = np.where(np.isfinite(line), line, self.fallback_[:, None])
+        line = np.where(np.isfinite(line), line, fallback[:, None])
         result: FloatArray = np.nan_to_num(line, nan=0.0)
         return result
 
@@ -194,18 +197,18 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
 
     def _seasonal_max(self, window_max: FloatArray, times: FloatArray) -> FloatArray:
         """Per group and time: max over the past `seasonal_days` days of the tolerance window at that time of day."""
-        seasonal = np.full((self.grid_.shape[0], times.size), -np.inf)
+        seasonal = np.full((window_max.shape[0], times.size), -np.inf)
         for day in range(1, self.seasonal_days + 1):
             slots, inside = self._slots(times - day * SECONDS_PER_DAY)
             seasonal[:, inside] = np.maximum(seasonal[:, inside], window_max[:, slots[inside]])
         return seasonal
 
-    def _observed_max(self, times: FloatArray) -> FloatArray:
-        """Per group: the max of the observed slots at these times (-inf where none)."""
+    def _observed_max(self, grid: FloatArray, times: FloatArray) -> FloatArray:
+        """Per group (rows of `grid`): the max of the observed slots at these times (-inf where none)."""
         slots, inside = self._slots(times)
         if not inside.any():
-            return np.full(self.grid_.shape[0], -np.inf)
-        observed: FloatArray = self.grid_[:, slots[inside]].max(axis=1)
+            return np.full(grid.shape[0], -np.inf)
+        observed: FloatArray = grid[:, slots[inside]].max(axis=1)
         return observed
 
     def recent(self, as_of: float, window_seconds: int) -> FloatArray:

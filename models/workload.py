@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
@@ -189,26 +190,37 @@ def summarize_selection(parts: list[dict[str, tuple[list[str], IntArray, FloatAr
 
 def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end: int) -> ResourceForecast:
     """The forecast models of one resource on a usage grid (rows: workload containers, or nodes' pooled usage), each
-    line built for its risk level in `settings`. A candidate shared by several lines (the constant rules are
-    candidates of all three) is backtested and fitted once."""
-    per_day = STEPS_PER_DAY
-    origins = rolling_origins(grid.shape[1], settings.selection_days, per_day)
-    usage = usage_after(grid, origins, LONG_TERM_DAYS * per_day)
-    cache: dict[tuple[str, bool], tuple[FloatArray, BaseEstimator]] = {}
+    line built for its risk level in `settings`.
 
-    def lines(candidates: list[BaseEstimator], constant: bool) -> tuple[FloatArray, list[BaseEstimator]]:
-        past, fitted = [], []
+    Memory follows the work, not candidates x origins x containers x steps: only containers with a day of samples
+    are backtested and fitted (a newer one's line is its cold start, `finish_line`), a constant candidate's past
+    lines are one value per origin and container, a candidate shared by several lines is backtested once, and only
+    the chosen candidates are fitted."""
+    per_day = STEPS_PER_DAY
+    rows = np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day)
+    scored = grid[rows]
+    origins = rolling_origins(grid.shape[1], settings.selection_days, per_day)
+    usage = usage_after(scored, origins, LONG_TERM_DAYS * per_day)
+    past: dict[str, FloatArray] = {}
+    fitted: dict[str, BaseEstimator] = {}
+
+    def backtest(candidates: list[BaseEstimator]) -> list[FloatArray]:
+        out = []
         for candidate in candidates:
-            is_constant = isinstance(candidate, CONSTANT_FORECASTERS)
-            key = (model_name(candidate), is_constant)
-            if key not in cache:
-                cache[key] = (candidate_lines(grid, candidate, origins, per_day, is_constant), clone(candidate).fit(grid))
-            values, model = cache[key]
-            past.append(values if constant or not is_constant else np.broadcast_to(values, (*values.shape[:2], per_day)))
-            fitted.append(model)
-        width = 1 if constant else per_day
-        stacked = np.stack([np.broadcast_to(p, (*p.shape[:2], width)) for p in past]) if past else np.empty((0, len(origins), grid.shape[0], width))
-        return stacked, fitted
+            key = model_name(candidate)
+            if key not in past:
+                past[key] = candidate_lines(scored, candidate, origins, per_day, isinstance(candidate, CONSTANT_FORECASTERS))
+            out.append(past[key])
+        return out
+
+    def fit_on_grid(candidates: list[BaseEstimator]) -> Callable[[int], BaseEstimator]:
+        def fit(m: int) -> BaseEstimator:
+            key = model_name(candidates[m])
+            if key not in fitted:
+                fitted[key] = clone(candidates[m]).fit(scored)
+            return fitted[key]
+
+        return fit
 
     short, request, long = (settings.target_for(line) for line in LINES)
     models = []
@@ -217,9 +229,9 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
         (request, constant_candidates(settings, request), True, 1),
         (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
     ):
-        past, fitted = lines(candidates, constant)
         selector = selected_forecaster(settings, candidates, target, constant, days)
-        models.append(selector.fit_lines(grid, past, usage[:, :, : days * per_day], fitted))
+        lines = backtest(candidates)
+        models.append(selector.fit_lines(grid, lines, usage[:, :, : days * per_day], fit_on_grid(candidates), rows=rows))
     return ResourceForecast(
         short_term=models[0],
         request=models[1],
@@ -335,7 +347,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.sample_steps_ = self._sample_steps(usage)
         self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = int(usage["timestamp"].max()) if data_end is None else int(data_end)
-        self.forecast_groups_ = np.asarray(usage["group"].cat.categories, dtype=str)
+        self.forecast_groups_ = self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))
         self.grid_end_ = self._grid_end()
         groups = pd.Index(self.forecast_groups_)
         self.cpu_grid_ = self._usage_grid(usage, "cpu_cores", groups)
@@ -369,16 +381,20 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
         old_groups = pd.Index(self.forecast_groups_)
-        groups = old_groups.append(pd.Index(usage["group"].cat.categories.astype(str))).unique()
+        groups = old_groups.append(pd.Index(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str))))).unique()
         end = self._grid_end()
         step = (self.reservation or ReservationSettings()).step_seconds
         shift = max(int((end - self.grid_end_) // step), 0)
         self.grid_end_ = end
+        width = self._grid_steps(groups)
         for name, column in (("cpu_grid_", "cpu_cores"), ("memory_grid_", "memory_bytes")):
             old = getattr(self, name)
-            slid = np.full((len(groups), old.shape[1]), np.nan)
-            if shift < old.shape[1]:
-                slid[: len(old_groups), : old.shape[1] - shift] = old[:, shift:]
+            slid = np.full((len(groups), width), np.nan)
+            # Old column j is new column j + offset: both grids end at their grid end, the new one `shift` later.
+            offset = width - old.shape[1] - shift
+            first = max(0, -offset)
+            if first < old.shape[1]:
+                slid[: len(old_groups), first + offset : old.shape[1] + offset] = old[:, first:]
             setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
         self.forecast_groups_ = np.asarray(groups, dtype=str)
         self._fit_forecasts()
@@ -428,14 +444,30 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 choices[f"{name}.{line}"] = (model.model_names(), model.choice_[members], costs[members])
         return choices
 
+    def _forecast_groups(self, groups: pd.Index) -> npt.NDArray[np.str_]:
+        """The groups of `groups` with `policy.min_samples` samples of a resource: only these are forecast, so memory
+        and time follow the containers that can get a recommendation (a group that crosses the minimum in a later
+        `partial_fit` enters the grid with the samples from then on)."""
+        policy = self.policy or PolicySettings()
+        counts = self.workloads_.reindex(groups)[list(SAMPLE_COLUMNS)].fillna(0).max(axis=1)
+        return np.asarray(groups[counts.to_numpy() >= policy.min_samples], dtype=str)
+
     def _grid_end(self) -> int:
         """End of the forecast grid: the step after the newest sample."""
         step = (self.reservation or ReservationSettings()).step_seconds
         return (self.data_end_ // step + 1) * step
 
-    def _usage_grid(self, usage: pd.DataFrame, column: str, groups: pd.Index) -> FloatArray:
-        """Per-step maxima (pods pooled) of the last selection + seasonal days before `grid_end_`, rows in `groups` order."""
+    def _grid_steps(self, groups: pd.Index) -> int:
+        """Width of the forecast grid: the last selection + history days before `grid_end_`, cut to the whole days
+        since the first sample of `groups` (a fleet with an hour of history needs a day of columns, not 22)."""
         settings = self.forecast or ForecastSettings()
+        per_day = 86400 // (self.reservation or ReservationSettings()).step_seconds
+        first = self.workloads_["first_sample"].reindex(groups).min() if len(groups) else np.nan
+        span_days = int(np.ceil((self.grid_end_ - first) / 86400)) if np.isfinite(first) else 1
+        return min(settings.selection_days + settings.history_days + 1, max(span_days, 1)) * per_day
+
+    def _usage_grid(self, usage: pd.DataFrame, column: str, groups: pd.Index) -> FloatArray:
+        """Per-step maxima (pods pooled) over `_grid_steps` before `grid_end_`, rows in `groups` order."""
         step = (self.reservation or ReservationSettings()).step_seconds
         codes = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
         return usage_grid(
@@ -444,7 +476,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             usage[column].to_numpy(dtype=np.float64),
             len(groups),
             self.grid_end_,
-            (settings.selection_days + settings.history_days + 1) * (86400 // step),
+            self._grid_steps(groups),
             step,
         )
 
@@ -561,8 +593,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 policy.max_allowed_memory_bytes, policy,
             ),
         )
-        recent_cpu = self._recent(self.cpu_short_term_, groups, decision)
-        recent_memory = self._recent(self.memory_short_term_, groups, decision)
+        recent_cpu = self._recent(self.cpu_short_term_, groups, decision, cpu)
+        recent_memory = self._recent(self.memory_short_term_, groups, decision, memory)
         out = []
         for i, (label, row) in enumerate(described.iterrows()):
             current = {c: (None if pd.isna(row[c]) else float(row[c])) for c in CURRENT_COLUMNS}
@@ -620,8 +652,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             "quality": [dict[str, LineQuality]() for _ in groups], "stale": np.zeros(len(groups), dtype=bool),
         }
         own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        keys = np.full(len(groups), None, dtype=object)
+        keys[own >= 0] = self.group_levels_[own[own >= 0]]
         for key, forecast in forecasts.items():
-            rows = np.flatnonzero((own >= 0) & (self.group_levels_[np.maximum(own, 0)] == key))
+            rows = np.flatnonzero(keys == key)
             if rows.size == 0:
                 continue
             short, request, long_term = (line[own[rows]] for line in forecast.lines(as_of, horizon_seconds, step))
@@ -677,22 +711,24 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             capped = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
             sized_target = capped
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
-        lines_all = short_term.predict(as_of, horizon_seconds)
-        lines = lines_all[pd.Index(short_term.groups_).get_indexer(groups)]
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)
-        lines = np.where(has_line[:, None], ours["short_term"], lines)
+        current = self.workloads_.reindex(groups)
+        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown".
+        known = current["memory_samples" if memory else "cpu_samples"].to_numpy(dtype=np.float64)
+        enough = known >= policy.min_samples
+        # The foundation's line only where ours is missing (and a recommendation will be made).
+        lines = ours["short_term"].copy()
+        position = pd.Index(short_term.groups_).get_indexer(groups)
+        needed = np.flatnonzero(~has_line & enough & (position >= 0))
+        lines[needed] = short_term.predict(as_of, horizon_seconds, rows=position[needed])
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
         stale = ours["stale"]
         lines = np.where(stale[:, None], sized_target[:, None], lines)
         long_values = np.where(stale, sized_target, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
         peak_values = np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"])
-        current = self.workloads_.reindex(groups)
         request_now = current["memory_request_bytes" if memory else "cpu_request_cores"].to_numpy(dtype=np.float64)
         limit_now = current["memory_limit_bytes" if memory else "cpu_limit_cores"].to_numpy(dtype=np.float64)
-        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown".
-        known = current["memory_samples" if memory else "cpu_samples"].to_numpy(dtype=np.float64)
-        enough = known >= policy.min_samples
         result: list[ResourceRecommendation | None] = []
         for i in range(len(groups)):
             if np.isnan(target[i]) or not enough[i]:
@@ -707,7 +743,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     lower_bound=float(min(sized.lower_bound[i], sized_target[i])),
                     upper_bound=float(max(sized.upper_bound[i], sized_target[i])),
                     uncapped_target=float(sized.uncapped_target[i]),
-                    short_term=[float(v) for v in lines[i]],
+                    short_term=lines[i].tolist(),
                     long_term=float(long_values[i]),
                     peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
                     levels=ours["levels"][i],
@@ -732,16 +768,25 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
         with np.errstate(all="ignore"):
             peak = np.where(np.isnan(window), -np.inf, window).max(axis=1) if window.shape[1] else np.full(window.shape[0], -np.inf)
-        values = np.where(own >= 0, peak[np.maximum(own, 0)], -np.inf)
+        values = np.full(len(groups), -np.inf)
+        values[own >= 0] = peak[own[own >= 0]]
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 
     @staticmethod
-    def _recent(short_term: SeasonalMaxReservation, groups: pd.Index, as_of: int) -> list[list[float | None]]:
-        """The observed usage line (max over pods per step) of the last day before as_of; None where no sample."""
+    def _recent(
+        short_term: SeasonalMaxReservation, groups: pd.Index, as_of: int, shown: list[ResourceRecommendation | None]
+    ) -> list[list[float | None]]:
+        """The observed usage line (max over pods per step) of the last day before as_of; None where no sample. Empty
+        beside no recommendation (`shown`): nothing to compare it with, and 288 floats per container add up."""
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
-        return [[None if np.isnan(v) else float(v) for v in recent[i]] if i >= 0 else [] for i in index]
+        return [_floats_or_none(recent[i]) if i >= 0 and rec is not None else [] for i, rec in zip(index, shown)]
+
+
+def _floats_or_none(values: FloatArray) -> list[float | None]:
+    """A row as JSON-ready floats, None for NaN (`tolist` converts in C: 288 floats x 10,000 containers add up)."""
+    return [None if v != v else v for v in values.tolist()]
 
 
 def _significant(value: float, digits: int = 6) -> float:
