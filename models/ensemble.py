@@ -11,8 +11,10 @@ of a high to a middle quantile of its usage) takes its own only when that is che
 
 Calibration is hierarchical and conformal: a container's factor (the (1 - target) quantile of usage / line on the
 out-of-sample days) is shrunk toward its group's, and the group's toward the fleet's, each with weight
-n / (n + prior) for the n samples behind it. The steps are pure functions so the backtest can run them on lines it
-has already computed; `SelectedForecaster` wires them.
+n / (n + prior) for the n samples behind it. Containers whose own factor lies outside the factor guard (their lines
+are off by more than 4x: broken or poisoned data) are left out of the pooled factors (`calibration_outliers`), so a
+few of them cannot move the others'. The steps are pure functions so the backtest can run them on lines it has
+already computed; `SelectedForecaster` wires them.
 """
 
 from __future__ import annotations
@@ -229,6 +231,15 @@ def calibration_ratios(past_lines: FloatArray, past_usage: FloatArray) -> FloatA
     return result
 
 
+def calibration_outliers(own: FloatArray, samples: FloatArray, factor_range: tuple[float, float]) -> npt.NDArray[np.bool_]:
+    """Containers whose own factor lies outside the guard `factor_range` (an idle container's 0 excepted): their
+    lines are off by more than the guard can mend, so they are left out of the pooled fleet and group factors. A
+    quantile only counts samples, so without this a few broken or poisoned containers, a few percent of the samples
+    all far above (or below) their lines, would move the factor of every other container."""
+    low, high = factor_range
+    return (samples > 0) & ~np.isnan(own) & ((own > high) | ((own > 0) & (own < low)))
+
+
 def group_factors(ratios: FloatArray, groups: IntArray, n_groups: int, target_violation: float) -> tuple[FloatArray, FloatArray]:
     """Per group: the (1 - target) quantile of its containers' pooled ratios and the samples behind it."""
     factors = np.full(n_groups, np.nan)
@@ -398,6 +409,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     own_factors_: FloatArray
     calibration_samples_: FloatArray
     ratio_sketch_: tuple[IntArray, IntArray]
+    outliers_: npt.NDArray[np.bool_]
 
     def __init__(
         self,
@@ -483,6 +495,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.costs_ = spread(self.costs_, np.nan)
         self.own_factors_ = spread(self.own_factors_, np.nan)
         self.calibration_samples_ = spread(self.calibration_samples_, 0.0)
+        self.outliers_ = spread(self.outliers_, False)
         self.calibrate_with_fleet(self.ratio_sketch_)
 
     def decide(self, past_lines: Sequence[FloatArray], past_usage: FloatArray) -> Self:
@@ -511,8 +524,10 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             ratios = calibration_ratios(pick_lines(past_lines, self.choice_, axis=1), past_usage)
         self.own_factors_ = nan_quantile(ratios, 1.0 - self.target_violation) if ratios.shape[1] else np.full(n_groups, np.nan)
         self.calibration_samples_ = np.sum(~np.isnan(ratios), axis=1).astype(np.float64)
-        self.group_factors_raw_, self.group_samples_ = group_factors(ratios, self.groups_, group_count, self.target_violation)
-        self.ratio_sketch_ = ratio_sketch(ratios)
+        self.outliers_ = calibration_outliers(self.own_factors_, self.calibration_samples_, (self.factor_min, self.factor_max))
+        pooled = np.where(self.outliers_[:, None], np.nan, ratios)
+        self.group_factors_raw_, self.group_samples_ = group_factors(pooled, self.groups_, group_count, self.target_violation)
+        self.ratio_sketch_ = ratio_sketch(pooled)
         return self.calibrate_with_fleet(self.ratio_sketch_)
 
     def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:

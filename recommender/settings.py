@@ -164,10 +164,17 @@ class ForecastSettings(BaseModel):
         "reason: the fleet's factor, never clipped, carries the calibration).",
     )
     calibration_factor_min: float = Field(
-        0.25, gt=0, description="Guard on a calibration factor (not the calibration itself): smallest allowed."
+        0.25,
+        gt=0,
+        description="Guard on a calibration factor (not the calibration itself): smallest allowed. A container "
+        "whose own factor is below it (but not idle, 0) is left out of the fleet's and its group's factor.",
     )
     calibration_factor_max: float = Field(
-        4.0, gt=0, description="Guard on a calibration factor: largest allowed."
+        4.0,
+        gt=0,
+        description="Guard on a calibration factor: largest allowed. A container whose own factor is above it (its "
+        "line is off by more than 4x: broken or poisoned data) is left out of the fleet's and its group's factor, "
+        "so a few such containers cannot move everyone else's lines (2 to 5 of 119 on the Bitbrains dev split).",
     )
     seasonal_days: int = Field(7, ge=1, description="Days of history the time-of-day models look at (one week: weekday rhythm).")
     narrow_window_steps: int = Field(

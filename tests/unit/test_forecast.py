@@ -19,7 +19,7 @@ from models.ensemble import (
     blend_factors,
     burst_groups,
     choose_models,
-        matched_costs,
+    matched_costs,
     selected_forecaster,
     selection_costs,
     short_term_candidates,
@@ -247,3 +247,21 @@ def test_selected_forecaster_records_choice_and_costs() -> None:
     constant = selected_forecaster(settings, short_term_candidates(settings, 0.02), 0.02, True).fit(grid)
     line = constant.predict(P)
     assert np.all(line == line[:, :1])
+
+
+@pytest.mark.parametrize("poison", [50.0, 0.01])
+def test_calibration_leaves_out_containers_beyond_the_guard(poison: float) -> None:
+    # Issue 13: a few poisoned containers moved every clean container's factor through the pooled quantile.
+    rng = np.random.default_rng(11)
+    clean = rng.uniform(0.5, 1.0, (30, 14 * P)) * rng.uniform(0.5, 5.0, (30, 1))
+    clean[rng.random(clean.shape) < 0.02] *= 1.6  # bursts: the clean fleet's factor is well above 1
+    evil = rng.uniform(0.5, 1.0, (3, 14 * P))
+    evil[:, -7 * P :] *= poison  # the out-of-sample week is far from its lines
+    model = selected_forecaster(ForecastSettings(), [FlatQuantileForecaster(days=7.0, quantile=0.99)], 0.01, constant=False)
+    alone = clone(model).fit(clean)
+    mixed = clone(model).fit(np.vstack([clean, evil]))
+    assert mixed.outliers_[30:].all() and not mixed.outliers_[:30].any()
+    # Documented tolerance (docs/input-validation.md): clean factors move by under 0.1 %.
+    assert mixed.fleet_factor_ == pytest.approx(alone.fleet_factor_, rel=1e-3)
+    np.testing.assert_allclose(mixed.factors_[:30], alone.factors_, rtol=1e-3)
+    assert np.isfinite(mixed.predict(P)).all()

@@ -203,3 +203,4 @@ def test_memory_request_stays_within_the_week_peak_and_the_limit_above_it() -> N
     assert memory.target <= peak * 1.15 + 1e-6
     assert memory.limit_floor == pytest.approx(peak * 1.15)
     assert memory.limit is not None and memory.limit >= memory.limit_floor and memory.limit_rule is not None
+
