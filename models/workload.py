@@ -661,7 +661,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             short, request, long_term = (line[own[rows]] for line in forecast.lines(as_of, horizon_seconds, step))
             out["short_term"][rows], out["request"][rows], out["long_term"][rows] = short, request, long_term
             out["peak"][rows] = forecast.peak.predict()[own[rows]]
-            out["stale"][rows] = forecast.short_term.summary_[own[rows], 3] >= forecast.short_term.stale_steps
+            # Steps without a sample up to the decision time, not only to the data's end: a model used days later
+            # (or a decision long after the last row) must not call a silent container fresh.
+            late = max(int((as_of - forecast.grid_end) // step), 0)
+            out["stale"][rows] = forecast.short_term.summary_[own[rows], 3] + late >= forecast.short_term.stale_steps
             names = {line: getattr(forecast, line).model_names() for line in LINES}
             levels = parse_level_key(key)
             for row in rows:

@@ -169,15 +169,28 @@ def test_partial_fit_equals_one_fit(cut_days: float) -> None:
                 assert getattr(x, field) == pytest.approx(getattr(y, field), rel=1e-9), (resource, field)
             np.testing.assert_allclose(x.short_term, y.short_term, rtol=1e-12)
 
+
 def test_forecast_lines_far_after_the_data_keep_the_time_of_day() -> None:
     usage = make_usage(workloads=1, pods=1, days=9)
-    model = WorkloadRecommender().fit(usage)
+    patient = ForecastSettings(stale_after_seconds=1000 * 86400)
+    model = WorkloadRecommender(forecast=patient).fit(usage)
     end = int(usage["timestamp"].max()) + 1
     near = model.predict(as_of=end + 86400).recommendations[0].cpu
     far = model.predict(as_of=end + 400 * 86400).recommendations[0].cpu
     assert near is not None and far is not None
     assert near.short_term == pytest.approx(far.short_term)
     assert near.models is not None and "Forecaster" in near.models.short_term
+
+
+def test_a_decision_long_after_the_last_sample_is_stale() -> None:
+    # Issue 13: staleness was judged at the data's end only, so a model used days later called everything fresh.
+    usage = make_usage(workloads=1, pods=1, days=9)
+    model = WorkloadRecommender().fit(usage)
+    end = int(usage["timestamp"].max()) + 1
+    fresh = model.predict(as_of=end + 86400).recommendations[0].cpu
+    late = model.predict(as_of=end + 4 * 86400).recommendations[0].cpu
+    assert fresh is not None and not fresh.stale
+    assert late is not None and late.stale and set(late.short_term) == {late.target}
 
 
 def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
