@@ -53,7 +53,7 @@ from distributed import Client, Future, LocalCluster
 
 from models.store import PARTITION_MODELS, RECOMMENDATIONS, DataWindow, FileEntry, IncomingVersion, Manifest, ModelStore, StoreFiles
 from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
-from pipelines.ingest import iter_usage_batches, read_oom_events
+from pipelines.ingest import SampleBounds, iter_usage_batches, read_oom_events
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.train import prometheus_window, tidy_prometheus_usage
@@ -151,12 +151,12 @@ class FileInventory:
     placed: bool = False
 
 
-def inventory(input_path: Path, as_of: int | None) -> FileInventory:
+def inventory(input_path: Path, as_of: int | None, bounds: SampleBounds) -> FileInventory:
     """First streaming pass: each workload's containers and the data window (rows before `as_of`)."""
     keys: set[tuple[str, str, str]] = set()
     first, last, rows = np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0
     placed = False
-    for batch in iter_usage_batches(input_path):
+    for batch in iter_usage_batches(input_path, bounds):
         if as_of is not None:
             batch = batch[batch["timestamp"] < as_of]
         if batch.empty:
@@ -173,21 +173,23 @@ def inventory(input_path: Path, as_of: int | None) -> FileInventory:
     return FileInventory(containers, int(first), int(last), rows, placed)
 
 
-def split_file(input_path: Path, partitions: list[Partition], incoming: IncomingVersion, as_of: int | None) -> None:
+def split_file(
+    input_path: Path, partitions: list[Partition], incoming: IncomingVersion, as_of: int | None, bounds: SampleBounds
+) -> None:
     """Second streaming pass: each partition's rows into its own Parquet file on the store."""
     index = pd.MultiIndex.from_tuples([w for p in partitions for w in p.workloads], names=["namespace", "workload"])
     owner = np.concatenate([np.full(len(p.workloads), p.index) for p in partitions])
     writers: dict[int, tuple[Any, pq.ParquetWriter]] = {}
     files = incoming.files
     try:
-        for batch in iter_usage_batches(input_path):
+        for batch in iter_usage_batches(input_path, bounds):
             if as_of is not None:
                 batch = batch[batch["timestamp"] < as_of]
             table = pa.Table.from_pandas(batch, preserve_index=False)
             target = owner[index.get_indexer(pd.MultiIndex.from_frame(batch[["namespace", "workload"]]))]
             order = np.argsort(target, kind="stable")
-            bounds = np.flatnonzero(np.diff(target[order])) + 1
-            for rows in np.split(order, bounds):
+            cuts = np.flatnonzero(np.diff(target[order])) + 1
+            for rows in np.split(order, cuts):
                 if rows.size == 0:
                     continue
                 part = int(target[rows[0]])
@@ -380,17 +382,18 @@ def train_distributed(
     """Fit a usage file on the cluster behind `client` and publish one version (see the module's docstring)."""
     store = ModelStore(settings.store.path, settings.store.retention_versions)
     step(f"listing workloads in {input_path}")
-    found = inventory(input_path, as_of)
+    bounds = SampleBounds.at(settings.ingest, time.time())
+    found = inventory(input_path, as_of, bounds)
     if found.placed:
         # The pooled node grids would need a cross-partition sum; until then, say what this run leaves out.
         log.warning("%s says where pods ran, but distributed runs learn no node lines: train single-process for them", input_path)
     partitions = plan_partitions(found.containers, settings.scale.partition_containers)
-    oom = read_oom_events(oom_events_path) if oom_events_path is not None else None
+    oom = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
     with _incoming_version(store) as incoming:
         job = _Job(client, store, incoming, settings, partitions, str(input_path), as_of, horizon_seconds,
                    time.monotonic() + settings.scale.timeout_seconds)
         step(f"splitting {found.rows:,} rows into {len(partitions)} partitions on {store}")
-        split_file(input_path, partitions, incoming, as_of)
+        split_file(input_path, partitions, incoming, as_of, bounds)
         return _fit_and_publish(job, [p.index for p in partitions], found.last_sample, oom, {}, None, step)
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from models.nodes import NodeForecaster
 from models.store import DataWindow, Manifest, ModelStore
 from models.workload import WorkloadRecommender
-from pipelines.ingest import read_oom_events, read_usage
+from pipelines.ingest import SampleBounds, read_oom_events, read_usage
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from recommender.errors import InputFileError, PartialDataError, PrometheusError
@@ -55,10 +55,10 @@ def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | 
     ).fit(usage)
 
 
-def load_history(input_path: Path, as_of: int | None, step: Step = _quiet) -> pd.DataFrame:
+def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step: Step = _quiet) -> pd.DataFrame:
     """Read a usage file and keep only the rows before `as_of` (all of them when None)."""
     step(f"reading {input_path}")
-    usage = read_usage(input_path)
+    usage = read_usage(input_path, bounds)
     if as_of is not None:
         usage = usage[usage["timestamp"] < as_of]
     if usage.empty:
@@ -117,7 +117,7 @@ def recommend_from_file(
     input_path: Path, as_of: int, horizon_seconds: int, settings: Settings, step: Step = _quiet
 ) -> RecommendationSet:
     """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it."""
-    usage = load_history(input_path, as_of, step)
+    usage = load_history(input_path, as_of, SampleBounds.at(settings.ingest, time.time()), step)
     return fit_history(usage, settings, as_of, horizon_seconds, step=step).recommendations
 
 
@@ -134,8 +134,9 @@ def train_from_file(
     """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched.
 
     `incremental`: continue the latest version's models with only the rows after its data window."""
-    usage = load_history(input_path, as_of, step)
-    oom_events = read_oom_events(oom_events_path) if oom_events_path is not None else None
+    bounds = SampleBounds.at(settings.ingest, time.time())
+    usage = load_history(input_path, as_of, bounds, step)
+    oom_events = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
     parent = _parent(settings, incremental)
     if parent is not None:
         usage = usage[usage["timestamp"] > parent.manifest.data_window.last_sample]
