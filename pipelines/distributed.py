@@ -403,6 +403,7 @@ class PartitionRead:
     last_sample: int
     oom_events: pd.DataFrame
     costs: dict[str, float]
+    quarantined: dict[str, str]
 
 
 def read_prometheus_partition(partition: Partition, files: dict[str, str], settings: Settings, start: int, end: int) -> PartitionRead:
@@ -414,11 +415,11 @@ def read_prometheus_partition(partition: Partition, files: dict[str, str], setti
         costs = client.stats.summary()
     if read.skipped:
         raise PartialDataError(read.skipped)
-    usage = tidy_prometheus_usage(read.usage, settings, start, end)
+    usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
     out = StoreFiles(files["input"])
     with out.fs.open(out.root, "wb") as handle:
         pq.write_table(pa.Table.from_pandas(usage, preserve_index=False), handle)
-    return PartitionRead(partition.index, int(usage["timestamp"].max()), read.oom_events, costs)
+    return PartitionRead(partition.index, int(usage["timestamp"].max()), read.oom_events, costs, quarantined)
 
 
 def train_distributed_prometheus(
@@ -448,7 +449,8 @@ def train_distributed_prometheus(
         oom = pd.concat([r.oom_events for r in reads.values()], ignore_index=True)
         costs = {key: float(sum(r.costs.get(key, 0.0) for r in reads.values())) for key in next(iter(reads.values())).costs}
         data_end = max(r.last_sample for r in reads.values())
-        return _fit_and_publish(job, sorted(reads), data_end, oom, failed, costs, step)
+        quarantined = {name: why for r in reads.values() for name, why in r.quarantined.items()}
+        return _fit_and_publish(job, sorted(reads), data_end, oom, failed, costs, step, quarantined)
 
 
 def _fit_and_publish(
@@ -459,6 +461,7 @@ def _fit_and_publish(
     failed: dict[str, str],
     read_metrics: dict[str, float] | None,
     step: Step,
+    quarantined: dict[str, str] | None = None,
 ) -> Manifest:
     """Phases 1 and 2 over the partitions whose rows are on the store, the fleet reduce between them, the commit."""
     scale, partitions = job.settings.scale, job.partitions
@@ -485,7 +488,9 @@ def _fit_and_publish(
         raise DistributedTrainingError(failed, len(partitions), scale.failure_tolerance_fraction)
     fit_seconds = time.perf_counter() - started
     step(f"publishing to {job.store}")
-    run = _Run(job.settings, partitions, fits, results, failed, job.source, job.horizon_seconds, 0 if oom is None else len(oom))
+    run = _Run(
+        job.settings, partitions, fits, results, failed, job.source, job.horizon_seconds, 0 if oom is None else len(oom), quarantined or {}
+    )
     return _commit(job.client, job.store, job.incoming, run, fit_seconds, read_metrics)
 
 
@@ -510,6 +515,7 @@ class _Run:
     source: str
     horizon_seconds: int
     oom_events: int
+    quarantined: dict[str, str]
 
 
 def _commit(
@@ -553,6 +559,7 @@ def _commit(
             "oom_events": run.oom_events,
             "partitions": len(run.partitions),
             "failed_partitions": len(run.partitions) - len(order),
+            "quarantined_containers": len(run.quarantined),
         },
         fit_metrics={
             "fit_seconds": round(fit_seconds, 3),
@@ -569,4 +576,5 @@ def _commit(
         ),
         read_metrics=read_metrics,
         skipped=skipped,
+        quarantined=run.quarantined,
     )

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+import logging
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -31,6 +33,9 @@ import pyarrow.parquet as pq
 
 from recommender.errors import InputFileError
 from recommender.settings import IngestSettings
+from recommender.text import printable
+
+log = logging.getLogger(__name__)
 
 Kind = Literal["id", "timestamp", "value"]
 Quantity = Literal["cpu", "memory", "fraction"]
@@ -435,6 +440,36 @@ def _cell_problem_of(column: Column, value: float, bounds: SampleBounds) -> str:
             return f"timestamp {value!r} is not a whole number of Unix seconds"
         return f"timestamp {value:.0f} is negative" if value < 0 else bounds.future_problem(value)
     return bounds.value_problem(column, value) or f"{value} is out of bounds"
+
+
+def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Usage read from a source that cannot be refused as a whole (Prometheus) without every workload container
+    that has an impossible sample, and `namespace/workload/container` -> why for each, each logged: one broken
+    exporter or counter must not size anything, nor stop the rest of the fleet from being trained."""
+    bad = np.zeros(len(usage), dtype=bool)
+    why = np.full(len(usage), "", dtype=object)
+    times = usage["timestamp"].to_numpy(dtype=np.float64)
+    future = times > bounds.latest_timestamp
+    why[future] = [bounds.future_problem(t) for t in times[future]]
+    bad |= future
+    for column in USAGE_SCHEMA:
+        if column.kind != "value" or column.name not in usage.columns:
+            continue
+        values = usage[column.name].to_numpy(dtype=np.float64, na_value=np.nan)
+        limit = bounds.ceiling(column.quantity)[0] if column.quantity is not None else np.inf
+        with np.errstate(invalid="ignore"):
+            broken = ~bad & (np.isinf(values) | (values < 0) | (values > limit))
+        why[broken] = [f"{bounds.value_problem(column, v)} at {t:.0f}" for v, t in zip(values[broken], times[broken])]
+        bad |= broken
+    if not bad.any():
+        return usage, {}
+    keys = ["namespace", "workload", "container"]
+    first = usage.loc[bad, keys].assign(why=why[bad]).drop_duplicates(keys)
+    quarantined = {f"{ns}/{workload}/{container}": reason for ns, workload, container, reason in first.itertuples(index=False)}
+    for name, reason in quarantined.items():
+        log.warning("quarantined %s (none of its samples are used): %s", printable(name), reason)
+    dropped = pd.MultiIndex.from_frame(usage[keys]).isin(pd.MultiIndex.from_frame(first[keys]))
+    return usage[~dropped].reset_index(drop=True), quarantined
 
 
 def _check_unique(path: Path, frame: pd.DataFrame, key: list[str]) -> None:

@@ -245,6 +245,7 @@ def train(
     err.print(
         f"published version [bold]{manifest.version}[/]{continued} to {settings.store.path}: "
         f"{counts['workload_containers']} workload containers from {counts['usage_rows']:,} samples"
+        + (f"; {len(manifest.quarantined)} quarantined for impossible samples (see the warnings)" if manifest.quarantined else "")
     )
 
 
