@@ -120,15 +120,14 @@ OOM_SCHEMA: tuple[Column, ...] = (
 )
 
 _SAMPLE_KEY = ["namespace", "workload", "pod", "container", "timestamp"]
-_LINE_BREAK = "'{name}' holds a line break (names cannot): is a quote unterminated?"
 #: What pyarrow raises on a file it cannot parse or decompress (a truncated gzip stream is an OSError).
 _ARROW_ERRORS = (pa.ArrowException, OSError)
 
 
 def read_usage(path: Path | str, bounds: SampleBounds) -> pd.DataFrame:
     """Read and validate a tidy usage file; rows come back sorted as the format says."""
-    frame = read_table(Path(path), USAGE_SCHEMA, bounds)
-    _check_unique(Path(path), frame, _SAMPLE_KEY)
+    frame, lines = _read_checked(Path(path), USAGE_SCHEMA, bounds)
+    _check_unique(Path(path), frame, _SAMPLE_KEY, lines)
     return frame.sort_values(_SAMPLE_KEY, kind="stable").reset_index(drop=True)
 
 
@@ -139,6 +138,11 @@ def read_oom_events(path: Path | str, bounds: SampleBounds) -> pd.DataFrame:
 
 def read_table(path: Path, schema: tuple[Column, ...], bounds: SampleBounds) -> pd.DataFrame:
     """Read a CSV, CSV.gz or Parquet file against a schema; raise InputFileError on the first problem."""
+    return _read_checked(path, schema, bounds)[0]
+
+
+def _read_checked(path: Path, schema: tuple[Column, ...], bounds: SampleBounds) -> tuple[pd.DataFrame, np.ndarray]:
+    """`read_table`'s frame, and the line (Parquet: row) each of its rows starts at."""
     parquet, wanted = _columns_present(path, schema)
     try:
         table = _read_parquet(path, wanted) if parquet else _read_csv(path, wanted)
@@ -147,7 +151,7 @@ def read_table(path: Path, schema: tuple[Column, ...], bounds: SampleBounds) -> 
             raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
         _raise_located(path, wanted, bounds, error)
         table = pa.table({c.name: pa.array([], type=_arrow_type(c)) for c in wanted})
-    return _typed_frame(path, table, schema, wanted, 0, parquet, bounds)
+    return _typed_frame(path, table, schema, wanted, 1 if parquet else 2, parquet, bounds)
 
 
 def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int = 64 << 20) -> Iterator[pd.DataFrame]:
@@ -157,7 +161,7 @@ def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int 
     Duplicate samples are not checked here (that needs a whole workload); `read_usage` of a partition does."""
     path = Path(path)
     parquet, wanted = _columns_present(path, USAGE_SCHEMA)
-    row = 0
+    first = 1 if parquet else 2
     try:
         if parquet:
             handle = pq.ParquetFile(path)
@@ -166,8 +170,9 @@ def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int 
             batches = iter(pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=batch_bytes), convert_options=_csv_options(wanted)))
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            frame = _typed_frame(path, _cast_parquet(path, table, wanted) if parquet else table, USAGE_SCHEMA, wanted, row, parquet, bounds)
-            row += len(frame)
+            frame, lines = _typed_frame(path, _cast_parquet(path, table, wanted) if parquet else table, USAGE_SCHEMA, wanted, first, parquet, bounds)
+            if len(frame):
+                first = int(lines[-1]) + 1 + (0 if parquet else int(_line_breaks(frame.iloc[-1:], wanted)[0]))
             yield frame
     except _ARROW_ERRORS as error:
         if parquet:
@@ -197,18 +202,31 @@ def _columns_present(path: Path, schema: tuple[Column, ...]) -> tuple[bool, list
 
 
 def _typed_frame(
-    path: Path, table: pa.Table, schema: tuple[Column, ...], wanted: list[Column], first_row: int, parquet: bool, bounds: SampleBounds
-) -> pd.DataFrame:
-    """The checked frame of rows starting at 0-based data row `first_row`, with every value column of the schema."""
+    path: Path, table: pa.Table, schema: tuple[Column, ...], wanted: list[Column], first: int, parquet: bool, bounds: SampleBounds
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The checked frame of rows starting at line (Parquet: 1-based row) `first`, with every value column of the
+    schema, and the line (row) each row starts at."""
     # NaN written as such ("nan" in a CSV, a NaN float in Parquet) is refused; only an empty cell or a null is missing.
     literal_nan = {c.name: pc.is_nan(table[c.name]).fill_null(False).to_numpy(zero_copy_only=False) for c in wanted if c.kind != "id"}
     frame: pd.DataFrame = table.to_pandas()
-    _check_values(path, frame, wanted, literal_nan, bounds, first_line=first_row + (1 if parquet else 2), unit="row" if parquet else "line")
+    lines = first + np.arange(len(frame), dtype=np.int64)
+    if not parquet and len(frame):
+        lines[1:] += np.cumsum(_line_breaks(frame, wanted))[:-1]
+    _check_values(path, frame, wanted, literal_nan, bounds, lines, unit="row" if parquet else "line")
     frame["timestamp"] = frame["timestamp"].astype(np.int64)
     for column in schema:
         if column.name not in frame.columns and column.kind == "value":
             frame[column.name] = np.nan
-    return frame
+    return frame, lines
+
+
+def _line_breaks(frame: pd.DataFrame, columns: list[Column]) -> np.ndarray:
+    """Quoted line breaks in each row's names: the extra physical lines a row takes in a CSV."""
+    breaks = np.zeros(len(frame), dtype=np.int64)
+    for column in columns:
+        if column.kind == "id":
+            breaks += frame[column.name].astype(str).str.count("\n").to_numpy(dtype=np.int64)
+    return breaks
 
 
 def _parquet_columns(path: Path) -> list[str]:
@@ -360,8 +378,6 @@ def _locate_csv_problem(path: Path, columns: list[Column], bounds: SampleBounds,
 def _cell_problem(column: Column, cell: str, bounds: SampleBounds) -> str | None:
     """What is wrong with one cell, as the typed checks of `_check_values` would say it."""
     if column.kind == "id":
-        if "\n" in cell or "\r" in cell:
-            return _LINE_BREAK.format(name=column.name)
         return f"'{column.name}' is empty" if not cell else None
     if not cell:
         return f"'{column.name}' is empty" if column.kind == "timestamp" else None
@@ -390,29 +406,19 @@ def _check_values(
     columns: list[Column],
     literal_nan: dict[str, np.ndarray],
     bounds: SampleBounds,
-    first_line: int,
+    lines: np.ndarray,
     unit: str,
 ) -> None:
-    """Typed checks over whole columns; report the first offending row by its line number."""
+    """Typed checks over whole columns; report the first offending row by its line (Parquet: row) number."""
 
     def fail(mask: np.ndarray, column: Column, describe: str | None = None) -> None:
         row = int(np.argmax(mask))
         value = frame[column.name].iloc[row]
         problem = describe or _cell_problem_of(column, float(value), bounds)
         if unit == "line":
-            raise InputFileError(path, problem, line=first_line + row, column=column.name)
-        raise InputFileError(path, f"row {first_line + row}: {problem}", column=column.name)
+            raise InputFileError(path, problem, line=int(lines[row]), column=column.name)
+        raise InputFileError(path, f"row {lines[row]}: {problem}", column=column.name)
 
-    # First a name with a line break (a quoted newline, or an unterminated quote the fast parser let run on): rows
-    # after it no longer sit one per line, so it must be the first problem reported.
-    names = [c for c in columns if c.kind == "id"]
-    broken = np.zeros(len(frame), dtype=bool)
-    for column in names:
-        broken |= frame[column.name].astype(str).str.contains("[\r\n]", regex=True).to_numpy()
-    if broken.any():
-        row = int(np.argmax(broken))
-        which = next(c for c in names if any(x in str(frame[c.name].iloc[row]) for x in "\r\n"))
-        fail(broken, which, _LINE_BREAK.format(name=which.name))
     for column in columns:
         series = frame[column.name]
         if column.kind == "id":
@@ -472,18 +478,17 @@ def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame,
     return usage[~dropped].reset_index(drop=True), quarantined
 
 
-def _check_unique(path: Path, frame: pd.DataFrame, key: list[str]) -> None:
+def _check_unique(path: Path, frame: pd.DataFrame, key: list[str], lines: np.ndarray) -> None:
     duplicated = frame.duplicated(subset=key, keep="first").to_numpy()
     if duplicated.any():
         row = int(np.argmax(duplicated))
         sample = frame.iloc[row]
         original = frame.index[(frame[key] == sample[key]).all(axis=1)][0]
         parquet = path.suffix.lower() in {".parquet", ".pq"}
-        offset = 1 if parquet else 2
         label = "row" if parquet else "line"
         described = ", ".join(f"{k}={sample[k]}" for k in key)
         raise InputFileError(
             path,
-            f"duplicate sample ({described}); first seen at {label} {int(original) + offset}",
-            line=None if parquet else row + offset,
+            f"duplicate sample ({described}); first seen at {label} {lines[int(original)]}",
+            line=None if parquet else int(lines[row]),
         )

@@ -279,10 +279,16 @@ def test_a_header_without_a_newline_is_an_empty_file(tmp_path: Path) -> None:
     assert list(iter_usage_batches(path, BOUNDS)) == []
 
 
-def test_a_name_with_a_line_break_is_refused_before_line_numbers_drift(tmp_path: Path) -> None:
-    path = write(tmp_path / "u.csv", HEADER + '\n1,ns,w,p,c,1,1\n2,"n\ns",w,p,c,1,1\n3,ns,w,p,c,-1,1\n')
-    error = read_both_ways(path)
-    assert (error.line, error.column) == (3, "namespace") and "holds a line break" in str(error)
+def test_quoted_line_breaks_in_names_keep_line_numbers_right(tmp_path: Path) -> None:
+    body = '1,ns,w,p,c,1,1\n2,"n\ns",w,p,c,1,1\n3,ns,"w\n\nx",p,c,1,1\n4,ns,w,p,c,-1,1\n'
+    error = read_both_ways(write(tmp_path / "u.csv", HEADER + "\n" + body))
+    assert (error.line, error.column) == (8, "cpu_cores")
+    duplicated = write(tmp_path / "d.csv", HEADER + "\n" + body.replace("-1", "1").replace("4,ns,w,p,c", "1,ns,w,p,c"))
+    with pytest.raises(InputFileError, match=r"d\.csv, line 8: duplicate sample .* first seen at line 2"):
+        read_usage(duplicated, BOUNDS)
+    many = write(tmp_path / "many.csv", HEADER + "\n" + '1,"n\ns",w,p,c,1,1\n' * 1 + rows_text(400) + "5,ns,w,p,c,-1,1\n")
+    error = read_both_ways(many)
+    assert error.line == 404
 
 
 @given(st.binary(max_size=300), st.sampled_from([".csv", ".csv.gz", "truncated.csv.gz"]))
