@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.ingest import SampleBounds, iter_usage_batches, read_oom_events, read_usage
+from pipelines.ingest import SampleBounds, iter_usage_batches, quarantine, read_oom_events, read_usage
 from recommender.errors import InputFileError
 from recommender.settings import IngestSettings
 from tests.conftest import make_usage
@@ -325,3 +325,31 @@ def test_an_impossible_cell_is_reported_at_its_line_and_column(tmp_path: Path, n
     with pytest.raises(InputFileError) as caught:
         read_usage(path, BOUNDS)
     assert (caught.value.line, caught.value.column) == (position + 2, column)
+
+
+samples = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c\x1b[0m"]),
+        st.one_of(st.floats(allow_nan=True), st.floats(0, 100)),
+        st.one_of(st.floats(allow_nan=True), st.floats(0, 1e12)),
+        st.integers(0, NOW + 10_000),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(samples)
+@settings(max_examples=150, deadline=None)
+def test_quarantine_keeps_only_possible_containers_and_names_every_other(data: list[tuple[str, float, float, int]]) -> None:
+    usage = pd.DataFrame(
+        [(t, "ns", w, f"{w}-p", "main", cpu, memory) for w, cpu, memory, t in data], columns=HEADER.split(",")
+    )
+    kept, quarantined = quarantine(usage, BOUNDS)
+    assert set(kept["workload"]).isdisjoint(name.split("/")[1] for name in quarantined)
+    assert set(kept["workload"]) | {name.split("/")[1] for name in quarantined} == set(usage["workload"])
+    for column, ceiling in (("cpu_cores", BOUNDS.max_cpu_cores), ("memory_bytes", BOUNDS.max_memory_bytes)):
+        values = kept[column].dropna()
+        assert ((values >= 0) & (values <= ceiling)).all()
+    assert (kept["timestamp"] <= BOUNDS.latest_timestamp).all()
+    assert len(kept) == int(usage["workload"].isin(kept["workload"]).sum())
