@@ -60,6 +60,7 @@ from pipelines.train import prometheus_window, tidy_prometheus_usage
 from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
 from recommender.resources import recommendation_set_chunks
 from recommender.settings import ScaleSettings, Settings
+from recommender.text import printable
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
@@ -325,7 +326,7 @@ def _outcomes(
         except Exception as error:  # noqa: BLE001 - whatever a task raised is reported by partition, not lost
             failed[name] = f"{type(error).__name__}: {error}"
         if name in failed:
-            log.warning("%s failed: %s", name, failed[name])
+            log.warning("%s failed: %s", printable(name), printable(failed[name]))
     return done
 
 

@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import itertools
+import logging
 import math
 import zlib
 from collections.abc import Generator, Iterator
@@ -21,8 +22,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
-
-import logging
 
 import numpy as np
 import pandas as pd
