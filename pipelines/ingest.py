@@ -150,7 +150,8 @@ def _read_checked(path: Path, schema: tuple[Column, ...], bounds: SampleBounds) 
             raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
         _raise_located(path, wanted, bounds, error)
         table = pa.table({c.name: pa.array([], type=_arrow_type(c)) for c in wanted})
-    return _typed_frame(path, table, schema, wanted, 1 if parquet else 2, parquet, bounds)
+    frame, lines, _ = _typed_frame(path, table, schema, wanted, 1 if parquet else 2, parquet, bounds)
+    return frame, lines
 
 
 def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int = 64 << 20) -> Iterator[pd.DataFrame]:
@@ -169,9 +170,7 @@ def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int 
             batches = iter(pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=batch_bytes), convert_options=_csv_options(wanted)))
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            frame, lines = _typed_frame(path, _cast_parquet(path, table, wanted) if parquet else table, USAGE_SCHEMA, wanted, first, parquet, bounds)
-            if len(frame):
-                first = int(lines[-1]) + 1 + (0 if parquet else int(_line_breaks(frame.iloc[-1:], wanted)[0]))
+            frame, _, first = _typed_frame(path, _cast_parquet(path, table, wanted) if parquet else table, USAGE_SCHEMA, wanted, first, parquet, bounds)
             yield frame
     except _ARROW_ERRORS as error:
         if parquet:
@@ -202,30 +201,26 @@ def _columns_present(path: Path, schema: tuple[Column, ...]) -> tuple[bool, list
 
 def _typed_frame(
     path: Path, table: pa.Table, schema: tuple[Column, ...], wanted: list[Column], first: int, parquet: bool, bounds: SampleBounds
-) -> tuple[pd.DataFrame, np.ndarray]:
+) -> tuple[pd.DataFrame, np.ndarray, int]:
     """The checked frame of rows starting at line (Parquet: 1-based row) `first`, with every value column of the
-    schema, and the line (row) each row starts at."""
+    schema; the line (row) each row starts at, and the one after the last."""
     # NaN written as such ("nan" in a CSV, a NaN float in Parquet) is refused; only an empty cell or a null is missing.
     literal_nan = {c.name: pc.is_nan(table[c.name]).fill_null(False).to_numpy(zero_copy_only=False) for c in wanted if c.kind != "id"}
+    # A quoted line break in a name makes its row take more than one line.
+    spans = np.ones(table.num_rows, dtype=np.int64)
+    if not parquet:
+        for column in wanted:
+            if column.kind == "id":
+                spans += pc.count_substring(table[column.name], "\n").fill_null(0).to_numpy(zero_copy_only=False)
+    ends = first + np.cumsum(spans)
+    lines = ends - spans
     frame: pd.DataFrame = table.to_pandas()
-    lines = first + np.arange(len(frame), dtype=np.int64)
-    if not parquet and len(frame):
-        lines[1:] += np.cumsum(_line_breaks(frame, wanted))[:-1]
     _check_values(path, frame, wanted, literal_nan, bounds, lines, unit="row" if parquet else "line")
     frame["timestamp"] = frame["timestamp"].astype(np.int64)
     for column in schema:
         if column.name not in frame.columns and column.kind == "value":
             frame[column.name] = np.nan
-    return frame, lines
-
-
-def _line_breaks(frame: pd.DataFrame, columns: list[Column]) -> np.ndarray:
-    """Quoted line breaks in each row's names: the extra physical lines a row takes in a CSV."""
-    breaks = np.zeros(len(frame), dtype=np.int64)
-    for column in columns:
-        if column.kind == "id":
-            breaks += frame[column.name].astype(str).str.count("\n").to_numpy(dtype=np.int64)
-    return breaks
+    return frame, lines, int(ends[-1]) if len(ends) else first
 
 
 def _parquet_columns(path: Path) -> list[str]:
