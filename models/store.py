@@ -8,6 +8,8 @@ or memory://name; object stores need their fsspec package, e.g. s3fs):
     versions/<version>/models/part-*.joblib one per partition when the version was trained on a Dask cluster
     versions/<version>/nodes.joblib         the fitted NodeForecaster, when the usage said where pods ran
     latest                                  the name of the newest published version
+    .publish.lock, .publishing               (local) the lock every publish and cleanup holds; the version being published
+    versions/.incoming-<version>.lock       (local) held by the run writing that version for as long as it runs
 
 A version is written under `versions/.incoming-*` (workers of a distributed run write their partitions' files
 there too), and moved into place only when complete; only then does `latest` move. On a local or mounted file
@@ -16,18 +18,30 @@ object store a single object PUT is atomic and the move is a copy, so readers re
 is complete before `latest` names it, and every file is checked against the manifest's checksums on load. A crash
 at any point leaves the previous version as it was. It lives in `models/` because both the training pipeline
 (writer) and the service (reader) use it.
+
+Leftovers of a killed or failed run are removed when the next run begins (docs/input-validation.md): on a local or
+mounted file system each writer holds an exclusive lock (flock) on its incoming version's lock file, which the
+kernel releases when the writer dies however it dies, so an incoming version whose lock can be taken is a dead
+run's and goes, and a running writer's is never touched. The move into place and the `latest` write happen under
+the store's publish lock with the version's name in `.publishing`: a version still named there when the next run
+takes the lock was complete but never published, and is removed, as are `latest`'s temporary files. On an object
+store, which has no locks, unfinished versions older than STALE_INCOMING_SECONDS are removed instead.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import posixpath
 import secrets
+import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,8 +66,13 @@ MODEL = "model.joblib"
 NODE_MODEL = "nodes.joblib"
 PARTITION_MODELS = "models"
 INCOMING_PREFIX = ".incoming-"
-#: An unfinished publish older than this is a crashed run's leftover and is removed.
+LOCK_SUFFIX = ".lock"
+PUBLISH_LOCK = ".publish.lock"
+PUBLISHING = ".publishing"
+#: On an object store (no locks), an unfinished publish older than this is a crashed run's leftover and is removed.
 STALE_INCOMING_SECONDS = 3600
+
+log = logging.getLogger(__name__)
 
 
 class FileEntry(BaseModel):
@@ -82,6 +101,9 @@ class Manifest(BaseModel):
     parent_version: str | None = Field(None, description="Version this one continued from (incremental training).")
     read_metrics: dict[str, float] = Field(default_factory=dict, description="Cost of reading the data (queries, bytes).")
     skipped: dict[str, str] = Field(default_factory=dict, description="Workload groups that could not be read, and why.")
+    quarantined: dict[str, str] = Field(
+        default_factory=dict, description="Workload containers left out because a sample broke the physical bounds, and why."
+    )
     files: dict[str, FileEntry]
 
 
@@ -149,14 +171,50 @@ class StoreFiles:
             fsync_directory(Path(path))
 
 
-class IncomingVersion:
-    """A version being written: files go under `versions/.incoming-<name>/`, `ModelStore.commit` publishes it."""
+def _try_lock(path: str) -> int | None:
+    """An open descriptor holding an exclusive flock on the existing file `path`, or None when a live process holds
+    it (or the file is gone: its writer finished)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
-    def __init__(self, files: StoreFiles, versions_dir: str, name: str) -> None:
+
+def _new_lock(path: str) -> int | None:
+    """A new lock file at `path`, created and held, naming its holder for people; None in the rare case a cleaner
+    removed it between its creation and our lock (the caller then picks another name)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if os.fstat(fd).st_nlink == 0:
+        os.close(fd)
+        return None
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
+class IncomingVersion:
+    """A version being written: files go under `versions/.incoming-<name>/`, `ModelStore.commit` publishes it. On a
+    local file system the writer holds `versions/.incoming-<name>.lock` until the version is committed or aborted."""
+
+    def __init__(self, files: StoreFiles, versions_dir: str, name: str, lock: int | None = None) -> None:
         self.files = files
         self.name = name
         self.path = posixpath.join(versions_dir, INCOMING_PREFIX + name)
         self.entries: dict[str, FileEntry] = {}
+        self.lock = lock
+
+    def release(self) -> None:
+        """Give up the writer's lock (after the version is published or removed)."""
+        if self.lock is not None:
+            Path(self.path + LOCK_SUFFIX).unlink(missing_ok=True)
+            os.close(self.lock)
+            self.lock = None
 
     def path_of(self, filename: str) -> str:
         return posixpath.join(self.path, filename)
@@ -205,16 +263,69 @@ class ModelStore:
         return name or None
 
     def begin(self) -> IncomingVersion:
-        """Start a version (name sorting by creation time); write its files, then `commit` or `abort` it."""
+        """Start a version (name sorting by creation time), after removing what killed runs left; write its files,
+        then `commit` or `abort` it."""
         self.files.fs.makedirs(self.versions_dir, exist_ok=True)
-        self._remove_stale_incoming()
-        name = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
-        incoming = IncomingVersion(self.files, self.versions_dir, name)
+        if not self.files.local:
+            self._remove_stale_incoming()
+            incoming = IncomingVersion(self.files, self.versions_dir, self._new_name())
+        else:
+            self._remove_leftovers()
+            lock = None
+            while lock is None:
+                name = self._new_name()
+                lock = _new_lock(posixpath.join(self.versions_dir, INCOMING_PREFIX + name + LOCK_SUFFIX))
+            incoming = IncomingVersion(self.files, self.versions_dir, name, lock)
         self.files.fs.makedirs(incoming.path, exist_ok=True)
         return incoming
 
+    @staticmethod
+    def _new_name() -> str:
+        return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
+
     def abort(self, incoming: IncomingVersion) -> None:
         self.files.remove(incoming.path)
+        incoming.release()
+
+    @contextmanager
+    def _publish_lock(self) -> Iterator[None]:
+        """The store's publish lock (local file systems; a no-op elsewhere), held while a version moves into place
+        and `latest` moves, and while a new run removes leftovers: neither sees the other half done."""
+        if not self.files.local:
+            yield
+            return
+        fd = os.open(posixpath.join(self.root, PUBLISH_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _remove_leftovers(self) -> None:
+        """Remove what stopped runs left on a local store: `latest`'s temporary files, a complete version whose run
+        died while publishing it, and every incoming version whose writer's lock is free (its process is gone)."""
+        with self._publish_lock():
+            for temporary in [*Path(self.root).glob(".latest.*.tmp"), *Path(self.root).glob(PUBLISHING + ".*.tmp")]:
+                log.warning("removing %s: a temporary file of a run that stopped while publishing", temporary)
+                temporary.unlink(missing_ok=True)
+            publishing = Path(self.root) / PUBLISHING
+            if publishing.is_file():
+                name = publishing.read_text().strip()
+                if name and name != self.latest_name() and Path(self.versions_dir, name).is_dir():
+                    log.warning("removing version %s: complete but never published (its run stopped before moving latest)", name)
+                    self.files.remove(posixpath.join(self.versions_dir, name))
+                publishing.unlink()
+        for path in sorted({p.removesuffix(LOCK_SUFFIX) for p in self.files.fs.glob(posixpath.join(self.versions_dir, INCOMING_PREFIX + "*"))}):
+            lock_path = path + LOCK_SUFFIX
+            fd = _try_lock(lock_path)
+            if fd is None and Path(lock_path).exists():
+                continue
+            if Path(path).exists():
+                log.warning("removing %s: left by a run that stopped before publishing it", path)
+                self.files.remove(path)
+            if fd is not None:
+                Path(lock_path).unlink(missing_ok=True)
+                os.close(fd)
 
     def commit(
         self,
@@ -228,6 +339,7 @@ class ModelStore:
         parent_version: str | None = None,
         read_metrics: dict[str, float] | None = None,
         skipped: dict[str, str] | None = None,
+        quarantined: dict[str, str] | None = None,
     ) -> Manifest:
         """Write the manifest of a complete incoming version, move it into place, then move `latest` to it; old
         versions beyond retention go. Any failure removes the incoming version and leaves `latest` as it was."""
@@ -245,12 +357,30 @@ class ModelStore:
                 parent_version=parent_version,
                 read_metrics=read_metrics or {},
                 skipped=skipped or {},
+                quarantined=quarantined or {},
                 files=dict(sorted(incoming.entries.items())),
             )
             self.files.put(incoming.path_of(MANIFEST), manifest.model_dump_json(indent=2).encode())
             self.files.sync_directory(incoming.path)
-            final = posixpath.join(self.versions_dir, incoming.name)
+        except BaseException:
+            self.abort(incoming)
+            raise
+        try:
+            with self._publish_lock():
+                self._move_into_place(incoming)
+        finally:
+            incoming.release()
+        self._prune(keep=incoming.name)
+        return manifest
+
+    def _move_into_place(self, incoming: IncomingVersion) -> None:
+        """Rename the complete version into `versions/` and point `latest` at it; locally, with its name in
+        `.publishing` meanwhile, so a run killed between the two leaves a version the next run knows to remove."""
+        final = posixpath.join(self.versions_dir, incoming.name)
+        publishing = posixpath.join(self.root, PUBLISHING)
+        try:
             if self.files.local:
+                self.files.put(publishing, incoming.name.encode())
                 os.rename(incoming.path, final)
             else:
                 self.files.fs.mv(incoming.path, final, recursive=True)
@@ -259,8 +389,8 @@ class ModelStore:
             self.abort(incoming)
             raise
         self.files.put(posixpath.join(self.root, "latest"), (incoming.name + "\n").encode())
-        self._prune(keep=incoming.name)
-        return manifest
+        if self.files.local:
+            self.files.remove(publishing)
 
     def publish(
         self,

@@ -36,7 +36,7 @@ from models.ensemble import (
 from models.forecast import FloatArray, nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
 from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
-from pipelines.ingest import read_usage
+from pipelines.ingest import SampleBounds, read_usage
 from recommender.settings import Settings
 
 Step = Callable[[str], None]
@@ -72,9 +72,9 @@ class Fleet:
         return int(next(iter(self.group_grid.values())).shape[1]) // self.steps_per_day
 
 
-def load_fleet(path: Path, step_seconds: int) -> Fleet:
+def load_fleet(path: Path, step_seconds: int, bounds: SampleBounds) -> Fleet:
     """Read a tidy usage file into day-aligned group and pod grids (a pod's samples in one step: their max)."""
-    usage = with_group_labels(read_usage(path))
+    usage = with_group_labels(read_usage(path, bounds))
     times = usage["timestamp"].to_numpy(dtype=np.float64)
     origin = int(times.min() // DAY * DAY)
     end = int(-(-(times.max() + 1) // DAY) * DAY)
@@ -302,7 +302,7 @@ def run_backtest(path: Path, settings: Settings, step: Step = _quiet) -> tuple[F
     """The whole protocol on one usage file."""
     started = time.perf_counter()
     step(f"reading {path}")
-    fleet = load_fleet(path, settings.reservation.step_seconds)
+    fleet = load_fleet(path, settings.reservation.step_seconds, SampleBounds.at(settings.ingest, time.time()))
     days, decisions = decide(fleet, settings, step)
     half = len(days) // 2
     parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}

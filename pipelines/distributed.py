@@ -53,13 +53,14 @@ from distributed import Client, Future, LocalCluster
 
 from models.store import PARTITION_MODELS, RECOMMENDATIONS, DataWindow, FileEntry, IncomingVersion, Manifest, ModelStore, StoreFiles
 from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
-from pipelines.ingest import iter_usage_batches, read_oom_events
+from pipelines.ingest import SampleBounds, iter_usage_batches, read_oom_events
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.train import prometheus_window, tidy_prometheus_usage
 from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
 from recommender.resources import recommendation_set_chunks
 from recommender.settings import ScaleSettings, Settings
+from recommender.text import printable
 
 log = logging.getLogger(__name__)
 Step = Callable[[str], None]
@@ -151,12 +152,12 @@ class FileInventory:
     placed: bool = False
 
 
-def inventory(input_path: Path, as_of: int | None) -> FileInventory:
+def inventory(input_path: Path, as_of: int | None, bounds: SampleBounds) -> FileInventory:
     """First streaming pass: each workload's containers and the data window (rows before `as_of`)."""
     keys: set[tuple[str, str, str]] = set()
     first, last, rows = np.iinfo(np.int64).max, np.iinfo(np.int64).min, 0
     placed = False
-    for batch in iter_usage_batches(input_path):
+    for batch in iter_usage_batches(input_path, bounds):
         if as_of is not None:
             batch = batch[batch["timestamp"] < as_of]
         if batch.empty:
@@ -173,21 +174,23 @@ def inventory(input_path: Path, as_of: int | None) -> FileInventory:
     return FileInventory(containers, int(first), int(last), rows, placed)
 
 
-def split_file(input_path: Path, partitions: list[Partition], incoming: IncomingVersion, as_of: int | None) -> None:
+def split_file(
+    input_path: Path, partitions: list[Partition], incoming: IncomingVersion, as_of: int | None, bounds: SampleBounds
+) -> None:
     """Second streaming pass: each partition's rows into its own Parquet file on the store."""
     index = pd.MultiIndex.from_tuples([w for p in partitions for w in p.workloads], names=["namespace", "workload"])
     owner = np.concatenate([np.full(len(p.workloads), p.index) for p in partitions])
     writers: dict[int, tuple[Any, pq.ParquetWriter]] = {}
     files = incoming.files
     try:
-        for batch in iter_usage_batches(input_path):
+        for batch in iter_usage_batches(input_path, bounds):
             if as_of is not None:
                 batch = batch[batch["timestamp"] < as_of]
             table = pa.Table.from_pandas(batch, preserve_index=False)
             target = owner[index.get_indexer(pd.MultiIndex.from_frame(batch[["namespace", "workload"]]))]
             order = np.argsort(target, kind="stable")
-            bounds = np.flatnonzero(np.diff(target[order])) + 1
-            for rows in np.split(order, bounds):
+            cuts = np.flatnonzero(np.diff(target[order])) + 1
+            for rows in np.split(order, cuts):
                 if rows.size == 0:
                     continue
                 part = int(target[rows[0]])
@@ -323,7 +326,7 @@ def _outcomes(
         except Exception as error:  # noqa: BLE001 - whatever a task raised is reported by partition, not lost
             failed[name] = f"{type(error).__name__}: {error}"
         if name in failed:
-            log.warning("%s failed: %s", name, failed[name])
+            log.warning("%s failed: %s", printable(name), printable(failed[name]))
     return done
 
 
@@ -380,17 +383,18 @@ def train_distributed(
     """Fit a usage file on the cluster behind `client` and publish one version (see the module's docstring)."""
     store = ModelStore(settings.store.path, settings.store.retention_versions)
     step(f"listing workloads in {input_path}")
-    found = inventory(input_path, as_of)
+    bounds = SampleBounds.at(settings.ingest, time.time())
+    found = inventory(input_path, as_of, bounds)
     if found.placed:
         # The pooled node grids would need a cross-partition sum; until then, say what this run leaves out.
         log.warning("%s says where pods ran, but distributed runs learn no node lines: train single-process for them", input_path)
     partitions = plan_partitions(found.containers, settings.scale.partition_containers)
-    oom = read_oom_events(oom_events_path) if oom_events_path is not None else None
+    oom = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
     with _incoming_version(store) as incoming:
         job = _Job(client, store, incoming, settings, partitions, str(input_path), as_of, horizon_seconds,
                    time.monotonic() + settings.scale.timeout_seconds)
         step(f"splitting {found.rows:,} rows into {len(partitions)} partitions on {store}")
-        split_file(input_path, partitions, incoming, as_of)
+        split_file(input_path, partitions, incoming, as_of, bounds)
         return _fit_and_publish(job, [p.index for p in partitions], found.last_sample, oom, {}, None, step)
 
 
@@ -400,6 +404,7 @@ class PartitionRead:
     last_sample: int
     oom_events: pd.DataFrame
     costs: dict[str, float]
+    quarantined: dict[str, str]
 
 
 def read_prometheus_partition(partition: Partition, files: dict[str, str], settings: Settings, start: int, end: int) -> PartitionRead:
@@ -411,11 +416,11 @@ def read_prometheus_partition(partition: Partition, files: dict[str, str], setti
         costs = client.stats.summary()
     if read.skipped:
         raise PartialDataError(read.skipped)
-    usage = tidy_prometheus_usage(read.usage, settings, start, end)
+    usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
     out = StoreFiles(files["input"])
     with out.fs.open(out.root, "wb") as handle:
         pq.write_table(pa.Table.from_pandas(usage, preserve_index=False), handle)
-    return PartitionRead(partition.index, int(usage["timestamp"].max()), read.oom_events, costs)
+    return PartitionRead(partition.index, int(usage["timestamp"].max()), read.oom_events, costs, quarantined)
 
 
 def train_distributed_prometheus(
@@ -445,7 +450,8 @@ def train_distributed_prometheus(
         oom = pd.concat([r.oom_events for r in reads.values()], ignore_index=True)
         costs = {key: float(sum(r.costs.get(key, 0.0) for r in reads.values())) for key in next(iter(reads.values())).costs}
         data_end = max(r.last_sample for r in reads.values())
-        return _fit_and_publish(job, sorted(reads), data_end, oom, failed, costs, step)
+        quarantined = {name: why for r in reads.values() for name, why in r.quarantined.items()}
+        return _fit_and_publish(job, sorted(reads), data_end, oom, failed, costs, step, quarantined)
 
 
 def _fit_and_publish(
@@ -456,6 +462,7 @@ def _fit_and_publish(
     failed: dict[str, str],
     read_metrics: dict[str, float] | None,
     step: Step,
+    quarantined: dict[str, str] | None = None,
 ) -> Manifest:
     """Phases 1 and 2 over the partitions whose rows are on the store, the fleet reduce between them, the commit."""
     scale, partitions = job.settings.scale, job.partitions
@@ -482,7 +489,9 @@ def _fit_and_publish(
         raise DistributedTrainingError(failed, len(partitions), scale.failure_tolerance_fraction)
     fit_seconds = time.perf_counter() - started
     step(f"publishing to {job.store}")
-    run = _Run(job.settings, partitions, fits, results, failed, job.source, job.horizon_seconds, 0 if oom is None else len(oom))
+    run = _Run(
+        job.settings, partitions, fits, results, failed, job.source, job.horizon_seconds, 0 if oom is None else len(oom), quarantined or {}
+    )
     return _commit(job.client, job.store, job.incoming, run, fit_seconds, read_metrics)
 
 
@@ -507,6 +516,7 @@ class _Run:
     source: str
     horizon_seconds: int
     oom_events: int
+    quarantined: dict[str, str]
 
 
 def _commit(
@@ -550,6 +560,7 @@ def _commit(
             "oom_events": run.oom_events,
             "partitions": len(run.partitions),
             "failed_partitions": len(run.partitions) - len(order),
+            "quarantined_containers": len(run.quarantined),
         },
         fit_metrics={
             "fit_seconds": round(fit_seconds, 3),
@@ -566,4 +577,5 @@ def _commit(
         ),
         read_metrics=read_metrics,
         skipped=skipped,
+        quarantined=run.quarantined,
     )

@@ -47,6 +47,7 @@ from models.forecast import DecayedQuantileForecaster, FloatArray
 from models.nodes import rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
+from pipelines.ingest import SampleBounds
 from recommender import colocation
 from recommender.settings import Settings
 
@@ -292,7 +293,7 @@ def run_node_backtest(
     """The whole protocol on one usage file."""
     started = time.perf_counter()
     step(f"reading {path}")
-    fleet = load_fleet(path, settings.reservation.step_seconds)
+    fleet = load_fleet(path, settings.reservation.step_seconds, SampleBounds.at(settings.ingest, time.time()))
     where = placement(fleet, node_size, seed)
     per_day, step_seconds = fleet.steps_per_day, fleet.step_seconds
     per_hour = 3600 // step_seconds

@@ -13,7 +13,7 @@ import pandas as pd
 from models.nodes import NodeForecaster
 from models.store import DataWindow, Manifest, ModelStore
 from models.workload import WorkloadRecommender
-from pipelines.ingest import read_oom_events, read_usage
+from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usage
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from recommender.errors import InputFileError, PartialDataError, PrometheusError
@@ -55,10 +55,10 @@ def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | 
     ).fit(usage)
 
 
-def load_history(input_path: Path, as_of: int | None, step: Step = _quiet) -> pd.DataFrame:
+def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step: Step = _quiet) -> pd.DataFrame:
     """Read a usage file and keep only the rows before `as_of` (all of them when None)."""
     step(f"reading {input_path}")
-    usage = read_usage(input_path)
+    usage = read_usage(input_path, bounds)
     if as_of is not None:
         usage = usage[usage["timestamp"] < as_of]
     if usage.empty:
@@ -117,7 +117,7 @@ def recommend_from_file(
     input_path: Path, as_of: int, horizon_seconds: int, settings: Settings, step: Step = _quiet
 ) -> RecommendationSet:
     """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it."""
-    usage = load_history(input_path, as_of, step)
+    usage = load_history(input_path, as_of, SampleBounds.at(settings.ingest, time.time()), step)
     return fit_history(usage, settings, as_of, horizon_seconds, step=step).recommendations
 
 
@@ -134,8 +134,9 @@ def train_from_file(
     """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched.
 
     `incremental`: continue the latest version's models with only the rows after its data window."""
-    usage = load_history(input_path, as_of, step)
-    oom_events = read_oom_events(oom_events_path) if oom_events_path is not None else None
+    bounds = SampleBounds.at(settings.ingest, time.time())
+    usage = load_history(input_path, as_of, bounds, step)
+    oom_events = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
     parent = _parent(settings, incremental)
     if parent is not None:
         usage = usage[usage["timestamp"] > parent.manifest.data_window.last_sample]
@@ -197,13 +198,15 @@ def train_from_prometheus(
         costs = client.stats.summary()
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
-    usage = tidy_prometheus_usage(read.usage, settings, start, end)
+    usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
     result = fit_history(
         usage, settings, as_of, horizon_seconds, read.oom_events, step,
         resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
     )
     result = replace(result, recommendations=with_kinds(result.recommendations, read.workload_kinds))
-    manifest = _publish(settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, parent=parent)
+    manifest = _publish(
+        settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, quarantined=quarantined, parent=parent
+    )
     return manifest, costs
 
 
@@ -214,12 +217,15 @@ def prometheus_window(settings: Settings, as_of: int | None) -> tuple[int, int]:
     return end - prom.history_seconds, end
 
 
-def tidy_prometheus_usage(usage: pd.DataFrame, settings: Settings, start: int, end: int) -> pd.DataFrame:
-    """The rows with a sample, sorted as a usage file is; an error when there are none."""
-    usage = usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all")
+def tidy_prometheus_usage(
+    usage: pd.DataFrame, settings: Settings, start: int, end: int, bounds: SampleBounds
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The rows with a sample, sorted as a usage file is, without the workload containers quarantined for an
+    impossible sample (returned by name, with why); an error when there are none."""
+    usage, quarantined = quarantine(usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all"), bounds)
     if usage.empty:
         raise PrometheusError(f"{settings.prometheus.url}: no usage samples between {start} and {end}")
-    return usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True)
+    return usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True), quarantined
 
 
 def _publish(
@@ -230,6 +236,7 @@ def _publish(
     step: Step,
     read_metrics: dict[str, float] | None = None,
     skipped: dict[str, str] | None = None,
+    quarantined: dict[str, str] | None = None,
     parent: _Parent | None = None,
 ) -> Manifest:
     step(f"publishing to {settings.store.path}")
@@ -248,6 +255,7 @@ def _publish(
             "pods": int(usage["pod"].nunique()),
             "nodes": len(result.recommendations.nodes),
             "oom_events": result.oom_events,
+            "quarantined_containers": len(quarantined or {}),
         },
         fit_metrics={"fit_seconds": round(result.fit_seconds, 3), **result.model.selection_summary()},
         data_window=DataWindow(
@@ -257,6 +265,7 @@ def _publish(
         ),
         read_metrics=read_metrics,
         skipped=skipped,
+        quarantined=quarantined,
         parent_version=parent.manifest.version if parent else None,
         node_model=result.node_model,
     )

@@ -22,14 +22,17 @@ import httpx
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from recommender import __version__
 from recommender.atomic import atomic_write_text
 from recommender.errors import ConfigurationError, KubernetesError, RecommenderError
 from recommender.resources import RecommendationSet, WorkloadRecommendation
 from recommender.settings import Settings
+from recommender.text import printable
 from recommender.units import (
     GIB,
     cpu_cores_from_quantity,
@@ -236,12 +239,13 @@ def train(
             f"{costs['bytes'] / 1e6:.1f} MB, {costs['query_seconds']:.1f} s in queries"
         )
         for name, why in sorted(manifest.skipped.items()):
-            err.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
+            err.print(f"[yellow]skipped[/] {_safe(name)}: {_safe(why)}", highlight=False)
     counts = manifest.row_counts
     continued = f" (continued from {manifest.parent_version})" if manifest.parent_version else ""
     err.print(
         f"published version [bold]{manifest.version}[/]{continued} to {settings.store.path}: "
         f"{counts['workload_containers']} workload containers from {counts['usage_rows']:,} samples"
+        + (f"; {len(manifest.quarantined)} quarantined for impossible samples (see the warnings)" if manifest.quarantined else "")
     )
 
 
@@ -265,7 +269,7 @@ def _train_distributed(
         f"{metrics['worker_peak_rss_mib_max']:.0f} MiB, all workers {metrics['worker_peak_rss_mib_sum']:.0f} MiB"
     )
     for name, why in sorted(manifest.skipped.items()):
-        err.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
+        err.print(f"[yellow]skipped[/] {_safe(name)}: {_safe(why)}", highlight=False)
     return manifest
 
 
@@ -336,6 +340,11 @@ def _node_backtest(input: Path, report: Path | None, settings: Settings, node_cp
     )
 
 
+def _safe(text: str) -> str:
+    """Text from the data or the user for a rich string: control characters escaped, markup taken literally."""
+    return escape(printable(text))
+
+
 def _show_payload(version: str, recommendations: RecommendationSet) -> dict[str, Any]:
     payload: dict[str, Any] = {"version": version, **json.loads(recommendations.model_dump_json())}
     return payload
@@ -365,7 +374,7 @@ def _saving(current: float | None, target: float, scale: float, fmt: str) -> str
 
 
 def _recommendation_table(recommendations: list[WorkloadRecommendation], title: str) -> Table:
-    table = Table(title=f"Recommendations ({title})", title_justify="left")
+    table = Table(title=f"Recommendations ({_safe(title)})", title_justify="left")
     for column in ("namespace/workload", "container", "CPU limit", "CPU request", "CPU saved", "mem limit", "mem request", "mem saved", "pods"):
         table.add_column(column, justify="left" if column in ("namespace/workload", "container") else "right")
     totals = {"cpu_now": 0.0, "cpu_rec": 0.0, "mem_now": 0.0, "mem_rec": 0.0}
@@ -379,8 +388,8 @@ def _recommendation_table(recommendations: list[WorkloadRecommendation], title: 
             totals["mem_now"] += current.memory_limit_bytes
             totals["mem_rec"] += memory.target
         table.add_row(
-            f"{rec.namespace}/{rec.workload}",
-            rec.container,
+            Text(printable(f"{rec.namespace}/{rec.workload}")),
+            Text(printable(rec.container)),
             "-" if current.cpu_limit_cores is None else cpu_quantity(current.cpu_limit_cores),
             "-" if cpu is None else cpu_quantity(cpu.target),
             "-" if cpu is None else _saving(current.cpu_limit_cores, cpu.target, 1.0, ".2f"),
@@ -493,9 +502,9 @@ def sync(
 
     def show(report: SyncReport) -> None:
         for name in report.written:
-            err.print(f"wrote status of {name}", highlight=False)
+            err.print(f"wrote status of {_safe(name)}", highlight=False)
         for name, why in report.failed.items():
-            err.print(f"[red]failed[/] {name}: {why}", highlight=False)
+            err.print(f"[red]failed[/] {_safe(name)}: {_safe(why)}", highlight=False)
 
     if once:
         report = syncer.sync_once()
@@ -597,7 +606,7 @@ def main() -> None:
     try:
         app()
     except RecommenderError as error:
-        err.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {_safe(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
 
 

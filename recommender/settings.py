@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from recommender.units import MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
+from recommender.units import GIB, MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 class HistogramSettings(BaseModel):
@@ -218,6 +218,26 @@ class ForecastSettings(BaseModel):
         return self.model_copy(
             update={f"{line}_target_violation": target for line in ("short_term", "request", "long_term")}
         )
+
+
+class IngestSettings(BaseModel):
+    """Physical bounds every sample must meet before anything learns from it (docs/input-validation.md): a file
+    breaking them is refused, a Prometheus container breaking them is quarantined."""
+
+    max_cpu_cores: float = Field(
+        2048.0, gt=0, description="Largest CPU usage, request or limit of one container sample, cores. 2048: above the "
+        "largest single machines sold (about 1,920 vCPUs), so only a unit error (millicores, core-seconds) or a "
+        "corrupt counter reaches it.",
+    )
+    max_memory_bytes: float = Field(
+        32 * 1024 * GIB, gt=0, description="Largest memory usage, request or limit of one container sample, bytes. "
+        "32 TiB: the largest single machines sold, for the same reason.",
+    )
+    future_tolerance_seconds: float = Field(
+        600.0, ge=0, description="How far past the run's clock a sample's timestamp may be, seconds (10 minutes: clock "
+        "skew between nodes, Prometheus and us). Later ones are refused: a timestamp in milliseconds or a broken clock "
+        "would otherwise move the data's end years ahead and hide stale models.",
+    )
 
 
 class StoreSettings(BaseModel):
@@ -518,6 +538,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = PolicySettings()
     reservation: ReservationSettings = ReservationSettings()
     forecast: ForecastSettings = ForecastSettings()
+    ingest: IngestSettings = IngestSettings()
     store: StoreSettings = StoreSettings()
     scale: ScaleSettings = ScaleSettings()
     serve: ServeSettings = ServeSettings()

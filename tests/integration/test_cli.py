@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -130,3 +132,63 @@ def test_incremental_training_from_files(cli: Runner, tmp_path: Path) -> None:
         assert a["cpu"]["target"] == pytest.approx(b["cpu"]["target"])
         assert a["memory"]["upper_bound"] == pytest.approx(b["memory"]["upper_bound"])
         assert a["cpu"]["short_term"] == pytest.approx(b["cpu"]["short_term"])
+
+
+def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Hostile files (issue 13) and what each error must say after the file name."""
+    header = "timestamp,namespace,workload,pod,container,cpu_cores,memory_bytes\n"
+    lines = [f"{1_700_000_000 + 300 * i},ns,w,p,c,0.5,1000000\n" for i in range(3000)]
+    rows = "".join(lines)
+    compressed = gzip.compress((header + rows).encode())
+    files = {
+        "truncated.csv.gz": compressed[: len(compressed) // 2],
+        "quote.csv": (header + "".join(lines[:5]) + '1,"ns,w,p,c,1,1\n' + rows).encode(),
+        "int64.csv": (header + "99999999999999999999,ns,w,p,c,1,1\n").encode(),
+        "header.csv": header.strip().encode(),
+        "latin1.csv": (header + "1,ns,w\xe9,p,c,1,1\n").encode("latin-1"),
+        "millis.csv": (header + "".join(lines[:3]) + "1700000000000,ns,w,p,c,1,1\n").encode(),
+        "huge.csv": (header + "1,ns,w,p,c,1e300,1\n").encode(),
+    }
+    expected = {
+        "truncated.csv.gz": r", line \d+: cannot be read: Compressed file ended before the end-of-stream marker",
+        "quote.csv": r", line 7, column 'namespace': .*unterminated quote",
+        "int64.csv": r", line 2, column 'timestamp': timestamp 99999999999999999999 does not fit in 64 bits",
+        "header.csv": r": has no usage rows",
+        "latin1.csv": r", line 2, column 'workload': byte 0xe9 at character 7 is not UTF-8",
+        "millis.csv": r", line 5, column 'timestamp': timestamp 1700000000000 is in the future",
+        "huge.csv": r", line 2, column 'cpu_cores': cpu_cores 1e\+300 is above the ceiling of 2048 cores",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    return {name: (tmp_path / name, expected[name]) for name in files}
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [(name, "train") for name in ("truncated.csv.gz", "quote.csv", "header.csv", "millis.csv")] + [("truncated.csv.gz", "recommend")],
+)
+def test_hostile_files_are_one_line_errors_with_the_bad_input_code(cli: Runner, tmp_path: Path, name: str, command: str) -> None:
+    path, expected = _bad_files(tmp_path)[name]
+    args = ["--store", "store"] if command == "train" else ["--as-of", "1800000000", "--output", "out.json"]
+    result = cli(command, "--input", name, *args)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert re.fullmatch("error: " + re.escape(name) + expected + ".*", result.stderr.strip()), result.stderr
+    assert not (tmp_path / "store").exists() and not (tmp_path / "out.json").exists()
+
+
+def test_show_and_errors_print_names_without_terminal_escapes(cli: Runner, tmp_path: Path) -> None:
+    usage = make_usage(workloads=1, pods=1, days=1)
+    usage["workload"] = "w\x1b[2J\x1b]0;pwned\x07"
+    usage["container"] = "c\u202e[bold]x[/bold]"
+    usage.to_csv(tmp_path / "evil.csv", index=False)
+    assert cli("train", "--input", "evil.csv", "--store", "store").returncode == 0
+    shown = cli("show", "--store", "store")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout and "\u202e" not in shown.stdout
+    assert "ns/w\\x1b[2J\\x1b]0;pwned\\x07" in shown.stdout and "c\\u202e[bold]x[/bold]" in shown.stdout
+    pd.concat([usage, usage.head(1)]).to_csv(tmp_path / "evil\x1b[31m.csv", index=False)
+    failed = cli("train", "--input", "evil\x1b[31m.csv", "--store", "store")
+    assert failed.returncode == 2
+    assert "\x1b" not in failed.stderr and "\x07" not in failed.stderr
+    assert "evil\\x1b[31m.csv" in failed.stderr and "duplicate sample" in failed.stderr

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from pipelines.distributed import train_distributed
 from pipelines.train import train_from_file
 from recommender.errors import DistributedTrainingError
 from recommender.settings import Settings
-from tests.conftest import BUNDLED
+from tests.conftest import BUNDLED, entry_point
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -128,3 +131,24 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
     (workload, why), = tolerated.skipped.items()
     assert workload.startswith("google-2019/") and why.startswith("partition 1 (")
     assert len(store.load().recommendations.recommendations) == 3
+
+
+def test_a_stopped_workers_run_leaves_nothing_after_the_next_run(tmp_path: Path, usage_csv: Path) -> None:
+    """`train --workers 1` killed with -9 (driver and workers) once its partitions are on the store: the next run
+    removes the whole incoming version, partition files and all (issue 13)."""
+    command = [entry_point(), "train", "--input", str(BUNDLED), "--store", "store", "--workers", "1", "--partition-containers", "1"]
+    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    versions = tmp_path / "store" / "versions"
+    try:
+        deadline = time.monotonic() + 120
+        while not list(versions.glob(".incoming-*/work/part-*.parquet")) and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+    assert run.returncode == -signal.SIGKILL, "the run ended before it could be stopped"
+    assert list(versions.glob(".incoming-*/work/part-*.parquet"))
+    after = subprocess.run([entry_point(), "train", "--input", str(usage_csv), "--store", "store"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert after.returncode == 0, after.stderr
+    assert "left by a run that stopped before publishing it" in after.stderr
+    assert [p.name for p in versions.iterdir()] == [ModelStore(tmp_path / "store").latest_name()]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from urllib.parse import parse_qs
 
 import httpx
+import pytest
 
+from models.store import ModelStore
+from pipelines import train
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
-from recommender.settings import PrometheusSettings
+from recommender.settings import PrometheusSettings, Settings
 
 PODS = {"a": ["a-web-5d4f8b9c7-x1x1x"], "b": ["b-batch-1"]}
 
@@ -56,3 +61,54 @@ def test_a_failed_batch_is_skipped_by_name_and_the_rest_is_read() -> None:
     assert set(read.usage["namespace"]) == {"a"}
     assert read.workload_kinds == {("a", "web"): "Deployment"}
     assert list(read.usage["cpu_cores"]) == [1.5, 2.0]
+
+
+# -- quarantine of impossible samples (issue 13) ---------------------------------------------------------------------
+
+STEP, START = 300, 1_700_000_000
+POISONED = {"web-1": {}, "bad-1": {"cpu": (100, "1e300")}, "neg-1": {"memory": (7, "-5")}, "inf-1": {"cpu": (3, "+Inf")}}
+
+
+def poisoned(request: httpx.Request) -> httpx.Response:
+    """A Prometheus whose answers hold one impossible sample in three of four pods (each its own workload)."""
+    form = parse_qs(request.content.decode())
+    if request.url.path.endswith("/series"):
+        match = form["match[]"][0]
+        data = [{"namespace": "a", "pod": p, "container": "main"} for p in POISONED] if match.startswith("container_memory") else []
+        return httpx.Response(200, json={"status": "success", "data": data})
+    query = form["query"][0]
+    if not request.url.path.endswith("/query_range"):
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+    if not query.startswith(("rate(", "max_over_time(")):
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+    part = "cpu" if query.startswith("rate(") else "memory"
+    result = []
+    for pod, poison in POISONED.items():
+        values = [[START + STEP * i, "0.5" if part == "cpu" else "1e9"] for i in range(288)]
+        if part in poison:
+            index, value = poison[part]
+            values[index][1] = value
+        result.append({"metric": {"namespace": "a", "pod": pod, "container": "main"}, "values": values})
+    return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+
+def test_a_container_with_an_impossible_sample_is_quarantined_by_name_and_never_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def client(settings: PrometheusSettings) -> PrometheusClient:
+        return PrometheusClient(settings, transport=httpx.MockTransport(poisoned))
+
+    monkeypatch.setattr(train, "PrometheusClient", client)
+    settings = Settings(store={"path": tmp_path}, prometheus={"url": "http://prom.test", "history_seconds": 287 * STEP})
+    with caplog.at_level(logging.WARNING, logger="pipelines.ingest"):
+        manifest, _ = train.train_from_prometheus(settings, as_of=START + 288 * STEP)
+    assert set(manifest.quarantined) == {"a/bad-1/main", "a/neg-1/main", "a/inf-1/main"}
+    assert manifest.quarantined["a/bad-1/main"] == (
+        f"cpu_cores 1e+300 is above the ceiling of 2048 cores per container (ingest.max_cpu_cores) at {START + 100 * STEP}"
+    )
+    assert "negative memory_bytes -5.0" in manifest.quarantined["a/neg-1/main"]
+    assert "inf is not a finite number" in manifest.quarantined["a/inf-1/main"]
+    assert manifest.row_counts["quarantined_containers"] == 3 and manifest.row_counts["usage_rows"] == 288
+    published = ModelStore(tmp_path).load().recommendations.recommendations
+    assert [(r.workload, r.container) for r in published] == [("web-1", "main")]
+    assert "quarantined a/bad-1/main (none of its samples are used): cpu_cores 1e+300" in caplog.text

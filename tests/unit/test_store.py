@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from models.store import DataWindow, ModelStore
+from models.store import PUBLISHING, DataWindow, ModelStore
 from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
 from tests.conftest import make_usage
@@ -127,3 +131,84 @@ def test_an_aborted_version_leaves_latest_and_no_leftovers(tmp_path: Path, fitte
     assert not list((tmp_path / "versions").glob(".incoming-*"))
     with pytest.raises(FileNotFoundError):
         incoming.files.put(incoming.path_of("late.json"), b"{}", create_parents=False)
+
+
+# -- leftovers of stopped runs (issue 13) ----------------------------------------------------------------------------
+
+WRITER = """
+import os, signal, sys, time
+from models.store import DataWindow, ModelStore
+import recommender.atomic
+
+store = ModelStore(sys.argv[1])
+incoming = store.begin()
+incoming.put("recommendations.json", b"{}")
+if sys.argv[2] == "hold":
+    print("ready", flush=True)
+    time.sleep(120)
+replace = recommender.atomic.os.replace
+
+def die_at_latest(source, destination):
+    if str(destination).endswith("latest"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    replace(source, destination)
+
+recommender.atomic.os.replace = die_at_latest
+window = DataWindow(first_sample=0, last_sample=1, as_of=2)
+store.commit(incoming, source="killed", parameters={}, row_counts={}, fit_metrics={}, data_window=window)
+"""
+
+
+def killed_writer(root: Path, mode: str) -> subprocess.Popen[str]:
+    """A writer process (`hold`: inside a begun version; `latest`: dies as it moves latest), killed with -9."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root), mode], stdout=subprocess.PIPE, text=True)
+    if mode == "hold":
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        writer.send_signal(signal.SIGKILL)
+    assert writer.wait(timeout=60) == -signal.SIGKILL
+    return writer
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in [*root.glob(".*.tmp"), *root.glob(".publishing"), *(root / "versions").glob(".*")])
+
+
+def test_a_killed_writers_incoming_version_goes_at_the_next_run(tmp_path: Path, fitted: WorkloadRecommender, caplog: pytest.LogCaptureFixture) -> None:
+    first = publish(ModelStore(tmp_path), fitted)
+    killed_writer(tmp_path, "hold")
+    assert [p.name.startswith(".incoming-") for p in (tmp_path / "versions").glob(".*")] == [True, True]  # its directory and lock
+    with caplog.at_level(logging.WARNING, logger="models.store"):
+        second = publish(ModelStore(tmp_path), fitted)
+    assert leftovers(tmp_path) == [] and ModelStore(tmp_path).versions() == [first, second]
+    assert "left by a run that stopped before publishing it" in caplog.text
+
+
+def test_a_writer_killed_while_moving_latest_leaves_nothing_published_or_temporary(
+    tmp_path: Path, fitted: WorkloadRecommender, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = publish(ModelStore(tmp_path), fitted)
+    killed_writer(tmp_path, "latest")
+    orphan = (tmp_path / PUBLISHING).read_text()
+    assert ModelStore(tmp_path).versions() == [first, orphan] and ModelStore(tmp_path).latest_name() == first
+    assert [p.name.startswith(".latest.") for p in tmp_path.glob(".*.tmp")] == [True]
+    with caplog.at_level(logging.WARNING, logger="models.store"):
+        second = publish(ModelStore(tmp_path), fitted)
+    assert leftovers(tmp_path) == [] and ModelStore(tmp_path).versions() == [first, second]
+    assert f"removing version {orphan}: complete but never published" in caplog.text
+    assert "a temporary file of a run that stopped while publishing" in caplog.text
+
+
+def test_a_running_writers_version_is_left_alone(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    running = ModelStore(tmp_path).begin()
+    running.put("recommendations.json", b"{}")
+    publish(ModelStore(tmp_path), fitted)
+    assert Path(running.path_of("recommendations.json")).is_file()
+    ModelStore(tmp_path).abort(running)
+    assert leftovers(tmp_path) == []
+
+
+def test_an_unlocked_incoming_version_goes_at_once_not_after_an_hour(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    (tmp_path / "versions" / ".incoming-20260101T000000000000Z-abcdef" / "work").mkdir(parents=True)
+    (tmp_path / "versions" / ".incoming-20260101T000000000000Z-abcdef" / "work" / "part-00000.parquet").write_bytes(b"x" * 1000)
+    publish(ModelStore(tmp_path), fitted)
+    assert leftovers(tmp_path) == []
