@@ -1,11 +1,15 @@
-"""Running the app with uvicorn, with the TLS certificate reloaded from disk when it changes."""
+"""Running the app with uvicorn: the TLS certificate reloaded from disk when it changes, slow or oversized requests
+cut off (serving.isolation), and client certificates asked for when mutual TLS is configured."""
 
 from __future__ import annotations
+
+import ssl
 
 import uvicorn
 
 from recommender.settings import Settings
 from serving.app import create_app
+from serving.isolation import guarded_protocol
 from serving.logs import LOG_CONFIG
 from serving.tls import CertificateReloader
 
@@ -20,8 +24,14 @@ def run(settings: Settings) -> None:
         create_app(settings, tls),
         host=serve.host,
         port=serve.port,
+        http=guarded_protocol(serve),
+        timeout_keep_alive=serve.keep_alive_timeout_seconds,
         ssl_certfile=serve.tls_cert_file,
         ssl_keyfile=serve.tls_key_file,
+        # Optional, not required: probes, Prometheus and the dashboard connect without one; the webhook and
+        # extender routes refuse a call without it (serving.routes.auth.require_client_certificate).
+        ssl_ca_certs=str(serve.client_ca_file) if serve.client_ca_file else None,
+        ssl_cert_reqs=ssl.CERT_OPTIONAL if serve.client_ca_file else ssl.CERT_NONE,
         ssl_context_factory=tls.context_factory if tls else None,
         log_config=LOG_CONFIG,
     )

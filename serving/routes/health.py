@@ -1,4 +1,7 @@
-"""Liveness and readiness: live while the process serves, ready only with a verified model version loaded."""
+"""Liveness and readiness: live while the process serves, ready only with a verified model version loaded.
+
+Both run on the event loop itself (async, no thread), so a full thread pool or a heavy request on the worker
+threads never delays a probe."""
 
 from __future__ import annotations
 
@@ -15,12 +18,12 @@ State = Annotated[ServiceState, Depends(service_state)]
 
 
 @router.get("/healthz", summary="Liveness")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
 @router.get("/readyz", summary="Readiness: a valid model version is loaded", response_model=None)
-def readyz(state: State) -> JSONResponse | dict[str, Any]:
+async def readyz(state: State) -> JSONResponse | dict[str, Any]:
     snapshot = state.snapshot
     if snapshot is None:
         return JSONResponse(status_code=503, content={"status": "not ready", "detail": state.last_error})
