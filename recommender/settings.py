@@ -305,9 +305,17 @@ class ServeSettings(BaseModel):
         16, ge=1, description="Heavy requests waiting for or running on those threads at most; beyond it the webhook "
         "admits unchanged with an overload warning, the extender answers neutrally and charts answer 503.",
     )
+    switch_interval_seconds: float = Field(
+        0.0005, gt=0, description="Python's thread switch interval while serving, seconds (the interpreter's default is "
+        "0.005): how long the event loop may wait for the interpreter lock held by a worker thread, each time it needs it.",
+    )
     inline_review_containers: int = Field(
         32, ge=0, description="A review of at most this many containers (and at most 64 KiB) is decided on the event loop "
         "(about a millisecond); larger ones go to the worker threads.",
+    )
+    max_review_containers: int = Field(
+        256, ge=1, description="A pod with more containers (and init containers) than this is admitted unchanged with a "
+        "warning instead of being sized: it bounds what one review can cost (about 0.1 ms a container) far above any real pod.",
     )
     client_ca_file: Path | None = Field(
         None, description="PEM CA bundle: when set, /mutate and /scheduler/* answer 403 unless the client presents a "

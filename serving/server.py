@@ -4,6 +4,7 @@ cut off (serving.isolation), and client certificates asked for when mutual TLS i
 from __future__ import annotations
 
 import ssl
+import sys
 
 import uvicorn
 
@@ -20,6 +21,9 @@ def run(settings: Settings) -> None:
     tls = None
     if serve.tls_cert_file is not None and serve.tls_key_file is not None:
         tls = CertificateReloader(serve.tls_cert_file, serve.tls_key_file)
+    # A worker thread deciding a big review holds the interpreter lock; a short interval hands it back to the
+    # event loop (probes, small reviews) sooner.
+    sys.setswitchinterval(serve.switch_interval_seconds)
     uvicorn.run(
         create_app(settings, tls),
         host=serve.host,

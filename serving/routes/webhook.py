@@ -99,14 +99,18 @@ def _containers(review: Mapping[str, Any] | None) -> int:
 Answer = tuple[str, list[dict[str, Any]] | None, list[str], str, bool]
 
 
-def answer(parsed: tuple[str, Mapping[str, Any] | None, str], state: ServiceState, settings: WebhookSettings, now: float) -> Answer:
+def answer(parsed: tuple[str, Mapping[str, Any] | None, str], state: ServiceState, settings: Settings, now: float) -> Answer:
     """(uid, patch, warnings, outcome, dry_run) of a parsed review; never raises (fails open)."""
     uid, review, problem = parsed
     dry_run = bool(review and review.get("dryRun") is True)
     if review is None:
         return uid, None, [f"koord-recommender: {problem}, pod admitted unchanged"], "error", dry_run
+    containers, most = _containers(review), settings.serve.max_review_containers
+    if containers > most:
+        warning = f"koord-recommender: pod has {containers} containers, more than {most}, admitted unchanged"
+        return uid, None, [warning], "too_large", dry_run
     try:
-        patch, warnings, outcome = decide(review, state, settings, now)
+        patch, warnings, outcome = decide(review, state, settings.webhook, now)
     except Exception:  # fail open: a bug here must never block a pod
         log.exception("admission review failed; pod admitted unchanged")
         patch, warnings, outcome = None, ["koord-recommender: internal error, pod admitted unchanged"], "error"
@@ -124,9 +128,9 @@ async def _decided(body: bytes, request: Request) -> Answer:
         if len(body) <= INLINE_BYTES:
             parsed = parse_review(body)
             if _containers(parsed[1]) <= settings.serve.inline_review_containers:
-                return answer(parsed, state, settings.webhook, now)
-            return await pool.run(lambda: answer(parsed, state, settings.webhook, now))
-        return await pool.run(lambda: answer(parse_review(body), state, settings.webhook, now))
+                return answer(parsed, state, settings, now)
+            return await pool.run(lambda: answer(parsed, state, settings, now))
+        return await pool.run(lambda: answer(parse_review(body), state, settings, now))
     except OverloadedError:
         warning = "koord-recommender: overloaded (every worker busy), pod admitted unchanged"
         return review_uid(body[:PREFIX_BYTES]) or "", None, [warning], "overloaded", False

@@ -88,6 +88,7 @@ def rig(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         "KOORD_RECOMMENDER_SERVE__READ_TIMEOUT_SECONDS": str(READ_TIMEOUT),
         "KOORD_RECOMMENDER_SERVE__WORKER_THREADS": "1",
         "KOORD_RECOMMENDER_SERVE__MAX_QUEUED_WORK": "2",
+        "KOORD_RECOMMENDER_SERVE__MAX_REVIEW_CONTAINERS": "100000",  # heavy reviews are decided, on the worker thread
     }
     with start(store, workdir, env) as started_rig:
         yield started_rig
@@ -222,6 +223,14 @@ def test_overload_fails_open(rig: Rig) -> None:
     overloaded = [a for a in answers if "overloaded" in " ".join(a.get("warnings", []))]
     assert overloaded and len(overloaded) < len(answers)
     assert all("patch" not in a for a in overloaded)
+
+
+def test_a_pod_with_too_many_containers_is_admitted_unchanged(store: Path, tmp_path: Path) -> None:
+    with start(store, tmp_path, {"KOORD_RECOMMENDER_SERVE__MAX_REVIEW_CONTAINERS": "10"}) as rig, rig.client() as client:
+        crowded, fine = review_of(11), review_of(10)
+        answer = allowed(client.post("/mutate", json=crowded), crowded["request"]["uid"])
+        assert "patch" not in answer and "11 containers, more than 10" in answer["warnings"][0]
+        assert "patch" in allowed(client.post("/mutate", json=fine), fine["request"]["uid"])
 
 
 # ---- the extender never answers 5xx, never closes the connection ---------------------------------------------
