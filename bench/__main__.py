@@ -105,6 +105,7 @@ def main() -> None:
         one.add_argument("--requests", type=int, default=3000, help="per run (bounded further by a 30 s cap)")
     isolation = sub.add_parser("isolation", help="500 small reviews/s and probes with a 1 MB review every second, vs a bare endpoint")
     isolation.add_argument("--seconds", type=int, default=20, help="length of each of the three runs")
+    isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
     if args.name in ("recommend", "prometheus", "scale") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
@@ -124,7 +125,7 @@ def main() -> None:
             args.input, numbers(args.sizes), numbers(args.workers), numbers(args.reference_sizes), args.days, args.partition_containers
         )
     elif args.name == "isolation":
-        result = bench_isolation(args.seconds)
+        result = bench_isolation(args.seconds, args.rate)
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -149,16 +150,16 @@ def bench_serving(name: str, requests: int) -> dict[str, object]:
     return result
 
 
-def bench_isolation(seconds: int) -> dict[str, object]:
+def bench_isolation(seconds: int, rate: int) -> dict[str, object]:
     from bench import serving
 
     with serving.rig(nodes=100) as rig:
         return {
             "benchmark": "isolation",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": f"python -m bench isolation --seconds {seconds}",
+            "command": f"python -m bench isolation --seconds {seconds} --rate {rate}",
             "cpu_count": os.cpu_count(),
-            **serving.bench_isolation(rig, seconds),
+            **serving.bench_isolation(rig, seconds, rate),
         }
 
 

@@ -237,8 +237,8 @@ def concurrently(rig: Rig, runs: dict[str, dict[str, Any]], time_cap: float) -> 
     return results
 
 
-def bench_isolation(rig: Rig, seconds: int) -> dict[str, Any]:
-    """500 small reviews/s and 20 /healthz probes/s over TLS with a 1 MB review every second, against ours and
+def bench_isolation(rig: Rig, seconds: int, rate: int = 500) -> dict[str, Any]:
+    """`rate` small reviews/s and 20 /healthz probes/s over TLS with a 1 MB review every second, against ours and
     against the bare endpoint (same bodies, same rates, same run); and ours without the big reviews for context."""
     small, big = realistic_review(rig), big_review(rig)
     assert "patch" in httpx.post(rig.ours + "/mutate", content=small, verify=str(rig.ca_file)).json()["response"]
@@ -248,7 +248,7 @@ def bench_isolation(rig: Rig, seconds: int) -> dict[str, Any]:
 
     def shape(review_url: str, probe_url: str, with_big: bool) -> dict[str, dict[str, Any]]:
         runs = {
-            "small_reviews": {"url": review_url, "body": small, "rate": 500, "requests": 500 * seconds, "concurrency": 16},
+            "small_reviews": {"url": review_url, "body": small, "rate": rate, "requests": rate * seconds, "concurrency": 16},
             "healthz": {"url": probe_url, "method": "GET", "rate": 20, "requests": 20 * seconds, "concurrency": 2},
         }
         if with_big:
@@ -256,7 +256,7 @@ def bench_isolation(rig: Rig, seconds: int) -> dict[str, Any]:
         return runs
 
     cap = seconds + 15
-    result: dict[str, Any] = {"small_body_bytes": len(small), "big_body_bytes": len(big), "big_review_alone_ms": round(big_alone * 1000, 1),
+    result: dict[str, Any] = {"small_reviews_per_second": rate, "small_body_bytes": len(small), "big_body_bytes": len(big), "big_review_alone_ms": round(big_alone * 1000, 1),
                               "seconds": seconds}
     result["ours"] = concurrently(rig, shape(rig.ours + "/mutate", rig.ours + "/healthz", True), cap)
     result["reference"] = concurrently(rig, shape(rig.echo + "/echo", rig.echo + "/get?bytes=15", True), cap)

@@ -5,16 +5,14 @@ threads never delays a probe."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from serving.routes.deps import service_state
 from serving.state import ServiceState
 
 router = APIRouter(tags=["health"])
-State = Annotated[ServiceState, Depends(service_state)]
 
 
 @router.get("/healthz", summary="Liveness")
@@ -23,7 +21,8 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness: a valid model version is loaded", response_model=None)
-async def readyz(state: State) -> JSONResponse | dict[str, Any]:
+async def readyz(request: Request) -> JSONResponse | dict[str, Any]:
+    state: ServiceState = request.app.state.service  # not a sync dependency: those run on the thread pool
     snapshot = state.snapshot
     if snapshot is None:
         return JSONResponse(status_code=503, content={"status": "not ready", "detail": state.last_error})

@@ -455,12 +455,13 @@ def test_slow_token_reviews_do_not_starve_probes(store: Path, tmp_path: Path, ap
         "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW_CONCURRENCY": "64",
     }
     with start(store, tmp_path, env) as rig:
-        with rig.client(limits=httpx.Limits(max_connections=80)) as client, ThreadPoolExecutor(60) as pool:
+        with rig.client(limits=httpx.Limits(max_connections=80)) as client, rig.client() as prober, ThreadPoolExecutor(60) as pool:
             def get(token: str) -> int:
                 return client.get("/api/v1/recommendations", headers={"Authorization": f"Bearer {token}"}).status_code
 
+            prober.get("/healthz")  # its connection is open before the crowd's 60 handshakes
             slow = [pool.submit(get, f"slow-{i}") for i in range(60)]
-            time.sleep(0.3)
-            probes = [timed(lambda: client.get("/healthz").raise_for_status()) for _ in range(10)]
+            time.sleep(0.5)
+            probes = [timed(lambda: prober.get(path).raise_for_status()) for _ in range(5) for path in ("/healthz", "/readyz")]
             assert max(probes) < 0.5, probes
             assert {f.result(timeout=60) for f in slow} <= {401}
