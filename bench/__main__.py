@@ -106,6 +106,7 @@ def main() -> None:
     isolation = sub.add_parser("isolation", help="500 small reviews/s and probes with a 1 MB review every second, vs a bare endpoint")
     isolation.add_argument("--seconds", type=int, default=20, help="length of each of the three runs")
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
+    isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
     if args.name in ("recommend", "prometheus", "scale") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
@@ -125,7 +126,7 @@ def main() -> None:
             args.input, numbers(args.sizes), numbers(args.workers), numbers(args.reference_sizes), args.days, args.partition_containers
         )
     elif args.name == "isolation":
-        result = bench_isolation(args.seconds, args.rate)
+        result = bench_isolation(args.seconds, args.rate, args.big)
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -150,16 +151,16 @@ def bench_serving(name: str, requests: int) -> dict[str, object]:
     return result
 
 
-def bench_isolation(seconds: int, rate: int) -> dict[str, object]:
+def bench_isolation(seconds: int, rate: int, big: str) -> dict[str, object]:
     from bench import serving
 
     with serving.rig(nodes=100) as rig:
         return {
             "benchmark": "isolation",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": f"python -m bench isolation --seconds {seconds} --rate {rate}",
+            "command": f"python -m bench isolation --seconds {seconds} --rate {rate} --big {big}",
             "cpu_count": os.cpu_count(),
-            **serving.bench_isolation(rig, seconds, rate),
+            **serving.bench_isolation(rig, seconds, rate, big),
         }
 
 
