@@ -252,7 +252,7 @@ def bench_isolation(rig: Rig, seconds: int, rate: int = 500, shape: str = "env")
     httpx.post(rig.ours + "/mutate", content=big, verify=str(rig.ca_file), timeout=30).raise_for_status()
     big_alone = time.perf_counter() - started
 
-    def shape(review_url: str, probe_url: str, with_big: bool) -> dict[str, dict[str, Any]]:
+    def runs_of(review_url: str, probe_url: str, with_big: bool) -> dict[str, dict[str, Any]]:
         runs = {
             "small_reviews": {"url": review_url, "body": small, "rate": rate, "requests": rate * seconds, "concurrency": 16},
             "healthz": {"url": probe_url, "method": "GET", "rate": 20, "requests": 20 * seconds, "concurrency": 2},
@@ -264,7 +264,7 @@ def bench_isolation(rig: Rig, seconds: int, rate: int = 500, shape: str = "env")
     cap = seconds + 15
     result: dict[str, Any] = {"small_reviews_per_second": rate, "big_review_shape": shape, "small_body_bytes": len(small), "big_body_bytes": len(big), "big_review_alone_ms": round(big_alone * 1000, 1),
                               "seconds": seconds}
-    result["ours"] = concurrently(rig, shape(rig.ours + "/mutate", rig.ours + "/healthz", True), cap)
-    result["reference"] = concurrently(rig, shape(rig.echo + "/echo", rig.echo + "/get?bytes=15", True), cap)
-    result["ours_without_big"] = concurrently(rig, shape(rig.ours + "/mutate", rig.ours + "/healthz", False), cap)
+    result["ours"] = concurrently(rig, runs_of(rig.ours + "/mutate", rig.ours + "/healthz", True), cap)
+    result["reference"] = concurrently(rig, runs_of(rig.echo + "/echo", rig.echo + "/get?bytes=15", True), cap)
+    result["ours_without_big"] = concurrently(rig, runs_of(rig.ours + "/mutate", rig.ours + "/healthz", False), cap)
     return result
