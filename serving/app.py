@@ -27,7 +27,7 @@ from serving.cluster import ClusterView
 from serving.metrics import Metrics
 from serving.isolation import BodyLimit, WorkPool
 from serving.routes import dashboard, docs, extender, health, metrics, nodes, recommendations, webhook
-from serving.routes.auth import authenticators
+from serving.routes.auth import TokenReviewer, authenticators
 from serving.state import ServiceState
 from serving.tls import CertificateReloader
 
@@ -100,6 +100,9 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
             with suppress(asyncio.CancelledError):
                 await task
         work_pool.close()
+        for authenticator in app.state.authenticators:
+            if isinstance(authenticator, TokenReviewer):
+                await authenticator.close()
 
     app = FastAPI(
         title="koord-recommender",

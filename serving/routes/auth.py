@@ -103,6 +103,11 @@ class TokenReviewer:
             self._cache.popitem(last=False)
         return accepted
 
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """The `status` of a review the API server answered."""
         if not self._bucket.take():
