@@ -1,7 +1,7 @@
 """Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus` (bench/prometheus.py:
 training from a real Prometheus vs a file), `scale` (bench/scale.py: distributed training at 1k-50k containers on
 1-4 Dask workers), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
-over TLS, or `serving` for all three on one rig.
+over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
 (`recommender recommend ... --horizon 24h`) and, as the reference, a bare pandas+pyarrow read of the same file
@@ -103,6 +103,10 @@ def main() -> None:
     ):
         one = sub.add_parser(name, help=what)
         one.add_argument("--requests", type=int, default=3000, help="per run (bounded further by a 30 s cap)")
+    isolation = sub.add_parser("isolation", help="500 small reviews/s and probes with a 1 MB review every second, vs a bare endpoint")
+    isolation.add_argument("--seconds", type=int, default=20, help="length of each of the three runs")
+    isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
+    isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
     if args.name in ("recommend", "prometheus", "scale") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
@@ -121,6 +125,8 @@ def main() -> None:
         result = bench_scale(
             args.input, numbers(args.sizes), numbers(args.workers), numbers(args.reference_sizes), args.days, args.partition_containers
         )
+    elif args.name == "isolation":
+        result = bench_isolation(args.seconds, args.rate, args.big)
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -143,6 +149,19 @@ def bench_serving(name: str, requests: int) -> dict[str, object]:
             print(f"running {one}", file=sys.stderr)
             result[one] = getattr(serving, f"bench_{one}")(rig, requests if one != "extender" else min(requests, 500))
     return result
+
+
+def bench_isolation(seconds: int, rate: int, big: str) -> dict[str, object]:
+    from bench import serving
+
+    with serving.rig(nodes=100) as rig:
+        return {
+            "benchmark": "isolation",
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": f"python -m bench isolation --seconds {seconds} --rate {rate} --big {big}",
+            "cpu_count": os.cpu_count(),
+            **serving.bench_isolation(rig, seconds, rate, big),
+        }
 
 
 if __name__ == "__main__":

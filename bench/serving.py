@@ -10,6 +10,8 @@ The load generator (`bench.load`) runs as a separate process against each in tur
   closed loop, and latency at a fixed 500 reviews/s (open loop).
 - extender: prioritize with 1,000 and 5,000 candidate node names (nodeCacheCapable), one call at a time.
 - rest: GET of one workload container's recommendation (the 288-step lines), against a GET of as many bytes.
+- isolation: 500 small reviews/s and /healthz probes while a 1 MB review (200 containers with env, or 4,300 bare
+  containers) arrives every second; the p99 of the small reviews and of the probes, against the bare endpoint under the same load.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def server_side(after: dict[float, float], before: dict[float, float]) -> dict[s
     return {"requests": int(total), "p50_ms_at_most": quantile(0.5), "p99_ms_at_most": quantile(0.99)}
 
 
-def bench_webhook(rig: Rig, requests: int) -> dict[str, Any]:
+def realistic_review(rig: Rig) -> bytes:
+    """The AdmissionReview of a Deployment's pod as the API server sends it (about 5 KB), for a learned workload."""
     rec = next(r for r in rig.recommendations if r.cpu is not None and r.memory is not None)
     resources = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     containers = [k8s.container(rec.container, resources), k8s.container("log-shipper", {"requests": {"cpu": "50m"}})]
@@ -156,7 +159,11 @@ def bench_webhook(rig: Rig, requests: int) -> dict[str, Any]:
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
     ]}}]
-    body = json.dumps(k8s.review(pod, rec.namespace)).encode()
+    return json.dumps(k8s.review(pod, rec.namespace)).encode()
+
+
+def bench_webhook(rig: Rig, requests: int) -> dict[str, Any]:
+    body = realistic_review(rig)
     check = httpx.post(rig.ours + "/mutate", content=body, verify=str(rig.ca_file)).json()["response"]
     assert "patch" in check, check  # the benchmark measures real patches
     throughput = _pair(rig, "/mutate", body, requests=requests, concurrency=8)
@@ -197,3 +204,67 @@ def bench_rest(rig: Rig, requests: int) -> dict[str, Any]:
     reference = load(rig, rig.echo + f"/get?bytes={size}", None, method="GET", requests=requests, concurrency=8)
     return {"path": path, "response_bytes": size, "ours": ours, "reference": reference,
             "throughput_ratio": round(ours["requests_per_second"] / reference["requests_per_second"], 2)}
+
+
+def big_review(rig: Rig, shape: str, size: int = 1024 * 1024) -> bytes:
+    """An AdmissionReview of about `size` bytes: `env`, 200 containers (below serve.max_review_containers, so each is
+    looked up and sized) with about 5 KB of environment each; `containers`, about 4,300 small containers (the
+    hostile kind: without a cap, each is looked up, sized and diffed)."""
+    rec = rig.recommendations[0]
+    resources = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    if shape == "env":
+        env = [{"name": f"CONFIG_{j}", "value": "v" * 230} for j in range(size // 200 // 260)]
+        containers = [k8s.container(f"{rec.container}-{i}", resources, env=env) for i in range(200)]
+    else:
+        containers = [k8s.container(f"{rec.container}-{i}", resources) for i in range(size // 245)]
+    body = json.dumps(k8s.review(k8s.pod("deployment", rec.workload, containers), rec.namespace)).encode()
+    assert 0.9 * size < len(body) < 1.1 * size, len(body)
+    return body
+
+
+def concurrently(rig: Rig, runs: dict[str, dict[str, Any]], time_cap: float) -> dict[str, Any]:
+    """Several load generators at once, each in its own process: {name: summary}."""
+    processes = {}
+    for name, run in runs.items():
+        command = [sys.executable, "-m", "bench.load", "--url", run["url"], "--method", run.get("method", "POST"), "--ca", str(rig.ca_file),
+                   "--requests", str(run["requests"]), "--concurrency", str(run["concurrency"]), "--rate", str(run["rate"]),
+                   "--time-cap", str(time_cap)]
+        if run.get("body") is not None:
+            path = rig.workdir / f"body-{name}-{time.monotonic_ns()}.json"
+            path.write_bytes(run["body"])
+            command += ["--body", str(path)]
+        processes[name] = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    results = {}
+    for name, process in processes.items():
+        out, _ = process.communicate(timeout=time_cap + 60)
+        if process.returncode != 0:
+            raise SystemExit(f"load generator {name} failed")
+        results[name] = json.loads(out)
+    return results
+
+
+def bench_isolation(rig: Rig, seconds: int, rate: int = 500, shape: str = "env") -> dict[str, Any]:
+    """`rate` small reviews/s and 20 /healthz probes/s over TLS with a 1 MB review every second, against ours and
+    against the bare endpoint (same bodies, same rates, same run); and ours without the big reviews for context."""
+    small, big = realistic_review(rig), big_review(rig, shape)
+    assert "patch" in httpx.post(rig.ours + "/mutate", content=small, verify=str(rig.ca_file)).json()["response"]
+    started = time.perf_counter()
+    httpx.post(rig.ours + "/mutate", content=big, verify=str(rig.ca_file), timeout=30).raise_for_status()
+    big_alone = time.perf_counter() - started
+
+    def runs_of(review_url: str, probe_url: str, with_big: bool) -> dict[str, dict[str, Any]]:
+        runs = {
+            "small_reviews": {"url": review_url, "body": small, "rate": rate, "requests": rate * seconds, "concurrency": 16},
+            "healthz": {"url": probe_url, "method": "GET", "rate": 20, "requests": 20 * seconds, "concurrency": 2},
+        }
+        if with_big:
+            runs["big_reviews"] = {"url": review_url, "body": big, "rate": 1, "requests": seconds, "concurrency": 1}
+        return runs
+
+    cap = seconds + 15
+    result: dict[str, Any] = {"small_reviews_per_second": rate, "big_review_shape": shape, "small_body_bytes": len(small), "big_body_bytes": len(big), "big_review_alone_ms": round(big_alone * 1000, 1),
+                              "seconds": seconds}
+    result["ours"] = concurrently(rig, runs_of(rig.ours + "/mutate", rig.ours + "/healthz", True), cap)
+    result["reference"] = concurrently(rig, runs_of(rig.echo + "/echo", rig.echo + "/get?bytes=15", True), cap)
+    result["ours_without_big"] = concurrently(rig, runs_of(rig.ours + "/mutate", rig.ours + "/healthz", False), cap)
+    return result

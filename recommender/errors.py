@@ -118,6 +118,39 @@ class DistributedTrainingError(RecommenderError):
         return type(self), (self.failed, self.partitions, self.tolerance)
 
 
+class RequestTooLargeError(RecommenderError):
+    """A request body above its route's limit (serve.*_max_body_bytes); reading stopped there."""
+
+    http_status = 413
+    exit_code = 2
+
+    def __init__(self, limit: int, prefix: bytes = b""):
+        self.limit = limit
+        self.prefix = prefix
+        super().__init__(f"request body larger than {limit} bytes")
+
+
+class OverloadedError(RecommenderError):
+    """Every worker thread is busy and the queue is full (serve.max_queued_work): try again shortly."""
+
+    http_status = 503
+    exit_code = 1
+
+
+class RateLimitedError(RecommenderError):
+    """Answering would take a TokenReview beyond auth.token_review_rate_per_second."""
+
+    http_status = 429
+    exit_code = 1
+
+
+class ClientCertificateError(RecommenderError):
+    """A webhook or extender call without a client certificate serve.client_ca_file signed (or with a name not allowed)."""
+
+    http_status = 403
+    exit_code = 1
+
+
 def _first_ten(problems: dict[str, str]) -> str:
     """`name: why` of the first ten problems by name, and how many more there are."""
     listed = "; ".join(f"{name}: {why}" for name, why in sorted(problems.items())[:10])

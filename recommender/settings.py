@@ -306,6 +306,60 @@ class ServeSettings(BaseModel):
         description="The dashboard and /api/v1/status call a model stale when its decision time is older than this, "
         "seconds (a daily training run has then been missed).",
     )
+    webhook_max_body_bytes: int = Field(
+        4 * MIB, gt=0, description="Largest AdmissionReview read, bytes (4 MiB: the API server sends at most about 3 MB, "
+        "an object and its old version). A larger one is admitted unchanged with a warning when its uid can be read, else 413.",
+    )
+    extender_max_body_bytes: int = Field(
+        32 * MIB, gt=0, description="Largest scheduler extender call read, bytes (32 MiB: 5,000 full v1.Node objects of "
+        "about 5 KB each with room to spare). A larger one gets an ignorable Error answer.",
+    )
+    max_body_bytes: int = Field(
+        64 * 1024, gt=0, description="Largest body of every other route, bytes (64 KiB: the REST API and the dashboard only read).",
+    )
+    max_header_bytes: int = Field(
+        64 * 1024, gt=0, description="Largest request line and headers of one request, bytes (64 KiB, above any bearer token); more closes the connection.",
+    )
+    header_timeout_seconds: float = Field(
+        5.0, gt=0, description="A request's line and headers must arrive within this long of its first byte (or of the "
+        "connection's opening), seconds; otherwise the connection is closed (slowloris).",
+    )
+    read_timeout_seconds: float = Field(
+        15.0, gt=0, description="A request's whole body must arrive within this long of its first byte, seconds "
+        "(a 4 MiB review takes milliseconds inside a cluster); otherwise the connection is closed.",
+    )
+    keep_alive_timeout_seconds: int = Field(
+        5, ge=1, description="An idle keep-alive connection is closed after this long, seconds (uvicorn's default).",
+    )
+    worker_threads: int = Field(
+        2, ge=1, le=64, description="Threads for CPU-heavy work (large reviews, extender calls, charts), off the event loop "
+        "that answers probes and small reviews.",
+    )
+    max_queued_work: int = Field(
+        16, ge=1, description="Heavy requests waiting for or running on those threads at most; beyond it the webhook "
+        "admits unchanged with an overload warning, the extender answers neutrally and charts answer 503.",
+    )
+    switch_interval_seconds: float = Field(
+        0.0005, gt=0, description="Python's thread switch interval while serving, seconds (the interpreter's default is "
+        "0.005): how long the event loop may wait for the interpreter lock held by a worker thread, each time it needs it.",
+    )
+    inline_review_containers: int = Field(
+        32, ge=0, description="A review of at most this many containers (and at most 64 KiB) is decided on the event loop "
+        "(about a millisecond); larger ones go to the worker threads.",
+    )
+    max_review_containers: int = Field(
+        256, ge=1, description="A pod with more containers (and init containers) than this is admitted unchanged with a "
+        "warning instead of being sized: it bounds what one review can cost (about 0.1 ms a container) far above any real pod.",
+    )
+    client_ca_file: Path | None = Field(
+        None, description="PEM CA bundle: when set, /mutate and /scheduler/* answer 403 unless the client presents a "
+        "certificate it signed (the API server's webhook client certificate, the scheduler's extender tlsConfig); "
+        "other routes do not ask for one. Unset: rely on the NetworkPolicy in manifests/base.",
+    )
+    client_names: list[str] = Field(
+        [], description="Common names a client certificate must have for /mutate and /scheduler/* (JSON list); empty: any "
+        "certificate client_ca_file signed.",
+    )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServeSettings:
@@ -508,7 +562,8 @@ class ColocationSettings(BaseModel):
 
 
 class AuthSettings(BaseModel):
-    """Optional bearer-token authentication of the REST API (/api/v1); webhook and extender rely on TLS."""
+    """Optional bearer-token authentication of everything that reveals a recommendation: /api/v1, /metrics, /docs,
+    /openapi.json; the webhook and extender rely on mutual TLS (serve.client_ca_file) or a NetworkPolicy."""
 
     token_file: Path | None = Field(
         None, description="File holding a static bearer token; re-read when it changes. With neither this nor token_review the REST API is open."
@@ -525,7 +580,31 @@ class AuthSettings(BaseModel):
         description="Our own credentials for creating TokenReviews (in-cluster path; needs RBAC create on tokenreviews).",
     )
     token_review_cache_seconds: float = Field(
-        60.0, ge=0, description="How long a TokenReview answer is reused for the same token, seconds (one API call per token per minute)."
+        60.0, ge=0, description="How long an accepted token is reused without asking again, seconds (one API call per token per minute)."
+    )
+    token_review_failure_cache_seconds: float = Field(
+        10.0, ge=0, description="How long a refused token is refused without asking again, seconds (bogus tokens cost one call each per 10 s)."
+    )
+    token_review_cache_entries: int = Field(
+        10_000, ge=1, description="Tokens remembered at most (accepted and refused); the oldest is forgotten first."
+    )
+    token_review_rate_per_second: float = Field(
+        10.0, gt=0, description="TokenReview (and SubjectAccessReview) calls per second at most, with a burst of as many; "
+        "a token that would need one beyond it gets 429 (the API server is shared)."
+    )
+    token_review_concurrency: int = Field(
+        4, ge=1, description="TokenReview calls in flight at once; they run on the event loop, never on the threads probes need."
+    )
+    token_review_timeout_seconds: float = Field(2.0, gt=0, description="Timeout of one TokenReview call, seconds; a timeout refuses (not cached).")
+    audiences: list[str] = Field(
+        [], description="Audiences sent with each TokenReview (JSON list); the token must be valid for one of them. Empty: the API server's own."
+    )
+    allowed_groups: list[str] = Field(
+        [], description="With TokenReview: the authenticated user must be in one of these groups (JSON list); empty: any group."
+    )
+    authorization_path: str | None = Field(
+        None, description="With TokenReview: the user must also be allowed `get` on this non-resource URL by a "
+        "SubjectAccessReview (grant it with a ClusterRole's nonResourceURLs), e.g. /koord-recommender/read. Unset: no check."
     )
 
 

@@ -3,6 +3,7 @@
 The lifespan loads the newest valid model version, then polls the store's `latest` pointer (and the extender's
 cluster files, and the TLS files when a reloader is given) in the background; each reload builds a new immutable
 snapshot off the event loop and swaps it in with one assignment, so a request sees one whole version.
+CPU-heavy handlers run on a bounded pool of worker threads (serving.isolation), and bodies are limited per route.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from recommender.errors import RecommenderError
 from recommender.settings import Settings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
-from serving.routes import dashboard, extender, health, metrics, nodes, recommendations, webhook
-from serving.routes.auth import authenticators
+from serving.isolation import BodyLimit, WorkPool
+from serving.routes import dashboard, docs, extender, health, metrics, nodes, recommendations, webhook
+from serving.routes.auth import TokenReviewer, authenticators
 from serving.state import ServiceState
 from serving.tls import CertificateReloader
 
@@ -75,6 +77,7 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
     cluster = ClusterView(settings.extender)
     app_metrics = Metrics(state)
+    work_pool = WorkPool(settings.serve.worker_threads, settings.serve.max_queued_work)
 
     def reload_model_and_cluster() -> None:
         if state.refresh_if_published():
@@ -96,6 +99,10 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
             task.cancel()
             with suppress(asyncio.CancelledError):
                 await task
+        work_pool.close()
+        for authenticator in app.state.authenticators:
+            if isinstance(authenticator, TokenReviewer):
+                await authenticator.close()
 
     app = FastAPI(
         title="koord-recommender",
@@ -103,12 +110,15 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
         summary="CPU and memory recommendations and Koordinator reservation lines for Kubernetes workloads: "
         "REST API, dashboard (/ui/), mutating admission webhook and scheduler extender.",
         lifespan=lifespan,
+        # Served by serving.routes.docs, behind the bearer token.
+        docs_url=None, redoc_url=None, openapi_url=None,
     )
     app.state.service = state
     app.state.cluster = cluster
     app.state.settings = settings
     app.state.metrics = app_metrics
     app.state.authenticators = authenticators(settings.auth)
+    app.state.work_pool = work_pool
     app.state.overview_cache = dashboard.OverviewCache()
 
     @app.exception_handler(RecommenderError)
@@ -118,10 +128,11 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
 
     for router in (
         health.router, metrics.router, recommendations.router, nodes.router, dashboard.router, dashboard.root,
-        webhook.router, extender.router,
+        webhook.router, extender.router, docs.router,
     ):
         app.include_router(router)
     # The dashboard is public static files; every piece of data it shows comes from /api/v1 under its token.
     app.mount("/ui", StaticFiles(directory=dashboard.STATIC_DIR, html=True), name="ui")
+    app.add_middleware(BodyLimit, serve=settings.serve)
     app.add_middleware(LatencyMiddleware, metrics=app_metrics)
     return app

@@ -97,7 +97,7 @@ class Metrics:
             registry=self.registry, buckets=LATENCY_BUCKETS,
         )
         self.webhook_decisions = Counter(
-            "koord_recommender_webhook_decisions", "Admission reviews by outcome (patched, unchanged, skipped, error).",
+            "koord_recommender_webhook_decisions", "Admission reviews by outcome (patched, unchanged, skipped, error, overloaded, too_large).",
             ["outcome", "dry_run"], registry=self.registry,
         )
         self.extender_calls = Counter(

@@ -1,11 +1,16 @@
-"""Running the app with uvicorn, with the TLS certificate reloaded from disk when it changes."""
+"""Running the app with uvicorn: the TLS certificate reloaded from disk when it changes, slow or oversized requests
+cut off (serving.isolation), and client certificates asked for when mutual TLS is configured."""
 
 from __future__ import annotations
+
+import ssl
+import sys
 
 import uvicorn
 
 from recommender.settings import Settings
 from serving.app import create_app
+from serving.isolation import guarded_protocol
 from serving.logs import LOG_CONFIG
 from serving.tls import CertificateReloader
 
@@ -16,12 +21,21 @@ def run(settings: Settings) -> None:
     tls = None
     if serve.tls_cert_file is not None and serve.tls_key_file is not None:
         tls = CertificateReloader(serve.tls_cert_file, serve.tls_key_file)
+    # A worker thread deciding a big review holds the interpreter lock; a short interval hands it back to the
+    # event loop (probes, small reviews) sooner.
+    sys.setswitchinterval(serve.switch_interval_seconds)
     uvicorn.run(
         create_app(settings, tls),
         host=serve.host,
         port=serve.port,
+        http=guarded_protocol(serve),
+        timeout_keep_alive=serve.keep_alive_timeout_seconds,
         ssl_certfile=serve.tls_cert_file,
         ssl_keyfile=serve.tls_key_file,
+        # Optional, not required: probes, Prometheus and the dashboard connect without one; the webhook and
+        # extender routes refuse a call without it (serving.routes.auth.require_client_certificate).
+        ssl_ca_certs=str(serve.client_ca_file) if serve.client_ca_file else None,
+        ssl_cert_reqs=ssl.CERT_OPTIONAL if serve.client_ca_file else ssl.CERT_NONE,
         ssl_context_factory=tls.context_factory if tls else None,
         log_config=LOG_CONFIG,
     )

@@ -1,25 +1,34 @@
-"""Optional bearer-token authentication of the REST API: a static token file, Kubernetes TokenReview, or both."""
+"""Who may call what: bearer tokens (a static token file, Kubernetes TokenReview, or both) for everything that
+reveals a recommendation to a person or a scraper, and client certificates for the webhook and extender routes.
+
+TokenReview runs on the event loop (an async client), never on the thread pool that sync routes use, so slow
+reviews cannot make probes wait; its answers are cached (accepted and refused, each with its own TTL, bounded in
+size), its calls are rate-limited and bounded in number in flight, and an accepted token can further be required
+to carry an audience, belong to a group or pass a SubjectAccessReview.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
-import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 from fastapi import HTTPException, Request
 
-from recommender.settings import AuthSettings
+from recommender.errors import ClientCertificateError, RateLimitedError
+from recommender.settings import AuthSettings, ServeSettings
 
 log = logging.getLogger(__name__)
 
 
 class Authenticator(Protocol):
-    def accepts(self, token: str) -> bool: ...
+    async def accepts(self, token: str) -> bool: ...
 
 
 class TokenFile:
@@ -38,7 +47,7 @@ class TokenFile:
             self._stamp = stamp
         return self._token
 
-    def accepts(self, token: str) -> bool:
+    async def accepts(self, token: str) -> bool:
         try:
             expected = self.token()
         except OSError:
@@ -46,48 +55,106 @@ class TokenFile:
         return bool(expected) and hmac.compare_digest(token.encode(), expected)
 
 
-class TokenReviewer:
-    """Asks the API server whether a token is valid (TokenReview); answers are reused for `cache_seconds`.
+class TokenBucket:
+    """`rate` calls a second on average, bursts of as many (at least one)."""
 
-    Any failure to ask (network, TLS, a non-201 answer) denies the request and is not cached.
-    """
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self._tokens = self.capacity
+        self._at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(self.capacity, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+class TokenReviewer:
+    """Asks the API server whether a token is valid (TokenReview) and, where configured, allowed (audience, group,
+    SubjectAccessReview). A failure to ask (network, TLS, timeout, a non-2xx answer) refuses and is not cached."""
 
     def __init__(self, settings: AuthSettings) -> None:
         self.settings = settings
-        self._cache: dict[str, tuple[bool, float]] = {}
-        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, tuple[bool, float]] = OrderedDict()
+        self._bucket = TokenBucket(settings.token_review_rate_per_second)
+        self._in_flight = asyncio.Semaphore(settings.token_review_concurrency)
+        self._client: httpx.AsyncClient | None = None
 
-    def accepts(self, token: str) -> bool:
+    async def accepts(self, token: str) -> bool:
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and cached[1] > now:
+        cached = self._cache.get(key)
+        if cached is not None and cached[1] > time.monotonic():
             return cached[0]
         try:
-            authenticated = self._review(token)
-        except (OSError, httpx.HTTPError, ValueError) as error:
-            log.warning("TokenReview failed, request denied: %s", error)
+            async with self._in_flight:
+                accepted = await self._decide(token)
+        except (OSError, httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("TokenReview failed, request refused: %s", error)
             return False
-        with self._lock:
-            self._cache = {k: v for k, v in self._cache.items() if v[1] > now}
-            self._cache[key] = (authenticated, now + self.settings.token_review_cache_seconds)
-        return authenticated
+        ttl = self.settings.token_review_cache_seconds if accepted else self.settings.token_review_failure_cache_seconds
+        self._cache[key] = (accepted, time.monotonic() + ttl)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.settings.token_review_cache_entries:
+            self._cache.popitem(last=False)
+        return accepted
 
-    def _review(self, token: str) -> bool:
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The `status` of a review the API server answered."""
+        if not self._bucket.take():
+            raise RateLimitedError("too many token reviews at once; retry in a second")
+        if self._client is None:
+            self._client = httpx.AsyncClient(verify=str(self.settings.api_server_ca_file), timeout=self.settings.token_review_timeout_seconds)
         credentials = self.settings.service_account_token_file.read_text().strip()
-        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-        response = httpx.post(
-            self.settings.api_server_url.rstrip("/") + "/apis/authentication.k8s.io/v1/tokenreviews",
-            json=review, headers={"Authorization": f"Bearer {credentials}"},
-            verify=str(self.settings.api_server_ca_file), timeout=5,
+        response = await self._client.post(
+            self.settings.api_server_url.rstrip("/") + path, json=body, headers={"Authorization": f"Bearer {credentials}"},
         )
         response.raise_for_status()
-        return bool((response.json().get("status") or {}).get("authenticated"))
+        status = response.json().get("status") or {}
+        if not isinstance(status, dict):
+            raise ValueError("review status is not an object")
+        return status
+
+    async def _decide(self, token: str) -> bool:
+        settings = self.settings
+        spec: dict[str, Any] = {"token": token}
+        if settings.audiences:
+            spec["audiences"] = settings.audiences
+        status = await self._post(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec},
+        )
+        if status.get("authenticated") is not True:
+            return False
+        if settings.audiences and not set(status.get("audiences") or []) & set(settings.audiences):
+            return False
+        user = status.get("user") or {}
+        groups = list(user.get("groups") or [])
+        if settings.allowed_groups and not set(groups) & set(settings.allowed_groups):
+            return False
+        if settings.authorization_path is None:
+            return True
+        access = await self._post(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+                "user": user.get("username"), "uid": user.get("uid"), "groups": groups, "extra": user.get("extra") or {},
+                "nonResourceAttributes": {"path": settings.authorization_path, "verb": "get"},
+            }},
+        )
+        return access.get("allowed") is True
 
 
 def authenticators(settings: AuthSettings) -> list[Authenticator]:
-    """What the settings enable; an empty list leaves the REST API open."""
+    """What the settings enable; an empty list leaves the token-protected routes open."""
     found: list[Authenticator] = []
     if settings.token_file is not None:
         found.append(TokenFile(settings.token_file))
@@ -96,12 +163,30 @@ def authenticators(settings: AuthSettings) -> list[Authenticator]:
     return found
 
 
-def require_token(request: Request) -> None:
-    """Dependency of /api/v1: a 401 unless auth is off or some authenticator accepts the bearer token."""
+async def require_token(request: Request) -> None:
+    """Dependency of /api/v1, /metrics and the API docs: a 401 unless auth is off or an authenticator accepts the
+    bearer token (429 when asking would pass the TokenReview rate)."""
     enabled: list[Authenticator] = request.app.state.authenticators
     if not enabled:
         return
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip() or not any(a.accepts(token.strip()) for a in enabled):
-        raise HTTPException(status_code=401, detail="bearer token required", headers={"WWW-Authenticate": "Bearer"})
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() == "bearer" and token:
+        for authenticator in enabled:
+            if await authenticator.accepts(token):
+                return
+    raise HTTPException(status_code=401, detail="bearer token required", headers={"WWW-Authenticate": "Bearer"})
+
+
+async def require_client_certificate(request: Request) -> None:
+    """Dependency of /mutate and /scheduler/*: with serve.client_ca_file set, only a client whose certificate that CA
+    signed (and, if listed, with one of serve.client_names as its common name) gets an answer."""
+    serve: ServeSettings = request.app.state.settings.serve
+    if serve.client_ca_file is None:
+        return
+    tls = request.scope.get("extensions", {}).get("tls", {})
+    name = tls.get("client_common_name")
+    if name is None:
+        raise ClientCertificateError("a client certificate signed by serve.client_ca_file is required")
+    if serve.client_names and name not in serve.client_names:
+        raise ClientCertificateError(f"client certificate {name!r} is not one of serve.client_names")

@@ -3,8 +3,10 @@
 Bodies are the scheduler's `ExtenderArgs` ({Pod, Nodes | NodeNames}); Go's field names carry no JSON tags, so they
 are matched case-insensitively as Go's decoder does, and answers use Go's names. Both verbs work with
 `nodeCacheCapable: true` (names only; capacity from the nodes file) and false (full v1.Node objects). Anything we
-cannot judge gets a neutral answer: the node passes the filter and gets the neutral score; a malformed call passes
-every node it names. Nothing here returns 5xx.
+cannot judge gets a neutral answer: the node passes the filter and gets the neutral score; a call we cannot read
+at all (malformed, oversized, or while every worker thread is busy) gets 200 with an `Error` the scheduler ignores
+(`ignorable: true`) or no scores. Judging runs on the worker threads. Nothing here returns 5xx, so the scheduler's
+keep-alive connection stays open.
 """
 
 from __future__ import annotations
@@ -15,22 +17,27 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
+from recommender.errors import OverloadedError, RequestTooLargeError
 from recommender.placement import Judgement, NodeCapacity, judge, neutral, node_capacity
 from recommender.settings import ExtenderSettings
 from serving.cluster import ClusterView
+from serving.isolation import WorkPool, read_body
 from serving.metrics import Metrics
+from serving.routes.auth import require_client_certificate
 from serving.routes.deps import json_body
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/scheduler", tags=["scheduler extender"])
+router = APIRouter(prefix="/scheduler", tags=["scheduler extender"], dependencies=[Depends(require_client_certificate)])
 ARGS_BODY = json_body(
     "ExtenderArgs: {Pod, Nodes (v1.NodeList) | NodeNames} (names match case-insensitively).",
     {"Pod": {"type": "object"}, "Nodes": {"type": "object"}, "NodeNames": {"type": "array", "items": {"type": "string"}}},
 )
+MALFORMED = "koord-recommender: malformed ExtenderArgs"
 
 
 def _field(args: Mapping[str, Any], name: str) -> Any:
@@ -39,27 +46,43 @@ def _field(args: Mapping[str, Any], name: str) -> Any:
     return next((v for k, v in args.items() if k.lower() == lowered), None)
 
 
+def _name(node: Any) -> str | None:
+    metadata = node.get("metadata") if isinstance(node, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _capacity(node: Mapping[str, Any], settings: ExtenderSettings) -> NodeCapacity | None:
+    """The node's capacity as given, or None (judged from the nodes file, or neutrally) when it cannot be read."""
+    try:
+        return node_capacity(node, settings)
+    except Exception:  # any annotation or status shape: this node is unknown, the others are still judged
+        log.debug("unreadable node %s in an extender call", _name(node), exc_info=True)
+        return None
+
+
 def _candidates(args: Mapping[str, Any], settings: ExtenderSettings) -> tuple[list[str], dict[str, NodeCapacity], list[Any]]:
-    """Node names, capacity given in the call (full-node mode) and the node objects to echo back."""
+    """Node names, capacity given in the call (full-node mode) and the node objects to echo back; nodes without a
+    readable name are left out."""
     names = _field(args, "NodeNames")
     if isinstance(names, list):
         return [n for n in names if isinstance(n, str)], {}, []
     node_list = _field(args, "Nodes")
     items = node_list.get("items") if isinstance(node_list, Mapping) else None
-    nodes = [n for n in items or [] if isinstance(n, Mapping) and isinstance((n.get("metadata") or {}).get("name"), str)]
+    nodes = [n for n in items if _name(n) is not None] if isinstance(items, list) else []
     given = {}
     for node in nodes:
-        capacity = node_capacity(node, settings)
+        capacity = _capacity(node, settings)
         if capacity is not None:
             given[node["metadata"]["name"]] = capacity
     return [n["metadata"]["name"] for n in nodes], given, nodes
 
 
-def _judge(args: Mapping[str, Any], request: Request) -> tuple[list[str], list[Any], Judgement]:
-    """Candidates and their judgement; if judging fails, every node gets the neutral answer."""
-    state: ServiceState = request.app.state.service
-    cluster: ClusterView = request.app.state.cluster
-    settings: ExtenderSettings = request.app.state.settings.extender
+Judged = tuple[list[str], list[Any], Judgement]
+
+
+def _judge(args: Mapping[str, Any], state: ServiceState, cluster: ClusterView, settings: ExtenderSettings) -> Judged:
+    """Candidates and their judgement (on a worker thread); if judging fails, every node gets the neutral answer."""
     names, given, nodes = _candidates(args, settings)
     try:
         pod = _field(args, "Pod")
@@ -72,15 +95,29 @@ def _judge(args: Mapping[str, Any], request: Request) -> tuple[list[str], list[A
     return names, nodes, judgement
 
 
-async def _args(request: Request) -> Mapping[str, Any] | None:
+async def _judged(request: Request) -> tuple[Mapping[str, Any], Judged] | str:
+    """The call and its judgement, or why there is none (the answer then says so, with 200)."""
     try:
-        args = orjson.loads(await request.body())
+        args = orjson.loads(await read_body(request))
     except ValueError:
-        return None
-    return args if isinstance(args, Mapping) else None
-
-
-MALFORMED = "koord-recommender: malformed ExtenderArgs"
+        return MALFORMED
+    except RequestTooLargeError as error:
+        return f"koord-recommender: ExtenderArgs {error}"
+    except ClientDisconnect:
+        return "koord-recommender: the caller went away"
+    if not isinstance(args, Mapping):
+        return MALFORMED
+    state: ServiceState = request.app.state.service
+    cluster: ClusterView = request.app.state.cluster
+    settings: ExtenderSettings = request.app.state.settings.extender
+    pool: WorkPool = request.app.state.work_pool
+    try:
+        return args, await pool.run(lambda: _judge(args, state, cluster, settings))
+    except OverloadedError:
+        return "koord-recommender: overloaded, no opinion"
+    except Exception:  # a shape we did not foresee: no opinion rather than a 500 that closes the connection
+        log.exception("extender call could not be read")
+        return MALFORMED
 
 
 def _json(payload: Any) -> Response:
@@ -98,10 +135,10 @@ def _count(metrics: Metrics, verb: str, judgement: Judgement) -> None:
 
 @router.post("/filter", summary="Extender filter: drop nodes whose forecast peak crosses the thresholds", response_class=Response, openapi_extra=ARGS_BODY)
 async def filter_nodes(request: Request) -> Response:
-    args = await _args(request)
-    if args is None:
-        return _json({"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": MALFORMED})
-    names, nodes, judgement = _judge(args, request)
+    judged = await _judged(request)
+    if isinstance(judged, str):
+        return _json({"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": judged})
+    args, (names, nodes, judgement) = judged
     _count(request.app.state.metrics, "filter", judgement)
     failed = judgement.failed
     result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
@@ -115,9 +152,9 @@ async def filter_nodes(request: Request) -> Response:
 
 @router.post("/prioritize", summary="Extender prioritize: 0-10, highest where the forecast peak stays lowest", response_class=Response, openapi_extra=ARGS_BODY)
 async def prioritize_nodes(request: Request) -> Response:
-    args = await _args(request)
-    if args is None:
-        return _json([])
-    names, _, judgement = _judge(args, request)
+    judged = await _judged(request)
+    if isinstance(judged, str):
+        return _json([])  # no scores: the scheduler weighs the other plugins alone
+    _, (names, _, judgement) = judged
     _count(request.app.state.metrics, "prioritize", judgement)
     return _json([{"Host": name, "Score": score} for name, score in zip(names, judgement.scores, strict=True)])

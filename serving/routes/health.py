@@ -1,26 +1,28 @@
-"""Liveness and readiness: live while the process serves, ready only with a verified model version loaded."""
+"""Liveness and readiness: live while the process serves, ready only with a verified model version loaded.
+
+Both run on the event loop itself (async, no thread), so a full thread pool or a heavy request on the worker
+threads never delays a probe."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from serving.routes.deps import service_state
 from serving.state import ServiceState
 
 router = APIRouter(tags=["health"])
-State = Annotated[ServiceState, Depends(service_state)]
 
 
 @router.get("/healthz", summary="Liveness")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
 @router.get("/readyz", summary="Readiness: a valid model version is loaded", response_model=None)
-def readyz(state: State) -> JSONResponse | dict[str, Any]:
+async def readyz(request: Request) -> JSONResponse | dict[str, Any]:
+    state: ServiceState = request.app.state.service  # not a sync dependency: those run on the thread pool
     snapshot = state.snapshot
     if snapshot is None:
         return JSONResponse(status_code=503, content={"status": "not ready", "detail": state.last_error})

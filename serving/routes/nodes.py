@@ -15,6 +15,7 @@ from recommender.placement import NodeLoads, node_reclaimable
 from recommender.resources import NodePod
 from recommender.settings import ColocationSettings
 from serving.cluster import ClusterView
+from serving.isolation import WorkPool
 from serving.routes.auth import require_token
 from serving.routes.deps import conditional
 
@@ -134,8 +135,12 @@ def node_lines(node: str, view: Cluster, request: Request) -> NodeLines:
     responses={200: {"content": {"image/png": {}}, "description": "The node's lines and reclaimable room"}},
     summary="A node's lines as PNG",
 )
-def node_chart(node: str, view: Cluster, request: Request) -> Response:
-    lines = node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
-    with _CHART_LOCK:
-        image = png_bytes(node_lines_figure(lines.model_dump()))
+async def node_chart(node: str, view: Cluster, request: Request) -> Response:
+    def render() -> bytes:
+        lines = node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
+        with _CHART_LOCK:
+            return png_bytes(node_lines_figure(lines.model_dump()))
+
+    pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
+    image = await pool.run(render)
     return Response(image, media_type="image/png")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,7 @@ from recommender.charts import four_lines_figure, png_bytes
 from recommender.errors import UnknownWorkloadError
 from recommender.identity import WorkloadKey
 from recommender.resources import WorkloadRecommendation
+from serving.isolation import WorkPool
 from serving.routes.auth import require_token
 from serving.routes.deps import snapshot
 from serving.state import Snapshot
@@ -146,10 +147,15 @@ def four_lines(namespace: str, workload: str, container: str, loaded: Loaded) ->
     responses={200: {"content": {"image/png": {}}, "description": "The four-line chart"}},
     summary="The four-line chart as PNG",
 )
-def chart(namespace: str, workload: str, container: str, loaded: Loaded) -> Response:
+async def chart(namespace: str, workload: str, container: str, loaded: Loaded, request: Request) -> Response:
     rec = _one(loaded, namespace, workload, container)
-    with _CHART_LOCK:
-        image = png_bytes(four_lines_figure([rec], loaded.loaded.recommendations.step_seconds))
+
+    def render() -> bytes:
+        with _CHART_LOCK:
+            return png_bytes(four_lines_figure([rec], loaded.loaded.recommendations.step_seconds))
+
+    pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
+    image = await pool.run(render)
     return Response(image, media_type="image/png", headers={"ETag": f'"{loaded.version}"'})
 
 

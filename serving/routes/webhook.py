@@ -1,7 +1,8 @@
 """Mutating admission webhook (`admission.k8s.io/v1`, pods, CREATE): size requests and limits, colocate.
 
-It fails open: a malformed review, an unknown workload, a stale or missing model or any error gives
-`allowed: true`, no patch and a warning saying why; it never answers 5xx. The patch is the JSON Patch difference
+It fails open: a malformed, oversized or unjudgeable review, an unknown workload, a stale or missing model, an
+overload or any error gives `allowed: true`, no patch and a warning saying why; it never answers 5xx (an oversized
+body whose uid cannot be read gets 413, and a caller without the client certificate mutual TLS asks for, 403). The patch is the JSON Patch difference
 between the pod as sent and as mutated (python-json-patch, over the fields the mutation touches), so every path
 exists and keys are escaped. A dry-run
 review gets the same patch; nothing is recorded for it beyond the decision counter's `dry_run` label.
@@ -17,17 +18,23 @@ from typing import Any
 
 import jsonpatch
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
+from starlette.requests import ClientDisconnect
 
+from recommender.errors import OverloadedError, RequestTooLargeError
 from recommender.mutation import mutate, relevant_fields
-from recommender.settings import WebhookSettings
+from recommender.settings import Settings, WebhookSettings
+from serving.isolation import PREFIX_BYTES, WorkPool, read_body, review_uid
 from serving.metrics import Metrics
+from serving.routes.auth import require_client_certificate
 from serving.routes.deps import json_body
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
-router = APIRouter(tags=["webhook"])
+router = APIRouter(tags=["webhook"], dependencies=[Depends(require_client_certificate)])
+#: Bodies up to this size are parsed on the event loop (orjson: well under a millisecond).
+INLINE_BYTES = 64 * 1024
 REVIEW_BODY = json_body(
     "AdmissionReview (admission.k8s.io/v1) with request {uid, kind, namespace, operation, object, dryRun}.",
     {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "request": {"type": "object"}},
@@ -80,6 +87,55 @@ def decide(request: Mapping[str, Any], state: ServiceState, settings: WebhookSet
     return patch or None, mutation.warnings, outcome
 
 
+def _containers(review: Mapping[str, Any] | None) -> int:
+    """How many containers a review's pod has: what deciding it costs."""
+    pod = review.get("object") if review is not None else None
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return 0
+    return sum(len(part) for part in (spec.get("containers"), spec.get("initContainers")) if isinstance(part, list))
+
+
+Answer = tuple[str, list[dict[str, Any]] | None, list[str], str, bool]
+
+
+def answer(parsed: tuple[str, Mapping[str, Any] | None, str], state: ServiceState, settings: Settings, now: float) -> Answer:
+    """(uid, patch, warnings, outcome, dry_run) of a parsed review; never raises (fails open)."""
+    uid, review, problem = parsed
+    dry_run = bool(review and review.get("dryRun") is True)
+    if review is None:
+        return uid, None, [f"koord-recommender: {problem}, pod admitted unchanged"], "error", dry_run
+    containers, most = _containers(review), settings.serve.max_review_containers
+    if containers > most:
+        warning = f"koord-recommender: pod has {containers} containers, more than {most}, admitted unchanged"
+        return uid, None, [warning], "too_large", dry_run
+    try:
+        patch, warnings, outcome = decide(review, state, settings.webhook, now)
+    except Exception:  # fail open: a bug here must never block a pod
+        log.exception("admission review failed; pod admitted unchanged")
+        patch, warnings, outcome = None, ["koord-recommender: internal error, pod admitted unchanged"], "error"
+    return uid, patch, warnings, outcome, dry_run
+
+
+async def _decided(body: bytes, request: Request) -> Answer:
+    """Small reviews are decided on the event loop (about a millisecond); large ones on the worker threads, and
+    when those are all taken the pod is admitted unchanged at once."""
+    state: ServiceState = request.app.state.service
+    settings: Settings = request.app.state.settings
+    pool: WorkPool = request.app.state.work_pool
+    now = time.time()
+    try:
+        if len(body) <= INLINE_BYTES:
+            parsed = parse_review(body)
+            if _containers(parsed[1]) <= settings.serve.inline_review_containers:
+                return answer(parsed, state, settings, now)
+            return await pool.run(lambda: answer(parsed, state, settings, now))
+        return await pool.run(lambda: answer(parse_review(body), state, settings, now))
+    except OverloadedError:
+        warning = "koord-recommender: overloaded (every worker busy), pod admitted unchanged"
+        return review_uid(body[:PREFIX_BYTES]) or "", None, [warning], "overloaded", False
+
+
 @router.post(
     "/mutate",
     summary="Mutating admission webhook for pods (AdmissionReview admission.k8s.io/v1); always allows",
@@ -88,23 +144,19 @@ def decide(request: Mapping[str, Any], state: ServiceState, settings: WebhookSet
     openapi_extra=REVIEW_BODY,
 )
 async def admission(request: Request) -> Response:
-    state: ServiceState = request.app.state.service
-    settings: WebhookSettings = request.app.state.settings.webhook
     metrics: Metrics = request.app.state.metrics
-    uid, review, problem = parse_review(await request.body())
-    dry_run = bool(review and review.get("dryRun") is True)
-    patch: list[dict[str, Any]] | None = None
-    if review is None:
-        warnings, outcome = [f"koord-recommender: {problem}, pod admitted unchanged"], "error"
-    else:
-        try:
-            patch, warnings, outcome = decide(review, state, settings, time.time())
-        except Exception:  # fail open: a bug here must never block a pod
-            log.exception("admission review failed; pod admitted unchanged")
-            patch, warnings, outcome = None, ["koord-recommender: internal error, pod admitted unchanged"], "error"
+    try:
+        uid, patch, warnings, outcome, dry_run = await _decided(await read_body(request), request)
+    except RequestTooLargeError as error:
+        found = review_uid(error.prefix)
+        if found is None:
+            raise  # nothing to answer the API server with: a plain 413
+        uid, patch, warnings, outcome, dry_run = found, None, [f"koord-recommender: review {error}, pod admitted unchanged"], "too_large", False
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody is left to read an answer
     metrics.webhook_decisions.labels(outcome=outcome, dry_run=str(dry_run).lower()).inc()
     log.log(
-        logging.WARNING if outcome == "error" else logging.DEBUG, "admission review",
+        logging.WARNING if outcome in ("error", "overloaded", "too_large") else logging.DEBUG, "admission review",
         extra={"uid": uid, "outcome": outcome, "dry_run": dry_run, "warnings": warnings},
     )
     return Response(_review(uid, patch, warnings), media_type="application/json")

@@ -268,7 +268,8 @@ def test_rest_auth_etag_lines_chart_and_nodes(server: Server) -> None:
 
 def test_metrics(server: Server) -> None:
     server.mutate(k8s.pod("deployment", "web", [k8s.container("main", None)]), dry_run=True)
-    text = server.client.get("/metrics").text
+    assert server.client.get("/metrics").status_code == 401  # every container's target is in there
+    text = server.client.get("/metrics", headers=auth()).text
     assert 'koord_recommender_webhook_decisions_total{dry_run="true",outcome="patched"}' in text
     assert 'koord_recommender_http_request_duration_seconds_bucket{le="0.005",method="POST",route="/mutate",status="200"}' in text
     assert "koord_recommender_model_age_seconds" in text and 'koord_recommender_model_info{version="' in text
@@ -327,7 +328,7 @@ def test_new_model_version_is_picked_up_without_restart(server: Server) -> None:
 
 
 def test_openapi_schema_fuzzed_never_5xx(server: Server) -> None:
-    spec = server.client.get("/openapi.json").json()
+    spec = server.client.get("/openapi.json", headers=auth()).json()
     for path in ("/mutate", "/scheduler/filter", "/scheduler/prioritize", "/api/v1/recommendations", "/metrics", "/healthz", "/readyz"):
         assert path in spec["paths"]
     schema = schemathesis.openapi.from_dict(spec)
