@@ -188,3 +188,18 @@ def recommendation_set_chunks(as_of: int, horizon_seconds: int, step_seconds: in
             yield fragment if first else b"," + fragment
             first = False
     yield text[-2:]
+
+
+#: How far a model's decision time may lie after the server's clock (the trainer's and the server's clocks differ).
+CLOCK_SKEW_SECONDS = 600
+
+
+def model_age_problem(as_of: float, now: float, max_age_seconds: float) -> str | None:
+    """Why a model whose decision time is `as_of` must not be acted on at `now` ("... h old", or a decision time in
+    the future: a clock or timestamp-unit error, which would otherwise read as a fresh model), else None."""
+    age = now - as_of
+    if age < -CLOCK_SKEW_SECONDS:
+        return f"has its decision time {-age / 3600:.0f} h in the future (a clock or timestamp-unit error)"
+    if age > max_age_seconds:
+        return f"is {age / 3600:.0f} h old"
+    return None

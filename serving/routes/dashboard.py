@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from models.store import DataWindow
 from recommender.overview import Overview, overview
+from recommender.resources import model_age_problem
 from serving.routes.auth import require_token
 from serving.routes.deps import service_state, snapshot
 from serving.state import ServiceState, Snapshot
@@ -39,7 +40,10 @@ class ModelStatus(BaseModel):
     as_of: int = Field(description="Decision time of the recommendations, Unix seconds.")
     age_seconds: float = Field(description="Now minus as_of, seconds.")
     stale_after_seconds: int = Field(description="serve.stale_model_age_seconds.")
-    stale: bool = Field(description="age_seconds > stale_after_seconds: a training run has been missed.")
+    stale: bool = Field(
+        description="age_seconds > stale_after_seconds (a training run has been missed), or as_of in the future beyond "
+        "the clock skew allowed (a clock or timestamp-unit error)."
+    )
     workload_containers: int
 
 
@@ -62,12 +66,14 @@ def status(request: Request, state: Annotated[ServiceState, Depends(service_stat
     # No ETag: the age changes with every second even when the version does not.
     loaded = state.require().loaded
     stale_after = request.app.state.settings.serve.stale_model_age_seconds
-    age = time.time() - loaded.recommendations.as_of
+    now = time.time()
+    age = now - loaded.recommendations.as_of
     manifest = loaded.manifest
     return ModelStatus(
         version=manifest.version, created_at=manifest.created_at, package_version=manifest.package_version,
         source=manifest.source, data_window=manifest.data_window, as_of=loaded.recommendations.as_of,
-        age_seconds=age, stale_after_seconds=stale_after, stale=age > stale_after,
+        age_seconds=age, stale_after_seconds=stale_after,
+        stale=model_age_problem(loaded.recommendations.as_of, now, stale_after) is not None,
         workload_containers=len(loaded.recommendations.recommendations),
     )
 

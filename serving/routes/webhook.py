@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from recommender.errors import OverloadedError, RequestTooLargeError
 from recommender.mutation import mutate, relevant_fields
+from recommender.resources import model_age_problem
 from recommender.settings import Settings, WebhookSettings
 from serving.isolation import PREFIX_BYTES, WorkPool, read_body, review_uid
 from serving.metrics import Metrics
@@ -73,9 +74,9 @@ def decide(request: Mapping[str, Any], state: ServiceState, settings: WebhookSet
     snapshot = state.snapshot
     if snapshot is None:
         return None, ["koord-recommender: no model version loaded, pod admitted unchanged"], "skipped"
-    age = now - snapshot.loaded.recommendations.as_of
-    if age > settings.max_model_age_seconds:
-        return None, [f"koord-recommender: model {snapshot.version} is {age / 3600:.0f} h old, pod admitted unchanged"], "skipped"
+    problem = model_age_problem(snapshot.loaded.recommendations.as_of, now, settings.max_model_age_seconds)
+    if problem is not None:
+        return None, [f"koord-recommender: model {snapshot.version} {problem}, pod admitted unchanged"], "skipped"
     namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
     view = relevant_fields(pod)
     mutation = mutate(view, namespace, snapshot.lookup, settings, snapshot.version)

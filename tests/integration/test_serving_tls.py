@@ -47,11 +47,11 @@ def usage(end: int) -> pd.DataFrame:
     return pd.concat([frame, sidecar], ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
 
 
-def train(usage_frame: pd.DataFrame, workdir: Path, store: Path) -> None:
+def train(usage_frame: pd.DataFrame, workdir: Path, store: Path, *extra: str) -> None:
     path = workdir / f"usage-{time.monotonic_ns()}.csv.gz"
     usage_frame.to_csv(path, index=False)
     done = subprocess.run(
-        [entry_point(), "train", "--input", str(path), "--store", str(store)],
+        [entry_point(), "train", "--input", str(path), "--store", str(store), *extra],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
@@ -356,6 +356,19 @@ def test_stale_model_is_not_applied(tmp_path: Path) -> None:
         answer = httpx.post(base + "/mutate", json=review).json()["response"]
         assert answer["allowed"] is True and "patch" not in answer
         assert "h old, pod admitted unchanged" in answer["warnings"][0]
+
+
+def test_a_model_dated_in_the_future_is_not_applied_nor_called_fresh(tmp_path: Path) -> None:
+    # Issue 13: a decision time in the future (a millisecond timestamp) gave a negative age, read as fresh.
+    now = int(time.time())
+    train(usage(now - 3 * DAY), tmp_path, tmp_path / "store", "--as-of", str(now + 30 * DAY))
+    with serving(tmp_path / "store", tmp_path) as base:
+        review = k8s.review(k8s.pod("deployment", "web", [k8s.container("main", None)]), "ns")
+        answer = httpx.post(base + "/mutate", json=review).json()["response"]
+        assert answer["allowed"] is True and "patch" not in answer
+        assert "in the future" in answer["warnings"][0] and "pod admitted unchanged" in answer["warnings"][0]
+        status = httpx.get(base + "/api/v1/status", headers=auth()).json()
+        assert status["age_seconds"] < 0 and status["stale"] is True
 
 
 def test_token_review_against_the_api_server(tmp_path: Path) -> None:
