@@ -57,7 +57,7 @@ from models.workload import WorkloadRecommender
 from recommender import __version__
 from recommender.atomic import atomic_write_bytes, fsync_directory
 from recommender.errors import ModelStoreError
-from recommender.resources import RecommendationSet
+from recommender.resources import RecommendationSet, recommendation_set_chunks
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -224,6 +224,9 @@ class IncomingVersion:
 
     def put(self, filename: str, data: bytes) -> None:
         self.entries[filename] = self.files.put(self.path_of(filename), data)
+
+    def put_chunks(self, filename: str, chunks: Iterable[bytes]) -> None:
+        self.entries[filename] = self.files.put_chunks(self.path_of(filename), chunks)
 
     def put_model(self, filename: str, model: Any) -> None:
         self.entries[filename] = self.files.put_model(self.path_of(filename), model)
@@ -403,7 +406,9 @@ class ModelStore:
         `latest` to it (the fields are those of `commit`)."""
         incoming = self.begin()
         try:
-            incoming.put(RECOMMENDATIONS, recommendations.model_dump_json().encode())
+            # One recommendation at a time: 10,000 containers' JSON is 100 MB, and twice that as one str and bytes.
+            chunks = (r.model_dump_json().encode() for r in recommendations.recommendations)
+            incoming.put_chunks(RECOMMENDATIONS, recommendation_set_chunks(recommendations, chunks))
             incoming.put_model(MODEL, model)
             if node_model is not None:
                 incoming.put_model(NODE_MODEL, node_model)

@@ -58,7 +58,7 @@ from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.train import prometheus_window, tidy_prometheus_usage
 from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
-from recommender.resources import recommendation_set_chunks
+from recommender.resources import RecommendationSet, recommendation_set_chunks
 from recommender.settings import ScaleSettings, Settings
 from recommender.text import printable
 
@@ -536,7 +536,10 @@ def _commit(
 
     incoming.entries[RECOMMENDATIONS] = incoming.files.put_chunks(
         incoming.path_of(RECOMMENDATIONS),
-        recommendation_set_chunks(first.as_of, run.horizon_seconds, first.step_seconds, fragments()),
+        recommendation_set_chunks(
+            RecommendationSet(as_of=first.as_of, horizon_seconds=run.horizon_seconds, step_seconds=first.step_seconds, recommendations=[]),
+            fragments(),
+        ),
     )
     for index in order:
         incoming.entries[f"{PARTITION_MODELS}/part-{index:05d}.joblib"] = FileEntry(**run.results[index].model)

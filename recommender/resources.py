@@ -175,11 +175,11 @@ class RecommendationSet(BaseModel):
     recommendations: list[WorkloadRecommendation]
 
 
-def recommendation_set_chunks(as_of: int, horizon_seconds: int, step_seconds: int, fragments: Iterable[bytes]) -> Iterator[bytes]:
-    """The JSON of a `RecommendationSet` (byte for byte what `model_dump_json` gives) from fragments, each the
-    comma-joined JSON of some recommendations in order: distributed training writes a fleet's set without holding it."""
-    empty = RecommendationSet(as_of=as_of, horizon_seconds=horizon_seconds, step_seconds=step_seconds, recommendations=[])
-    text = empty.model_dump_json().encode()
+def recommendation_set_chunks(header: RecommendationSet, fragments: Iterable[bytes]) -> Iterator[bytes]:
+    """The JSON of `header` with its recommendations replaced by `fragments` (byte for byte what `model_dump_json`
+    gives), each the comma-joined JSON of some recommendations in order: a fleet's set is written without holding
+    its whole text (distributed training writes partitions' fragments, a single process one per recommendation)."""
+    text = header.model_copy(update={"recommendations": []}).model_dump_json().encode()
     assert text.endswith(b"[]}"), "recommendations must stay the last field of RecommendationSet"
     yield text[:-2]
     first = True

@@ -38,9 +38,11 @@ def sparse_fleet(path: Path, workloads: int, samples: int) -> None:
     frame.to_csv(path, index=False)
 
 
-@pytest.mark.parametrize("samples", [3])
-def test_many_sparse_workloads_train_in_seconds_within_a_gibibyte(tmp_path: Path, samples: int) -> None:
-    # 10,000 workloads x 3 samples (700 KB) used to ask for a (15, 7, 10000, 288) array and 8 GB of RSS.
+@pytest.mark.parametrize(("samples", "limit_mib"), [(3, 1024), (20, 1536)])
+def test_many_sparse_workloads_train_in_seconds_within_a_gibibyte(tmp_path: Path, samples: int, limit_mib: int) -> None:
+    # 10,000 workloads x 3 samples (700 KB) used to ask for a (15, 7, 10000, 288) array and 8 GB of RSS; x 20
+    # samples took 19.7 GB. With 20 samples every container is recommended: its two 288-step lines and two 288-step
+    # recent-usage lines are about 400 MB of Python floats in the output, hence the higher limit.
     data = tmp_path / "usage.csv"
     sparse_fleet(data, 10_000, samples)
     store = tmp_path / "store"
@@ -52,7 +54,7 @@ def test_many_sparse_workloads_train_in_seconds_within_a_gibibyte(tmp_path: Path
     elapsed = time.monotonic() - started
     code, peak_kib = (int(part) for part in probe.stdout.split())
     assert code == 0
-    assert peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
+    assert peak_kib < limit_mib * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
     assert elapsed < 120
     recs = json.loads(next(store.glob("versions/*/recommendations.json")).read_text())["recommendations"]
     assert len(recs) == 10_000

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from models.nodes import NodeForecaster
 from models.store import PUBLISHING, DataWindow, ModelStore
 from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
@@ -42,6 +43,19 @@ def test_publish_then_load(tmp_path: Path, fitted: WorkloadRecommender) -> None:
     assert len(loaded.recommendations.recommendations) == 2
     assert isinstance(store.load_model(), WorkloadRecommender)
     assert not list((tmp_path / "versions").glob(".incoming-*"))
+
+
+def test_recommendations_are_written_byte_for_byte_as_one_dump_without_holding_it(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    store = ModelStore(tmp_path)
+    usage = make_usage(workloads=2, pods=1, days=1).assign(node="n1")
+    with_nodes = fitted.predict().model_copy(update={"nodes": NodeForecaster().fit(usage).predict()})
+    assert with_nodes.nodes
+    name = store.publish(
+        with_nodes, fitted, source="test", parameters={}, row_counts={"usage_rows": 1}, fit_metrics={},
+        data_window=DataWindow(first_sample=0, last_sample=1, as_of=2),
+    ).version
+    written = (tmp_path / "versions" / name / "recommendations.json").read_bytes()
+    assert written == with_nodes.model_dump_json().encode()
 
 
 def test_retention_keeps_the_newest(tmp_path: Path, fitted: WorkloadRecommender) -> None:
