@@ -9,6 +9,7 @@ import http.client
 import json
 import socket
 import ssl
+import statistics
 import sys
 import threading
 import time
@@ -213,7 +214,11 @@ def test_probes_and_small_reviews_are_not_delayed_by_a_heavy_review(rig: Rig) ->
             time.sleep(0.02)
         worker.join(timeout=60)
     assert done and done[0] > 0.5, f"the heavy review took {done}: not heavy enough to tell"
-    assert len(probes) >= 3 and max(probes) < 0.2 and max(reviews) < 0.2, (done, probes, reviews)
+    # Relative to the heavy review (on the event loop they waited for all of it) and robust to a loaded machine: none
+    # waits half of it, and most are answered at once.
+    assert len(probes) >= 3, (done, probes, reviews)
+    assert max(probes) < done[0] / 2 and max(reviews) < done[0] / 2, (done, probes, reviews)
+    assert statistics.median(probes) < 0.05 and statistics.median(reviews) < 0.05, (done, probes, reviews)
 
 
 def test_overload_fails_open(rig: Rig) -> None:
