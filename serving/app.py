@@ -9,6 +9,7 @@ CPU-heavy handlers run on a bounded pool of worker threads (serving.isolation), 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -62,6 +63,15 @@ class LatencyMiddleware:
             self.metrics.latency.labels(scope["method"], route, str(status[0])).observe(time.perf_counter() - started)
 
 
+def settle_heap() -> None:
+    """After a model version is loaded: collect what the old one left, then exempt the survivors (the model, the
+    libraries) from future collections. Without it a full collection walks every object of the loaded model, and
+    the allocations of one 1 MB review trigger one: a 130 ms pause of the whole process, probes included."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 async def _every(seconds: float, check: Callable[[], Any]) -> None:
     """Run `check` in a worker thread every `seconds`, logging (never propagating) its failures."""
     while True:
@@ -82,6 +92,7 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     def reload_model_and_cluster() -> None:
         if state.refresh_if_published():
             app_metrics.reloads.labels(what="model").inc()
+            settle_heap()
         cluster.refresh(state.snapshot)
 
     def reload_tls() -> None:
