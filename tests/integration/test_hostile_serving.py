@@ -430,21 +430,23 @@ def reviews(api: str, ca: trustme.CA) -> int:
     return count
 
 
+def token_review_env(api_server: tuple[str, trustme.CA, Path], tmp_path: Path, **auth: str) -> dict[str, str]:
+    """The environment of a server checking tokens with the fake API server, plus `auth` settings (AUTH__ names)."""
+    api, _, ca_file = api_server
+    (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
+    base = {"TOKEN_REVIEW": "true", "API_SERVER_URL": api, "API_SERVER_CA_FILE": str(ca_file),
+            "SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token")}
+    return {f"KOORD_RECOMMENDER_AUTH__{name}": value for name, value in {**base, **auth}.items()}
+
+
 def test_token_review_checks_audience_group_and_access_and_caches_refusals(
     store: Path, tmp_path: Path, api_server: tuple[str, trustme.CA, Path]
 ) -> None:
-    api, api_ca, ca_file = api_server
-    (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
-    env = {
-        "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW": "true",
-        "KOORD_RECOMMENDER_AUTH__API_SERVER_URL": api,
-        "KOORD_RECOMMENDER_AUTH__API_SERVER_CA_FILE": str(ca_file),
-        "KOORD_RECOMMENDER_AUTH__SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token"),
-        "KOORD_RECOMMENDER_AUTH__AUDIENCES": json.dumps(["koord-recommender"]),
-        "KOORD_RECOMMENDER_AUTH__ALLOWED_GROUPS": json.dumps(["ops"]),
-        "KOORD_RECOMMENDER_AUTH__AUTHORIZATION_PATH": "/koord-recommender/read",
-        "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW_RATE_PER_SECOND": "10",
-    }
+    api, api_ca, _ = api_server
+    env = token_review_env(
+        api_server, tmp_path, AUDIENCES=json.dumps(["koord-recommender"]), ALLOWED_GROUPS=json.dumps(["ops"]),
+        AUTHORIZATION_PATH="/koord-recommender/read", TOKEN_REVIEW_RATE_PER_SECOND="10",
+    )
     with start(store, tmp_path, env) as rig:
         with rig.client() as client:
             def get(token: str) -> int:
@@ -464,16 +466,7 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
 
 
 def test_slow_token_reviews_do_not_starve_probes(store: Path, tmp_path: Path, api_server: tuple[str, trustme.CA, Path]) -> None:
-    api, _, ca_file = api_server
-    (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
-    env = {
-        "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW": "true",
-        "KOORD_RECOMMENDER_AUTH__API_SERVER_URL": api,
-        "KOORD_RECOMMENDER_AUTH__API_SERVER_CA_FILE": str(ca_file),
-        "KOORD_RECOMMENDER_AUTH__SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token"),
-        "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW_RATE_PER_SECOND": "100",
-        "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW_CONCURRENCY": "64",
-    }
+    env = token_review_env(api_server, tmp_path, TOKEN_REVIEW_RATE_PER_SECOND="100", TOKEN_REVIEW_CONCURRENCY="64")
     with start(store, tmp_path, env) as rig:
         with rig.client(limits=httpx.Limits(max_connections=80)) as client, rig.client() as prober, ThreadPoolExecutor(60) as pool:
             def get(token: str) -> int:
