@@ -372,9 +372,9 @@ def rolling_lines(
 def pick_lines(lines: Sequence[FloatArray] | Mapping[int, FloatArray], choice: IntArray, axis: int) -> FloatArray:
     """Each container's line from its chosen candidate (`lines[m]`: containers along `axis`, a constant line may be
     one step wide): only the chosen candidates are read, so the others need not exist."""
-    available = list(lines.values()) if isinstance(lines, Mapping) else list(lines)
     if choice.size == 0:
         # No container: any candidate's shape with none along `axis`.
+        available = list(lines.values()) if isinstance(lines, Mapping) else list(lines)
         return np.take(available[0], np.empty(0, dtype=np.int64), axis=axis) if available else np.empty((0, 0))
     shape = list(lines[int(choice[0])].shape)
     shape[axis] = choice.size

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
@@ -213,7 +212,7 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
             out.append(past[key])
         return out
 
-    def fit_on_grid(candidates: list[BaseEstimator]) -> Callable[[int], BaseEstimator]:
+    def fit_scored(candidates: list[BaseEstimator]) -> Callable[[int], BaseEstimator]:
         def fit(m: int) -> BaseEstimator:
             key = model_name(candidates[m])
             if key not in fitted:
@@ -231,7 +230,7 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
     ):
         selector = selected_forecaster(settings, candidates, target, constant, days)
         lines = backtest(candidates)
-        models.append(selector.fit_lines(grid, lines, usage[:, :, : days * per_day], fit_on_grid(candidates), rows=rows))
+        models.append(selector.fit_lines(grid, lines, usage[:, :, : days * per_day], fit_scored(candidates), rows=rows))
     return ResourceForecast(
         short_term=models[0],
         request=models[1],
@@ -347,7 +346,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.sample_steps_ = self._sample_steps(usage)
         self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = int(usage["timestamp"].max()) if data_end is None else int(data_end)
-        self.forecast_groups_ = self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))
+        self.forecast_groups_ = np.asarray(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str))), dtype=str)
         self.grid_end_ = self._grid_end()
         groups = pd.Index(self.forecast_groups_)
         self.cpu_grid_ = self._usage_grid(usage, "cpu_cores", groups)
@@ -381,7 +380,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
         old_groups = pd.Index(self.forecast_groups_)
-        groups = old_groups.append(pd.Index(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str))))).unique()
+        groups = old_groups.append(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))).unique()
         end = self._grid_end()
         step = (self.reservation or ReservationSettings()).step_seconds
         shift = max(int((end - self.grid_end_) // step), 0)
@@ -444,13 +443,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 choices[f"{name}.{line}"] = (model.model_names(), model.choice_[members], costs[members])
         return choices
 
-    def _forecast_groups(self, groups: pd.Index) -> npt.NDArray[np.str_]:
+    def _forecast_groups(self, groups: pd.Index) -> pd.Index:
         """The groups of `groups` with `policy.min_samples` samples of a resource: only these are forecast, so memory
         and time follow the containers that can get a recommendation (a group that crosses the minimum in a later
         `partial_fit` enters the grid with the samples from then on)."""
         policy = self.policy or PolicySettings()
         counts = self.workloads_.reindex(groups)[list(SAMPLE_COLUMNS)].fillna(0).max(axis=1)
-        return np.asarray(groups[counts.to_numpy() >= policy.min_samples], dtype=str)
+        return groups[counts.to_numpy() >= policy.min_samples]
 
     def _grid_end(self) -> int:
         """End of the forecast grid: the step after the newest sample."""
@@ -767,12 +766,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
 
     def _observed_peak(self, groups: pd.Index) -> FloatArray:
         """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
-        own = pd.Index(self.forecast_groups_).get_indexer(groups)
         window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
         with np.errstate(all="ignore"):
             peak = np.where(np.isnan(window), -np.inf, window).max(axis=1) if window.shape[1] else np.full(window.shape[0], -np.inf)
-        values = np.full(len(groups), -np.inf)
-        values[own >= 0] = peak[own[own >= 0]]
+        values = self._aligned(peak, self.forecast_groups_, groups)
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 
