@@ -130,12 +130,14 @@ def guarded_protocol(serve: ServeSettings) -> type[HttpToolsProtocol]:
     return GuardedHttpProtocol
 
 
-def body_limit(path: str, serve: ServeSettings) -> int:
+def body_limit(path: str, serve: ServeSettings) -> tuple[int, bool]:
+    """A route's body limit, and whether the route answers a body past it itself (the webhook and the extender fail
+    open from what they could read; every other route gets a plain 413)."""
     if path == "/mutate":
-        return serve.webhook_max_body_bytes
+        return serve.webhook_max_body_bytes, True
     if path.startswith("/scheduler/"):
-        return serve.extender_max_body_bytes
-    return serve.max_body_bytes
+        return serve.extender_max_body_bytes, True
+    return serve.max_body_bytes, False
 
 
 class BodyLimit:
@@ -154,9 +156,8 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        limit = body_limit(path, self.serve)
+        limit, own_answer = body_limit(path, self.serve)
         declared = next((value for name, value in scope["headers"] if name == b"content-length"), b"0")
-        own_answer = path == "/mutate" or path.startswith("/scheduler/")
         if not own_answer and declared.isdigit() and int(declared) > limit:
             await too_large(send, RequestTooLargeError(limit))
             return
