@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any, Self
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
@@ -27,10 +26,10 @@ from models.workload import USAGE_COLUMNS, fit_resource_forecast
 from recommender import koordinator
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ForecastSettings
+from recommender.arrays import IntArray
 
 RESOURCE_COLUMNS = {"cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"), "memory": ("memory_bytes", "memory_request_bytes", "memory_limit_bytes")}
 SECONDS_PER_DAY = 86400
-IntArray = npt.NDArray[np.int64]
 
 
 def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:

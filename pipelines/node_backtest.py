@@ -33,7 +33,6 @@ Koordinator's usage policy on the validation days, the rule the settings' defaul
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,9 +49,9 @@ from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fle
 from pipelines.ingest import SampleBounds
 from recommender import colocation
 from recommender.settings import Settings
+from recommender.progress import Step, quiet
+from recommender.arrays import IntArray
 
-Step = Callable[[str], None]
-IntArray = npt.NDArray[np.int64]
 BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
 MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
@@ -61,9 +60,6 @@ SCENARIOS = ("complete", "outages")
 MARGIN_GRID = tuple(round(0.01 * i, 2) for i in range(31))
 SWEEP_PARTS = ("validation", "held_out")
 
-
-def _quiet(_: str) -> None:
-    """Progress sink for callers that show none."""
 
 
 @dataclass(frozen=True)
@@ -288,7 +284,7 @@ def _koordinator_mid(
 
 
 def run_node_backtest(
-    path: Path, settings: Settings, node_size: dict[str, float], seed: int = 0, outage_fraction: float = 0.02, step: Step = _quiet
+    path: Path, settings: Settings, node_size: dict[str, float], seed: int = 0, outage_fraction: float = 0.02, step: Step = quiet
 ) -> NodeBacktestResult:
     """The whole protocol on one usage file."""
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The layering rule of DEVELOPERS.md, enforced by import-linter's contracts in pyproject.toml."""
+"""The layering rule (docs/architecture.md, "Layers"), enforced by import-linter's contracts in pyproject.toml."""
 
 from __future__ import annotations
 
