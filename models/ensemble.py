@@ -31,7 +31,6 @@ from models.forecast import (
     STEPS_PER_DAY,
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
-    FloatArray,
     MultiWindowQuantileForecaster,
     StlForecaster,
     WindowQuantileForecaster,
@@ -40,7 +39,7 @@ from models.forecast import (
 )
 from models.metrics import usage_to_line_ratio
 from recommender.settings import ForecastSettings
-from recommender.arrays import IntArray
+from recommender.arrays import FloatArray, IntArray
 
 #: Candidates whose line is one value over the horizon: backtested as one value per origin and container.
 CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)

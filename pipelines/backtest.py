@@ -32,12 +32,13 @@ from models.ensemble import (
     short_term_candidates,
     usage_after,
 )
-from models.forecast import FloatArray, nan_quantile, usage_grid
+from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
 from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
 from recommender.settings import Settings
 from recommender.progress import Step, quiet
+from recommender.arrays import FloatArray
 
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}

@@ -42,7 +42,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
-from models.forecast import DecayedQuantileForecaster, FloatArray
+from models.forecast import DecayedQuantileForecaster
 from models.nodes import rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
@@ -50,7 +50,7 @@ from pipelines.ingest import SampleBounds
 from recommender import colocation
 from recommender.settings import Settings
 from recommender.progress import Step, quiet
-from recommender.arrays import IntArray
+from recommender.arrays import FloatArray, IntArray
 
 BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
 MID_METHODS = ("ours_mid", "koordinator_mid")
