@@ -482,8 +482,8 @@ def sync(
     import threading
 
     from models.store import ModelStore
-    from serving.kube_sync import StatusSync, SyncReport, api_client
-    from serving.node_sync import NodeColocationSync
+    from serving.controllers.status import StatusSync, SyncReport, api_client
+    from serving.controllers.nodes import NodeColocationSync
     from serving.state import ServiceState
 
     settings = _settings(
@@ -534,8 +534,8 @@ def cluster_files(
     """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`)."""
     import threading
 
-    from serving.cluster_files import run, write_cluster_files
-    from serving.kube_sync import api_client
+    from serving.controllers.cluster_view import run, write_cluster_files
+    from serving.controllers.status import api_client
 
     settings = _settings(sync={"kubeconfig": kubeconfig})
     api = api_client(settings.sync)

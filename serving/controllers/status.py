@@ -75,7 +75,7 @@ class StatusSync:
     def __init__(
         self, api: client.ApiClient, state: ServiceState, settings: SyncSettings, extra: Callable[[SyncReport], None] | None = None
     ) -> None:
-        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.node_sync`)."""
+        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.controllers.nodes`)."""
         self.custom = client.CustomObjectsApi(api)
         self.state = state
         self.settings = settings
