@@ -57,6 +57,28 @@ class ExponentialBuckets:
         return np.clip(index, 0, self.num_buckets - 1)
 
 
+@dataclass(frozen=True)
+class LinearBuckets:
+    """Bucket n starts at n x bucket_size; the last starts at or above max_value (VPA's linear layout)."""
+
+    bucket_size: float
+    max_value: float
+
+    @cached_property
+    def num_buckets(self) -> int:
+        return int(math.ceil(self.max_value / self.bucket_size)) + 1
+
+    @cached_property
+    def starts(self) -> FloatArray:
+        starts: FloatArray = np.arange(self.num_buckets, dtype=np.float64) * self.bucket_size
+        return starts
+
+    def find(self, values: FloatArray) -> IntArray:
+        """Bucket index of each value (the division truncated), clipped to the layout."""
+        index = np.trunc(np.asarray(values, dtype=np.float64) / self.bucket_size)
+        return np.clip(index, 0, self.num_buckets - 1).astype(np.int64)
+
+
 def vpa_reference_timestamps(group_codes: IntArray, timestamps: FloatArray, start: FloatArray, half_life: float) -> FloatArray:
     """Replay VPA's reference re-basing: the reference moves to a sample's time (rounded to the half-life)
     whenever that sample is more than MAX_DECAY_EXPONENT half-lives after it.
