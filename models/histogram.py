@@ -52,7 +52,8 @@ class ExponentialBuckets:
         """Bucket index of each value; below the first bucket -> 0, beyond the last -> the last."""
         ratio = 1.0 + self.growth_ratio
         scaled = np.maximum(values, 0.0) * (ratio - 1.0) / self.first_bucket_size + 1.0
-        index = np.floor(np.log(scaled) / math.log(ratio)).astype(np.int64)
+        # One log implementation for both terms, as VPA's Log(x) / Log(base): a value on a boundary lands on it.
+        index = np.floor(np.log(scaled) / np.log(np.float64(ratio))).astype(np.int64)
         index[values < self.first_bucket_size] = 0
         return np.clip(index, 0, self.num_buckets - 1)
 

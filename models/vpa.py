@@ -191,6 +191,8 @@ class Histogram:
 
     def load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add a HistogramCheckpoint's weights: each integer weight x totalWeight / (sum of the integers)."""
+        if not isinstance(checkpoint, dict):
+            raise ValueError(f"no checkpoint to load (got {type(checkpoint).__name__})")
         total = float(checkpoint.get("totalWeight") or 0.0)
         if total < 0:
             raise ValueError(f"checkpoint has a negative totalWeight {total}")
