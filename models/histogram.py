@@ -53,7 +53,7 @@ class ExponentialBuckets:
         ratio = 1.0 + self.growth_ratio
         scaled = np.maximum(values, 0.0) * (ratio - 1.0) / self.first_bucket_size + 1.0
         # One log implementation for both terms, as VPA's Log(x) / Log(base): a value on a boundary lands on it.
-        index = np.floor(np.log(scaled) / np.log(np.float64(ratio))).astype(np.int64)
+        index: IntArray = np.floor(np.log(scaled) / np.log(np.full_like(scaled, ratio))).astype(np.int64)
         index[values < self.first_bucket_size] = 0
         return np.clip(index, 0, self.num_buckets - 1)
 
@@ -77,7 +77,8 @@ class LinearBuckets:
     def find(self, values: FloatArray) -> IntArray:
         """Bucket index of each value (the division truncated), clipped to the layout."""
         index = np.trunc(np.asarray(values, dtype=np.float64) / self.bucket_size)
-        return np.clip(index, 0, self.num_buckets - 1).astype(np.int64)
+        result: IntArray = np.clip(index, 0, self.num_buckets - 1).astype(np.int64)
+        return result
 
 
 def vpa_reference_timestamps(group_codes: IntArray, timestamps: FloatArray, start: FloatArray, half_life: float) -> FloatArray:

@@ -560,10 +560,11 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
         }).sort_values(["group", "pod", "timestamp"], kind="stable")
         ooms = self._ooms(oom_events)
         for (group, pod), rows in frame.groupby(["group", "pod"], sort=False):
-            container = self._container(group, pod, float(rows["timestamp"].iloc[0]))
+            key = (str(group), str(pod))
+            container = self._container(*key, float(rows["timestamp"].iloc[0]))
             self._feed_cpu(container, rows)
-            self._feed_memory(container, rows, ooms.get((group, pod)))
-        for key in set(ooms) - set(frame.groupby(["group", "pod"]).groups):
+            self._feed_memory(container, rows, ooms.get(key))
+        for key in set(ooms) - set(zip(frame["group"], frame["pod"])):
             group, pod = key
             self._feed_memory(self._container(group, pod, float(ooms[key]["timestamp"].iloc[0])), frame.iloc[:0], ooms[key])
         return self
@@ -584,7 +585,7 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
             return {}
         require_columns(oom_events, ("group", "pod", "timestamp", "request_bytes"), "VpaRecommender oom_events")
         events = oom_events.assign(group=oom_events["group"].astype(str), pod=oom_events["pod"].astype(str))
-        return {key: rows for key, rows in events.groupby(["group", "pod"], sort=False)}
+        return {(str(group), str(pod)): rows for (group, pod), rows in events.groupby(["group", "pod"], sort=False)}
 
     def _feed_cpu(self, container: ContainerState, rows: pd.DataFrame) -> None:
         """CPU samples as whole millicores (VPA's CPUAmountFromCores); of several at one time only the first counts."""

@@ -530,7 +530,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         policy = self.policy or PolicySettings()
         if not policy.request_policy_rules:
             return np.full(len(labels), policy.request_policy == "vpa")
-        return np.array([request_policy_for(*json.loads(label)[:2], policy) == "vpa" for label in labels], dtype=bool)
+        keys = [json.loads(label) for label in labels]
+        return np.array([request_policy_for(key[0], key[1], policy) == "vpa" for key in keys], dtype=np.bool_)
 
     def _vpa_input(self, usage: pd.DataFrame, oom_events: pd.DataFrame | None) -> tuple[pd.DataFrame, None, pd.DataFrame | None]:
         """The rows (and OOM kills) of the groups the `vpa` policy sizes, as `VpaRecommender.fit` takes them. An OOM
@@ -686,6 +687,40 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 )
             )
         return RecommendationSet(as_of=decision, horizon_seconds=horizon_seconds, step_seconds=step, recommendations=out)
+
+    def vpa_checkpoint(self, namespace: str, workload: str, container: str, now: float) -> dict[str, Any] | None:
+        """The VerticalPodAutoscalerCheckpoint status VPA would write for a container the `vpa` policy sizes (None
+        for others), for a VPA recommender to continue from."""
+        check_is_fitted(self, "workloads_")
+        label = group_label(namespace, workload, container)
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        return vpa.checkpoint(label, now) if vpa is not None and label in vpa.states_ else None
+
+    def warm_started(self, rec: WorkloadRecommendation, checkpoint: dict[str, Any], as_of: int) -> WorkloadRecommendation:
+        """`rec` with the `vpa` policy's target and bounds recomputed from its learned state merged with a VPA
+        checkpoint status (as VPA merges the checkpoints it starts from). Containers of the forecast policy come
+        back unchanged; a malformed checkpoint raises ValueError naming the problem."""
+        check_is_fitted(self, "workloads_")
+        label = group_label(rec.namespace, rec.workload, rec.container)
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        if vpa is None or label not in self.workloads_.index or not self.vpa_groups([label])[0]:
+            return rec
+        vpa.warm_start(label, checkpoint, as_of)
+        try:
+            groups = pd.Index([label])
+            described = self.workloads_.reindex(groups)
+            per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
+            cpu, memory = self._vpa_bounds(groups, per_pod, as_of)
+        finally:
+            vpa.initial_.pop(label, None)
+        policy = self.policy or PolicySettings()
+        now = {c: float(described[c].iloc[0]) for c in CURRENT_COLUMNS}
+        return rec.model_copy(update={
+            "cpu": _with_vpa(rec.cpu, cpu, 0, (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
+                             now["cpu_request_cores"], now["cpu_limit_cores"]),
+            "memory": _with_vpa(rec.memory, memory, 0, (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
+                                now["memory_request_bytes"], now["memory_limit_bytes"]),
+        })
 
     def _vpa_bounds(self, groups: pd.Index, per_pod: FloatArray, as_of: int) -> tuple[FloatArray, FloatArray]:
         """Per group, the `vpa` policy's (target, lower, upper) of CPU in cores and memory in bytes (groups x 3): NaN

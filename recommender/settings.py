@@ -470,6 +470,14 @@ class SyncSettings(BaseModel):
     vpa: bool = Field(True, description="Write VerticalPodAutoscaler statuses.")
     koordinator: bool = Field(True, description="Write Koordinator Recommendation statuses.")
     backoff_max_seconds: float = Field(60.0, gt=0, description="Longest wait after an API error, seconds.")
+    read_vpa_checkpoints: bool = Field(
+        True, description="Warm-start the `vpa` policy of the VPAs naming us from the VerticalPodAutoscalerCheckpoints "
+        "another recommender (the VPA's) left for them, as VPA does at start: read-only, keeps a cluster's history.",
+    )
+    write_vpa_checkpoints: bool = Field(
+        False, description="Write VerticalPodAutoscalerCheckpoints of the `vpa` policy's state for the VPAs naming us, "
+        "so a VPA recommender can continue from it; never over a checkpoint another writer owns (opt-in: off).",
+    )
 class WebhookPolicy(BaseModel):
     """How the admission webhook sizes the containers of matching workloads (the first matching rule wins)."""
 
