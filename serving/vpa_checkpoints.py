@@ -56,6 +56,7 @@ class CheckpointBridge:
         self.store = store
         self.settings = settings
         self._model: tuple[str, WorkloadRecommender] | None = None
+        self._warned = False
 
     def enabled(self) -> bool:
         return self.settings.read_vpa_checkpoints or self.settings.write_vpa_checkpoints
@@ -76,6 +77,12 @@ class CheckpointBridge:
             return cast(dict[str, Any], self.custom.get_namespaced_custom_object(*CHECKPOINT[:2], namespace, CHECKPOINT[2], name))
         except ApiException as error:
             if error.status == 404:
+                return None
+            if error.status == 403 and not self._warned:
+                self._warned = True
+                log.warning("cannot read VPA checkpoints (%s); the vpa policy is not warm-started: grant `get` on "
+                            "verticalpodautoscalercheckpoints or set sync.read_vpa_checkpoints=false", api_message(error))
+            if error.status == 403:
                 return None
             raise
 
