@@ -490,3 +490,70 @@ def test_warm_start_from_a_checkpoint_recommends_as_the_samples_did() -> None:
 def test_malformed_checkpoint_times_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match="not RFC 3339"):
         VpaRecommender().new_state(0).load_checkpoint({"version": "v3", "firstSampleStart": "yesterday"})
+
+
+# --- the policy in the workload model, the JSON and the status writer ---
+
+
+def tidy(workloads: dict[str, float], days: float = 2.0) -> pd.DataFrame:
+    """Minute samples of one pod per workload in namespaces `legacy` and `shop` (CPU flat at the given cores)."""
+    frames = []
+    times = np.arange(START, START + days * DAY, 60.0)
+    for name, cores in workloads.items():
+        namespace, workload = name.split("/")
+        frames.append(pd.DataFrame({
+            "timestamp": times, "namespace": namespace, "workload": workload, "pod": f"{workload}-1", "container": "app",
+            "cpu_cores": cores, "memory_bytes": 5e8, "cpu_request_cores": 1.0, "cpu_limit_cores": 2.0,
+        }))
+    return pd.concat(frames, ignore_index=True)
+
+
+START = 1_700_006_400.0
+
+
+@pytest.mark.parametrize(
+    ("rules", "default", "expected"),
+    [
+        ([], "forecast", {"legacy/a": "forecast", "shop/b": "forecast"}),
+        ([], "vpa", {"legacy/a": "vpa", "shop/b": "vpa"}),
+        ([{"namespace": "leg*", "policy": "vpa"}], "forecast", {"legacy/a": "vpa", "shop/b": "forecast"}),
+        ([{"namespace": "shop", "workload": "b", "policy": "forecast"}, {"policy": "vpa"}], "forecast", {"legacy/a": "vpa", "shop/b": "forecast"}),
+    ],
+)
+def test_the_policy_is_chosen_per_namespace_and_workload(rules: list[dict[str, str]], default: str, expected: dict[str, str]) -> None:
+    from models.workload import WorkloadRecommender
+    from recommender.settings import ForecastSettings, PolicySettings
+
+    policy = PolicySettings.model_validate({"request_policy": default, "request_policy_rules": rules})
+    result = WorkloadRecommender(policy=policy, forecast=ForecastSettings(enabled=False)).fit(tidy({"legacy/a": 0.0125, "shop/b": 0.3})).predict()
+    got = {f"{r.namespace}/{r.workload}": r.cpu.policy for r in result.recommendations if r.cpu is not None}
+    assert got == expected
+    for rec in result.recommendations:
+        assert rec.cpu is not None and rec.memory is not None
+        if rec.cpu.policy == "vpa":
+            assert rec.cpu.models is not None and rec.cpu.models.target == "VPA recommender v1.5.1"
+            assert rec.cpu.target * 1000 == int(rec.cpu.target * 1000 + 1e-9)  # whole millicores
+            assert rec.memory.limit_floor is None and rec.cpu.limit == pytest.approx(2.0 * rec.cpu.target / 1.0)
+
+
+def test_status_writer_writes_vpa_values_as_vpa_does() -> None:
+    from recommender.cluster_status import vpa_status
+    from recommender.resources import CurrentResources, History, Peak, ResourceRecommendation, WorkloadRecommendation
+
+    def resource(value: float, policy: str) -> ResourceRecommendation:
+        return ResourceRecommendation(
+            target=value, lower_bound=value, upper_bound=value, uncapped_target=value, short_term=[value], long_term=value,
+            peak=Peak(value=value, at=0), policy=policy,  # type: ignore[arg-type]
+        )
+
+    def status(policy: str) -> dict[str, Any]:
+        rec = WorkloadRecommendation(
+            namespace="legacy", workload="a", container="app", cpu=resource(0.0125, policy), memory=resource(131072000.5, policy),
+            current=CurrentResources(), history=History(first_sample=0, last_sample=2 * 86400, pods=1, samples=10),
+        )
+        vpa = {"spec": {"targetRef": {"kind": "Deployment", "name": "a"}}}
+        found: dict[str, Any] = vpa_status([rec], vpa, "v1")["recommendation"]["containerRecommendations"][0]["target"]
+        return found
+
+    assert status("vpa") == {"cpu": "12m", "memory": "125Mi"}  # truncated, exact bytes: VPA's ResourceAmount
+    assert status("forecast") == {"cpu": "13m", "memory": "126Mi"}  # ours round up
