@@ -13,8 +13,9 @@ import (
 	"k8s.io/autoscaler/vertical-pod-autoscaler/pkg/recommender/model"
 )
 
-// Reads "group,pod,unix_seconds,cpu_cores,memory_bytes" lines in the order to feed them; prints per group the
-// recommendation of VPA's own pod recommender (one container per group).
+// Reads tab-separated "group pod unix_seconds cpu_cores memory_bytes" lines (or "group pod unix_seconds - request_bytes
+// oom" for an OOM kill) in the order to feed them; prints per group, as JSON, the target, lower and upper bound of CPU
+// (millicores) and memory (bytes) from VPA's own pod recommender (one container per group).
 func main() {
 	states := map[string]*model.AggregateContainerState{}
 	containers := map[string]*model.ContainerState{}
@@ -30,6 +31,11 @@ func main() {
 		key := group + "\x00" + pod
 		if containers[key] == nil {
 			containers[key] = model.NewContainerState(model.Resources{}, states[group])
+		}
+		if len(f) > 5 && f[5] == "oom" {
+			request, _ := strconv.ParseFloat(f[4], 64)
+			_ = containers[key].RecordOOM(t, model.ResourceAmount(request))
+			continue
 		}
 		if f[3] != "" {
 			cores, _ := strconv.ParseFloat(f[3], 64)
