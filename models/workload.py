@@ -455,6 +455,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 getattr(forecast, line).calibrate_with_fleet(fleet.calibration[f"{name}.{line}"])
         return self
 
+    def vpa_summary(self) -> dict[str, float]:
+        """Flat fit metrics of the `vpa` policy: its workload containers and the samples VPA's rules refused, by reason."""
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        if vpa is None or not vpa.states_:
+            return {}
+        refused = {f"vpa.skipped.{reason}": float(count) for reason, count in sorted(vpa.skipped_.items()) if count}
+        return {"vpa.workload_containers": float(len(vpa.states_)), **refused}
+
     def selection_summary(self) -> dict[str, float]:
         """Flat fit metrics of the model selection (stored in the version's manifest): see `summarize_selection`."""
         return summarize_selection([self.selection_choices()])
