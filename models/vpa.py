@@ -370,29 +370,15 @@ class ContainerState:
         if millicores < 0 or (self.last_cpu is not None and t <= self.last_cpu):
             return False
         self.aggregate.cpu.add_at(millicores / 1000.0, self.cpu_weight, t)
-        self._count_cpu(t, 1)
+        self._count_cpu(t)
         return True
 
-    def _count_cpu(self, last: float, count: int, first: float | None = None) -> None:
+    def _count_cpu(self, t: float) -> None:
         state = self.aggregate
-        first = last if first is None else first
-        state.last_sample = last if state.last_sample is None else max(state.last_sample, last)
-        state.first_sample = first if state.first_sample is None else min(state.first_sample, first)
-        state.samples += count
-        self.last_cpu = last
-
-    def add_cpu_many(self, millicores: npt.NDArray[np.int64], times: FloatArray) -> int:
-        """`add_cpu` for samples in time order (equal times already left to the first); returns how many were
-        taken. Vectorised: CPU samples only ever add to the histogram."""
-        keep = millicores >= 0
-        if self.last_cpu is not None:
-            keep &= times > self.last_cpu
-        values, moments = millicores[keep] / 1000.0, times[keep]
-        if moments.size == 0:
-            return 0
-        self.aggregate.cpu.add_many_at(values, self.cpu_weight, moments)
-        self._count_cpu(float(moments[-1]), int(moments.size), float(moments[0]))
-        return int(moments.size)
+        state.last_sample = t if state.last_sample is None else max(state.last_sample, t)
+        state.first_sample = t if state.first_sample is None else min(state.first_sample, t)
+        state.samples += 1
+        self.last_cpu = t
 
     def peak(self) -> int:
         return max(self.memory_peak, self.oom_peak)
@@ -559,14 +545,15 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
             "cpu": X["cpu_cores"].to_numpy(dtype=np.float64), "memory": X["memory_bytes"].to_numpy(dtype=np.float64),
         }).sort_values(["group", "pod", "timestamp"], kind="stable")
         ooms = self._ooms(oom_events)
-        for (group, pod), rows in frame.groupby(["group", "pod"], sort=False):
-            key = (str(group), str(pod))
-            container = self._container(*key, float(rows["timestamp"].iloc[0]))
-            self._feed_cpu(container, rows)
-            self._feed_memory(container, rows, ooms.get(key))
-        for key in set(ooms) - set(zip(frame["group"], frame["pod"])):
-            group, pod = key
-            self._feed_memory(self._container(group, pod, float(ooms[key]["timestamp"].iloc[0])), frame.iloc[:0], ooms[key])
+        for group, rows in frame.groupby("group", sort=False):
+            pods = [
+                (self._container(str(group), str(pod), float(own["timestamp"].iloc[0])), own, ooms.pop((str(group), str(pod)), None))
+                for pod, own in rows.groupby("pod", sort=False)
+            ]
+            self._feed_cpu(pods)
+            self._feed_memory(pods)
+        for (group, pod), events in ooms.items():  # kills of pods without samples here
+            self._feed_memory([(self._container(group, pod, float(events["timestamp"].iloc[0])), frame.iloc[:0], events)])
         return self
 
     def _container(self, group: str, pod: str, first: float) -> ContainerState:
@@ -587,27 +574,50 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
         events = oom_events.assign(group=oom_events["group"].astype(str), pod=oom_events["pod"].astype(str))
         return {(str(group), str(pod)): rows for (group, pod), rows in events.groupby(["group", "pod"], sort=False)}
 
-    def _feed_cpu(self, container: ContainerState, rows: pd.DataFrame) -> None:
-        """CPU samples as whole millicores (VPA's CPUAmountFromCores); of several at one time only the first counts."""
-        values = rows["cpu"].to_numpy()
-        known = ~np.isnan(values)
-        times = rows["timestamp"].to_numpy()[known]
-        millicores = _amounts(values[known] * 1000.0)
-        first_of_time = np.concatenate(([True], np.diff(times) > 0)) if times.size else np.zeros(0, dtype=bool)
-        taken = container.add_cpu_many(millicores[first_of_time], times[first_of_time])
-        self.skipped_["cpu not after the previous sample"] += int(times.size - taken)
+    def _feed_cpu(self, pods: list[tuple[ContainerState, pd.DataFrame, pd.DataFrame | None]]) -> None:
+        """CPU samples as whole millicores (VPA's CPUAmountFromCores), refused per pod when not after its previous
+        one, and added to the workload's histogram in time order across its pods, as VPA's feeder adds them."""
+        values, times = [], []
+        for container, rows, _ in pods:
+            cores = rows["cpu"].to_numpy()
+            known = ~np.isnan(cores)
+            moments = rows["timestamp"].to_numpy()[known]
+            keep = np.concatenate(([True], np.diff(moments) > 0)) if moments.size else np.zeros(0, dtype=bool)
+            if container.last_cpu is not None:
+                keep &= moments > container.last_cpu
+            self.skipped_["cpu not after the previous sample"] += int(moments.size - keep.sum())
+            if keep.any():
+                values.append(_amounts(cores[known][keep] * 1000.0) / 1000.0)
+                times.append(moments[keep])
+                container.last_cpu = float(moments[keep][-1])
+        if not times:
+            return
+        all_times = np.concatenate(times)
+        order = np.argsort(all_times, kind="stable")
+        state = pods[0][0].aggregate
+        state.cpu.add_many_at(np.concatenate(values)[order], pods[0][0].cpu_weight, all_times[order])
+        first, last = float(all_times[order[0]]), float(all_times[order[-1]])
+        state.first_sample = first if state.first_sample is None else min(state.first_sample, first)
+        state.last_sample = last if state.last_sample is None else max(state.last_sample, last)
+        state.samples += int(all_times.size)
 
-    def _feed_memory(self, container: ContainerState, rows: pd.DataFrame, ooms: pd.DataFrame | None) -> None:
-        """Memory samples in time order with the OOM kills among them (a kill after the samples of its time)."""
-        known = rows.loc[rows["memory"].notna(), ["timestamp", "memory"]]
-        values = _amounts(known["memory"].to_numpy(dtype=np.float64)).tolist()
-        events = [(t, 0, v) for t, v in zip(known["timestamp"].tolist(), values)]
-        if ooms is not None:
-            events += [(float(t), 1, amount(float(r)) if r == r else 0) for t, r in zip(ooms["timestamp"], ooms["request_bytes"])]
-            events.sort(key=lambda event: (event[0], event[1]))
-        elif container.window_end is not None or events:
-            events = _peak_candidates(events, container)
-        for t, is_oom, value in events:
+    def _feed_memory(self, pods: list[tuple[ContainerState, pd.DataFrame, pd.DataFrame | None]]) -> None:
+        """Memory samples per pod in time order with its OOM kills among them (a kill after the samples of its
+        second), the pods' events interleaved in time as VPA's feeder delivers them."""
+        merged: list[tuple[float, int, int, int]] = []
+        for index, (container, rows, ooms) in enumerate(pods):
+            known = rows.loc[rows["memory"].notna(), ["timestamp", "memory"]]
+            values = _amounts(known["memory"].to_numpy(dtype=np.float64)).tolist()
+            events = [(t, 0, v) for t, v in zip(known["timestamp"].tolist(), values)]
+            if ooms is not None:
+                events += [(float(t), 1, amount(float(r)) if r == r else 0) for t, r in zip(ooms["timestamp"], ooms["request_bytes"])]
+                events.sort(key=lambda event: (event[0], event[1]))
+            else:
+                events = _peak_candidates(events, container)
+            merged += [(t, kind, value, index) for t, kind, value in events]
+        merged.sort(key=lambda event: event[0])
+        for t, is_oom, value, index in merged:
+            container = pods[index][0]
             if is_oom:
                 if not container.record_oom(t, value, self.oom_min_bump_bytes, self.oom_bump_ratio):
                     self.skipped_["oom older than its window"] += 1

@@ -557,3 +557,24 @@ def test_status_writer_writes_vpa_values_as_vpa_does() -> None:
 
     assert status("vpa") == {"cpu": "12m", "memory": "125Mi"}  # truncated, exact bytes: VPA's ResourceAmount
     assert status("forecast") == {"cpu": "13m", "memory": "126Mi"}  # ours round up
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0, 1, 2, 3, 5, 8, 13, 40]), st.booleans()), max_size=60))
+def test_dropping_samples_below_the_window_peak_changes_nothing(draws: list[tuple[int, int, bool]]) -> None:
+    """The estimator feeds only samples that open a window or beat its peak (`_peak_candidates`): the same state as
+    every sample one by one, zeros and repeated times included."""
+    from models.vpa import _peak_candidates
+
+    events, t = [], 0.0
+    for step_hours, value, same_time in draws:
+        t += 0 if same_time else step_hours * HOUR
+        events.append((t, 0, value * 10**7))
+    full, _, full_memory = recording()
+    for moment, _, value in events:
+        full.add_memory(value, moment)
+    fast, _, fast_memory = recording()
+    for moment, _, value in _peak_candidates(events, fast):
+        fast.add_memory(value, moment)
+    assert fast_memory.calls == full_memory.calls
+    assert (fast.window_end, fast.memory_peak, fast.last_memory) == (full.window_end, full.memory_peak, full.last_memory)
