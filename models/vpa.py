@@ -11,6 +11,7 @@ What VPA does is restated in the docstrings; `tests/unit/test_vpa.py` holds its 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -655,7 +656,7 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
             return None
         merged = self.new_state(min(part.created for part in parts))
         for part in parts:
-            merged.merge(_copy(part))
+            merged.merge(copy.deepcopy(part))  # merging moves the older reference: the stored state must not move
         return merged
 
     def groups(self) -> list[str]:
@@ -726,19 +727,3 @@ def _peak_candidates(events: list[tuple[float, int, int]], container: ContainerS
     if kept[-1] is not events[-1] and events[-1][2] >= 0:
         kept.append(events[-1])
     return kept
-
-
-def _copy(state: AggregateState) -> AggregateState:
-    """A deep copy (merging moves the reference of the older histogram, which must not touch the stored state)."""
-    copied = AggregateState(
-        cpu=_copy_histogram(state.cpu), memory=_copy_histogram(state.memory), created=state.created,
-        first_sample=state.first_sample, last_sample=state.last_sample, samples=state.samples,
-    )
-    return copied
-
-
-def _copy_histogram(histogram: DecayingHistogram) -> DecayingHistogram:
-    copy = DecayingHistogram(histogram.layout, histogram.epsilon, half_life_seconds=histogram.half_life_seconds, reference=histogram.reference)
-    copy.weights, copy.total = histogram.weights.copy(), histogram.total
-    copy.min_bucket, copy.max_bucket = histogram.min_bucket, histogram.max_bucket
-    return copy
