@@ -51,9 +51,33 @@ class ExponentialBuckets:
         """Bucket index of each value; below the first bucket -> 0, beyond the last -> the last."""
         ratio = 1.0 + self.growth_ratio
         scaled = np.maximum(values, 0.0) * (ratio - 1.0) / self.first_bucket_size + 1.0
-        index = np.floor(np.log(scaled) / math.log(ratio)).astype(np.int64)
+        # One log implementation for both terms, as VPA's Log(x) / Log(base): a value on a boundary lands on it.
+        index: IntArray = np.floor(np.log(scaled) / np.log(np.full_like(scaled, ratio))).astype(np.int64)
         index[values < self.first_bucket_size] = 0
         return np.clip(index, 0, self.num_buckets - 1)
+
+
+@dataclass(frozen=True)
+class LinearBuckets:
+    """Bucket n starts at n x bucket_size; the last starts at or above max_value (VPA's linear layout)."""
+
+    bucket_size: float
+    max_value: float
+
+    @cached_property
+    def num_buckets(self) -> int:
+        return int(math.ceil(self.max_value / self.bucket_size)) + 1
+
+    @cached_property
+    def starts(self) -> FloatArray:
+        starts: FloatArray = np.arange(self.num_buckets, dtype=np.float64) * self.bucket_size
+        return starts
+
+    def find(self, values: FloatArray) -> IntArray:
+        """Bucket index of each value (the division truncated), clipped to the layout."""
+        index = np.trunc(np.asarray(values, dtype=np.float64) / self.bucket_size)
+        result: IntArray = np.clip(index, 0, self.num_buckets - 1).astype(np.int64)
+        return result
 
 
 def vpa_reference_timestamps(group_codes: IntArray, timestamps: FloatArray, start: FloatArray, half_life: float) -> FloatArray:

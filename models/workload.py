@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
@@ -38,8 +39,9 @@ from models.ensemble import (
 )
 from models.forecast import STEPS_PER_DAY, usage_grid
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
+from models.vpa import VpaRecommender
 from recommender.identity import KEY_COLUMNS
-from recommender.policy import RequestBounds, request_bounds, with_target
+from recommender.policy import RequestBounds, request_bounds, request_policy_for, with_target
 from recommender.resources import (
     CurrentResources,
     History,
@@ -264,6 +266,28 @@ def _buckets(hist: HistogramSettings, resource: str) -> dict[str, float]:
     return {"first_bucket_size": first, "max_value": top, "bucket_growth_ratio": hist.bucket_growth_ratio, "epsilon": hist.epsilon}
 
 
+def vpa_estimator(hist: HistogramSettings, policy: PolicySettings) -> VpaRecommender:
+    """The `vpa` request policy's estimator with these settings (VPA's own defaults unless overridden)."""
+    return VpaRecommender(
+        cpu_first_bucket_cores=hist.cpu_first_bucket_cores, cpu_max_cores=hist.cpu_max_cores,
+        memory_first_bucket_bytes=hist.memory_first_bucket_bytes, memory_max_bytes=hist.memory_max_bytes,
+        bucket_growth_ratio=hist.bucket_growth_ratio, epsilon=hist.epsilon,
+        cpu_half_life_seconds=hist.cpu_half_life_seconds, memory_half_life_seconds=hist.memory_half_life_seconds,
+        cpu_sample_weight=hist.cpu_sample_weight, memory_peak_weight=hist.memory_peak_weight,
+        memory_aggregation_interval_seconds=hist.memory_aggregation_interval_seconds,
+        memory_aggregation_interval_count=hist.memory_aggregation_interval_count,
+        oom_min_bump_bytes=hist.oom_min_bump_bytes, oom_bump_ratio=hist.oom_bump_ratio,
+        target_percentile=policy.target_percentile, lower_bound_percentile=policy.lower_bound_percentile,
+        upper_bound_percentile=policy.upper_bound_percentile, safety_margin_fraction=policy.safety_margin_fraction,
+        lower_bound_confidence_multiplier=policy.lower_bound_confidence_multiplier,
+        lower_bound_confidence_exponent=policy.lower_bound_confidence_exponent,
+        upper_bound_confidence_multiplier=policy.upper_bound_confidence_multiplier,
+        upper_bound_confidence_exponent=policy.upper_bound_confidence_exponent,
+        confidence_interval_seconds=policy.confidence_interval_seconds,
+        pod_min_cpu_cores=policy.pod_min_cpu_cores, pod_min_memory_bytes=policy.pod_min_memory_bytes,
+    )
+
+
 class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     """Histogram models and reservation lines for every workload container of a tidy usage frame."""
 
@@ -343,6 +367,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_short_term_ = SeasonalMaxReservation(**short_term.get_params()).fit(memory)
         self.pods_ = self._pods(usage)
         self.workloads_ = self._describe(self.pods_)
+        self.vpa_ = vpa_estimator(hist, self.policy or PolicySettings())
+        self.vpa_.fit(*self._vpa_input(usage, oom_events))
         self.sample_steps_ = self._sample_steps(usage)
         self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = int(usage["timestamp"].max()) if data_end is None else int(data_end)
@@ -373,6 +399,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_short_term_.partial_fit(memory)
         self.pods_ = self._merge_pods(self.pods_, self._pods(usage))
         self.workloads_ = self._describe(self.pods_)
+        if not hasattr(self, "vpa_"):
+            self.vpa_ = vpa_estimator(self.histogram or HistogramSettings(), self.policy or PolicySettings())
+        self.vpa_.partial_fit(*self._vpa_input(usage, oom_events))
         if len(usage) > 1:
             self.sample_steps_ = self._sample_steps(usage)
             self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
@@ -425,6 +454,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             for line in LINES:
                 getattr(forecast, line).calibrate_with_fleet(fleet.calibration[f"{name}.{line}"])
         return self
+
+    def vpa_summary(self) -> dict[str, float]:
+        """Flat fit metrics of the `vpa` policy: its workload containers and the samples VPA's rules refused, by reason."""
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        if vpa is None or not vpa.states_:
+            return {}
+        refused = {f"vpa.skipped.{reason}": float(count) for reason, count in sorted(vpa.skipped_.items()) if count}
+        return {"vpa.workload_containers": float(len(vpa.states_)), **refused}
 
     def selection_summary(self) -> dict[str, float]:
         """Flat fit metrics of the model selection (stored in the version's manifest): see `summarize_selection`."""
@@ -495,6 +532,33 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 cpu = pool.submit(fit_resource_forecast, self.cpu_grid_, levels, self.grid_end_)
                 memory = pool.submit(fit_resource_forecast, self.memory_grid_, levels, self.grid_end_)
                 self.cpu_forecasts_[key], self.memory_forecasts_[key] = cpu.result(), memory.result()
+
+    def vpa_groups(self, labels: Any) -> npt.NDArray[np.bool_]:
+        """Which of these group labels the `vpa` request policy sizes (`policy.request_policy` and its rules)."""
+        policy = self.policy or PolicySettings()
+        if not policy.request_policy_rules:
+            return np.full(len(labels), policy.request_policy == "vpa")
+        keys = [json.loads(label) for label in labels]
+        return np.array([request_policy_for(key[0], key[1], policy) == "vpa" for key in keys], dtype=np.bool_)
+
+    def _vpa_input(self, usage: pd.DataFrame, oom_events: pd.DataFrame | None) -> tuple[pd.DataFrame, None, pd.DataFrame | None]:
+        """The rows (and OOM kills) of the groups the `vpa` policy sizes, as `VpaRecommender.fit` takes them. An OOM
+        kill's request is the pod's memory request where known (VPA reads it from the pod), else the memory at the
+        kill the file gives (as VPA's eviction events give usage), else 0."""
+        categories = usage["group"].cat.categories.astype(str)
+        chosen = self.vpa_groups(categories)
+        rows = usage[chosen[usage["group"].cat.codes.to_numpy()]] if not chosen.all() else usage
+        columns = ["group", "pod", "timestamp", "cpu_cores", "memory_bytes"]
+        samples = rows[columns].assign(group=rows["group"].astype(str))
+        if oom_events is None or len(oom_events) == 0 or not chosen.any():
+            return samples, None, None
+        events = with_group_labels(oom_events)
+        events = events.assign(group=events["group"].astype(str))
+        events = events[self.vpa_groups(events["group"].tolist())] if len(events) else events
+        request = self.pods_["memory_request_bytes"].reindex(pd.MultiIndex.from_arrays([events["group"], events["pod"]]))
+        at_kill = events["memory_bytes"] if "memory_bytes" in events.columns else pd.Series(np.nan, index=events.index)
+        request_bytes = np.where(np.isfinite(request.to_numpy(dtype=np.float64)), request.to_numpy(dtype=np.float64), at_kill.to_numpy(dtype=np.float64))
+        return samples, None, events[["group", "pod", "timestamp"]].assign(request_bytes=np.nan_to_num(request_bytes, nan=0.0))
 
     @staticmethod
     def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:
@@ -592,6 +656,18 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 policy.max_allowed_memory_bytes, policy,
             ),
         )
+        vpa_cpu, vpa_memory = self._vpa_bounds(groups, per_pod, decision)
+        now = {c: described[c].to_numpy(dtype=np.float64) for c in CURRENT_COLUMNS}
+        cpu_range, memory_range = (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores), (
+            policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes)
+        cpu = [
+            _with_vpa(rec, vpa_cpu, i, cpu_range, now["cpu_request_cores"][i], now["cpu_limit_cores"][i])
+            for i, rec in enumerate(cpu)
+        ]
+        memory = [
+            _with_vpa(rec, vpa_memory, i, memory_range, now["memory_request_bytes"][i], now["memory_limit_bytes"][i])
+            for i, rec in enumerate(memory)
+        ]
         recent_cpu = self._recent(self.cpu_short_term_, groups, decision, cpu)
         recent_memory = self._recent(self.memory_short_term_, groups, decision, memory)
         out = []
@@ -619,6 +695,59 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 )
             )
         return RecommendationSet(as_of=decision, horizon_seconds=horizon_seconds, step_seconds=step, recommendations=out)
+
+    def vpa_checkpoint(self, namespace: str, workload: str, container: str, now: float) -> dict[str, Any] | None:
+        """The VerticalPodAutoscalerCheckpoint status VPA would write for a container the `vpa` policy sizes (None
+        for others), for a VPA recommender to continue from."""
+        check_is_fitted(self, "workloads_")
+        label = group_label(namespace, workload, container)
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        return vpa.checkpoint(label, now) if vpa is not None and label in vpa.states_ else None
+
+    def warm_started(self, rec: WorkloadRecommendation, checkpoint: dict[str, Any], as_of: int) -> WorkloadRecommendation:
+        """`rec` with the `vpa` policy's target and bounds recomputed from its learned state merged with a VPA
+        checkpoint status (as VPA merges the checkpoints it starts from). Containers of the forecast policy come
+        back unchanged; a malformed checkpoint raises ValueError naming the problem."""
+        check_is_fitted(self, "workloads_")
+        label = group_label(rec.namespace, rec.workload, rec.container)
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        if vpa is None or label not in self.workloads_.index or not self.vpa_groups([label])[0]:
+            return rec
+        vpa.warm_start(label, checkpoint, as_of)
+        try:
+            groups = pd.Index([label])
+            described = self.workloads_.reindex(groups)
+            per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
+            cpu, memory = self._vpa_bounds(groups, per_pod, as_of)
+        finally:
+            vpa.initial_.pop(label, None)
+        policy = self.policy or PolicySettings()
+        now = {c: float(described[c].iloc[0]) for c in CURRENT_COLUMNS}
+        return rec.model_copy(update={
+            "cpu": _with_vpa(rec.cpu, cpu, 0, (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
+                             now["cpu_request_cores"], now["cpu_limit_cores"]),
+            "memory": _with_vpa(rec.memory, memory, 0, (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
+                                now["memory_request_bytes"], now["memory_limit_bytes"]),
+        })
+
+    def _vpa_bounds(self, groups: pd.Index, per_pod: FloatArray, as_of: int) -> tuple[FloatArray, FloatArray]:
+        """Per group, the `vpa` policy's (target, lower, upper) of CPU in cores and memory in bytes (groups x 3): NaN
+        for groups of the forecast policy, -1 where VPA would have no recommendation (its aggregate expired)."""
+        cpu, memory = np.full((len(groups), 3), np.nan), np.full((len(groups), 3), np.nan)
+        vpa: VpaRecommender | None = getattr(self, "vpa_", None)
+        if vpa is None:
+            return cpu, memory
+        known = set(vpa.groups())
+        for i, label in enumerate(groups):
+            if label not in known:
+                continue
+            found = vpa.recommend(label, int(per_pod[i]), as_of)
+            if found is None:
+                cpu[i] = memory[i] = -1.0
+                continue
+            cpu[i] = [found[0].target / 1000, found[0].lower_bound / 1000, found[0].upper_bound / 1000]
+            memory[i] = [found[1].target, found[1].lower_bound, found[1].upper_bound]
+        return cpu, memory
 
     def _confidence_days(self, groups: pd.Index) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
@@ -782,6 +911,31 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
         return [_floats_or_none(recent[i]) if i >= 0 and rec is not None else [] for i, rec in zip(index, shown)]
+
+
+def _with_vpa(
+    rec: ResourceRecommendation | None, vpa: FloatArray, row: int, allowed: tuple[float | None, float | None],
+    request_now: float, limit_now: float,
+) -> ResourceRecommendation | None:
+    """A recommendation with its target and bounds from the `vpa` policy where it sizes this group (row of
+    `WorkloadRecommender._vpa_bounds`): clamped to the allowed range like VPA's resource policy, the uncapped target
+    before that; the memory cap and limit floor of the forecast policy do not apply. None where VPA has nothing."""
+    if rec is None or np.isnan(vpa[row, 0]):
+        return rec
+    if vpa[row, 0] < 0:
+        return None
+    target, lower, upper = (float(v) for v in vpa[row])
+    low = -np.inf if allowed[0] is None else allowed[0]
+    high = np.inf if allowed[1] is None else allowed[1]
+    capped = float(np.clip(target, low, high))
+    limit, rule = recommended_limit(capped, request_now, limit_now, np.nan)
+    models = rec.models.model_copy(update={"target": "VPA recommender v1.5.1", "quality": {
+        line: q for line, q in rec.models.quality.items() if line != "target"}}) if rec.models else None
+    return rec.model_copy(update={
+        "target": capped, "lower_bound": float(np.clip(lower, low, high)), "upper_bound": float(np.clip(upper, low, high)),
+        "uncapped_target": target, "policy": "vpa", "models": models, "limit_floor": None,
+        "limit": limit, "limit_rule": rule,
+    })
 
 
 def _floats_or_none(values: FloatArray) -> list[float | None]:

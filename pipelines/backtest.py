@@ -135,16 +135,18 @@ def selected_lines(
 
 
 def _baselines(fleet: Fleet, settings: Settings, decision_days: list[int], step: Step) -> dict[str, dict[str, FloatArray]]:
-    """VPA target, Koordinator mid and the foundation's short-term line at each decision, from the real estimators."""
+    """VPA target (the `vpa` request policy: VPA's recommender exactly), Koordinator mid and the foundation's
+    short-term line at each decision, from the real estimators."""
     per_day = fleet.steps_per_day
     out: dict[str, dict[str, list[FloatArray]]] = {r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES}
     frame = fleet.frame
     rules_only = settings.forecast.model_copy(update={"enabled": False})
+    vpa_policy = settings.policy.model_copy(update={"request_policy": "vpa", "request_policy_rules": []})
     for i, day in enumerate(decision_days):
         as_of = fleet.origin + day * DAY
         step(f"baselines: decision {i + 1}/{len(decision_days)}")
         history = frame[frame["timestamp"] < as_of]
-        model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, rules_only).fit(history)
+        model = WorkloadRecommender(settings.histogram, vpa_policy, settings.reservation, rules_only).fit(history)
         recs = model.predict(as_of=as_of, horizon_seconds=DAY)
         index = fleet.groups.get_indexer(pd.Index([group_label(r.namespace, r.workload, r.container) for r in recs.recommendations]))
         for resource in RESOURCES:

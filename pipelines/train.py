@@ -90,6 +90,9 @@ def fit_history(
         step("fitting the node model")
     node_model = fit_nodes(usage, settings, resume_nodes)
     fit_seconds = time.perf_counter() - started
+    refused = {k.removeprefix("vpa.skipped."): int(v) for k, v in model.vpa_summary().items() if k.startswith("vpa.skipped.")}
+    if refused:
+        step(f"vpa policy: skipped samples VPA refuses: {', '.join(f'{n} ({why})' for why, n in refused.items())}")
     step("computing recommendations")
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
     if node_model is not None:
@@ -253,7 +256,7 @@ def _publish(
             "oom_events": result.oom_events,
             "quarantined_containers": len(quarantined or {}),
         },
-        fit_metrics={"fit_seconds": round(result.fit_seconds, 3), **result.model.selection_summary()},
+        fit_metrics={"fit_seconds": round(result.fit_seconds, 3), **result.model.selection_summary(), **result.model.vpa_summary()},
         data_window=DataWindow(
             first_sample=first_sample,
             last_sample=int(usage["timestamp"].max()),

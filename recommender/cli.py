@@ -476,15 +476,21 @@ def sync(
         bool | None,
         typer.Option("--usage-thresholds/--no-usage-thresholds", help="Write the scheduling.koordinator.sh/usage-thresholds node annotation [default off]."),
     ] = None,
+    write_checkpoints: Annotated[
+        bool | None,
+        typer.Option("--write-vpa-checkpoints/--no-write-vpa-checkpoints", help="Write VerticalPodAutoscalerCheckpoints of the vpa policy's state [default off]."),
+    ] = None,
 ) -> None:
-    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses (and, opt-in,
-    reclaim-ratio labels and usage-thresholds annotations on the nodes the model learned)."""
+    """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses, the `vpa`
+    policy warm-started from the VPA checkpoints in the cluster (and, opt-in, reclaim-ratio labels and usage-thresholds
+    annotations on the nodes the model learned, and our own VPA checkpoints)."""
     import threading
 
     from models.store import ModelStore
     from serving.controllers.status import StatusSync, SyncReport, api_client
     from serving.controllers.nodes import NodeColocationSync
     from serving.state import ServiceState
+    from serving.controllers.checkpoints import CheckpointBridge
 
     settings = _settings(
         store={"path": store},
@@ -492,13 +498,21 @@ def sync(
             "kubeconfig": kubeconfig,
             "recommender_name": recommender_name,
             "resync_seconds": None if resync is None else _duration(resync, "--resync"),
+            "write_vpa_checkpoints": write_checkpoints,
         },
         colocation={"write_reclaim_ratios": reclaim_ratios, "write_usage_thresholds": usage_thresholds},
     )
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
     api = api_client(settings.sync)
     nodes = NodeColocationSync(api, state, settings)
-    syncer = StatusSync(api, state, settings.sync, extra=nodes.sync_once if nodes.enabled() else None)
+    checkpoints = CheckpointBridge(api, state, state.store, settings.sync)
+
+    def extra(report: SyncReport) -> None:
+        if nodes.enabled():
+            nodes.sync_once(report)
+        checkpoints.write(report)
+
+    syncer = StatusSync(api, state, settings.sync, extra=extra, adjust=checkpoints.adjust)
 
     def show(report: SyncReport) -> None:
         for name in report.written:

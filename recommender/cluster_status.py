@@ -16,7 +16,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from recommender.resources import ResourceRecommendation, WorkloadRecommendation
-from recommender.units import cpu_cores_from_quantity, cpu_quantity, memory_bytes_from_quantity, memory_quantity
+from recommender.units import (
+    cpu_cores_from_quantity,
+    cpu_quantity,
+    memory_bytes_from_quantity,
+    memory_quantity,
+    vpa_cpu_quantity,
+    vpa_memory_quantity,
+)
 
 #: Below this much history VPA's confidence is low; we say so in the LowConfidence condition.
 LOW_CONFIDENCE_DAYS = 1.0
@@ -40,7 +47,10 @@ def _policy_for(container: str, vpa_spec: Mapping[str, Any]) -> Mapping[str, Any
     return named or next((p for p in policies if p.get("containerName") == "*"), None) or {}
 
 
-def _quantity(resource: str, value: float) -> str:
+def _quantity(resource: str, value: float, policy: str = "forecast") -> str:
+    """A value as a quantity: the `vpa` policy's as VPA writes them (truncated, exact bytes), ours rounded up."""
+    if policy == "vpa":
+        return vpa_cpu_quantity(value) if resource == "cpu" else vpa_memory_quantity(value)
     return cpu_quantity(value) if resource == "cpu" else memory_quantity(value)
 
 
@@ -69,7 +79,7 @@ def vpa_container_recommendation(rec: WorkloadRecommendation, policy: Mapping[st
                     value = max(value, _parse(resource, low[resource]))
                 if resource in high:
                     value = min(value, _parse(resource, high[resource]))
-            entry[field][resource] = _quantity(resource, value)
+            entry[field][resource] = _quantity(resource, value, found.policy)
     return entry if entry["target"] else None
 
 
@@ -119,7 +129,7 @@ def koordinator_status(
     containers = []
     for rec in recommendations:
         resources = {
-            resource: _quantity(resource, found.target)
+            resource: _quantity(resource, found.target, found.policy)
             for resource in ("cpu", "memory")
             if (found := getattr(rec, resource)) is not None
         }

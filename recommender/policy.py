@@ -8,6 +8,7 @@ keeps the value before that). Works on arrays: one element per workload containe
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,3 +80,11 @@ def with_target(
         upper_bound=np.maximum(bounds.upper_bound, capped),
         uncapped_target=uncapped,
     )
+
+
+def request_policy_for(namespace: str, workload: str, policy: PolicySettings) -> str:
+    """`forecast` or `vpa` for a workload: the first rule whose globs match it, else the global setting."""
+    for rule in policy.request_policy_rules:
+        if fnmatch.fnmatchcase(namespace, rule.namespace) and fnmatch.fnmatchcase(workload, rule.workload):
+            return rule.policy
+    return policy.request_policy

@@ -8,6 +8,7 @@ from recent history) and long-term reservation (from a long history). Beside the
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,6 +81,10 @@ class ResourceRecommendation(BaseModel):
     limit_floor: float | None = Field(None, description="Memory: no limit we set goes below this (the observed 7-day peak "
                                       "x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.")
     models: LineModels | None = Field(default=None, description="Which model produced each line (optional).")
+    policy: Literal["forecast", "vpa"] = Field(
+        "forecast", description="The request policy that produced target and bounds: `forecast` (ours) or `vpa` (the "
+        "VPA recommender's rules exactly: whole millicores and bytes). Versions before it read as forecast.",
+    )
 
 
 class CurrentResources(BaseModel):

@@ -50,8 +50,34 @@ class HistogramSettings(BaseModel):
     oom_bump_ratio: float = Field(1.2, ge=1, description="An OOM kill records at least usage x this (VPA: 1.2).")
 
 
+class RequestPolicyRule(BaseModel):
+    """Which request policy the containers of matching workloads get (the first matching rule wins)."""
+
+    namespace: str = Field("*", description="Namespace glob (fnmatch).")
+    workload: str = Field("*", description="Workload name glob (fnmatch).")
+    policy: Literal["forecast", "vpa"] = Field(description="forecast: our request line; vpa: the VPA recommender's.")
+
+
 class PolicySettings(BaseModel):
     """How histogram percentiles become a request recommendation (VPA's defaults, anchors.md section 2)."""
+
+    request_policy: Literal["forecast", "vpa"] = Field(
+        "forecast",
+        description="Who sizes requests (target and bounds): `forecast`, our request line inside VPA-style bounds "
+        "(cheaper at the same risk on the development data, docs/benchmarks.md); or `vpa`, the Kubernetes VPA "
+        "recommender v1.5.1 exactly (models/vpa.py), for like-for-like comparison and moving from the VPA.",
+    )
+    request_policy_rules: list[RequestPolicyRule] = Field(
+        [],
+        description="Per namespace / workload globs choosing the request policy as JSON, first match wins, e.g. "
+        "[{\"namespace\": \"legacy-*\", \"policy\": \"vpa\"}]; no match: `request_policy`.",
+    )
+    confidence_interval_seconds: float = Field(
+        SECONDS_PER_DAY,
+        gt=0,
+        description="`vpa` policy: the history unit of the confidence factors, seconds (VPA's "
+        "--confidence-interval-cpu/-memory: 24 h); samples count as one a minute of it.",
+    )
 
     target_percentile: float = Field(0.9, gt=0, le=1, description="Percentile the target is read at (VPA: p90).")
     lower_bound_percentile: float = Field(0.5, gt=0, le=1, description="Percentile of the lower bound (VPA: p50).")
@@ -68,8 +94,9 @@ class PolicySettings(BaseModel):
     min_confidence_days: float = Field(
         1 / 24,
         gt=0,
-        description="Floor of the history length used in the confidence factors, days. VPA divides by zero here and "
-        "returns absurd bounds for new workloads; one hour keeps the upper bound finite.",
+        description="`forecast` policy: floor of the history length used in the confidence factors, days. VPA (and the "
+        "`vpa` policy) divides by zero here and returns absurd bounds for new workloads; one hour keeps the upper "
+        "bound finite.",
     )
     pod_min_cpu_cores: float = Field(0.025, ge=0, description="Smallest CPU recommendation per pod, cores (VPA: 25m).")
     pod_min_memory_bytes: float = Field(
@@ -443,6 +470,14 @@ class SyncSettings(BaseModel):
     vpa: bool = Field(True, description="Write VerticalPodAutoscaler statuses.")
     koordinator: bool = Field(True, description="Write Koordinator Recommendation statuses.")
     backoff_max_seconds: float = Field(60.0, gt=0, description="Longest wait after an API error, seconds.")
+    read_vpa_checkpoints: bool = Field(
+        True, description="Warm-start the `vpa` policy of the VPAs naming us from the VerticalPodAutoscalerCheckpoints "
+        "another recommender (the VPA's) left for them, as VPA does at start: read-only, keeps a cluster's history.",
+    )
+    write_vpa_checkpoints: bool = Field(
+        False, description="Write VerticalPodAutoscalerCheckpoints of the `vpa` policy's state for the VPAs naming us, "
+        "so a VPA recommender can continue from it; never over a checkpoint another writer owns (opt-in: off).",
+    )
 class WebhookPolicy(BaseModel):
     """How the admission webhook sizes the containers of matching workloads (the first matching rule wins)."""
 

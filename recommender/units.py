@@ -64,3 +64,30 @@ def memory_quantity(memory_bytes: float) -> str:
 def cpu_millicores(cpu_cores: float) -> int:
     """Cores to integer milli-cores, rounded up (Koordinator's batch-cpu / mid-cpu unit)."""
     return math.ceil(round(cpu_cores * 1000, 6))
+
+
+_DECIMAL_SUFFIXES = ("", "k", "M", "G", "T", "P", "E")
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def vpa_cpu_quantity(cpu_cores: float) -> str:
+    """Cores to the quantity VPA writes: whole milli-cores truncated (its ResourceAmount), in Kubernetes' canonical
+    form (12m, 2, 100G)."""
+    millicores = int(Decimal(str(cpu_cores)) * 1000)
+    if millicores % 1000:
+        return f"{millicores}m"
+    return _canonical(millicores // 1000, 1000, _DECIMAL_SUFFIXES)
+
+
+def vpa_memory_quantity(memory_bytes: float) -> str:
+    """Bytes to the quantity VPA writes: whole bytes truncated, in canonical binary form (250Mi, 4066212754)."""
+    return _canonical(int(memory_bytes), 1024, _BINARY_SUFFIXES)
+
+
+def _canonical(value: int, base: int, suffixes: tuple[str, ...]) -> str:
+    """The largest suffix that divides the value exactly (Kubernetes' canonical quantity string)."""
+    index = 0
+    while value and value % base == 0 and index < len(suffixes) - 1:
+        value //= base
+        index += 1
+    return f"{value}{suffixes[index]}"

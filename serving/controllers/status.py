@@ -73,13 +73,17 @@ class StatusSync:
     """One resync pass (`sync_once`) and the watch loop (`run`)."""
 
     def __init__(
-        self, api: client.ApiClient, state: ServiceState, settings: SyncSettings, extra: Callable[[SyncReport], None] | None = None
+        self, api: client.ApiClient, state: ServiceState, settings: SyncSettings, extra: Callable[[SyncReport], None] | None = None,
+        adjust: Callable[[dict[str, Any], list[WorkloadRecommendation]], list[WorkloadRecommendation]] | None = None,
     ) -> None:
-        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.controllers.nodes`)."""
+        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.controllers.nodes`, the checkpoint
+        writer of `serving.controllers.checkpoints`); `adjust`: what a VPA's recommendations become before its status is
+        built (the checkpoint warm start)."""
         self.custom = client.CustomObjectsApi(api)
         self.state = state
         self.settings = settings
         self.extra = extra
+        self.adjust = adjust
 
     def _targets(self, namespace: str, workload: str) -> list[WorkloadRecommendation]:
         snapshot = self.state.require()
@@ -96,7 +100,10 @@ class StatusSync:
             if self.settings.recommender_name not in names:
                 return None
             target = spec.get("targetRef") or {}
-            return vpa_status(self._targets(namespace, target.get("name", "")), obj, version)
+            recommendations = self._targets(namespace, target.get("name", ""))
+            if self.adjust is not None:
+                recommendations = self.adjust(obj, recommendations)
+            return vpa_status(recommendations, obj, version)
         target = ((obj.get("spec") or {}).get("target") or {}).get("workload") or {}
         return koordinator_status(self._targets(namespace, target.get("name", "")), obj, version)
 
