@@ -31,7 +31,6 @@ from models.forecast import (
     STEPS_PER_DAY,
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
-    FloatArray,
     MultiWindowQuantileForecaster,
     StlForecaster,
     WindowQuantileForecaster,
@@ -40,8 +39,8 @@ from models.forecast import (
 )
 from models.metrics import usage_to_line_ratio
 from recommender.settings import ForecastSettings
+from recommender.arrays import FloatArray, IntArray
 
-IntArray = npt.NDArray[np.int64]
 #: Candidates whose line is one value over the horizon: backtested as one value per origin and container.
 CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)
 

@@ -23,8 +23,8 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
+from recommender.arrays import FloatArray
 
-FloatArray = npt.NDArray[np.float64]
 STEPS_PER_DAY = 288
 
 

@@ -19,9 +19,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_groups, require_columns
+from recommender.arrays import FloatArray, IntArray
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 #: VPA re-bases the reference timestamp when a sample is more than this many half-lives after it.
 MAX_DECAY_EXPONENT = 100
@@ -220,10 +219,6 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         upper_edge = np.where(bucket < n_buckets - 1, starts[np.minimum(bucket + 1, n_buckets - 1)], starts[bucket])
         result: FloatArray = np.where(non_empty, upper_edge, 0.0)
         return result
-
-    def quantile_frame(self, quantiles: dict[str, float]) -> pd.DataFrame:
-        """Several quantiles at once, indexed by group label."""
-        return pd.DataFrame({name: self.quantile(q) for name, q in quantiles.items()}, index=pd.Index(self.groups_, name="group"))
 
     def history_days(self) -> FloatArray:
         """Time between each group's first and last sample, days."""

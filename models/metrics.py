@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
+from recommender.arrays import FloatArray, IntArray
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 def usage_to_line_ratio(usage: FloatArray, line: FloatArray) -> FloatArray:
@@ -128,22 +126,3 @@ def score_peak(forecast: FloatArray, actual: FloatArray) -> PeakScore:
         median_absolute_percentage_error=float(np.median(errors)) if errors.size else 0.0,
         exceeded_fraction=float(np.mean(actual > forecast)) if actual.size else 0.0,
     )
-
-
-def autopilot_cost(
-    usage: FloatArray,
-    line: FloatArray,
-    previous_line: FloatArray,
-    overrun_weight: float,
-    underrun_weight: float,
-    change_weight: float,
-) -> float:
-    """Autopilot-style cost of a line, relative to the usage: usage above it, unused room below it, and changes.
-
-    Each term is normalised by the total usage so costs compare across containers of any size.
-    """
-    scale = max(float(np.sum(usage)), 1e-12)
-    over = float(np.sum(np.maximum(usage - line, 0.0)))
-    under = float(np.sum(np.maximum(line - usage, 0.0)))
-    change = float(np.sum(np.abs(line - previous_line)))
-    return (overrun_weight * over + underrun_weight * under + change_weight * change) / scale

@@ -16,21 +16,20 @@ from __future__ import annotations
 from typing import Any, Self
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
-from models.forecast import FloatArray, nan_quantile, usage_grid
+from models.forecast import nan_quantile, usage_grid
 from models.workload import USAGE_COLUMNS, fit_resource_forecast
 from recommender import koordinator
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ForecastSettings
+from recommender.arrays import FloatArray, IntArray
 
 RESOURCE_COLUMNS = {"cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"), "memory": ("memory_bytes", "memory_request_bytes", "memory_limit_bytes")}
 SECONDS_PER_DAY = 86400
-IntArray = npt.NDArray[np.int64]
 
 
 def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_groups, require_columns
-from models.histogram import DecayingHistogram, FloatArray
+from models.histogram import DecayingHistogram
+from recommender.arrays import FloatArray
 
 SECONDS_PER_DAY = 86400
 

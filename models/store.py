@@ -33,7 +33,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import io
-import json
 import logging
 import os
 import posixpath
@@ -522,9 +521,3 @@ class ModelStore:
         if not isinstance(model, NodeForecaster):
             raise ModelStoreError(f"{self.files.url(path)}/{NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster")
         return model
-
-
-def manifest_summary(manifest: Manifest) -> dict[str, Any]:
-    """The manifest as plain JSON data (for `show --format json` and the API)."""
-    result: dict[str, Any] = json.loads(manifest.model_dump_json())
-    return result

@@ -26,8 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
 from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets, LinearBuckets
-
-FloatArray = npt.NDArray[np.float64]
+from recommender.arrays import FloatArray
 
 #: VPA's ResourceAmount ceiling (millicores or bytes).
 MAX_RESOURCE_AMOUNT = 10**14

@@ -23,10 +23,9 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
-from models.histogram import DecayingHistogram, FloatArray, MemoryPeakHistogram
+from models.histogram import DecayingHistogram, MemoryPeakHistogram
 from models.ensemble import (
     CONSTANT_FORECASTERS,
-    IntArray,
     PeakForecaster,
     candidate_lines,
     model_name,
@@ -55,6 +54,7 @@ from recommender.resources import (
     WorkloadRecommendation,
 )
 from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, ReservationSettings
+from recommender.arrays import FloatArray, IntArray
 
 USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
 #: Per resource, the pod-state column counting its known samples (`PolicySettings.min_samples` reads it).

@@ -13,7 +13,6 @@ chosen), the second half the held-out part; both are reported beside the whole.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,21 +32,19 @@ from models.ensemble import (
     short_term_candidates,
     usage_after,
 )
-from models.forecast import FloatArray, nan_quantile, usage_grid
+from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
 from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
 from recommender.settings import Settings
+from recommender.progress import Step, quiet
+from recommender.arrays import FloatArray
 
-Step = Callable[[str], None]
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
 LINES = ("request", "short_term", "long_term")
 METHODS = ("ours", "vpa", "krr_simple", "koordinator_mid", "seasonal_naive", "foundation_short_term", "oracle")
 
-
-def _quiet(_: str) -> None:
-    """Progress sink for callers that show none."""
 
 
 @dataclass
@@ -188,7 +185,7 @@ def _finite(values: FloatArray) -> FloatArray:
     return result
 
 
-def decide(fleet: Fleet, settings: Settings, step: Step = _quiet) -> tuple[list[int], dict[str, Decisions]]:
+def decide(fleet: Fleet, settings: Settings, step: Step = quiet) -> tuple[list[int], dict[str, Decisions]]:
     """Every method's lines at every decision day (days with at least one container of >= 7 days of history)."""
     per_day = fleet.steps_per_day
     forecast = settings.forecast
@@ -300,7 +297,7 @@ class BacktestResult:
     candidate_names: dict[str, list[str]]
 
 
-def run_backtest(path: Path, settings: Settings, step: Step = _quiet) -> tuple[Fleet, BacktestResult]:
+def run_backtest(path: Path, settings: Settings, step: Step = quiet) -> tuple[Fleet, BacktestResult]:
     """The whole protocol on one usage file."""
     started = time.perf_counter()
     step(f"reading {path}")

@@ -35,7 +35,6 @@ import hashlib
 import io
 import json
 import logging
-import posixpath
 import resource
 import time
 from collections.abc import Callable, Iterator
@@ -61,15 +60,12 @@ from recommender.errors import ConfigurationError, DistributedTrainingError, Inp
 from recommender.resources import RecommendationSet, recommendation_set_chunks
 from recommender.settings import ScaleSettings, Settings
 from recommender.text import printable
+from recommender.progress import Step, quiet
 
 log = logging.getLogger(__name__)
-Step = Callable[[str], None]
 WORK = "work"
 WorkloadName = tuple[str, str]
 
-
-def _quiet(_: str) -> None:
-    """Progress sink for callers that show none."""
 
 
 @contextmanager
@@ -378,7 +374,7 @@ def train_distributed(
     as_of: int | None = None,
     oom_events_path: Path | None = None,
     horizon_seconds: int = 86400,
-    step: Step = _quiet,
+    step: Step = quiet,
 ) -> Manifest:
     """Fit a usage file on the cluster behind `client` and publish one version (see the module's docstring)."""
     store = ModelStore(settings.store.path, settings.store.retention_versions)
@@ -412,7 +408,7 @@ def read_prometheus_partition(partition: Partition, files: dict[str, str], setti
     rows to the store; a namespace batch that fails after the client's retries fails the task."""
     prom = settings.prometheus
     with PrometheusClient(prom) as client:
-        read = PrometheusSource(client, prom, [namespace for namespace, _ in partition.workloads]).read(start, end, _quiet)
+        read = PrometheusSource(client, prom, [namespace for namespace, _ in partition.workloads]).read(start, end, quiet)
         costs = client.stats.summary()
     if read.skipped:
         raise PartialDataError(read.skipped)
@@ -424,7 +420,7 @@ def read_prometheus_partition(partition: Partition, files: dict[str, str], setti
 
 
 def train_distributed_prometheus(
-    client: Client, settings: Settings, *, as_of: int | None = None, horizon_seconds: int = 86400, step: Step = _quiet
+    client: Client, settings: Settings, *, as_of: int | None = None, horizon_seconds: int = 86400, step: Step = quiet
 ) -> Manifest:
     """Read Prometheus in partitions of whole namespaces (one task each, no process holding the fleet's samples),
     then fit and publish as for a file. A partition that cannot be read counts against the failure tolerance."""

@@ -33,7 +33,6 @@ Koordinator's usage policy on the validation days, the rule the settings' defaul
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,16 +42,16 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
-from models.forecast import DecayedQuantileForecaster, FloatArray
+from models.forecast import DecayedQuantileForecaster
 from models.nodes import rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
 from recommender import colocation
 from recommender.settings import Settings
+from recommender.progress import Step, quiet
+from recommender.arrays import FloatArray, IntArray
 
-Step = Callable[[str], None]
-IntArray = npt.NDArray[np.int64]
 BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
 MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
@@ -61,9 +60,6 @@ SCENARIOS = ("complete", "outages")
 MARGIN_GRID = tuple(round(0.01 * i, 2) for i in range(31))
 SWEEP_PARTS = ("validation", "held_out")
 
-
-def _quiet(_: str) -> None:
-    """Progress sink for callers that show none."""
 
 
 @dataclass(frozen=True)
@@ -288,7 +284,7 @@ def _koordinator_mid(
 
 
 def run_node_backtest(
-    path: Path, settings: Settings, node_size: dict[str, float], seed: int = 0, outage_fraction: float = 0.02, step: Step = _quiet
+    path: Path, settings: Settings, node_size: dict[str, float], seed: int = 0, outage_fraction: float = 0.02, step: Step = quiet
 ) -> NodeBacktestResult:
     """The whole protocol on one usage file."""
     started = time.perf_counter()

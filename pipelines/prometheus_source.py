@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,9 +20,9 @@ from pipelines import promql
 from pipelines.prometheus import Labels, PrometheusClient, Series
 from recommender.errors import PrometheusError
 from recommender.settings import PrometheusSettings
+from recommender.progress import Step
 
 log = logging.getLogger(__name__)
-Step = Callable[[str], None]
 NO_OWNER = "<none>"
 
 

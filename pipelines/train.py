@@ -4,7 +4,6 @@ version's models with only the newer samples), and publish or return recommendat
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,12 +18,9 @@ from pipelines.prometheus_source import PrometheusSource
 from recommender.errors import InputFileError, PartialDataError, PrometheusError
 from recommender.resources import RecommendationSet
 from recommender.settings import Settings
+from recommender.progress import Step, quiet
 
-Step = Callable[[str], None]
 
-
-def _quiet(_: str) -> None:
-    """Progress sink for callers that show none."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | 
     ).fit(usage)
 
 
-def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step: Step = _quiet) -> pd.DataFrame:
+def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step: Step = quiet) -> pd.DataFrame:
     """Read a usage file and keep only the rows before `as_of` (all of them when None)."""
     step(f"reading {input_path}")
     usage = read_usage(input_path, bounds)
@@ -73,7 +69,7 @@ def fit_history(
     as_of: int | None,
     horizon_seconds: int,
     oom_events: pd.DataFrame | None = None,
-    step: Step = _quiet,
+    step: Step = quiet,
     resume: WorkloadRecommender | None = None,
     resume_nodes: NodeForecaster | None = None,
 ) -> TrainingResult:
@@ -117,7 +113,7 @@ def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], 
 
 
 def recommend_from_file(
-    input_path: Path, as_of: int, horizon_seconds: int, settings: Settings, step: Step = _quiet
+    input_path: Path, as_of: int, horizon_seconds: int, settings: Settings, step: Step = quiet
 ) -> RecommendationSet:
     """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it."""
     usage = load_history(input_path, as_of, SampleBounds.at(settings.ingest, time.time()), step)
@@ -132,7 +128,7 @@ def train_from_file(
     oom_events_path: Path | None = None,
     horizon_seconds: int = 86400,
     incremental: bool = False,
-    step: Step = _quiet,
+    step: Step = quiet,
 ) -> Manifest:
     """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched.
 
@@ -181,7 +177,7 @@ def train_from_prometheus(
     allow_partial: bool = False,
     horizon_seconds: int = 86400,
     incremental: bool = False,
-    step: Step = _quiet,
+    step: Step = quiet,
 ) -> tuple[Manifest, dict[str, float]]:
     """Read the last `history_seconds` from Prometheus, fit, publish; returns the manifest and the query costs.
 

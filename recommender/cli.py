@@ -487,10 +487,10 @@ def sync(
     import threading
 
     from models.store import ModelStore
-    from serving.kube_sync import StatusSync, SyncReport, api_client
-    from serving.node_sync import NodeColocationSync
+    from serving.controllers.status import StatusSync, SyncReport, api_client
+    from serving.controllers.nodes import NodeColocationSync
     from serving.state import ServiceState
-    from serving.vpa_checkpoints import CheckpointBridge
+    from serving.controllers.checkpoints import CheckpointBridge
 
     settings = _settings(
         store={"path": store},
@@ -548,8 +548,8 @@ def cluster_files(
     """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`)."""
     import threading
 
-    from serving.cluster_files import run, write_cluster_files
-    from serving.kube_sync import api_client
+    from serving.controllers.cluster_view import run, write_cluster_files
+    from serving.controllers.status import api_client
 
     settings = _settings(sync={"kubeconfig": kubeconfig})
     api = api_client(settings.sync)

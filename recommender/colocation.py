@@ -30,14 +30,11 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
+from recommender.arrays import FloatArray
 
-FloatArray = npt.NDArray[np.float64]
 ArrayLike = float | FloatArray
 KoordinatorPolicy = Literal["usage", "request", "maxUsageRequest"]
 KOORDINATOR_POLICIES: tuple[KoordinatorPolicy, ...] = ("usage", "request", "maxUsageRequest")
-#: Koordinator's default reclaimThresholdPercent per resource.
-KOORDINATOR_RECLAIM_PERCENT = {"cpu": 60.0, "memory": 65.0}
 #: Koordinator removes batch resources when node metrics are older than this, seconds.
 KOORDINATOR_DEGRADE_SECONDS = 15 * 60
 #: Koordinator's mid rule: a pod younger than this reclaims nothing, seconds.

@@ -31,7 +31,6 @@ QOS_CLASSES = ("SYSTEM", "LSE", "LSR", "LS", "BE")
 BORROWING_CLASSES = (BATCH, FREE)
 #: The extended-resource prefix each priority class's pods are accounted in; other classes keep cpu/memory.
 EXTENDED_PREFIX = {BATCH: "kubernetes.io/batch-", MID: "kubernetes.io/mid-"}
-EXTENDED_RESOURCES = tuple(prefix + name for prefix in EXTENDED_PREFIX.values() for name in ("cpu", "memory"))
 
 Pod = Mapping[str, Any]
 

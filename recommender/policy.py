@@ -12,11 +12,10 @@ import fnmatch
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from recommender.settings import PolicySettings
+from recommender.arrays import FloatArray
 
-FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recommender.placement import NodeLoads, Timeline
+from recommender.placement import NodeLoads
 from recommender.settings import ExtenderSettings
-from serving.state import Snapshot
+from serving.state import DEFAULT_TIMELINE, Snapshot, timeline_of
 
 log = logging.getLogger(__name__)
-#: Lines of a day at 5-minute steps: the shape used when no model is loaded (every line is then a constant).
-DEFAULT_TIMELINE = Timeline(as_of=0, step_seconds=300, steps=288)
 
 
 def _stamp(path: Path | None) -> tuple[int, int] | None:
@@ -44,14 +42,6 @@ def _items(path: Path | None) -> list[Mapping[str, Any]]:
         log.warning("cannot read %s: %s", path, error)
         return []
     return [item for item in items or [] if isinstance(item, dict)]
-
-
-def timeline_of(snapshot: Snapshot | None) -> Timeline:
-    if snapshot is None:
-        return DEFAULT_TIMELINE
-    found = snapshot.loaded.recommendations
-    steps = max(1, found.horizon_seconds // found.step_seconds)
-    return Timeline(found.as_of, found.step_seconds, steps)
 
 
 class ClusterView:

@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from models.store import LoadedVersion, ModelStore
 from recommender.errors import ModelStoreError, UnknownWorkloadError
 from recommender.identity import WorkloadKey
+from recommender.placement import Timeline
 from recommender.resources import WorkloadRecommendation
 
 log = logging.getLogger(__name__)
+#: Lines of a day at 5-minute steps: the shape used when no model is loaded (every line is then a constant).
+DEFAULT_TIMELINE = Timeline(as_of=0, step_seconds=300, steps=288)
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,12 @@ class ServiceState:
         if found is None:
             raise UnknownWorkloadError(f"no recommendation for {key}")
         return found
+
+
+def timeline_of(snapshot: Snapshot | None) -> Timeline:
+    """The time axis of a snapshot's lines (the default day when none is loaded), for building node views."""
+    if snapshot is None:
+        return DEFAULT_TIMELINE
+    found = snapshot.loaded.recommendations
+    steps = max(1, found.horizon_seconds // found.step_seconds)
+    return Timeline(found.as_of, found.step_seconds, steps)

@@ -14,7 +14,7 @@ from kubernetes import client
 from models.store import ModelStore
 from models.vpa import VpaRecommender
 from recommender.units import vpa_cpu_quantity, vpa_memory_quantity
-from serving.vpa_checkpoints import CHECKPOINT, MANAGED_BY
+from serving.controllers.checkpoints import CHECKPOINT, MANAGED_BY
 from tests.conftest import Runner
 from tests.support.control_plane import ControlPlane
 

@@ -22,7 +22,7 @@ from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
 from recommender.resources import WorkloadRecommendation
 from recommender.settings import SyncSettings
-from serving.kube_sync import SyncReport, api_message
+from serving.controllers.status import SyncReport, api_message
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)

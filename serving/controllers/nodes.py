@@ -16,8 +16,8 @@ from kubernetes.client.exceptions import ApiException
 from recommender.errors import KubernetesError
 from recommender.placement import NodeLoads, node_metadata
 from recommender.settings import Settings
-from serving.cluster import timeline_of
-from serving.kube_sync import SyncReport, api_message
+from serving.state import timeline_of
+from serving.controllers.status import SyncReport, api_message
 from serving.state import ServiceState
 
 

@@ -76,8 +76,8 @@ class StatusSync:
         self, api: client.ApiClient, state: ServiceState, settings: SyncSettings, extra: Callable[[SyncReport], None] | None = None,
         adjust: Callable[[dict[str, Any], list[WorkloadRecommendation]], list[WorkloadRecommendation]] | None = None,
     ) -> None:
-        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.node_sync`, the checkpoint
-        writer of `serving.vpa_checkpoints`); `adjust`: what a VPA's recommendations become before its status is
+        """`extra`: a further pass run at every resync (the opt-in node writer of `serving.controllers.nodes`, the checkpoint
+        writer of `serving.controllers.checkpoints`); `adjust`: what a VPA's recommendations become before its status is
         built (the checkpoint warm start)."""
         self.custom = client.CustomObjectsApi(api)
         self.state = state
