@@ -315,11 +315,12 @@ def run_node_backtest(
         short_flat = np.concatenate(list(short), axis=1)  # nodes x evaluated steps
         long_flat = np.repeat(long.T, per_day, axis=1)
         alloc = where.allocatable[resource]
-        margin = (col.cpu_margin_fraction if resource == "cpu" else col.memory_margin_fraction) * alloc[:, None]
-        blind_fraction = col.cpu_forecast_only_margin_fraction if resource == "cpu" else col.memory_forecast_only_margin_fraction
+        mine = col.of(resource)
+        margin = mine.margin_fraction * alloc[:, None]
+        blind_fraction = mine.forecast_only_margin_fraction
         blind_margin = blind_fraction * alloc[:, None]
-        ratio_fraction = col.cpu_reclaim_ratio_margin_fraction if resource == "cpu" else col.memory_reclaim_ratio_margin_fraction
-        reclaim_percent = col.koordinator_cpu_reclaim_percent if resource == "cpu" else col.koordinator_memory_reclaim_percent
+        ratio_fraction = mine.reclaim_ratio_margin_fraction
+        reclaim_percent = mine.koordinator_reclaim_percent
         request_now = np.where(present, requests[resource][:, None], np.nan)
         limit = node_sums(request_now, where.node_of_pod, n_nodes)[:, start:end]
         hp_used = {
@@ -332,7 +333,7 @@ def run_node_backtest(
         step(f"{resource}: Koordinator mid, hourly")
         koord_mid = _koordinator_mid(pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour)
         window = max(col.batch_window_seconds // step_seconds, 1)
-        quantile = col.cpu_jump_quantile if resource == "cpu" else col.memory_jump_quantile
+        quantile = mine.jump_quantile
         jump, largest_jump = (
             np.concatenate(
                 [np.repeat(rise_allowance(grid[:, : day * per_day], q, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days], axis=1

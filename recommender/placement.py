@@ -285,12 +285,13 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     weight = float(colocation.staleness_weight(beyond, 0, settings.stale_half_life_seconds))
     limit = state.limit[resource]
     requested = reservation if limit is None else limit
-    margin = allocatable * (settings.cpu_margin_fraction if resource == "cpu" else settings.memory_margin_fraction)
-    blind = allocatable * (settings.cpu_forecast_only_margin_fraction if resource == "cpu" else settings.memory_forecast_only_margin_fraction)
+    mine = settings.of(resource)
+    margin = allocatable * mine.margin_fraction
+    blind = allocatable * mine.forecast_only_margin_fraction
     jump = pooled.jump if pooled is not None else 0.0
     batch = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight, blind))
     mid = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight, blind))
-    percent = settings.koordinator_cpu_reclaim_percent if resource == "cpu" else settings.koordinator_memory_reclaim_percent
+    percent = mine.koordinator_reclaim_percent
     measured = pooled.last_usage if pooled is not None else None
     used = requested if measured is None else measured
     koordinator_values = {
@@ -342,7 +343,7 @@ def node_metadata(
         line = column[:, loads.index[str(name)]]
         if settings.write_reclaim_ratios:
             ahead = loads.timeline.window(now, settings.batch_window_seconds)
-            margin = allocatable * (settings.cpu_reclaim_ratio_margin_fraction if resource == "cpu" else settings.memory_reclaim_ratio_margin_fraction)
+            margin = allocatable * settings.of(resource).reclaim_ratio_margin_fraction
             jump = pooled.jump if pooled.largest_jump is None else pooled.largest_jump
             ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), jump))
             labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"

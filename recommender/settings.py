@@ -8,6 +8,7 @@ object is built once at the edge (CLI, app factory) and passed down; nothing rea
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -594,6 +595,29 @@ class ColocationSettings(BaseModel):
     usage_threshold_floor_percent: float = Field(
         30.0, gt=0, le=100, description="The written usage threshold never goes below this, percent of allocatable."
     )
+
+    def of(self, resource: str) -> ResourceColocation:
+        """The settings of one resource, so callers that loop over resources read one name, not a cpu/memory branch."""
+        if resource not in ("cpu", "memory"):
+            raise ValueError(f"no colocation settings for resource {resource!r} (cpu or memory)")
+        return ResourceColocation(
+            margin_fraction=getattr(self, f"{resource}_margin_fraction"),
+            forecast_only_margin_fraction=getattr(self, f"{resource}_forecast_only_margin_fraction"),
+            reclaim_ratio_margin_fraction=getattr(self, f"{resource}_reclaim_ratio_margin_fraction"),
+            jump_quantile=getattr(self, f"{resource}_jump_quantile"),
+            koordinator_reclaim_percent=getattr(self, f"koordinator_{resource}_reclaim_percent"),
+        )
+
+
+@dataclass(frozen=True)
+class ResourceColocation:
+    """`ColocationSettings` of one resource (see there for each field's meaning, unit and default)."""
+
+    margin_fraction: float
+    forecast_only_margin_fraction: float
+    reclaim_ratio_margin_fraction: float
+    jump_quantile: float
+    koordinator_reclaim_percent: float
 
 
 class AuthSettings(BaseModel):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.settings import Settings
+from recommender.settings import ColocationSettings, Settings
 from recommender.units import (
     cpu_cores_from_quantity,
     cpu_millicores,
@@ -71,3 +71,13 @@ def test_configuration_doc_is_generated_from_the_settings() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     assert text == markdown_reference(), "docs/configuration.md is stale: run `make docs`"
     assert "KOORD_RECOMMENDER_PROMETHEUS__URL" in text
+
+
+def test_colocation_settings_of_one_resource() -> None:
+    col = ColocationSettings(cpu_margin_fraction=0.03, memory_margin_fraction=0.07, memory_jump_quantile=0.9)
+    assert col.of("cpu").margin_fraction == 0.03
+    assert col.of("memory").margin_fraction == 0.07
+    assert col.of("memory").jump_quantile == 0.9
+    assert col.of("memory").koordinator_reclaim_percent == col.koordinator_memory_reclaim_percent
+    with pytest.raises(ValueError, match="gpu"):
+        col.of("gpu")
