@@ -17,6 +17,7 @@ import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -40,14 +41,14 @@ def main() -> None:
     http = httpx.Client(base_url=args.url, timeout=300, limits=httpx.Limits(max_connections=WORKERS))
     received = queries = 0
 
-    def post(path: str, form: dict[str, str | list[str]]) -> list[dict[str, object]]:
+    def post(path: str, form: dict[str, str | list[str]]) -> list[dict[str, Any]]:
         nonlocal received, queries
         response = http.post(path, data=form)
         response.raise_for_status()
         received += len(response.content)
         queries += 1
-        data: list[dict[str, object]] = response.json()["data"]
-        return data if path.endswith("/series") else data["result"]  # type: ignore[call-overload,no-any-return]
+        data: Any = response.json()["data"]
+        return list(data if path.endswith("/series") else data["result"])
 
     window = {"start": str(args.as_of - args.history_seconds), "end": str(args.as_of)}
     replicasets = {
@@ -71,7 +72,7 @@ def main() -> None:
         memory = f"max(container_memory_working_set_bytes{{{matchers}}}) by (container, pod, job)"
 
         def instant(query: str) -> list[float]:
-            return [float(x["value"][1]) for x in post("/api/v1/query", {"query": query, "time": str(args.as_of)})]  # type: ignore[index]
+            return [float(x["value"][1]) for x in post("/api/v1/query", {"query": query, "time": str(args.as_of)})]
 
         cpu_p95 = instant(f"quantile_over_time({PERCENTILE}, {cpu}[{history}:{step}])")
         cpu_points = instant(f"count_over_time({cpu}[{history}:{step}])")

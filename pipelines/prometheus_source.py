@@ -81,10 +81,18 @@ class PrometheusSource:
         return {namespace: len(containers) for namespace, containers in per_namespace.items()}
 
     def read(self, start: int, end: int, step: Step) -> PrometheusUsage:
-        """Everything between `start` and `end` (Unix seconds, aligned to the step), as one tidy frame."""
+        """Everything between `start` and `end` (Unix seconds, aligned to the step), as one tidy frame sorted as a
+        usage file is (each batch comes sorted; its namespaces are put in order without sorting the rows again)."""
         plan = self.plan(start, end, step)
-        frames = [frame for frame in self.batches(plan, step) if len(frame)]
-        usage = pd.concat(frames, ignore_index=True) if frames else _empty_usage()
+        blocks: dict[str, pd.DataFrame] = {}
+        for frame in self.batches(plan, step):
+            namespaces = frame["namespace"].to_numpy()
+            bounds = np.flatnonzero(namespaces[1:] != namespaces[:-1]) + 1
+            for first, last in zip([0, *bounds], [*bounds, len(frame)]):
+                if last > first:
+                    blocks[str(namespaces[first])] = frame.iloc[first:last]
+        usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
+        del blocks
         kinds = plan.kinds(usage)
         return PrometheusUsage(usage.drop(columns=["workload_kind"]), plan.oom_events(usage), plan.skipped, kinds)
 
@@ -137,7 +145,7 @@ class PrometheusSource:
             column: self.client.query_range(query, plan.start, plan.end, plan.step_seconds, batch.steps_per_query)
             for column, query in (("cpu_cores", cpu), ("memory_bytes", memory))
         }
-        throttled = self._throttled(matchers, plan.start, plan.end)
+        throttled = self._throttled(matchers, plan, batch.steps_per_query)
         keys = sorted(
             {self._key(x.labels) for series in lines.values() for x in series},
             key=lambda key: (key[0], plan.owner(key)[1], key[1], key[2]),
@@ -174,16 +182,26 @@ class PrometheusSource:
         s = self.s
         return labels.get(s.namespace_label, ""), labels.get(s.pod_label, ""), labels.get(s.container_label, "")
 
-    def _throttled(self, matchers: list[promql.Matcher], start: int, end: int) -> dict[tuple[str, str, str], float]:
-        """Each container's share of CFS periods throttled over the window (one instant query)."""
+    def _throttled(self, matchers: list[promql.Matcher], plan: ReadPlan, steps_per_query: int) -> dict[tuple[str, str, str], float]:
+        """Each container's share of CFS periods throttled over the window: one range query whose steps are windows
+        of `steps_per_query` steps back from the end (so Prometheus holds one window's samples at a time, as for the
+        usage), giving per window the throttled and all periods; the share is their sums' ratio."""
         s = self.s
         keys = promql.by(self._keys())
-        window = promql.duration(end - start + s.step_seconds)
-        throttled = (
-            f"sum {keys} (increase({promql.selector(s.cpu_throttled_periods_metric, matchers)}[{window}])) / "
-            f"sum {keys} (increase({promql.selector(s.cpu_periods_metric, matchers)}[{window}]))"
-        )
-        return {self._key(x): value for x, value in self.client.query(throttled, end) if np.isfinite(value)}
+        width = steps_per_query * plan.step_seconds
+        windows = -(-(plan.end - plan.start + plan.step_seconds) // width)
+        span = promql.duration(width)
+        part = {
+            name: f'label_replace(sum {keys} (increase({promql.selector(metric, matchers)}[{span}])), "cfs", "{name}", "", "")'
+            for name, metric in (("throttled", s.cpu_throttled_periods_metric), ("periods", s.cpu_periods_metric))
+        }
+        query = f"{part['throttled']} or {part['periods']}"
+        sums: dict[tuple[str, str, str], dict[str, float]] = defaultdict(lambda: {"throttled": 0.0, "periods": 0.0})
+        for x in self.client.query_range(query, plan.end - (windows - 1) * width, plan.end, width):
+            part_name = x.labels.get("cfs", "")
+            if part_name in part:
+                sums[self._key(x.labels)][part_name] += float(x.values[np.isfinite(x.values)].sum())
+        return {key: total["throttled"] / total["periods"] for key, total in sums.items() if total["periods"] > 0}
 
     # -- owners ------------------------------------------------------------------------------------------------
     def _owners(self, start: int, end: int) -> dict[tuple[str, str], tuple[str, str]]:

@@ -220,12 +220,12 @@ def prometheus_window(settings: Settings, as_of: int | None) -> tuple[int, int]:
 def tidy_prometheus_usage(
     usage: pd.DataFrame, settings: Settings, start: int, end: int, bounds: SampleBounds
 ) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The rows with a sample, sorted as a usage file is, without the workload containers quarantined for an
-    impossible sample (returned by name, with why); an error when there are none."""
-    usage, quarantined = quarantine(usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all"), bounds)
+    """The rows (each with a sample, sorted as a usage file is: `PrometheusSource.read` gives them so) without the
+    workload containers quarantined for an impossible sample (returned by name, with why); an error when none."""
+    usage, quarantined = quarantine(usage, bounds)
     if usage.empty:
         raise PrometheusError(f"{settings.prometheus.url}: no usage samples between {start} and {end}")
-    return usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True), quarantined
+    return usage, quarantined
 
 
 def _publish(
