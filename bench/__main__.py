@@ -92,6 +92,10 @@ def main() -> None:
     prom.add_argument("--days", type=int, default=14)
     prom.add_argument("--runs", type=int, default=2, help="alternating runs of each path")
     prom.add_argument("--workers", type=int, default=0, help="train ours on a local Dask cluster of N workers (0: one process, with the file path)")
+    decode = sub.add_parser("prometheus-decode", help="our streaming decoder of range answers vs orjson.loads of the whole body")
+    decode.add_argument("--series", type=int, default=250)
+    decode.add_argument("--points", type=int, default=4032)
+    decode.add_argument("--runs", type=int, default=5)
     scale = sub.add_parser("scale", help="distributed training at 1k/10k/50k containers on 1/2/4 Dask workers")
     scale.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     scale.add_argument("--sizes", default="1000,10000,50000", help="fleet sizes, containers")
@@ -120,6 +124,10 @@ def main() -> None:
         from bench.prometheus import main as bench_prometheus
 
         result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers)
+    elif args.name == "prometheus-decode":
+        from bench.prometheus import bench_decode
+
+        result = bench_decode(args.series, args.points, args.runs)
     elif args.name == "scale":
         from bench.scale import main as bench_scale
 

@@ -101,7 +101,8 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
             manifest = json.loads(next((store / "versions").iterdir()).joinpath("manifest.json").read_text())
             return {
                 "seconds": round(seconds, 1), "peak_rss_mib": round(rss), "queries": manifest["read_metrics"]["queries"],
-                "bytes_received": manifest["read_metrics"]["bytes"], "containers": manifest["row_counts"]["workload_containers"],
+                "bytes_received": manifest["read_metrics"]["bytes"], "read_seconds": manifest["read_metrics"].get("read_seconds"),
+                "containers": manifest["row_counts"]["workload_containers"],
                 "fit_metrics": {k: v for k, v in manifest["fit_metrics"].items() if "rss" in k or k in ("fit_seconds", "partitions")},
             }
 
@@ -150,3 +151,59 @@ def _as_of(data: Path) -> int:
     """Just after the fleet's last sample: the end of the TSDB's block (its meta.json), on the 5-minute grid."""
     ends = [json.loads(meta.read_text())["maxTime"] for meta in data.glob("*/meta.json")]
     return -(-int(max(ends) // 1000) // 300) * 300 + 1
+
+
+def bench_decode(series: int = 250, points: int = 4032, runs: int = 5) -> dict[str, object]:
+    """`python -m bench prometheus-decode`: our streaming decoder on a range answer of real-looking samples (in 1 MiB
+    chunks, as the client reads them) against the naive decoder it replaced (orjson.loads of the whole body, then
+    float() per value), same process, alternating; median seconds per series and each one's peak allocation."""
+    import statistics
+    import tracemalloc
+
+    import numpy as np
+    import orjson
+
+    from pipelines.prometheus import decode_matrix
+
+    rng = np.random.default_rng(0)
+    stamps = 1_375_315_200 + 300 * np.arange(points)
+    result = [
+        {"metric": {"namespace": "team-00", "pod": f"vm-{i}", "container": "main"},
+         "values": [[int(t), repr(float(v))] for t, v in zip(stamps, rng.gamma(0.5, 0.6, points))]}
+        for i in range(series)
+    ]
+    body = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+    del result
+    chunks = [body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20)]
+
+    def naive() -> None:
+        items = orjson.loads(body)["data"]["result"]
+        for item in items:
+            np.array([float(v) for _, v in item["values"]])
+
+    def ours() -> None:
+        decode_matrix(chunks, "bench")
+
+    times: dict[str, list[float]] = {"ours": [], "naive": []}
+    peaks: dict[str, float] = {}
+    for _ in range(runs):
+        for name, function in (("ours", ours), ("naive", naive)):
+            started = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - started)
+    for name, function in (("ours", ours), ("naive", naive)):
+        tracemalloc.start()
+        function()
+        peaks[name] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "benchmark": "prometheus-decode",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench prometheus-decode --series {series} --points {points} --runs {runs}",
+        "answer_mb": round(len(body) / 1e6, 1),
+        "ms_per_series": {name: round(1000 * value / series, 2) for name, value in median.items()},
+        "ratio_ours_to_naive": round(median["ours"] / median["naive"], 3),
+        "peak_allocated_mib_beyond_the_body": {name: round(value) for name, value in peaks.items()},
+        "load": load(),
+    }

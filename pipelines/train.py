@@ -193,9 +193,10 @@ def train_from_prometheus(
         start = max(start, parent.manifest.data_window.last_sample + prom.step_seconds)
         if start > end:
             raise PrometheusError(f"nothing new since {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}")
+    started = time.perf_counter()
     with PrometheusClient(prom) as client:
         read = PrometheusSource(client, prom).read(start, end, step)
-        costs = client.stats.summary()
+        costs = {**client.stats.summary(), "read_seconds": round(time.perf_counter() - started, 3)}
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
     usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
