@@ -20,7 +20,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -473,18 +472,6 @@ class PrometheusClient:
         if not isinstance(data, list):
             raise PrometheusError("series: expected a list of label sets")
         return data
-
-    def map_bounded(self, function: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
-        """Run `function` over items with at most `concurrency` queries in flight; exceptions are returned, not raised."""
-
-        def guarded(item: T) -> Any:
-            try:
-                return function(item)
-            except PrometheusError as error:
-                return error
-
-        with ThreadPoolExecutor(max_workers=self.settings.concurrency) as pool:
-            return list(pool.map(guarded, items))
 
 
 def _error_text(body: bytes, reason: str) -> str:

@@ -11,10 +11,11 @@ A batch that fails after retries is reported by name.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,7 +125,15 @@ class PrometheusSource:
                 return error
 
         with ThreadPoolExecutor(max_workers=self.s.concurrency) as pool:
-            for number, (batch, result) in enumerate(zip(plan.batches, pool.map(read, plan.batches)), 1):
+            # At most `concurrency` batches submitted ahead of the one handed out: a slow consumer never piles them up.
+            pending: deque[Future[pd.DataFrame | PrometheusError]] = deque()
+            upcoming = iter(plan.batches)
+            for batch in itertools.islice(upcoming, self.s.concurrency):
+                pending.append(pool.submit(read, batch))
+            for number, batch in enumerate(plan.batches, 1):
+                result = pending.popleft().result()
+                for following in itertools.islice(upcoming, 1):
+                    pending.append(pool.submit(read, following))
                 if isinstance(result, PrometheusError):
                     for namespace in batch.namespaces:
                         plan.skipped.setdefault(f"{namespace}/*", str(result))

@@ -387,10 +387,10 @@ class PrometheusSettings(BaseModel):
         5000, gt=0, description="Namespaces are batched into one query up to this many containers, to bound each answer."
     )
     max_points_per_query: int = Field(
-        400_000,
+        300_000,
         gt=0,
         description=(
-            "Points (containers x steps) one usage answer may hold, 400,000 by default (about 14 MB of JSON): "
+            "Points (containers x steps) one usage answer may hold, 300,000 by default (about 11 MB of JSON): "
             "namespaces are batched, and a big namespace's range split in time, to stay under it. Prometheus holds "
             "an answer's points and its JSON while it evaluates and encodes it (measured: about 190 bytes a point "
             "at its peak), so this bounds its memory per query (x `concurrency`), and ours per batch."
