@@ -115,15 +115,17 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
 
         for run in range(runs):
             for name, path in (("ours", ours), ("krr_equivalent", krr)):
-                print(f"run {run + 1}/{runs}: {name} ({load()})", file=sys.stderr, flush=True)
+                before = load()
+                print(f"run {run + 1}/{runs}: {name} (load {before})", file=sys.stderr, flush=True)
                 figures = with_prometheus(data, scratch / f"prom-{name}-{run}", path)
-                figures["load_before"] = load()
+                figures["load_before"] = before
                 results[name].append(figures)
                 print(f"  {json.dumps(figures)}", file=sys.stderr, flush=True)
             if tidy is not None:
-                print(f"run {run + 1}/{runs}: file ({load()})", file=sys.stderr, flush=True)
+                before = load()
+                print(f"run {run + 1}/{runs}: file (load {before})", file=sys.stderr, flush=True)
                 seconds, rss, _, _ = run_child([script, "train", "--input", str(tidy), "--store", str(scratch / f"file-{run}"), "--as-of", str(as_of)], env)
-                results["file"].append({"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": load()})
+                results["file"].append({"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": before})
                 print(f"  {json.dumps(results['file'][-1])}", file=sys.stderr, flush=True)
     best = {name: min(r["seconds"] for r in rows) for name, rows in results.items() if rows}
     return {
