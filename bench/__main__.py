@@ -1,5 +1,5 @@
-"""Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus` (bench/prometheus.py:
-training from a real Prometheus vs a file), `scale` (bench/scale.py: distributed training at 1k-50k containers on
+"""Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus-train` (bench/prometheus.py:
+training from a real Prometheus vs the file path and a KRR-equivalent reference), `scale` (bench/scale.py: distributed training at 1k-50k containers on
 1-4 Dask workers), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
@@ -84,10 +84,18 @@ def main() -> None:
     rec.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     rec.add_argument("--runs", type=int, default=3)
     rec.add_argument("--as-of", type=int, default=None, help="decision time (default: end of the data)")
-    prom = sub.add_parser("prometheus", help="train from a real Prometheus vs from a file, 1,000 containers x 14 days")
+    prom = sub.add_parser(
+        "prometheus-train", help="train from a real Prometheus vs the file path and a KRR-equivalent reference, same run"
+    )
     prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
-    prom.add_argument("--namespaces", type=int, default=4, help="copies of the 250 VMs (4 -> 1,000 containers)")
+    prom.add_argument("--containers", type=int, default=1000, help="fleet size: 250 Bitbrains VMs per namespace")
     prom.add_argument("--days", type=int, default=14)
+    prom.add_argument("--runs", type=int, default=2, help="alternating runs of each path")
+    prom.add_argument("--workers", type=int, default=0, help="train ours on a local Dask cluster of N workers (0: one process, with the file path)")
+    decode = sub.add_parser("prometheus-decode", help="our streaming decoder of range answers vs orjson.loads of the whole body")
+    decode.add_argument("--series", type=int, default=250)
+    decode.add_argument("--points", type=int, default=4032)
+    decode.add_argument("--runs", type=int, default=5)
     scale = sub.add_parser("scale", help="distributed training at 1k/10k/50k containers on 1/2/4 Dask workers")
     scale.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     scale.add_argument("--sizes", default="1000,10000,50000", help="fleet sizes, containers")
@@ -108,14 +116,18 @@ def main() -> None:
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if args.name in ("recommend", "prometheus", "scale") and not args.input.is_file():
+    if args.name in ("recommend", "prometheus-train", "scale") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
     if args.name == "recommend":
         result = bench_recommend(args.input, args.runs, args.as_of)
-    elif args.name == "prometheus":
+    elif args.name == "prometheus-train":
         from bench.prometheus import main as bench_prometheus
 
-        result = bench_prometheus(args.input, args.namespaces, args.days)
+        result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers)
+    elif args.name == "prometheus-decode":
+        from bench.prometheus import bench_decode
+
+        result = bench_decode(args.series, args.points, args.runs)
     elif args.name == "scale":
         from bench.scale import main as bench_scale
 
@@ -130,7 +142,8 @@ def main() -> None:
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = args.name if args.name != "prometheus-train" else f"prometheus-train-{args.containers}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

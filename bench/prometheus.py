@@ -1,8 +1,13 @@
-"""Training from a real Prometheus vs from a file holding the same samples, at fleet scale.
+"""Training from a real Prometheus, side by side in one run with the file path on the same samples and a
+KRR-equivalent reference against the same Prometheus (`python -m bench prometheus-train --containers 1000`).
 
-Builds >= 1,000 containers x 14 days from the shared Bitbrains trace (the first 14 days of its 250 VMs, repeated
-in 4 namespaces, timestamps rounded to the 5-minute grid), writes it as a tidy file and as backfilled Prometheus
-TSDB blocks (cached under bench/results/cache), then times `recommender train` on each, as child processes.
+The fleet (`bench/prometheus_fleet.py`): real Bitbrains usage, 1,000 or 10,000 containers x 14 days, backfilled into
+Debian's Prometheus with promtool and cached under ~/.cache/koord-recommender/bench-prometheus/. Each path gets a
+fresh copy of that TSDB served by a fresh Prometheus with the same flags (query log on, no compaction, so nothing
+but the path runs in it), and is one child process: `recommender train --prometheus-url` (ours), `python -m
+bench.krr` (KRR's `simple` queries, bench/krr.py), and `recommender train --input usage.parquet` (the file path,
+no Prometheus). Per path: wall time, our child's peak RSS, queries and bytes received, Prometheus' peak RSS (its
+VmHWM) and CPU seconds. Runs alternate between the paths (`--runs`), since the machine is shared.
 """
 
 from __future__ import annotations
@@ -15,27 +20,17 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pandas as pd
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support.openmetrics import write_openmetrics  # noqa: E402
+from bench.prometheus_fleet import tidy_file, tsdb  # noqa: E402
 from tests.support.prometheus_server import PrometheusServer  # noqa: E402
 
 DAY = 86400
-
-
-def build_fleet(source: Path, namespaces: int, days: int) -> pd.DataFrame:
-    usage = pd.read_csv(source, engine="pyarrow")
-    usage = usage[usage["timestamp"] < usage["timestamp"].min() + days * DAY].copy()
-    usage["timestamp"] = (usage["timestamp"] // 300) * 300
-    usage = usage.drop_duplicates(["workload", "pod", "container", "timestamp"])
-    fleet = pd.concat([usage.assign(namespace=f"team-{i}") for i in range(namespaces)], ignore_index=True)
-    return fleet.sort_values(["namespace", "workload", "pod", "container", "timestamp"])
-
-
+#: Only the blocks promtool wrote: Prometheus must not compact them while a path is measured.
+NO_COMPACTION = ["--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"]
 #: Runs one command and prints its peak RSS (KiB): a fresh parent per command, so each peak is its own.
 _MEASURE = (
     "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
@@ -43,75 +38,174 @@ _MEASURE = (
 )
 
 
-def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
+    """Wall seconds, peak RSS (MiB), stdout and stderr of one child process; raises if it fails."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *command],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=3600,
+        [sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True, env={**os.environ, **env}, timeout=3600,
         stdin=subprocess.DEVNULL,
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
     peak_kib = int(done.stderr.strip().splitlines()[-1])
-    return elapsed, peak_kib / 1024, done.stderr
+    return elapsed, peak_kib / 1024, done.stdout, done.stderr
 
 
-def main(source: Path, namespaces: int = 4, days: int = 14) -> dict[str, object]:
-    cache = REPO / "bench" / "results" / "cache" / f"bitbrains-{namespaces}x{days}d"
-    cache.mkdir(parents=True, exist_ok=True)
-    tidy = cache / "usage.csv.gz"
-    fleet = build_fleet(source, namespaces, days)
-    containers = fleet.groupby(["namespace", "workload", "container"]).ngroups
-    if not tidy.exists():
-        print(f"writing {len(fleet):,} rows for {containers} containers", file=sys.stderr)
-        fleet.to_csv(tidy, index=False)
-    tsdb = cache / "tsdb"
-    if not tsdb.exists():
-        metrics = cache / "metrics.om"
-        if not metrics.exists():
-            kinds = {key: "Deployment" for key in fleet.groupby(["namespace", "workload"]).groups}
-            print("writing OpenMetrics", file=sys.stderr)
-            write_openmetrics(fleet, kinds, metrics.with_suffix(".tmp"), decoys=False)
-            metrics.with_suffix(".tmp").rename(metrics)
-        print("backfilling with promtool", file=sys.stderr)
-        PrometheusServer(metrics, cache / "build")
-        (cache / "build" / "tsdb").rename(tsdb)
-        metrics.unlink()
-    as_of = int(fleet["timestamp"].max()) + 1
+def process_figures(pid: int) -> tuple[float, float]:
+    """Peak RSS (MiB, VmHWM) and CPU seconds (user + system) of a running process, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return peak, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_prometheus(data: Path, scratch: Path, run: Any) -> dict[str, Any]:
+    """`run(url)`'s figures, with Prometheus' peak RSS and CPU while it ran (a fresh server on a fresh TSDB copy)."""
+    server = PrometheusServer(None, scratch, copy_tsdb_from=data).start(extra_args=NO_COMPACTION)
+    try:
+        assert server.process is not None
+        idle_rss, cpu_before = process_figures(server.process.pid)
+        figures: dict[str, Any] = run(server.url)
+        peak, cpu_after = process_figures(server.process.pid)
+        figures.update(
+            prometheus_peak_rss_mib=round(peak), prometheus_rss_at_start_mib=round(idle_rss),
+            prometheus_cpu_seconds=round(cpu_after - cpu_before, 1), prometheus_queries_logged=server.queries_logged(),
+        )
+        return figures
+    finally:
+        server.stop()
+
+
+def main(source: Path, containers: int, days: int, runs: int, workers: int) -> dict[str, object]:
+    started = time.perf_counter()
+    print(f"fleet of {containers} containers x {days} days (cached after the first build)", file=sys.stderr, flush=True)
+    data = tsdb(source, containers, days)
+    tidy = tidy_file(source, containers, days) if workers == 0 else None
+    as_of = _as_of(data)
     script = str(Path(sys.executable).parent / "recommender")
-    with tempfile.TemporaryDirectory() as scratch:
-        server = PrometheusServer(None, Path(scratch) / "prom", copy_tsdb_from=tsdb).start()
-        try:
-            env = {
-                "KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS": "600",
-                "KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS": str(days * DAY),
+    env = {
+        # The backfill scrapes every 5 minutes, so rate() needs a window of two scrapes (as in tests/integration).
+        "KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS": "600",
+        "KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS": str(days * DAY),
+        "PYTHONPATH": str(REPO),
+    }
+    parallel = ["--workers", str(workers)] if workers else []
+    results: dict[str, list[dict[str, Any]]] = {"ours": [], "krr_equivalent": [], "file": []}
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+
+        def ours(url: str) -> dict[str, Any]:
+            store = scratch / f"ours-{len(results['ours'])}"
+            seconds, rss, _, _ = run_child([script, "train", "--prometheus-url", url, "--store", str(store), "--as-of", str(as_of), *parallel], env)
+            manifest = json.loads(next((store / "versions").iterdir()).joinpath("manifest.json").read_text())
+            return {
+                "seconds": round(seconds, 1), "peak_rss_mib": round(rss), "queries": manifest["read_metrics"]["queries"],
+                "bytes_received": manifest["read_metrics"]["bytes"], "read_seconds": manifest["read_metrics"].get("read_seconds"),
+                "containers": manifest["row_counts"]["workload_containers"],
+                "fit_metrics": {k: v for k, v in manifest["fit_metrics"].items() if "rss" in k or k in ("fit_seconds", "partitions")},
             }
-            prom_seconds, prom_rss, _ = run_child(
-                [script, "train", "--prometheus-url", server.url, "--store", f"{scratch}/p", "--as-of", str(as_of)], env
-            )
-        finally:
-            server.stop()
-        file_seconds, file_rss, _ = run_child([script, "train", "--input", str(tidy), "--store", f"{scratch}/f", "--as-of", str(as_of)], {})
-        manifest = json.loads(next(Path(f"{scratch}/p/versions").iterdir()).joinpath("manifest.json").read_text())
-    queries = manifest["read_metrics"]["queries"]
+
+        def krr(url: str) -> dict[str, Any]:
+            command = [sys.executable, "-m", "bench.krr", url, "--history-seconds", str(days * DAY), "--as-of", str(as_of)]
+            seconds, rss, out, _ = run_child(command, {"PYTHONPATH": str(REPO)})
+            answer = json.loads(out.strip().splitlines()[-1])
+            return {"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "queries": answer["queries"], "bytes_received": answer["bytes"],
+                    "containers": answer["containers"], "recommendations": answer["recommendations"]}
+
+        for run in range(runs):
+            for name, path in (("ours", ours), ("krr_equivalent", krr)):
+                before = load()
+                print(f"run {run + 1}/{runs}: {name} (load {before})", file=sys.stderr, flush=True)
+                figures = with_prometheus(data, scratch / f"prom-{name}-{run}", path)
+                figures["load_before"] = before
+                results[name].append(figures)
+                print(f"  {json.dumps(figures)}", file=sys.stderr, flush=True)
+            if tidy is not None:
+                before = load()
+                print(f"run {run + 1}/{runs}: file (load {before})", file=sys.stderr, flush=True)
+                seconds, rss, _, _ = run_child([script, "train", "--input", str(tidy), "--store", str(scratch / f"file-{run}"), "--as-of", str(as_of)], env)
+                results["file"].append({"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": before})
+                print(f"  {json.dumps(results['file'][-1])}", file=sys.stderr, flush=True)
+    best = {name: min(r["seconds"] for r in rows) for name, rows in results.items() if rows}
     return {
-        "benchmark": "prometheus",
+        "benchmark": "prometheus-train",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m bench prometheus",
+        "command": f"python -m bench prometheus-train --containers {containers} --days {days} --runs {runs}" + (f" --workers {workers}" if workers else ""),
         "containers": containers,
         "days": days,
-        "samples": len(fleet),
-        "prometheus_seconds": round(prom_seconds, 1),
-        "prometheus_peak_rss_mib": round(prom_rss),
-        "file_seconds": round(file_seconds, 1),
-        "file_peak_rss_mib": round(file_rss),
-        "ratio_prometheus_to_file": round(prom_seconds / file_seconds, 2),
-        "queries": queries,
-        "containers_per_query": round(containers / queries, 1),
-        "bytes_received": manifest["read_metrics"]["bytes"],
-        "workload_containers_trained": manifest["row_counts"]["workload_containers"],
+        "cpu_count": os.cpu_count(),
+        "runs": results,
+        "ratio_ours_to_krr_equivalent_seconds": [round(o["seconds"] / k["seconds"], 2) for o, k in zip(results["ours"], results["krr_equivalent"])],
+        "ratio_ours_to_krr_equivalent_prometheus_peak_rss": [
+            round(o["prometheus_peak_rss_mib"] / k["prometheus_peak_rss_mib"], 2) for o, k in zip(results["ours"], results["krr_equivalent"])
+        ],
+        "best_seconds": best,
+        "total_seconds": round(time.perf_counter() - started),
+    }
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _as_of(data: Path) -> int:
+    """Just after the fleet's last sample: the end of the TSDB's block (its meta.json), on the 5-minute grid."""
+    ends = [json.loads(meta.read_text())["maxTime"] for meta in data.glob("*/meta.json")]
+    return -(-int(max(ends) // 1000) // 300) * 300 + 1
+
+
+def bench_decode(series: int = 250, points: int = 4032, runs: int = 5) -> dict[str, object]:
+    """`python -m bench prometheus-decode`: our streaming decoder on a range answer of real-looking samples (in 1 MiB
+    chunks, as the client reads them) against the naive decoder it replaced (orjson.loads of the whole body, then
+    float() per value), same process, alternating; median seconds per series and each one's peak allocation."""
+    import statistics
+    import tracemalloc
+
+    import numpy as np
+    import orjson
+
+    from pipelines.prometheus import decode_matrix
+
+    rng = np.random.default_rng(0)
+    stamps = 1_375_315_200 + 300 * np.arange(points)
+    result = [
+        {"metric": {"namespace": "team-00", "pod": f"vm-{i}", "container": "main"},
+         "values": [[int(t), repr(float(v))] for t, v in zip(stamps, rng.gamma(0.5, 0.6, points))]}
+        for i in range(series)
+    ]
+    body = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+    del result
+    chunks = [body[i : i + (1 << 20)] for i in range(0, len(body), 1 << 20)]
+
+    def naive() -> None:
+        items = orjson.loads(body)["data"]["result"]
+        for item in items:
+            np.array([float(v) for _, v in item["values"]])
+
+    def ours() -> None:
+        decode_matrix(chunks, "bench")
+
+    times: dict[str, list[float]] = {"ours": [], "naive": []}
+    peaks: dict[str, float] = {}
+    for _ in range(runs):
+        for name, function in (("ours", ours), ("naive", naive)):
+            started = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - started)
+    for name, function in (("ours", ours), ("naive", naive)):
+        tracemalloc.start()
+        function()
+        peaks[name] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    median = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "benchmark": "prometheus-decode",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench prometheus-decode --series {series} --points {points} --runs {runs}",
+        "answer_mb": round(len(body) / 1e6, 1),
+        "ms_per_series": {name: round(1000 * value / series, 2) for name, value in median.items()},
+        "ratio_ours_to_naive": round(median["ours"] / median["naive"], 3),
+        "peak_allocated_mib_beyond_the_body": {name: round(value) for name, value in peaks.items()},
+        "load": load(),
     }

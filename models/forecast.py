@@ -26,6 +26,8 @@ from sklearn.utils.validation import check_is_fitted
 from recommender.arrays import FloatArray
 
 STEPS_PER_DAY = 288
+#: Values of the (rows x steps x window) array a `WindowQuantileForecaster` sorts at once (4M: 32 MB).
+WINDOW_BLOCK_VALUES = 4_000_000
 
 
 def nan_quantile(values: FloatArray, q: float) -> FloatArray:
@@ -181,6 +183,19 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
 
     def fit(self, X: Any, y: Any = None) -> Self:
         grid = check_grid(X, type(self).__name__)
+        per_day = self.steps_per_day
+        # Rows are independent: blocks of them bound the (rows x steps x window) array to tens of MB whatever the fleet.
+        block = max(1, WINDOW_BLOCK_VALUES // max(per_day * self.days * (2 * self.window_steps + 1), 1))
+        seasonal = np.concatenate(
+            [self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)]
+        ) if grid.shape[0] else np.zeros((0, per_day))
+        recent = grid[:, -self.days * per_day :]
+        floor = self.floor_fraction * nan_quantile(recent, self.floor_quantile)
+        self.profile_ = np.fmax(seasonal, floor[:, None])
+        return self
+
+    def _seasonal(self, grid: FloatArray) -> FloatArray:
+        """The windowed quantile per row and time of day over the last `days` days of `grid`."""
         per_day, half = self.steps_per_day, self.window_steps
         n_groups, n = grid.shape
         windows = []
@@ -192,11 +207,7 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
             if hi > lo:
                 segment[:, lo - start : hi - start] = grid[:, lo:hi]
             windows.append(sliding_window_view(segment, 2 * half + 1, axis=1))
-        seasonal = nan_quantile(np.concatenate(windows, axis=2), self.quantile)
-        recent = grid[:, -self.days * per_day :]
-        floor = self.floor_fraction * nan_quantile(recent, self.floor_quantile)
-        self.profile_ = np.fmax(seasonal, floor[:, None])
-        return self
+        return nan_quantile(np.concatenate(windows, axis=2), self.quantile)
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "profile_")

@@ -377,6 +377,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         groups = pd.Index(self.forecast_groups_)
         self.cpu_grid_ = self._usage_grid(usage, "cpu_cores", groups)
         self.memory_grid_ = self._usage_grid(usage, "memory_bytes", groups)
+        # The per-sample frames are not needed by the forecasts, which peak in memory: let them go first.
+        del usage, cpu, memory, oom_frame
         self._fit_forecasts()
         return self
 

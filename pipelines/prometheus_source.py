@@ -3,21 +3,26 @@
 Reads cAdvisor (CPU counter, working set, CFS throttling) and kube-state-metrics (owners, node, requests, limits,
 OOM kills), and resolves each pod to its workload from the owner chain alone, so no cluster access is needed:
 ReplicaSet -> Deployment, Job -> CronJob, StatefulSet and DaemonSet as they are, pods without an owner as
-themselves. Namespaces are batched into as few queries as the series budget allows; metadata comes from the
-series endpoint (index only) or one instant query each. A batch that fails after retries is reported by name.
+themselves. Per-container facts come first, from the series endpoint (index only) or one instant query each;
+then the usage, in batches of namespaces sized by the points an answer will hold (`plan_batches`), each answer
+decoded as it streams in and turned into that batch's tidy rows at once: a batch's raw answer never outlives it.
+A batch that fails after retries is reported by name.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from pipelines import promql
-from pipelines.prometheus import Labels, PrometheusClient, Series
+from pipelines.prometheus import Labels, PrometheusClient
 from recommender.errors import PrometheusError
 from recommender.settings import PrometheusSettings
 from recommender.progress import Step
@@ -77,102 +82,135 @@ class PrometheusSource:
         return {namespace: len(containers) for namespace, containers in per_namespace.items()}
 
     def read(self, start: int, end: int, step: Step) -> PrometheusUsage:
-        """Everything between `start` and `end` (Unix seconds, aligned to the step)."""
+        """Everything between `start` and `end` (Unix seconds, aligned to the step), as one tidy frame sorted as a
+        usage file is (each batch comes sorted; its namespaces are put in order without sorting the rows again)."""
+        plan = self.plan(start, end, step)
+        blocks: dict[str, pd.DataFrame] = {}
+        for frame in self.batches(plan, step):
+            namespaces = frame["namespace"].to_numpy()
+            bounds = np.flatnonzero(namespaces[1:] != namespaces[:-1]) + 1
+            for first, last in zip([0, *bounds], [*bounds, len(frame)]):
+                if last > first:
+                    blocks[str(namespaces[first])] = frame.iloc[first:last]
+        usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
+        del blocks
+        kinds = plan.kinds(usage)
+        return PrometheusUsage(usage.drop(columns=["workload_kind"]), plan.oom_events(usage), plan.skipped, kinds)
+
+    def plan(self, start: int, end: int, step: Step) -> ReadPlan:
+        """Discovery and every per-container fact (owners, requests, limits, node, OOM kills), from the index and
+        instant queries, and the batches the usage will be read in."""
+        s = self.s
         step(f"discovering containers in {self.client.base_url}")
         per_namespace = self.containers_per_namespace(start, end)
-        step(f"resolving owners of {sum(per_namespace.values())} containers")
+        step(f"resolving owners of {sum(per_namespace.values())} containers; reading requests, limits, nodes and OOM kills")
         owners = self._owners(start, end)
-        batches = self._batches(per_namespace)
-        step(f"reading usage of {len(per_namespace)} namespaces in {len(batches)} batches")
-        # CPU, memory and throttling of each batch are separate queries, so `concurrency` can overlap them.
-        tasks = [(i, part) for i in range(len(batches)) for part in ("cpu", "memory", "throttling")]
-        results = self.client.map_bounded(lambda task: self._read_part(batches[task[0]], task[1], start, end), tasks)
-        parts: dict[int, list[pd.DataFrame]] = defaultdict(list)
-        skipped: dict[str, str] = {}
-        for (index, _), result in zip(tasks, results):
-            if isinstance(result, PrometheusError):
-                for namespace in batches[index]:
-                    skipped.setdefault(f"{namespace}/*", str(result))
-            else:
-                parts[index].append(result)
-        frames = [
-            _join_parts(parts[i]) for i in range(len(batches)) if not any(f"{ns}/*" in skipped for ns in batches[i])
-        ]
-        step("reading requests, limits and OOM kills")
-        usage = pd.concat(frames, ignore_index=True) if frames else _empty_usage()
-        usage = self._attach_owners(usage, owners)
-        usage = self._attach_resources(usage, end)
-        oom = self._oom_events(start, end, usage)
-        kinds = {(ns, w): k for (ns, w, k) in usage[["namespace", "workload", "workload_kind"]].drop_duplicates().itertuples(index=False)}
-        usage = usage.drop(columns=["workload_kind"])
-        return PrometheusUsage(usage=usage, oom_events=oom, skipped=skipped, workload_kinds=kinds)
+        resources = self._resources(end)
+        placement = self._placement(end)
+        oom = self._oom_series(start, end)
+        steps = (end - start) // s.step_seconds + 1
+        batches = plan_batches(per_namespace, steps, s.max_points_per_query, s.max_series_per_query)
+        return ReadPlan(start, end, s.step_seconds, batches, owners, resources, placement, oom)
 
-    def _batches(self, counts: dict[str, int]) -> list[list[str]]:
-        """Namespaces grouped so each query covers at most `max_series_per_query` containers (a big one alone)."""
-        batches: list[list[str]] = []
-        current: list[str] = []
-        size = 0
-        for namespace, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            if current and size + count > self.s.max_series_per_query:
-                batches.append(current)
-                current, size = [], 0
-            current.append(namespace)
-            size += count
-        if current:
-            batches.append(current)
-        return batches
+    def batches(self, plan: ReadPlan, step: Step) -> Iterator[pd.DataFrame]:
+        """The usage of each batch as a tidy frame, in the plan's order, as the batches are read (at most
+        `concurrency` at once); a batch that fails after retries is recorded in `plan.skipped` and yields nothing."""
+        total = len(plan.batches)
+        step(f"reading usage in {total} batches of at most {self.s.max_points_per_query:,} points per query")
 
-    def _read_part(self, namespaces: list[str], part: str, start: int, end: int) -> pd.DataFrame:
-        """One query for a batch of namespaces: the CPU or memory line, or each container's throttled share."""
+        def read(batch: Batch) -> pd.DataFrame | PrometheusError:
+            try:
+                return self._batch_frame(batch, plan)
+            except PrometheusError as error:
+                return error
+
+        with ThreadPoolExecutor(max_workers=self.s.concurrency) as pool:
+            # At most `concurrency` batches submitted ahead of the one handed out: a slow consumer never piles them up.
+            pending: deque[Future[pd.DataFrame | PrometheusError]] = deque()
+            upcoming = iter(plan.batches)
+            for batch in itertools.islice(upcoming, self.s.concurrency):
+                pending.append(pool.submit(read, batch))
+            for number, batch in enumerate(plan.batches, 1):
+                result = pending.popleft().result()
+                for following in itertools.islice(upcoming, 1):
+                    pending.append(pool.submit(read, following))
+                if isinstance(result, PrometheusError):
+                    for namespace in batch.namespaces:
+                        plan.skipped.setdefault(f"{namespace}/*", str(result))
+                    continue
+                step(f"batch {number}/{total}: {batch.containers} containers, {len(result):,} samples")
+                yield result
+
+    def _batch_frame(self, batch: Batch, plan: ReadPlan) -> pd.DataFrame:
+        """One batch's CPU and memory lines on the step grid (several series of one container merged by max) and
+        its throttled share, as tidy rows sorted as a usage file is, with the per-container facts attached."""
         s = self.s
-        keys = promql.by(self._keys())
-        matchers = self._container_matchers(namespaces)
+        matchers = self._container_matchers(batch.namespaces)
+        cpu = f"rate({promql.selector(s.cpu_usage_metric, matchers)}[{promql.duration(s.cpu_rate_window_seconds)}])"
+        memory = f"max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}])"
         # No `max by` here: aggregating per step doubles Prometheus' work; the rare duplicate series of one
         # container (a restart's new cgroup, a second scrape job) are merged by max on our side instead.
-        if part == "cpu":
-            cpu = promql.selector(s.cpu_usage_metric, matchers)
-            query = f"rate({cpu}[{promql.duration(s.cpu_rate_window_seconds)}])"
-            return self._frame(self.client.query_range(query, start, end, s.step_seconds), "cpu_cores")
-        if part == "memory":
-            memory = promql.selector(s.memory_metric, matchers)
-            query = f"max_over_time({memory}[{promql.duration(s.memory_window_seconds)}])"
-            return self._frame(self.client.query_range(query, start, end, s.step_seconds), "memory_bytes")
-        window = promql.duration(end - start + s.step_seconds)
-        throttled = (
-            f"sum {keys} (increase({promql.selector(s.cpu_throttled_periods_metric, matchers)}[{window}])) / "
-            f"sum {keys} (increase({promql.selector(s.cpu_periods_metric, matchers)}[{window}]))"
+        lines = {
+            column: self.client.query_range(query, plan.start, plan.end, plan.step_seconds, batch.steps_per_query)
+            for column, query in (("cpu_cores", cpu), ("memory_bytes", memory))
+        }
+        throttled = self._throttled(matchers, plan, batch.steps_per_query)
+        keys = sorted(
+            {self._key(x.labels) for series in lines.values() for x in series},
+            key=lambda key: (key[0], plan.owner(key)[1], key[1], key[2]),
         )
-        return pd.DataFrame(
-            [
-                (x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.container_label, ""), value)
-                for x, value in self.client.query(throttled, end)
-                if np.isfinite(value)
-            ],
-            columns=["namespace", "pod", "container", "cpu_throttled_fraction"],
-        )
-
-    def _frame(self, series: list[Series], column: str) -> pd.DataFrame:
-        """Rows of (timestamp, namespace, pod, container, value); several series of one container merged by max."""
-        s = self.s
-        lengths = [len(x.times) for x in series]
-        total = sum(lengths)
-
-        def repeated(label: str) -> np.ndarray:
-            return np.repeat(np.array([x.labels.get(label, "") for x in series], dtype=object), lengths)
-
+        index = {key: i for i, key in enumerate(keys)}
+        n_steps = (plan.end - plan.start) // plan.step_seconds + 1
+        grids = {}
+        # Prometheus answers on the query's steps; the time of each slot is kept anyway (other stores may not).
+        stamps = np.zeros((len(keys), n_steps), dtype=np.int64)
+        for column, series in lines.items():
+            grid = np.full((len(keys), n_steps), np.nan)
+            for x in series:
+                slots = np.floor((x.times - plan.start) / plan.step_seconds).astype(np.int64)
+                inside = (slots >= 0) & (slots < n_steps)
+                row = index[self._key(x.labels)]
+                np.fmax.at(grid[row], slots[inside], x.values[inside])
+                stamps[row, slots[inside]] = x.times[inside].astype(np.int64)
+            grids[column] = grid
+        del lines
+        rows, slots = np.nonzero(~np.isnan(grids["cpu_cores"]) | ~np.isnan(grids["memory_bytes"]))
+        facts = plan.facts(keys, throttled)
         frame = pd.DataFrame(
             {
-                "timestamp": np.fromiter((t for x in series for t in x.times), dtype=np.float64, count=total).astype(np.int64),
-                "namespace": repeated(s.namespace_label),
-                "pod": repeated(s.pod_label),
-                "container": repeated(s.container_label),
-                column: np.fromiter((v for x in series for v in x.values), dtype=np.float64, count=total),
+                "timestamp": stamps[rows, slots],
+                **{column: facts[column].to_numpy()[rows] for column in ("namespace", "pod", "container")},
+                "cpu_cores": grids["cpu_cores"][rows, slots],
+                "memory_bytes": grids["memory_bytes"][rows, slots],
+                **{column: facts[column].to_numpy()[rows] for column in FACT_COLUMNS},
             }
         )
-        keys = [(x.labels.get(s.namespace_label), x.labels.get(s.pod_label), x.labels.get(s.container_label)) for x in series]
-        if len(set(keys)) < len(keys):
-            frame = frame.groupby(["timestamp", "namespace", "pod", "container"], sort=False).agg({column: "max"}).reset_index()
         return frame
+
+    def _key(self, labels: Labels) -> tuple[str, str, str]:
+        s = self.s
+        return labels.get(s.namespace_label, ""), labels.get(s.pod_label, ""), labels.get(s.container_label, "")
+
+    def _throttled(self, matchers: list[promql.Matcher], plan: ReadPlan, steps_per_query: int) -> dict[tuple[str, str, str], float]:
+        """Each container's share of CFS periods throttled over the window: one range query whose steps are windows
+        of `steps_per_query` steps back from the end (so Prometheus holds one window's samples at a time, as for the
+        usage), giving per window the throttled and all periods; the share is their sums' ratio."""
+        s = self.s
+        keys = promql.by(self._keys())
+        width = steps_per_query * plan.step_seconds
+        windows = -(-(plan.end - plan.start + plan.step_seconds) // width)
+        span = promql.duration(width)
+        part = {
+            name: f'label_replace(sum {keys} (increase({promql.selector(metric, matchers)}[{span}])), "cfs", "{name}", "", "")'
+            for name, metric in (("throttled", s.cpu_throttled_periods_metric), ("periods", s.cpu_periods_metric))
+        }
+        query = f"{part['throttled']} or {part['periods']}"
+        sums: dict[tuple[str, str, str], dict[str, float]] = defaultdict(lambda: {"throttled": 0.0, "periods": 0.0})
+        for x in self.client.query_range(query, plan.end - (windows - 1) * width, plan.end, width):
+            part_name = x.labels.get("cfs", "")
+            if part_name in part:
+                sums[self._key(x.labels)][part_name] += float(x.values[np.isfinite(x.values)].sum())
+        return {key: total["throttled"] / total["periods"] for key, total in sums.items() if total["periods"] > 0}
 
     # -- owners ------------------------------------------------------------------------------------------------
     def _owners(self, start: int, end: int) -> dict[tuple[str, str], tuple[str, str]]:
@@ -209,51 +247,34 @@ class PrometheusSource:
             return parent
         return kind, name
 
-    def _attach_owners(self, usage: pd.DataFrame, owners: dict[tuple[str, str], tuple[str, str]]) -> pd.DataFrame:
-        pairs = usage[["namespace", "pod"]].drop_duplicates()
-        resolved = [owners.get((n, p), ("Pod", p)) for n, p in pairs.itertuples(index=False)]
-        table = pairs.assign(workload_kind=[k for k, _ in resolved], workload=[w for _, w in resolved])
-        return usage.merge(table, on=["namespace", "pod"], how="left")
-
     # -- requests, limits, node, OOM ------------------------------------------------------------------------------
-    def _attach_resources(self, usage: pd.DataFrame, end: int) -> pd.DataFrame:
-        """Each pod container's last requests and limits in the window (kube-state-metrics), its node and its
-        PriorityClass name (kube_pod_info's `priority_class`: koord-batch and koord-free pods borrow room, not reserve it)."""
+    def _resources(self, end: int) -> dict[tuple[str, str, str], dict[str, float]]:
+        """Each pod container's last requests and limits in the window (kube-state-metrics), by column name."""
         s = self.s
         window = promql.duration(s.history_seconds)
         keys = promql.by([*self._keys(), "resource"])
-        columns = {
-            ("requests", "cpu"): "cpu_request_cores",
-            ("requests", "memory"): "memory_request_bytes",
-            ("limits", "cpu"): "cpu_limit_cores",
-            ("limits", "memory"): "memory_limit_bytes",
-        }
-        for kind, metric in (("requests", s.requests_metric), ("limits", s.limits_metric)):
+        facts: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
+        for kind, metric in (("request", s.requests_metric), ("limit", s.limits_metric)):
             matchers = self._base([promql.one_of("resource", ["cpu", "memory"])])
             answer = self.client.query(f"max {keys} (last_over_time({promql.selector(metric, matchers)}[{window}]))", end)
-            rows = [
-                (x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.container_label, ""), x.get("resource", ""), v)
-                for x, v in answer
-            ]
-            frame = pd.DataFrame(rows, columns=["namespace", "pod", "container", "resource", "value"])
-            for resource in ("cpu", "memory"):
-                column = columns[(kind, resource)]
-                part = frame[frame["resource"] == resource].drop(columns="resource").rename(columns={"value": column})
-                usage = usage.merge(part, on=["namespace", "pod", "container"], how="left")
-        info = self.client.series(
-            [promql.selector(s.pod_info_metric, self._base())], end - s.history_seconds, end
-        )
-        nodes = pd.DataFrame(
-            [
-                (x.get(s.namespace_label, ""), x.get(s.pod_label, ""), x.get(s.node_label) or None, x.get("priority_class") or None)
-                for x in info
-            ],
-            columns=["namespace", "pod", "node", "priority_class"],
-        ).drop_duplicates(["namespace", "pod"], keep="last")
-        return usage.merge(nodes, on=["namespace", "pod"], how="left")
+            for labels, value in answer:
+                resource = labels.get("resource", "")
+                if resource in RESOURCE_UNITS:
+                    facts[self._key(labels)][f"{resource}_{kind}_{RESOURCE_UNITS[resource]}"] = value
+        return facts
 
-    def _oom_events(self, start: int, end: int, usage: pd.DataFrame) -> pd.DataFrame:
-        """Times a container restarted while its last termination reason was OOMKilled; memory = its limit."""
+    def _placement(self, end: int) -> dict[tuple[str, str], tuple[str | None, str | None]]:
+        """(namespace, pod) -> (node, PriorityClass name) from kube_pod_info's series (koord-batch and koord-free
+        pods borrow room, not reserve it); the last label set seen wins."""
+        s = self.s
+        info = self.client.series([promql.selector(s.pod_info_metric, self._base())], end - s.history_seconds, end)
+        return {
+            (x.get(s.namespace_label, ""), x.get(s.pod_label, "")): (x.get(s.node_label) or None, x.get("priority_class") or None)
+            for x in info
+        }
+
+    def _oom_series(self, start: int, end: int) -> pd.DataFrame:
+        """Times a container restarted while its last termination reason was OOMKilled: one row per kill."""
         s = self.s
         keys = promql.by(self._keys())
         restarts = promql.selector(s.restarts_metric, self._base())
@@ -263,29 +284,102 @@ class PrometheusSource:
             f"(max {keys} (increase({restarts}[{window}])) > 0) "
             f"and on ({','.join(self._keys())}) (max {keys} ({reason}) == 1)"
         )
-        series = self.client.query_range(query, start, end, s.step_seconds)
-        events = self._frame(series, "restarts").drop(columns="restarts")
-        if events.empty:
-            return pd.DataFrame(columns=["timestamp", "namespace", "workload", "pod", "container", "memory_bytes"])
-        # One event per restart: consecutive steps of the same increase belong to one kill.
-        events = events.sort_values(["namespace", "pod", "container", "timestamp"])
-        gap = events.groupby(["namespace", "pod", "container"])["timestamp"].diff()
-        events = events[gap.isna() | (gap > s.cpu_rate_window_seconds)]
-        meta = usage[["namespace", "pod", "container", "workload", "memory_limit_bytes"]].drop_duplicates(
-            ["namespace", "pod", "container"]
-        )
-        events = events.merge(meta, on=["namespace", "pod", "container"], how="inner")
-        return events.rename(columns={"memory_limit_bytes": "memory_bytes"})[
-            ["timestamp", "namespace", "workload", "pod", "container", "memory_bytes"]
+        rows = [
+            (int(t), *self._key(x.labels)) for x in self.client.query_range(query, start, end, s.step_seconds) for t in x.times
         ]
+        events = pd.DataFrame(rows, columns=["timestamp", "namespace", "pod", "container"]).drop_duplicates()
+        events = events.sort_values(["namespace", "pod", "container", "timestamp"])
+        # One event per restart: consecutive steps of the same increase belong to one kill.
+        gap = events.groupby(["namespace", "pod", "container"])["timestamp"].diff()
+        return events[gap.isna() | (gap > s.cpu_rate_window_seconds)].reset_index(drop=True)
 
 
-def _join_parts(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """CPU and memory rows joined on (time, pod container); the throttled share joined per pod container."""
-    lines = [p for p in parts if "timestamp" in p.columns]
-    usage = lines[0].merge(lines[1], on=["timestamp", "namespace", "pod", "container"], how="outer")
-    throttling = next(p for p in parts if "timestamp" not in p.columns)
-    return usage.merge(throttling, on=["namespace", "pod", "container"], how="left")
+RESOURCE_UNITS = {"cpu": "cores", "memory": "bytes"}
+FACT_COLUMNS = (
+    "cpu_throttled_fraction", "workload", "workload_kind", "cpu_request_cores", "memory_request_bytes",
+    "cpu_limit_cores", "memory_limit_bytes", "node", "priority_class",
+)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Namespaces read by one CPU and one memory query (each split in time into ranges of `steps_per_query`)."""
+
+    namespaces: list[str]
+    containers: int
+    steps_per_query: int
+
+
+def plan_batches(counts: dict[str, int], steps: int, max_points: int, max_series: int) -> list[Batch]:
+    """Namespaces (largest first) packed into batches whose answers hold at most `max_points` points (containers x
+    steps) and `max_series` containers; a namespace too big for one answer is read alone, its range split in time
+    so each answer stays within `max_points`. Consecutive batches together always exceed a budget, so there are
+    at most twice as many as a perfect packing would need."""
+    batches: list[Batch] = []
+    current: list[str] = []
+    size = 0
+
+    def close() -> None:
+        nonlocal current, size
+        if current:
+            batches.append(Batch(current, size, max(1, min(steps, max_points // max(size, 1)))))
+        current, size = [], 0
+
+    for namespace, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if current and (size + count > max_series or (size + count) * steps > max_points):
+            close()
+        current.append(namespace)
+        size += count
+    close()
+    return batches
+
+
+@dataclass
+class ReadPlan:
+    """What a read knows before the usage: the window, the batches, and every per-container fact; `skipped`
+    collects the batches that could not be read."""
+
+    start: int
+    end: int
+    step_seconds: int
+    batches: list[Batch]
+    owners: dict[tuple[str, str], tuple[str, str]]
+    resources: dict[tuple[str, str, str], dict[str, float]]
+    placement: dict[tuple[str, str], tuple[str | None, str | None]]
+    oom: pd.DataFrame
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def owner(self, key: tuple[str, str, str]) -> tuple[str, str]:
+        """(kind, workload) of a pod container's pod; a pod without a known owner is its own workload."""
+        return self.owners.get((key[0], key[1]), ("Pod", key[1]))
+
+    def facts(self, keys: list[tuple[str, str, str]], throttled: dict[tuple[str, str, str], float]) -> pd.DataFrame:
+        """One row per pod container of `keys`: its identity, workload and kind, requests, limits, node, PriorityClass
+        and throttled share (NaN or None where unknown)."""
+        nan = float("nan")
+        rows = []
+        for key in keys:
+            kind, workload = self.owner(key)
+            resources = self.resources.get(key, {})
+            node, priority = self.placement.get((key[0], key[1]), (None, None))
+            rows.append((
+                *key, throttled.get(key, nan), workload, kind,
+                *(resources.get(c, nan) for c in ("cpu_request_cores", "memory_request_bytes", "cpu_limit_cores", "memory_limit_bytes")),
+                node, priority,
+            ))
+        return pd.DataFrame(rows, columns=["namespace", "pod", "container", *FACT_COLUMNS])
+
+    def oom_events(self, usage: pd.DataFrame) -> pd.DataFrame:
+        """The OOM kills of containers with usage, with their workload and memory limit (the memory at the kill)."""
+        columns = ["timestamp", "namespace", "workload", "pod", "container", "memory_bytes"]
+        meta = usage[["namespace", "pod", "container", "workload", "memory_limit_bytes"]].drop_duplicates(["namespace", "pod", "container"])
+        events = self.oom.merge(meta, on=["namespace", "pod", "container"], how="inner")
+        return events.rename(columns={"memory_limit_bytes": "memory_bytes"})[columns] if len(events) else pd.DataFrame(columns=columns)
+
+    def kinds(self, usage: pd.DataFrame) -> dict[tuple[str, str], str]:
+        """(namespace, workload) -> workload kind, for the workloads in `usage`."""
+        pairs = usage[["namespace", "workload", "workload_kind"]].drop_duplicates()
+        return {(ns, w): k for ns, w, k in pairs.itertuples(index=False)}
 
 
 def _empty_usage() -> pd.DataFrame:
@@ -297,5 +391,6 @@ def _empty_usage() -> pd.DataFrame:
             "container": pd.Series([], dtype=object),
             "cpu_cores": pd.Series([], dtype=np.float64),
             "memory_bytes": pd.Series([], dtype=np.float64),
+            **{column: pd.Series([], dtype=object if column in ("workload", "workload_kind", "node", "priority_class") else np.float64) for column in FACT_COLUMNS},
         }
     )

@@ -192,9 +192,10 @@ def train_from_prometheus(
         start = max(start, parent.manifest.data_window.last_sample + prom.step_seconds)
         if start > end:
             raise PrometheusError(f"nothing new since {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}")
+    started = time.perf_counter()
     with PrometheusClient(prom) as client:
         read = PrometheusSource(client, prom).read(start, end, step)
-        costs = client.stats.summary()
+        costs = {**client.stats.summary(), "read_seconds": round(time.perf_counter() - started, 3)}
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
     usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
@@ -219,12 +220,12 @@ def prometheus_window(settings: Settings, as_of: int | None) -> tuple[int, int]:
 def tidy_prometheus_usage(
     usage: pd.DataFrame, settings: Settings, start: int, end: int, bounds: SampleBounds
 ) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The rows with a sample, sorted as a usage file is, without the workload containers quarantined for an
-    impossible sample (returned by name, with why); an error when there are none."""
-    usage, quarantined = quarantine(usage.dropna(subset=["cpu_cores", "memory_bytes"], how="all"), bounds)
+    """The rows (each with a sample, sorted as a usage file is: `PrometheusSource.read` gives them so) without the
+    workload containers quarantined for an impossible sample (returned by name, with why); an error when none."""
+    usage, quarantined = quarantine(usage, bounds)
     if usage.empty:
         raise PrometheusError(f"{settings.prometheus.url}: no usage samples between {start} and {end}")
-    return usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable").reset_index(drop=True), quarantined
+    return usage, quarantined
 
 
 def _publish(

@@ -236,7 +236,7 @@ def train(
             )
         err.print(
             f"Prometheus: {costs['queries']:.0f} queries, {costs['retries']:.0f} retries, "
-            f"{costs['bytes'] / 1e6:.1f} MB, {costs['query_seconds']:.1f} s in queries"
+            f"{costs['bytes'] / 1e6:.1f} MB, {costs['query_seconds']:.1f} s in queries, read in {costs['read_seconds']:.1f} s"
         )
         for name, why in sorted(manifest.skipped.items()):
             err.print(f"[yellow]skipped[/] {_safe(name)}: {_safe(why)}", highlight=False)

@@ -414,6 +414,16 @@ class PrometheusSettings(BaseModel):
     max_series_per_query: int = Field(
         5000, gt=0, description="Namespaces are batched into one query up to this many containers, to bound each answer."
     )
+    max_points_per_query: int = Field(
+        300_000,
+        gt=0,
+        description=(
+            "Points (containers x steps) one usage answer may hold, 300,000 by default (about 11 MB of JSON): "
+            "namespaces are batched, and a big namespace's range split in time, to stay under it. Prometheus holds "
+            "an answer's points and its JSON while it evaluates and encodes it (measured: about 190 bytes a point "
+            "at its peak), so this bounds its memory per query (x `concurrency`), and ours per batch."
+        ),
+    )
     concurrency: int = Field(2, gt=0, le=32, description="Queries in flight at once: be kind to a shared Prometheus.")
     timeout_seconds: float = Field(120.0, gt=0, description="Per-query timeout, seconds (also sent to Prometheus).")
     retries: int = Field(4, ge=0, description="Retries of a query on connection errors, 5xx and 429; never on other 4xx.")

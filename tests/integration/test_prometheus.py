@@ -136,11 +136,13 @@ def test_owner_chains_resolve_every_kind(cluster: Cluster) -> None:
     assert throttled.notna().all() and (throttled >= 0).all() and (throttled <= 1).all() and throttled.max() > 0
 
 
-def test_prometheus_and_file_give_the_same_recommendations(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+def trained_alike(cluster: Cluster, cli: Runner, tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Train from the file and from Prometheus (with `env`); assert the same recommendations within one histogram
+    bucket; return the Prometheus version's manifest."""
     as_of = str(cluster.as_of)
     from_file = cli("train", "--input", str(cluster.usage_csv), "--oom-events", str(cluster.oom_csv), "--store", "file", "--as-of", as_of)
     assert from_file.returncode == 0, from_file.stderr
-    from_prom = cli("train", "--prometheus-url", cluster.server.url, "--store", "prom", "--as-of", as_of, env=PROMETHEUS_ENV)
+    from_prom = cli("train", "--prometheus-url", cluster.server.url, "--store", "prom", "--as-of", as_of, env=env)
     assert from_prom.returncode == 0, from_prom.stderr
     assert "queries" in from_prom.stderr
     shown = {}
@@ -158,11 +160,27 @@ def test_prometheus_and_file_give_the_same_recommendations(cluster: Cluster, cli
         assert got["current"]["memory_limit_bytes"] == pytest.approx(expected["current"]["memory_limit_bytes"])
         assert got["kind"] == cluster.kinds[key[:2]] and expected["kind"] is None  # files carry no owner kinds
         assert got["history"]["oom_kills"] == expected["history"]["oom_kills"]
+        assert got["history"]["samples"] == expected["history"]["samples"]
     assert sum(r["history"]["oom_kills"] for r in shown["prom"].values()) == 1
-    manifest = json.loads(next((tmp_path / "prom" / "versions").iterdir()).joinpath("manifest.json").read_text())
+    manifest: dict[str, Any] = json.loads(next((tmp_path / "prom" / "versions").iterdir()).joinpath("manifest.json").read_text())
     assert manifest["source"] == cluster.server.url
-    assert manifest["read_metrics"]["queries"] <= 13
     assert manifest["row_counts"]["oom_events"] == 1
+    return manifest
+
+
+def test_prometheus_and_file_give_the_same_recommendations(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    manifest = trained_alike(cluster, cli, tmp_path, PROMETHEUS_ENV)
+    assert manifest["read_metrics"]["queries"] <= 13
+
+
+def test_small_streamed_batches_give_the_file_paths_recommendations(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    """Answers cut to 1,000 points: every namespace its own batch, the 4 days of each read in two ranges or more, each
+    answer decoded as it streams and dropped once its batch's rows are made; the result is the file path's."""
+    env = {**PROMETHEUS_ENV, "KOORD_RECOMMENDER_PROMETHEUS__MAX_POINTS_PER_QUERY": "1000"}
+    manifest = trained_alike(cluster, cli, tmp_path, env)
+    namespaces = len({namespace for namespace, _ in cluster.kinds})
+    # Per namespace: CPU and memory in at least two ranges each, and one throttling query; plus the 8 metadata queries.
+    assert manifest["read_metrics"]["queries"] >= 8 + 5 * namespaces
 
 
 def test_prometheus_killed_mid_run_keeps_the_last_good_version(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ class PrometheusServer:
             raise ValueError("give an OpenMetrics file or a TSDB to copy")
         (workdir / "prometheus.yml").write_text(f"global:\n  query_log_file: {self.query_log}\nscrape_configs: []\n")
 
-    def start(self, timeout: float = 60) -> PrometheusServer:
+    def start(self, timeout: float = 60, extra_args: list[str] | None = None) -> PrometheusServer:
         self.process = subprocess.Popen(
             [
                 "prometheus",
@@ -59,6 +59,7 @@ class PrometheusServer:
                 "--storage.tsdb.retention.time=100y",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--query.max-samples=200000000",
+                *(extra_args or []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=open(self.workdir / "prometheus.stderr", "wb"),

@@ -265,3 +265,15 @@ def test_calibration_leaves_out_containers_beyond_the_guard(poison: float) -> No
     assert mixed.fleet_factor_ == pytest.approx(alone.fleet_factor_, rel=1e-3)
     np.testing.assert_allclose(mixed.factors_[:30], alone.factors_, rtol=1e-3)
     assert np.isfinite(mixed.predict(P)).all()
+
+
+def test_window_quantiles_in_blocks_of_rows_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows are sorted in blocks to bound memory (issue 17): the profile is the one a single pass gives."""
+    import models.forecast as forecast
+
+    rng = np.random.default_rng(3)
+    grid = rng.gamma(2.0, 1.0, size=(37, 9 * P))
+    grid[rng.random(grid.shape) < 0.1] = np.nan
+    whole = WindowQuantileForecaster(window_steps=12).fit(grid).profile_
+    monkeypatch.setattr(forecast, "WINDOW_BLOCK_VALUES", 5 * P * 7 * 25)  # blocks of 5 rows
+    assert np.array_equal(WindowQuantileForecaster(window_steps=12).fit(grid).profile_, whole, equal_nan=True)

@@ -8,11 +8,13 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.store import ModelStore
 from pipelines import train
 from pipelines.prometheus import PrometheusClient
-from pipelines.prometheus_source import PrometheusSource
+from pipelines.prometheus_source import PrometheusSource, plan_batches
 from recommender.settings import PrometheusSettings, Settings
 
 PODS = {"a": ["a-web-5d4f8b9c7-x1x1x"], "b": ["b-batch-1"]}
@@ -65,7 +67,7 @@ def test_a_failed_batch_is_skipped_by_name_and_the_rest_is_read() -> None:
 
 # -- quarantine of impossible samples (issue 13) ---------------------------------------------------------------------
 
-STEP, START = 300, 1_700_000_000
+STEP, START = 300, 1_699_999_800  # on the 5-minute grid, where Prometheus answers a range query
 POISONED = {"web-1": {}, "bad-1": {"cpu": (100, "1e300")}, "neg-1": {"memory": (7, "-5")}, "inf-1": {"cpu": (3, "+Inf")}}
 
 
@@ -112,3 +114,37 @@ def test_a_container_with_an_impossible_sample_is_quarantined_by_name_and_never_
     published = ModelStore(tmp_path).load().recommendations.recommendations
     assert [(r.workload, r.container) for r in published] == [("web-1", "main")]
     assert "quarantined a/bad-1/main (none of its samples are used): cpu_cores 1e+300" in caplog.text
+
+
+# -- batch sizing by the points an answer holds (issue 17) ------------------------------------------------------------
+
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=6), st.integers(1, 6000), min_size=1, max_size=40),
+    st.integers(1, 11000),
+    st.integers(1, 10**7),
+    st.integers(1, 6000),
+)
+@settings(max_examples=300, deadline=None)
+def test_batches_cover_every_namespace_once_within_both_budgets(counts: dict[str, int], steps: int, max_points: int, max_series: int) -> None:
+    batches = plan_batches(counts, steps, max_points, max_series)
+    assert sorted(ns for b in batches for ns in b.namespaces) == sorted(counts)
+    for batch in batches:
+        assert batch.containers == sum(counts[ns] for ns in batch.namespaces)
+        assert 1 <= batch.steps_per_query <= steps
+        alone = len(batch.namespaces) == 1
+        assert batch.containers <= max_series or alone
+        # An answer holds at most max_points points, unless one step of one namespace is already more.
+        assert batch.containers * batch.steps_per_query <= max_points or batch.steps_per_query == 1
+        assert batch.containers * steps <= max_points or alone
+    # Next fit: two neighbours never fit one budget together, so at most twice the perfect packing.
+    for a, b in zip(batches, batches[1:]):
+        together = a.containers + b.containers
+        assert together > max_series or together * steps > max_points
+
+
+def test_a_fleet_of_1000_containers_x_14_days_costs_at_most_50_queries() -> None:
+    counts = {f"team-{i}": 250 for i in range(4)}
+    batches = plan_batches(counts, 14 * 288 + 1, PrometheusSettings().max_points_per_query, PrometheusSettings().max_series_per_query)
+    # Each namespace alone, its 14 days in ranges of 1,200 steps: 4 per line, CPU and memory, and one throttling.
+    per_batch = [2 * -(-(14 * 288 + 1) // b.steps_per_query) + 1 for b in batches]
+    assert len(batches) == 4 and sum(per_batch) + 8 <= 50
