@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -29,7 +29,7 @@ from rich.text import Text
 
 from recommender import __version__
 from recommender.atomic import atomic_write_text
-from recommender.errors import ConfigurationError, KubernetesError, RecommenderError
+from recommender.errors import ConfigurationError, KubernetesError, RecommenderError, missing_extra
 from recommender.resources import RecommendationSet, WorkloadRecommendation
 from recommender.settings import Settings
 from recommender.text import printable
@@ -606,8 +606,19 @@ def main() -> None:
     try:
         app()
     except RecommenderError as error:
-        err.print(f"[bold red]error:[/] {_safe(str(error))}", highlight=False, soft_wrap=True)
-        sys.exit(error.exit_code)
+        _exit_with(error)
+    except ModuleNotFoundError as error:
+        # A command whose optional extra this installation (or image role) lacks: say which, not a traceback.
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "this command")
+        missing = missing_extra(error, f"recommender {command}")
+        if missing is None:
+            raise
+        _exit_with(missing)
+
+
+def _exit_with(error: RecommenderError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {_safe(str(error))}", highlight=False, soft_wrap=True)
+    sys.exit(error.exit_code)
 
 
 if __name__ == "__main__":

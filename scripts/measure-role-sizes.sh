@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# What each image role installs: a fresh virtualenv per role with the project installed from this checkout with
+# that extra (pinned by constraints.txt, as the Dockerfile does), measured with du. An empty virtualenv is the
+# reference (what the base image already has). Prints a markdown table; progress goes to stderr.
+# Usage: scripts/measure-role-sizes.sh [python3] [workdir]   (roles: serve train dask all)
+set -euo pipefail
+python=${1:-python3}
+work=${2:-$(mktemp -d)}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$work"
+"$python" -m venv "$work/empty"
+empty=$(du -sm "$work/empty" | cut -f1)
+echo "| role | extras | installed (MiB, above an empty venv) | packages | imports checked |"
+echo "|---|---|---|---|---|"
+for role in serve train dask all; do
+  echo "installing the $role role into $work/$role" >&2
+  rm -rf "$work/$role"
+  "$python" -m venv "$work/$role"
+  "$work/$role/bin/python" -m pip install --quiet --no-cache-dir -c "$repo/constraints.txt" "$repo[$role]" >&2
+  size=$(( $(du -sm "$work/$role" | cut -f1) - empty ))
+  packages=$("$work/$role/bin/python" -m pip list --format=freeze 2>/dev/null | wc -l)
+  case $role in
+    serve) check="import serving.app, serving.kube_sync, serving.cluster_files" ;;
+    train) check="import pipelines.train, pipelines.prometheus" ;;
+    dask|all) check="import pipelines.distributed, serving.app" ;;
+  esac
+  (cd "$work" && "$work/$role/bin/python" -c "$check") >&2
+  echo "| $role | \`.[$role]\` | $size | $packages | \`$check\` |"
+done
