@@ -393,6 +393,12 @@ class PrometheusSettings(BaseModel):
     backoff_max_seconds: float = Field(20.0, gt=0, description="Longest retry delay, seconds.")
     bearer_token: SecretStr | None = Field(None, description="Bearer token sent as Authorization.")
     bearer_token_file: Path | None = Field(None, description="File holding the bearer token, re-read for every run.")
+    basic_auth_username: str | None = Field(
+        None, description="User name for HTTP basic authentication (with basic_auth_password_file; not with a bearer token)."
+    )
+    basic_auth_password_file: Path | None = Field(
+        None, description="File holding the basic-authentication password (a mounted Secret), re-read for every run."
+    )
     ca_file: Path | None = Field(None, description="PEM bundle of CAs to verify Prometheus' TLS certificate.")
     client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS.")
     client_key_file: Path | None = Field(None, description="PEM private key of the client certificate.")
