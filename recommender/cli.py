@@ -551,8 +551,11 @@ def cluster_files(
 
 
 def bundled_dataset() -> Path:
-    """The Google 2019 trace shipped in the repository (see data/google-2019/SOURCE.md)."""
-    return Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usage.csv.gz"
+    """The Google 2019 trace (see data/google-2019/SOURCE.md): in a checkout, or where the image puts it
+    (<prefix>/share/koord-recommender, the Dockerfile's COPY)."""
+    checkout = Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usage.csv.gz"
+    installed = Path(sys.prefix) / "share" / "koord-recommender" / "google-2019" / "usage.csv.gz"
+    return checkout if checkout.exists() or not installed.exists() else installed
 
 
 @app.command()
@@ -610,7 +613,7 @@ def main() -> None:
     except ModuleNotFoundError as error:
         # A command whose optional extra this installation (or image role) lacks: say which, not a traceback.
         command = next((a for a in sys.argv[1:] if not a.startswith("-")), "this command")
-        missing = missing_extra(error, f"recommender {command}")
+        missing = missing_extra(error, f"recommender {command}", extra="all" if command == "demo" else None)
         if missing is None:
             raise
         _exit_with(missing)

@@ -164,6 +164,9 @@ EXTRA_OF_MODULE = {
     "uvicorn": "serve",
     "prometheus_client": "serve",
     "jsonpatch": "serve",
+    "pandas": "train",
+    "sklearn": "train",
+    "scipy": "train",
     "pyarrow": "train",
     "tenacity": "train",
     "statsmodels": "train",
@@ -187,8 +190,10 @@ class MissingExtraError(RecommenderError):
         return type(self), (self.what, self.module, self.extra)
 
 
-def missing_extra(error: ModuleNotFoundError, what: str) -> MissingExtraError | None:
-    """The MissingExtraError for a failed import of an optional library, None for anything else (a bug)."""
+def missing_extra(error: ModuleNotFoundError, what: str, extra: str | None = None) -> MissingExtraError | None:
+    """The MissingExtraError for a failed import of an optional library (naming `extra` when `what` needs more than
+    that library's extra), None for anything else (a bug)."""
     module = (error.name or "").split(".")[0]
-    extra = EXTRA_OF_MODULE.get(module)
-    return MissingExtraError(what, module, extra) if extra else None
+    if module not in EXTRA_OF_MODULE:
+        return None
+    return MissingExtraError(what, module, extra or EXTRA_OF_MODULE[module])
