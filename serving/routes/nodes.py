@@ -140,7 +140,8 @@ async def node_chart(node: str, view: Cluster, request: Request) -> Response:
     def render() -> bytes:
         lines = node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
         with _CHART_LOCK:
-            return plot.png_bytes(plot.node_lines_figure(lines.model_dump()))
+            png: bytes = plot.png_bytes(plot.node_lines_figure(lines.model_dump()))
+            return png
 
     pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
     image = await pool.run(render)

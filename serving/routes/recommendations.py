@@ -153,7 +153,8 @@ async def chart(namespace: str, workload: str, container: str, loaded: Loaded, r
 
     def render() -> bytes:
         with _CHART_LOCK:
-            return plot.png_bytes(plot.four_lines_figure([rec], loaded.loaded.recommendations.step_seconds))
+            png: bytes = plot.png_bytes(plot.four_lines_figure([rec], loaded.loaded.recommendations.step_seconds))
+            return png
 
     pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
     image = await pool.run(render)
