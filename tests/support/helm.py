@@ -42,9 +42,13 @@ def extra_crd_files() -> list[Path]:
     return sorted((_cache() / "crds").glob("*.yaml"))
 
 
-def helm(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the cached helm with `args`, bounded in time."""
-    return subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def helm(*args: str, timeout: float = 120, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the cached helm with `args`, bounded in time; with `home`, its config, cache and data (release
+    bookkeeping of repositories, plugins) stay there instead of the user's."""
+    env = dict(os.environ)
+    if home is not None:
+        env.update({f"HELM_{part}_HOME": str(home / part.lower()) for part in ("CONFIG", "CACHE", "DATA")})
+    return subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
 
 
 def nested(values: dict[str, Any]) -> dict[str, Any]:
