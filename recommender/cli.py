@@ -496,7 +496,7 @@ def sync(
         colocation={"write_reclaim_ratios": reclaim_ratios, "write_usage_thresholds": usage_thresholds},
     )
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
-    api = api_client(settings.sync)
+    api = api_client(settings.sync.kubeconfig)
     nodes = NodeColocationSync(api, state, settings)
     syncer = StatusSync(api, state, settings.sync, extra=nodes.sync_once if nodes.enabled() else None)
 
@@ -538,7 +538,7 @@ def cluster_files(
     from serving.kube_sync import api_client
 
     settings = _settings(sync={"kubeconfig": kubeconfig})
-    api = api_client(settings.sync)
+    api = api_client(settings.sync.kubeconfig)
     if once:
         pods, nodes = write_cluster_files(api, pods_file, nodes_file)
         err.print(f"wrote {pods} pods to {pods_file} and {nodes} nodes to {nodes_file}")

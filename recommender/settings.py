@@ -454,8 +454,10 @@ class WebhookPolicy(BaseModel):
 
     namespace: str = Field("*", description="Namespace glob (fnmatch).")
     workload: str = Field("*", description="Workload name glob (fnmatch).")
-    mode: Literal["off", "requests-only", "requests-and-limits"] = Field(
-        "requests-and-limits", description="off: leave resources alone; requests-only; or requests and proportional limits (VPA)."
+    controlled_values: Literal["RequestsOnly", "RequestsAndLimits"] = Field(
+        "RequestsAndLimits", description="VPA's controlledValues: set requests only, or requests and limits scaled by the "
+        "same factor (VPA's default). The former field `mode` is still read: requests-only, requests-and-limits, and "
+        "off (no resource controlled).",
     )
     line: Literal["target", "upper_bound", "long_term", "peak"] = Field(
         "target", description="Which learned value becomes the request: VPA target, upper bound, long-term reservation or forecast peak."
@@ -465,6 +467,23 @@ class WebhookPolicy(BaseModel):
     max_cpu_cores: float | None = Field(None, gt=0, description="Largest CPU request written, cores.")
     min_memory_bytes: float | None = Field(None, ge=0, description="Smallest memory request written, bytes.")
     max_memory_bytes: float | None = Field(None, gt=0, description="Largest memory request written, bytes.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_mode(cls, data: object) -> object:
+        """Rules written before issue 14 said `mode`; whether to change a pod at all is now the opt-in's to say."""
+        if not isinstance(data, dict) or "mode" not in data:
+            return data
+        data = dict(data)
+        mode = data.pop("mode")
+        former = {"requests-only": "RequestsOnly", "requests-and-limits": "RequestsAndLimits"}
+        if mode == "off":
+            data["controlled_resources"] = []
+        elif mode in former:
+            data.setdefault("controlled_values", former[mode])
+        else:
+            raise ValueError(f"mode {mode!r} is not off, requests-only or requests-and-limits (now: controlled_values)")
+        return data
 
 
 class ColocationProfile(BaseModel):
@@ -484,7 +503,8 @@ class WebhookSettings(BaseModel):
     """The mutating admission webhook (POST /mutate). It always allows the pod; these shape the patch."""
 
     policies: list[WebhookPolicy] = Field(
-        [], description="Per namespace/workload sizing rules as JSON, first match wins; no match: the defaults of one rule."
+        [], description="Per namespace/workload sizing rules as JSON, first match wins; no match: the defaults of one "
+        "rule. They say how to size an opted-in pod, not whether to.",
     )
     colocation_profiles: list[ColocationProfile] = Field(
         [], description="Koordinator colocation rules as JSON (QoS, priority class, batch/mid renaming)."
@@ -499,6 +519,24 @@ class WebhookSettings(BaseModel):
     scaling_factors: bool = Field(
         True, description="Write scheduling.koordinator.sh/load-estimated-scaling-factors from the learned usage/request ratio."
     )
+    default_mode: Literal["Off", "Initial", "Auto"] = Field(
+        "Off", description="Mode of a pod nothing else opts in (README \"Opt-in modes\"): Off recommends only, Initial "
+        "sets requests at creation, Auto is the same for a webhook (it never evicts). Off: nothing changes unless asked.",
+    )
+    dry_run: bool = Field(
+        False, description="Only annotate what would change (koord-recommender.io/would-apply), never change resources: "
+        "for trying the webhook on a live cluster.",
+    )
+    watch_api: Literal["auto", "on", "off"] = Field(
+        "auto", description="Learn namespace labels, VerticalPodAutoscalers and HorizontalPodAutoscalers from the "
+        "Kubernetes API (list + watch). auto: when running in a cluster or `kubeconfig` is set; off: only the pod's "
+        "own label or annotation and `default_mode` apply.",
+    )
+    kubeconfig: Path | None = Field(None, description="Kubeconfig for those watches; unset: in-cluster service account.")
+    resync_seconds: float = Field(
+        300.0, gt=0, description="Full re-list of namespaces, VPAs and HPAs, seconds; watches carry the changes between.",
+    )
+    backoff_max_seconds: float = Field(30.0, gt=0, description="Longest wait before retrying a failed list or watch, seconds.")
 
 
 class ExtenderSettings(BaseModel):

@@ -16,13 +16,14 @@ for role in serve train dask all; do
   echo "installing the $role role into $work/$role" >&2
   rm -rf "$work/$role"
   "$python" -m venv "$work/$role"
-  "$work/$role/bin/python" -m pip install --quiet --no-cache-dir -c "$repo/constraints.txt" "$repo[$role]" >&2
+  "$work/$role/bin/python" -m pip install --quiet -c "$repo/constraints.txt" "$repo[$role]" >&2
   size=$(( $(du -sm "$work/$role" | cut -f1) - empty ))
   packages=$("$work/$role/bin/python" -m pip list --format=freeze 2>/dev/null | wc -l)
   case $role in
     serve) check="import serving.app, serving.kube_sync, serving.cluster_files" ;;
     train) check="import pipelines.train, pipelines.prometheus" ;;
-    dask|all) check="import pipelines.distributed, serving.app" ;;
+    dask) check="import pipelines.distributed" ;;
+    all) check="import pipelines.distributed, serving.app, recommender.charts" ;;
   esac
   (cd "$work" && "$work/$role/bin/python" -c "$check") >&2
   echo "| $role | \`.[$role]\` | $size | $packages | \`$check\` |"

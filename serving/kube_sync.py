@@ -14,6 +14,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -39,11 +40,11 @@ class SyncReport:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def api_client(settings: SyncSettings) -> client.ApiClient:
-    """An API client from the kubeconfig setting, else in-cluster credentials, else the default kubeconfig."""
+def api_client(kubeconfig: Path | None) -> client.ApiClient:
+    """An API client from `kubeconfig`, else in-cluster credentials, else the default kubeconfig."""
     try:
-        if settings.kubeconfig is not None:
-            api: client.ApiClient = config.new_client_from_config(config_file=str(settings.kubeconfig))
+        if kubeconfig is not None:
+            api: client.ApiClient = config.new_client_from_config(config_file=str(kubeconfig))
             return api
         try:
             config.load_incluster_config()

@@ -28,7 +28,6 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from recommender.settings import WebhookSettings
 from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantity
 from tests.conftest import entry_point, make_usage
 from tests.integration.server import free_port, serving
@@ -170,7 +169,7 @@ def service(installed: Installed) -> Iterator[Service]:
     deployment = client.AppsV1Api(api).read_namespaced_deployment(RELEASE, NAMESPACE)
     env = {e.name: e.value for e in deployment.spec.template.spec.containers[0].env if e.value is not None and e.name.startswith("KOORD_")}
     kubeconfig = token_kubeconfig(installed.plane, RELEASE, work / "serve.kubeconfig")
-    env |= {"KUBECONFIG": str(kubeconfig), "KOORD_RECOMMENDER_SYNC__KUBECONFIG": str(kubeconfig)}
+    env["KOORD_RECOMMENDER_WEBHOOK__KUBECONFIG"] = str(kubeconfig)  # what the pod's mounted token would give it
     for namespace, labels in ((OPTED, {"koord-recommender.io/mode": "Initial"}), (BY_VPA, {}), (BY_LABEL, {}), (ELSEWHERE, {})):
         core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
         core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})  # no controller-manager here
@@ -204,18 +203,17 @@ def target(store: Path, namespace: str) -> dict[str, Any]:
 
 
 def test_opted_in_pods_get_our_requests_and_others_are_left_alone(service: Service) -> None:
-    if "default_mode" not in WebhookSettings.model_fields:
-        pytest.skip("the opt-in modes (issue 14 part B, branch h14b) are not merged: every pod would be mutated")
     for namespace, labels in ((OPTED, None), (BY_VPA, None), (BY_LABEL, {"koord-recommender.io/mode": "Initial"})):
         pod = service.core.create_namespaced_pod(namespace, deployment_pod(namespace, labels))
         rec = target(service.store, namespace)
         requests = pod.spec.containers[0].resources.requests
         assert cpu_cores_from_quantity(requests["cpu"]) == pytest.approx(rec["cpu"]["target"], abs=0.001), namespace
         assert memory_bytes_from_quantity(requests["memory"]) == pytest.approx(rec["memory"]["target"], rel=0.01), namespace
-        assert "koord-recommender.io/changes" in pod.metadata.annotations, namespace
+        applied = json.loads(pod.metadata.annotations["koord-recommender.io/applied"])  # the audit annotation
+        assert applied["mode"] == "Initial", (namespace, applied)
     untouched = service.core.create_namespaced_pod(ELSEWHERE, deployment_pod(ELSEWHERE))
     assert untouched.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
-    assert "koord-recommender.io/changes" not in (untouched.metadata.annotations or {})
+    assert not {"koord-recommender.io/applied", "koord-recommender.io/changes"} & set(untouched.metadata.annotations or {})
 
 
 def test_sync_writes_vpa_status_with_the_sync_account(service: Service) -> None:

@@ -122,10 +122,10 @@ def test_the_webhook_mode_reaches_the_server(values: dict[str, Any], mode: str, 
     assert env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == mode and env["KOORD_RECOMMENDER_WEBHOOK__DRY_RUN"] == dry_run
 
 
-def test_the_serving_account_may_read_namespaces_and_vpas(default: list[dict[str, Any]]) -> None:
+def test_the_serving_account_may_read_namespaces_vpas_and_hpas(default: list[dict[str, Any]]) -> None:
     rules = one(default, "ClusterRole", "koord-recommender-serve")["rules"]
     granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    for group, resource in (("", "namespaces"), ("autoscaling.k8s.io", "verticalpodautoscalers"), ("", "pods"), ("", "nodes")):
+    for group, resource in (("", "namespaces"), ("autoscaling.k8s.io", "verticalpodautoscalers"), ("autoscaling", "horizontalpodautoscalers"), ("", "pods"), ("", "nodes")):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= granted
     assert not {v for _, _, v in granted} & {"update", "patch", "delete", "deletecollection"}
     binding = one(default, "ClusterRoleBinding", "koord-recommender-serve")
