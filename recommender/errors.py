@@ -169,7 +169,7 @@ EXTRA_OF_MODULE = {
     "scipy": "train",
     "pyarrow": "train",
     "tenacity": "train",
-    "statsmodels": "train",
+    "statsmodels": "stl",
     "dask": "dask",
     "distributed": "dask",
     "matplotlib": "charts",

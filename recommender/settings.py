@@ -206,7 +206,7 @@ class ForecastSettings(BaseModel):
     )
     use_stl: bool = Field(
         False, description="Include the statsmodels STL model among the short-term candidates (about 5 ms per "
-        "container and origin; off: it did not win on the development half).",
+        "container and origin; off: it did not win on the development half). Needs the `stl` extra (statsmodels).",
     )
 
     def target_for(self, line: str) -> float:

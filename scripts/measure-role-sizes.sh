@@ -2,7 +2,7 @@
 # What each image role installs: a fresh virtualenv per role with the project installed from this checkout with
 # that extra (pinned by constraints.txt, as the Dockerfile does), measured with du. An empty virtualenv is the
 # reference (what the base image already has). Prints a markdown table; progress goes to stderr.
-# Usage: scripts/measure-role-sizes.sh [python3] [workdir]   (roles: serve train dask all)
+# Usage: [ROLES='serve train dask all'] scripts/measure-role-sizes.sh [python3] [workdir]
 set -euo pipefail
 python=${1:-python3}
 work=${2:-$(mktemp -d)}
@@ -12,7 +12,7 @@ mkdir -p "$work"
 empty=$(du -sm "$work/empty" | cut -f1)
 echo "| role | extras | installed (MiB, above an empty venv) | packages | imports checked |"
 echo "|---|---|---|---|---|"
-for role in serve train dask all; do
+for role in ${ROLES:-serve train dask all}; do
   echo "installing the $role role into $work/$role" >&2
   rm -rf "$work/$role"
   "$python" -m venv "$work/$role"
@@ -20,6 +20,7 @@ for role in serve train dask all; do
   size=$(( $(du -sm "$work/$role" | cut -f1) - empty ))
   packages=$("$work/$role/bin/python" -m pip list --format=freeze 2>/dev/null | wc -l)
   case $role in
+    serve,s3) check="import serving.app, s3fs" ;;
     serve) check="import serving.app, serving.kube_sync, serving.cluster_files" ;;
     train) check="import pipelines.train, pipelines.prometheus" ;;
     dask) check="import pipelines.distributed" ;;

@@ -13,6 +13,7 @@ There is no kubelet: pods are stored, never run.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import ssl
 import subprocess
@@ -197,9 +198,16 @@ def deployment_pod(namespace: str, labels: dict[str, str] | None = None) -> dict
     }
 
 
+@functools.cache
+def shown(store: Path) -> list[dict[str, Any]]:
+    """`recommender show --format json` of the store (it is trained once)."""
+    done = subprocess.run([entry_point(), "show", "--store", str(store), "--format", "json"], capture_output=True, text=True, timeout=60)
+    recommendations: list[dict[str, Any]] = json.loads(done.stdout)["recommendations"]
+    return recommendations
+
+
 def target(store: Path, namespace: str) -> dict[str, Any]:
-    shown = subprocess.run([entry_point(), "show", "--store", str(store), "--format", "json"], capture_output=True, text=True, timeout=60)
-    return next(r for r in json.loads(shown.stdout)["recommendations"] if r["namespace"] == namespace)
+    return next(r for r in shown(store) if r["namespace"] == namespace)
 
 
 def test_opted_in_pods_get_our_requests_and_others_are_left_alone(service: Service) -> None:
