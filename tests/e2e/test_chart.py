@@ -111,6 +111,7 @@ def test_helm_install_with_two_values_is_accepted_whole(installed: Installed) ->
     serve = next(d for d in manifest if d["kind"] == "Deployment" and d["metadata"]["name"] == RELEASE)
     env = {e["name"]: e.get("value") for e in serve["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == "Off"
+    assert f"kubectl -n {NAMESPACE} logs -f job/{RELEASE}-first-train" in installed.install.stdout  # NOTES
 
 
 def test_the_training_account_can_do_nothing_in_the_cluster(installed: Installed) -> None:
@@ -243,3 +244,20 @@ def test_cluster_files_lists_pods_and_nodes_with_the_serving_account(service: Se
     assert listed.returncode == 0, listed.stderr
     assert json.loads(nodes.read_text())["items"] == []  # no nodes in this control plane, but the list was allowed
     assert isinstance(json.loads(pods.read_text())["items"], list)
+
+
+def test_uninstall_keeps_the_store_and_a_reinstall_adopts_it(service: Service) -> None:
+    """Last in this module: the release goes away (the store's claim and the first training's Job stay, on purpose),
+    and installing again takes them back."""
+    installed = service.installed
+    removed = installed.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
+    assert removed.returncode == 0, removed.stderr
+    api = installed.plane.api()
+    assert client.CoreV1Api(api).read_namespaced_persistent_volume_claim(f"{RELEASE}-store", NAMESPACE)
+    assert client.BatchV1Api(api).read_namespaced_job(f"{RELEASE}-first-train", NAMESPACE)
+    with pytest.raises(ApiException) as gone:
+        client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(RELEASE)
+    assert gone.value.status == 404
+    again = installed.helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, *values_args())
+    assert again.returncode == 0, again.stderr
+    assert client.AdmissionregistrationV1Api(api).read_mutating_webhook_configuration(RELEASE)
