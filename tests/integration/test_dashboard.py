@@ -122,6 +122,19 @@ def test_root_redirects_to_the_dashboard_and_its_files_are_served(base: str) -> 
     assert "http" not in page.text and "http" not in script.text.replace('"http://www.w3.org/2000/svg"', "")
 
 
+def test_show_and_the_dashboard_agree_on_the_savings(base: str, workdir: Path) -> None:
+    """One computation for both: the dashboard's overview and `show --format json` on the same store."""
+    shown = subprocess.run([entry_point(), "show", "--store", "store", "--format", "json"], cwd=workdir, capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert shown.returncode == 0, shown.stderr
+    ours = json.loads(shown.stdout)["overview"]
+    dashboard = httpx.get(base + "/api/v1/overview", timeout=10).json()
+    assert ours["cluster"] == dashboard["cluster"] and ours["namespaces"] == dashboard["namespaces"]
+    assert ours["workloads"] == dashboard["workloads"]
+    # The bundled trace sets limits only: the request is the limit, the memory totals are not zero.
+    assert dashboard["cluster"]["memory_request_bytes"] > 10 * 2**30 and dashboard["cluster"]["cpu_request_cores_all_replicas"] > 0
+
+
 def test_status_and_overview(base: str) -> None:
     status = httpx.get(base + "/api/v1/status", timeout=10).json()
     recommendations = httpx.get(base + "/api/v1/recommendations", timeout=10).json()
