@@ -297,3 +297,37 @@ def test_no_model_is_a_clear_state(page: Any, tmp_path: Path) -> None:
         assert "No model version is loaded" in page.locator("[data-testid=state-no-model]").inner_text()
         assert page.locator("#model-status").inner_text() == "no model"
         shot(page, "no-model")
+
+
+@pytest.mark.parametrize(("path", "rendered"), [("/docs", ".swagger-ui .information-container .title"), ("/redoc", "redoc h1")])
+def test_the_api_docs_render_with_nothing_fetched_from_elsewhere(page: Any, base: str, path: str, rendered: str) -> None:
+    """Swagger UI and ReDoc load their scripts, style and icon from the service itself (air-gapped clusters): every
+    request the page makes goes to 127.0.0.1, and one that would leave is aborted and fails the test."""
+    elsewhere: list[str] = []
+
+    def only_loopback(route: Any) -> None:
+        if route.request.url.startswith(base + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_loopback)
+    asked: list[str] = []
+    blocked: dict[str, str] = {}
+    page.on("request", lambda request: asked.append(request.url))
+    page.on("requestfailed", lambda request: blocked.update({request.url: request.failure or ""}))
+    page.goto(base + path)
+    title = page.locator(rendered).first
+    title.wait_for()
+    assert "koord-recommender" in title.inner_text()
+    page.wait_for_load_state("networkidle")
+    # Nothing reached the network beyond loopback; what a build links elsewhere (ReDoc's logo) the page's
+    # Content-Security-Policy stops inside the browser, before any connection.
+    assert elsewhere == [], elsewhere
+    outside = [url for url in asked if not url.startswith(base + "/")]
+    assert all(blocked.get(url) == "csp" for url in outside), (outside, blocked)
+    assert any("/docs/assets/" in url for url in asked)
+    shot(page, path.strip("/"))
+    assert httpx.get(base + "/docs/assets/swagger-ui.css", timeout=10).headers["content-type"].startswith("text/css")
+    assert httpx.get(base + "/docs/assets/../routes/docs.py", timeout=10).status_code == 404
