@@ -534,24 +534,39 @@ def cluster_files(
     pods_file: Annotated[Path, typer.Option("--pods-file", help="Where to write the pods (kubectl get pods -A -o json).")],
     nodes_file: Annotated[Path, typer.Option("--nodes-file", help="Where to write the nodes (kubectl get nodes -o json).")],
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig"))] = None,
-    interval: Annotated[str, typer.Option("--interval", help="Refresh period, e.g. 15s.")] = "15s",
-    once: Annotated[bool, typer.Option("--once", help="Write the files once and exit.")] = False,
+    interval: Annotated[
+        str | None, typer.Option("--interval", help="After a change, rewrite the files at most this often, e.g. 5s." + _env("extender", "files_interval_seconds", "5s"))
+    ] = None,
+    resync: Annotated[
+        str | None, typer.Option("--resync", help="Full re-list period, e.g. 10m; watches carry the changes between." + _env("extender", "files_resync_seconds", "10m"))
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="List once, write the files and exit.")] = False,
 ) -> None:
-    """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`)."""
+    """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`): list once, then watch."""
     import threading
 
-    from serving.cluster_files import run, write_cluster_files
+    from serving.cluster_files import ClusterFiles
     from serving.kube_sync import api_client
 
-    settings = _settings(sync={"kubeconfig": kubeconfig})
-    api = api_client(settings.sync.kubeconfig)
+    settings = _settings(
+        sync={"kubeconfig": kubeconfig},
+        extender={
+            "files_interval_seconds": None if interval is None else _duration(interval, "--interval"),
+            "files_resync_seconds": None if resync is None else _duration(resync, "--resync"),
+        },
+    )
+    extender = settings.extender
+    files = ClusterFiles(
+        api_client(settings.sync.kubeconfig), pods_file, nodes_file, interval_seconds=extender.files_interval_seconds,
+        resync_seconds=extender.files_resync_seconds, backoff_max_seconds=extender.files_backoff_max_seconds,
+    )
     if once:
-        pods, nodes = write_cluster_files(api, pods_file, nodes_file)
+        pods, nodes = files.once()
         err.print(f"wrote {pods} pods to {pods_file} and {nodes} nodes to {nodes_file}")
         return
     stop = threading.Event()
     try:
-        run(api, pods_file, nodes_file, _duration(interval, "--interval"), stop)
+        files.run(stop)
     except KeyboardInterrupt:
         stop.set()
 

@@ -548,6 +548,17 @@ class ExtenderSettings(BaseModel):
     default_cpu_cores: float = Field(0.25, ge=0, description="CPU of a pod with no recommendation and no request, cores (Koordinator: 250m).")
     default_memory_bytes: float = Field(200 * MIB, ge=0, description="Memory of such a pod, bytes (Koordinator: 200 MiB).")
     neutral_score: int = Field(5, ge=0, le=10, description="Score of a node we know nothing about (0-10): neither preferred nor avoided.")
+    files_interval_seconds: float = Field(
+        5.0, gt=0, description="`recommender cluster-files`: after a watched change the files are rewritten at most this "
+        "often, seconds (changes in between are written together).",
+    )
+    files_resync_seconds: float = Field(
+        600.0, gt=0, description="`recommender cluster-files`: full re-list of pods and nodes, seconds; watches carry "
+        "every change in between.",
+    )
+    files_backoff_max_seconds: float = Field(
+        30.0, gt=0, description="`recommender cluster-files`: longest wait before retrying a failed list or watch, seconds.",
+    )
 
 
 class ColocationSettings(BaseModel):
