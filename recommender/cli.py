@@ -331,7 +331,8 @@ def backtest(
         float, typer.Option("--outage-fraction", min=0.0, max=0.5, help="--nodes: share of node-steps without metrics in the outage scenario.")
     ] = 0.02,
 ) -> None:
-    """Replay the file day by day (README "Backtest"): our lines against VPA, KRR, Koordinator, naive, oracle."""
+    """Replay the file day by day, a decision at each midnight from earlier samples only: our lines against VPA, KRR,
+    Koordinator, seasonal naive and the oracle."""
     settings = _settings()
     if nodes:
         _node_backtest(input, report, settings, node_cpu, node_memory, seed, outage_fraction)
