@@ -161,6 +161,7 @@ def _first_ten(problems: dict[str, str]) -> str:
 #: training, Dask or plotting libraries.
 EXTRA_OF_MODULE = {
     "fastapi": "serve",
+    "fastapi_offline": "serve",
     "uvicorn": "serve",
     "prometheus_client": "serve",
     "jsonpatch": "serve",

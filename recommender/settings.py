@@ -18,7 +18,7 @@ from recommender.units import GIB, MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 class HistogramSettings(BaseModel):
-    """VPA's decaying exponential histograms (anchors.md section 2). Defaults are VPA's, so results match it."""
+    """VPA's decaying exponential histograms. Defaults are VPA's, so results match it."""
 
     bucket_growth_ratio: float = Field(
         0.05, gt=0, le=1, description="Each bucket is this fraction wider than the previous (VPA: 5 %); sets the resolution."
@@ -51,7 +51,7 @@ class HistogramSettings(BaseModel):
 
 
 class PolicySettings(BaseModel):
-    """How histogram percentiles become a request recommendation (VPA's defaults, anchors.md section 2)."""
+    """How histogram percentiles become a request recommendation (VPA's defaults)."""
 
     target_percentile: float = Field(0.9, gt=0, le=1, description="Percentile the target is read at (VPA: p90).")
     lower_bound_percentile: float = Field(0.5, gt=0, le=1, description="Percentile of the lower bound (VPA: p50).")
@@ -95,7 +95,7 @@ class PolicySettings(BaseModel):
 
 
 class ReservationSettings(BaseModel):
-    """Koordinator's reservation lines: long-term (its mid rule, anchors.md section 1) and the short-term forecast."""
+    """Koordinator's reservation lines: long-term (its mid rule) and the short-term forecast."""
 
     long_term_cpu_percentile: float = Field(0.95, gt=0, le=1, description="Koordinator mid: p95 of CPU.")
     long_term_memory_percentile: float = Field(0.98, gt=0, le=1, description="Koordinator mid: p98 of memory.")
@@ -487,7 +487,7 @@ class WebhookPolicy(BaseModel):
 
 
 class ColocationProfile(BaseModel):
-    """A ClusterColocationProfile-like rule (anchors.md section 1); matching profiles apply in name order."""
+    """A ClusterColocationProfile-like rule (Koordinator's); matching profiles apply in name order."""
 
     name: str
     namespaces: list[str] = Field(["*"], description="Namespace globs the profile applies to.")
@@ -554,6 +554,17 @@ class ExtenderSettings(BaseModel):
     default_cpu_cores: float = Field(0.25, ge=0, description="CPU of a pod with no recommendation and no request, cores (Koordinator: 250m).")
     default_memory_bytes: float = Field(200 * MIB, ge=0, description="Memory of such a pod, bytes (Koordinator: 200 MiB).")
     neutral_score: int = Field(5, ge=0, le=10, description="Score of a node we know nothing about (0-10): neither preferred nor avoided.")
+    files_interval_seconds: float = Field(
+        5.0, gt=0, description="`recommender cluster-files`: after a watched change the files are rewritten at most this "
+        "often, seconds (changes in between are written together).",
+    )
+    files_resync_seconds: float = Field(
+        600.0, gt=0, description="`recommender cluster-files`: full re-list of pods and nodes, seconds; watches carry "
+        "every change in between.",
+    )
+    files_backoff_max_seconds: float = Field(
+        30.0, gt=0, description="`recommender cluster-files`: longest wait before retrying a failed list or watch, seconds.",
+    )
 
 
 class ColocationSettings(BaseModel):
@@ -652,6 +663,23 @@ class AuthSettings(BaseModel):
     )
 
 
+class OverviewSettings(BaseModel):
+    """What `recommender show` and the dashboard count as a risk: only differences that matter are flagged."""
+
+    risk_shortfall_fraction: float = Field(
+        0.10, ge=0, description="A request below the recommendation is a risk only when short by more than this share "
+        "of the recommendation (10 %: VPA's updater leaves requests within 10 % of the target alone; a 14 Mi shortfall "
+        "on 2 Gi is no risk).",
+    )
+    risk_usage_above_request_share: float = Field(
+        0.01, ge=0, le=1, description="Usage above the request is a risk only in more than this share of the last "
+        "day's steps (1 %: about 15 minutes at 5-minute steps, more than one stray sample).",
+    )
+    risk_throttled_fraction: float = Field(
+        0.05, ge=0, le=1, description="CPU throttling is a risk only in more than this share of CFS periods (5 %).",
+    )
+
+
 class Settings(BaseSettings):
     """All settings, one group per concern."""
 
@@ -671,6 +699,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     sync: SyncSettings = SyncSettings()
+    overview: OverviewSettings = OverviewSettings()
 
 
 def markdown_reference() -> str:

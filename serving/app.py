@@ -152,7 +152,7 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     app.state.authenticators = authenticators(settings.auth)
     app.state.work_pool = work_pool
     app.state.opt_in_sources = sources
-    app.state.overview_cache = dashboard.OverviewCache()
+    app.state.overview_cache = dashboard.OverviewCache(settings.overview)
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, error: RecommenderError) -> JSONResponse:

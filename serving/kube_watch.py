@@ -66,6 +66,7 @@ class Informer:
         self.resource_version: str | None = None
         self.problem: str | None = "not listed yet"
         self._watch: watch.Watch | None = None
+        self._interrupted = False
 
     def values(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """The objects now held (of one namespace when given)."""
@@ -116,8 +117,10 @@ class Informer:
             if event["type"] != "BOOKMARK":
                 self.on_change()
 
-    def stop(self) -> None:
-        """Unblock a watch in progress (the run loop then sees its stop event)."""
+    def interrupt(self) -> None:
+        """End the watch in progress: the run loop then stops (when its stop event is set) or opens a new watch from
+        the resourceVersion it holds, without a re-list."""
+        self._interrupted = True
         if self._watch is not None:
             self._watch.stop()
 
@@ -132,7 +135,7 @@ class Informer:
                     listed_at = time.monotonic()
                 remaining = self.resync_seconds - (time.monotonic() - listed_at)
                 self.watch_once(stop, min(remaining, WATCH_SECONDS))
-                failures = 0
+                failures, self._interrupted = 0, False
                 continue
             except ApiException as error:
                 if error.status == 410:
@@ -149,6 +152,11 @@ class Informer:
                     continue
                 self.problem = f"HTTP {error.status}: {api_message(error)}"
             except (HTTPError, OSError, ValueError) as error:
+                if stop.is_set():
+                    return  # our own stop cut the watch's connection
+                if self._interrupted:
+                    self._interrupted = False
+                    continue
                 self.problem = f"{type(error).__name__}: {error}"
             failures += 1
             self.resource_version = None
@@ -174,7 +182,7 @@ class Informers:
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         for informer in self.informers:
-            informer.stop()
+            informer.interrupt()
         for thread in self._threads:
             thread.join(timeout)
 

@@ -42,9 +42,8 @@ def test_every_heavy_library_belongs_to_an_extra_that_declares_it() -> None:
     declared = extras()
     names = {extra: " ".join(requirements) for extra, requirements in declared.items()}
     for module, extra in EXTRA_OF_MODULE.items():
-        distribution = {"sklearn": "scikit-learn", "prometheus_client": "prometheus-client"}.get(module, module)
-        if module == "scipy":
-            distribution = "scikit-learn"  # scipy comes with scikit-learn
+        # Import names as distributions: scipy comes with scikit-learn.
+        distribution = {"sklearn": "scikit-learn", "scipy": "scikit-learn"}.get(module, module.replace("_", "-"))
         assert re.search(rf"(^|\s){re.escape(distribution)}[>=\[]", names[extra]), f"{module}: not in the {extra} extra"
     core = " ".join(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
     assert not any(re.search(rf"(^|\s){m}[>=]", core) for m in ("pandas", "scikit-learn", "pyarrow", "matplotlib", "dask", "statsmodels", "fastapi"))
