@@ -20,7 +20,6 @@ for role in ${ROLES:-serve train dask all}; do
   size=$(( $(du -sm "$work/$role" | cut -f1) - empty ))
   packages=$("$work/$role/bin/python" -m pip list --format=freeze 2>/dev/null | wc -l)
   case $role in
-    serve,s3) check="import serving.app, s3fs" ;;
     serve) check="import serving.app, serving.kube_sync, serving.cluster_files" ;;
     train) check="import pipelines.train, pipelines.prometheus" ;;
     dask) check="import pipelines.distributed" ;;

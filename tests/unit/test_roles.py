@@ -16,7 +16,7 @@ from recommender.cli import bundled_dataset
 from recommender.errors import EXTRA_OF_MODULE
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = {"pandas", "sklearn", "scipy", "pyarrow", "matplotlib", "dask", "distributed", "statsmodels", "tenacity", "s3fs"}
+HEAVY = {"pandas", "sklearn", "scipy", "pyarrow", "matplotlib", "dask", "distributed", "statsmodels", "tenacity"}
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
