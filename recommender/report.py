@@ -131,7 +131,7 @@ def as_tables(found: Overview, title: str) -> list[Table]:
     rows = Table(title=f"Recommendations ({title})", title_justify="left")
     risky = any(row.risks for row in found.workloads)
     rows.add_column("namespace/workload", no_wrap=True)  # never cut short: it is what one copies
-    rows.add_column("container", overflow="fold")
+    rows.add_column("container", no_wrap=True)
     for column in HEADERS:
         rows.add_column(column, justify="right", overflow="fold")
     if risky:
