@@ -18,6 +18,8 @@ test: $(STAMP)
 	scripts/install-test-deps.sh
 	# The end-to-end tests' control plane (built once, cached); exit 3 = no Go here, and those tests say so.
 	scripts/build-control-plane.sh >/dev/null || [ $$? -eq 3 ]
+	# helm for the chart's tests (built once from the Go module proxy, cached); exit 3 = no Go, and they say so.
+	scripts/build-helm.sh >/dev/null || [ $$? -eq 3 ]
 	$(BIN)/mypy
 	$(BIN)/pytest
 

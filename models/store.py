@@ -44,19 +44,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 import joblib
 from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, Field, ValidationError
 
-from models.nodes import NodeForecaster
-from models.workload import WorkloadRecommender
 from recommender import __version__
 from recommender.atomic import atomic_write_bytes, fsync_directory
 from recommender.errors import ModelStoreError
 from recommender.resources import RecommendationSet, recommendation_set_chunks
+
+if TYPE_CHECKING:  # the estimators (scikit-learn, pandas) are imported only where a model file is read: serving never
+    from models.nodes import NodeForecaster  # does, and its image leaves them out
+    from models.workload import WorkloadRecommender
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -506,6 +508,8 @@ class ModelStore:
                 f"{self.files.url(path)}: version {manifest.version} was trained in partitions on a Dask cluster; "
                 "incremental training continues single-process versions only (run a full fit)"
             )
+        from models.workload import WorkloadRecommender
+
         model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, MODEL)))
         if not isinstance(model, WorkloadRecommender):
             raise ModelStoreError(f"{self.files.url(path)}/{MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender")
@@ -517,6 +521,8 @@ class ModelStore:
         manifest = self.manifest(posixpath.basename(path))
         if NODE_MODEL not in manifest.files:
             return None
+        from models.nodes import NodeForecaster
+
         model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, NODE_MODEL)))
         if not isinstance(model, NodeForecaster):
             raise ModelStoreError(f"{self.files.url(path)}/{NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster")

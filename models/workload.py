@@ -137,6 +137,9 @@ class ResourceForecast:
 
 Sketch = tuple[IntArray, IntArray]
 LINES = ("short_term", "request", "long_term")
+#: A pod counts as a current replica when its newest sample is at most this much older than its workload's newest,
+#: seconds: three 5-minute steps, so one missed scrape does not drop it and a pod replaced an hour ago is not counted.
+REPLICA_WINDOW_SECONDS = 900
 #: The long-term line holds for a week: its candidates are scored on the week after each origin.
 LONG_TERM_DAYS = 7
 
@@ -608,7 +611,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
 
     @staticmethod
     def _describe(pods: pd.DataFrame) -> pd.DataFrame:
-        """Per group: key columns, history window, pods, samples, containers per pod, last requests/limits."""
+        """Per group: key columns, history window, pods, current replicas, samples, containers per pod, last
+        requests/limits."""
+        newest = pods.groupby(level="group")["last_sample"].transform("max")
+        current = (pods["last_sample"] >= newest - REPLICA_WINDOW_SECONDS).groupby(level="group", sort=True).sum().rename("replicas")
         grouped = pods.groupby(level="group", sort=True)
         described = grouped.agg(
             first_sample=("first_sample", "min"),
@@ -616,7 +622,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             pods=("samples", "size"),
             samples=("samples", "sum"),
             **{column: (column, "sum") for column in SAMPLE_COLUMNS},
-        ).join(grouped[list(CURRENT_COLUMNS)].max())
+        ).join(grouped[list(CURRENT_COLUMNS)].max()).join(current)
         keys = pd.DataFrame([json.loads(label) for label in described.index], columns=list(KEY_COLUMNS), index=described.index)
         described = keys.join(described)
         containers = described.groupby(["namespace", "workload"])["container"].nunique().rename("containers_per_pod")
@@ -687,6 +693,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         first_sample=int(row["first_sample"]),
                         last_sample=int(row["last_sample"]),
                         pods=int(row["pods"]),
+                        replicas=int(row["replicas"]),
                         samples=int(row["samples"]),
                         cpu_samples=int(row["cpu_samples"]),
                         memory_samples=int(row["memory_samples"]),

@@ -339,6 +339,7 @@ class PrometheusClient:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             headers=headers,
+            auth=self._basic_auth(token),
             verify=self._tls(),
             timeout=httpx.Timeout(settings.timeout_seconds, connect=min(10.0, settings.timeout_seconds)),
             limits=httpx.Limits(max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency),
@@ -366,6 +367,21 @@ class PrometheusClient:
             except OSError as error:
                 raise PrometheusError(f"cannot read bearer token file {settings.bearer_token_file}: {error}") from None
         return settings.bearer_token.get_secret_value() if settings.bearer_token else None
+
+    def _basic_auth(self, token: str | None) -> httpx.BasicAuth | None:
+        """User and password (read from its file) when basic authentication is configured."""
+        settings = self.settings
+        if settings.basic_auth_username is None and settings.basic_auth_password_file is None:
+            return None
+        if settings.basic_auth_username is None or settings.basic_auth_password_file is None:
+            raise PrometheusError("basic authentication needs both basic_auth_username and basic_auth_password_file")
+        if token:
+            raise PrometheusError("give Prometheus either a bearer token or basic authentication, not both")
+        try:
+            password = settings.basic_auth_password_file.read_text(encoding="utf-8").rstrip("\n")
+        except OSError as error:
+            raise PrometheusError(f"cannot read basic-auth password file {settings.basic_auth_password_file}: {error}") from None
+        return httpx.BasicAuth(settings.basic_auth_username, password)
 
     @property
     def _timeout_param(self) -> str:

@@ -21,6 +21,8 @@ from recommender.settings import Settings
 from recommender.progress import Step, quiet
 
 
+#: `end_at` shifts by whole steps of the tidy format, so samples keep their place on the 5-minute grid.
+SHIFT_STEP_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -128,14 +130,24 @@ def train_from_file(
     oom_events_path: Path | None = None,
     horizon_seconds: int = 86400,
     incremental: bool = False,
+    end_at: int | None = None,
     step: Step = quiet,
 ) -> Manifest:
     """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched.
 
-    `incremental`: continue the latest version's models with only the rows after its data window."""
+    `incremental`: continue the latest version's models with only the rows after its data window. `end_at`: move
+    every timestamp by the same whole number of 5-minute steps so the newest sample lands at most one step before
+    this Unix time (the demo's old trace then reads as current); the file is not touched, the source says so."""
     bounds = SampleBounds.at(settings.ingest, time.time())
     usage = load_history(input_path, as_of, bounds, step)
     oom_events = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
+    source = str(input_path)
+    if end_at is not None:
+        shift = (end_at - int(usage["timestamp"].max())) // SHIFT_STEP_SECONDS * SHIFT_STEP_SECONDS
+        usage = usage.assign(timestamp=usage["timestamp"] + shift)
+        if oom_events is not None:
+            oom_events = oom_events.assign(timestamp=oom_events["timestamp"] + shift)
+        source += f" (timestamps moved {shift / 86400:+.1f} days at load so the data ends now; the file is unchanged)"
     parent = _parent(settings, incremental)
     if parent is not None:
         usage = usage[usage["timestamp"] > parent.manifest.data_window.last_sample]
@@ -149,7 +161,7 @@ def train_from_file(
         usage, settings, as_of, horizon_seconds, oom_events, step,
         resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
     )
-    return _publish(settings, result, usage, str(input_path), step, parent=parent)
+    return _publish(settings, result, usage, source, step, parent=parent)
 
 
 @dataclass(frozen=True)

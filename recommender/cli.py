@@ -6,7 +6,7 @@ one-line message on stderr and a non-zero exit code; progress goes to stderr so 
 
 from __future__ import annotations
 
-import json
+import io
 import os
 import sys
 import threading
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -24,21 +24,15 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
 from recommender import __version__
 from recommender.atomic import atomic_write_text
-from recommender.errors import ConfigurationError, KubernetesError, RecommenderError
-from recommender.resources import RecommendationSet, WorkloadRecommendation
+from recommender.errors import ConfigurationError, KubernetesError, RecommenderError, UnknownWorkloadError, missing_extra
 from recommender.settings import Settings
 from recommender.text import printable
 from recommender.units import (
-    GIB,
     cpu_cores_from_quantity,
-    cpu_quantity,
     memory_bytes_from_quantity,
-    memory_quantity,
     parse_duration_seconds,
 )
 
@@ -51,15 +45,28 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help: rich markup would take "[default: 8080]" for a style tag and print "TCP port ." instead.
+    rich_markup_mode=None,
 )
 err = Console(stderr=True)
 #: Wide enough for the recommendation table when stdout is a pipe or a file (rich assumes 80 columns there).
 out = Console(width=None if sys.stdout.isatty() else 150)
 
+def _env(group: str, field: str, shown: str | None = None) -> str:
+    """The end of an option's help: the setting's default and environment variable, read from `Settings` so that
+    help and configuration cannot drift (`shown`: the default as the flag takes it, e.g. 14d for seconds)."""
+    model = Settings.model_fields[group].annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel)
+    default = model.model_fields[field].get_default(call_default_factory=True)
+    if shown is None:
+        shown = "none" if default in (None, {}, []) else ("on" if default is True else "off" if default is False else str(default))
+    return f" [default: {shown}; env KOORD_RECOMMENDER_{group.upper()}__{field.upper()}]"
+
+
 StoreOption = Annotated[
     str | None,
     typer.Option(
-        "--store", help="Model store: a directory or an fsspec URL such as s3://bucket/prefix [env KOORD_RECOMMENDER_STORE__PATH, default ./model-store]."
+        "--store", help="Model store: a directory or an fsspec URL such as s3://bucket/prefix." + _env("store", "path")
     ),
 ]
 
@@ -67,6 +74,9 @@ StoreOption = Annotated[
 class Format(str, Enum):
     table = "table"
     json = "json"
+    yaml = "yaml"
+    csv = "csv"
+    html = "html"
 
 
 def _settings(**groups: dict[str, Any]) -> Settings:
@@ -89,8 +99,9 @@ TargetViolationOption = Annotated[
     typer.Option(
         "--target-violation",
         help="Risk level: the share of 5-minute samples each line may be under, e.g. 0.01 or 0.05 (like VPA's target "
-        "percentile, 0.05 = p95); sets the short-term, request and long-term lines [default 0.01; per namespace or "
-        "workload: KOORD_RECOMMENDER_FORECAST__TARGET_VIOLATION_OVERRIDES].",
+        "percentile, 0.05 = p95); sets the short-term, request and long-term lines [default: 0.01; env "
+        "KOORD_RECOMMENDER_FORECAST__SHORT_TERM_TARGET_VIOLATION, __REQUEST_TARGET_VIOLATION, "
+        "__LONG_TERM_TARGET_VIOLATION; per namespace or workload: KOORD_RECOMMENDER_FORECAST__TARGET_VIOLATION_OVERRIDES].",
     ),
 ]
 
@@ -113,18 +124,32 @@ def _duration(text: str, option: str) -> int:
 
 @contextmanager
 def _progress(total: int) -> Iterator[Any]:
-    """A bar over a known number of steps; each call of the yielded function starts the next step."""
+    """Steps of a long command: a live bar on a terminal; elsewhere (a pod's log, CI, a pipe) one timestamped line
+    per step, so progress shows in logs too. Each call of the yielded function starts the next step."""
+    if not err.is_terminal:
+        started = time.monotonic()
+        count = 0
+
+        def line(description: str) -> None:
+            nonlocal count
+            count += 1
+            stamp = time.strftime("%H:%M:%S", time.gmtime())
+            err.print(f"{stamp} [{count}/{total}] {_safe(description)} ({time.monotonic() - started:.1f} s)", highlight=False, soft_wrap=True)
+
+        yield line
+        err.print(f"{time.strftime('%H:%M:%S', time.gmtime())} done in {time.monotonic() - started:.1f} s", highlight=False)
+        return
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
     ) as progress:
         task = progress.add_task("starting", total=total)
-        started = False
+        started_bar = False
 
         def step(description: str) -> None:
-            nonlocal started
-            if started:
+            nonlocal started_bar
+            if started_bar:
                 progress.advance(task)
-            started = True
+            started_bar = True
             progress.update(task, description=description)
 
         yield step
@@ -135,7 +160,7 @@ def _progress(total: int) -> Iterator[Any]:
 def train(
     input: Annotated[Path | None, typer.Option("--input", help="Tidy usage file: .csv, .csv.gz or .parquet.")] = None,
     prometheus_url: Annotated[
-        str | None, typer.Option("--prometheus-url", help="Read usage from this Prometheus-compatible API instead of a file.")
+        str | None, typer.Option("--prometheus-url", help="Read usage from this Prometheus-compatible API instead of a file." + _env("prometheus", "url"))
     ] = None,
     store: StoreOption = None,
     as_of: Annotated[int | None, typer.Option("--as-of", help="Learn only from samples before this Unix time.")] = None,
@@ -143,13 +168,13 @@ def train(
         Path | None, typer.Option("--oom-events", help="OOM kills (timestamp,namespace,workload,pod,container[,memory_bytes]).")
     ] = None,
     horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon of the stored lines, e.g. 24h.")] = "24h",
-    history: Annotated[str | None, typer.Option("--history", help="Prometheus: how far back to read [default 14d].")] = None,
-    bearer_token_file: Annotated[Path | None, typer.Option("--bearer-token-file", help="Prometheus: bearer token file.")] = None,
-    ca_file: Annotated[Path | None, typer.Option("--ca-file", help="Prometheus: CA bundle (PEM).")] = None,
-    client_cert_file: Annotated[Path | None, typer.Option("--client-cert-file", help="Prometheus: client certificate.")] = None,
-    client_key_file: Annotated[Path | None, typer.Option("--client-key-file", help="Prometheus: client key.")] = None,
+    history: Annotated[str | None, typer.Option("--history", help="Prometheus: how far back to read, e.g. 14d." + _env("prometheus", "history_seconds", "14d"))] = None,
+    bearer_token_file: Annotated[Path | None, typer.Option("--bearer-token-file", help="Prometheus: bearer token file." + _env("prometheus", "bearer_token_file"))] = None,
+    ca_file: Annotated[Path | None, typer.Option("--ca-file", help="Prometheus: CA bundle (PEM)." + _env("prometheus", "ca_file"))] = None,
+    client_cert_file: Annotated[Path | None, typer.Option("--client-cert-file", help="Prometheus: client certificate." + _env("prometheus", "client_cert_file"))] = None,
+    client_key_file: Annotated[Path | None, typer.Option("--client-key-file", help="Prometheus: client key." + _env("prometheus", "client_key_file"))] = None,
     header: Annotated[
-        list[str] | None, typer.Option("--header", help="Prometheus: extra header 'Name: value' (repeatable), e.g. X-Scope-OrgID.")
+        list[str] | None, typer.Option("--header", help="Prometheus: extra header 'Name: value' (repeatable), e.g. X-Scope-OrgID." + _env("prometheus", "headers", "none"))
     ] = None,
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Prometheus: publish even if some namespaces could not be read.")
@@ -159,17 +184,17 @@ def train(
     ] = False,
     dask_scheduler: Annotated[
         str | None,
-        typer.Option("--dask-scheduler", help="Train in partitions on this Dask scheduler, e.g. tcp://dask-scheduler:8786 [env KOORD_RECOMMENDER_SCALE__SCHEDULER_ADDRESS]."),
+        typer.Option("--dask-scheduler", help="Train in partitions on this Dask scheduler, e.g. tcp://dask-scheduler:8786." + _env("scale", "scheduler_address")),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", help="Train in partitions on a local Dask cluster of N worker processes.")
+        int | None, typer.Option("--workers", help="Train in partitions on a local Dask cluster of N worker processes." + _env("scale", "workers"))
     ] = None,
     partition_containers: Annotated[
-        int | None, typer.Option("--partition-containers", help="Distributed: workload containers per partition [default 500].")
+        int | None, typer.Option("--partition-containers", help="Distributed: workload containers per partition." + _env("scale", "partition_containers"))
     ] = None,
     failure_tolerance: Annotated[
         float | None,
-        typer.Option("--failure-tolerance", help="Distributed: share of partitions that may fail and the rest still publish [default 0]."),
+        typer.Option("--failure-tolerance", help="Distributed: share of partitions that may fail and the rest still publish." + _env("scale", "failure_tolerance_fraction")),
     ] = None,
     target_violation: TargetViolationOption = None,
 ) -> None:
@@ -306,7 +331,8 @@ def backtest(
         float, typer.Option("--outage-fraction", min=0.0, max=0.5, help="--nodes: share of node-steps without metrics in the outage scenario.")
     ] = 0.02,
 ) -> None:
-    """Replay the file day by day (anchors.md section 6): our lines against VPA, KRR, Koordinator, naive, oracle."""
+    """Replay the file day by day, a decision at each midnight from earlier samples only: our lines against VPA, KRR,
+    Koordinator, seasonal naive and the oracle."""
     settings = _settings()
     if nodes:
         _node_backtest(input, report, settings, node_cpu, node_memory, seed, outage_fraction)
@@ -345,73 +371,54 @@ def _safe(text: str) -> str:
     return escape(printable(text))
 
 
-def _show_payload(version: str, recommendations: RecommendationSet) -> dict[str, Any]:
-    payload: dict[str, Any] = {"version": version, **json.loads(recommendations.model_dump_json())}
-    return payload
-
-
 @app.command()
 def show(
     store: StoreOption = None,
-    format: Annotated[Format, typer.Option("--format", help="table for people, json for scripts.")] = Format.table,
+    format: Annotated[
+        Format, typer.Option("--format", help="table (people), json or yaml (totals, rows and the recommendations), csv (one row a container), html (a self-contained report).")
+    ] = Format.table,
+    namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", metavar="GLOB", help="Only these namespaces (glob; repeatable).")] = None,
+    workload: Annotated[list[str] | None, typer.Option("--workload", "-w", metavar="GLOB", help="Only these workloads (glob; repeatable).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file (replaced atomically) instead of stdout.")] = None,
 ) -> None:
-    """Print the latest model version's recommendations."""
+    """Print the latest model version's recommendations and what they would save against current requests: the
+    dashboard's numbers, per replica and times replicas, with totals per namespace and overall."""
     from models.store import ModelStore
+    from recommender import report
+    from recommender.overview import overview
 
     settings = _settings(store={"path": store})
     loaded = ModelStore(settings.store.path, settings.store.retention_versions).load()
-    if format is Format.json:
-        sys.stdout.write(json.dumps(_show_payload(loaded.manifest.version, loaded.recommendations)) + "\n")
-        return
-    out.print(_recommendation_table(loaded.recommendations.recommendations, f"version {loaded.manifest.version}"))
-
-
-def _saving(current: float | None, target: float, scale: float, fmt: str) -> str:
-    if current is None:
-        return "-"
-    percent = (current - target) / current * 100 if current else 0.0
-    return f"{(current - target) / scale:{fmt}} ({percent:.0f}%)"
-
-
-def _recommendation_table(recommendations: list[WorkloadRecommendation], title: str) -> Table:
-    table = Table(title=f"Recommendations ({_safe(title)})", title_justify="left")
-    for column in ("namespace/workload", "container", "CPU limit", "CPU request", "CPU saved", "mem limit", "mem request", "mem saved", "pods"):
-        table.add_column(column, justify="left" if column in ("namespace/workload", "container") else "right")
-    totals = {"cpu_now": 0.0, "cpu_rec": 0.0, "mem_now": 0.0, "mem_rec": 0.0}
-    for rec in recommendations:
-        cpu, memory, current = rec.cpu, rec.memory, rec.current
-        pods = rec.history.pods if rec.history else 1
-        if cpu is not None and current.cpu_limit_cores is not None:
-            totals["cpu_now"] += current.cpu_limit_cores
-            totals["cpu_rec"] += cpu.target
-        if memory is not None and current.memory_limit_bytes is not None:
-            totals["mem_now"] += current.memory_limit_bytes
-            totals["mem_rec"] += memory.target
-        table.add_row(
-            Text(printable(f"{rec.namespace}/{rec.workload}")),
-            Text(printable(rec.container)),
-            "-" if current.cpu_limit_cores is None else cpu_quantity(current.cpu_limit_cores),
-            "-" if cpu is None else cpu_quantity(cpu.target),
-            "-" if cpu is None else _saving(current.cpu_limit_cores, cpu.target, 1.0, ".2f"),
-            "-" if current.memory_limit_bytes is None else memory_quantity(current.memory_limit_bytes),
-            "-" if memory is None else memory_quantity(memory.target),
-            "-" if memory is None else _saving(current.memory_limit_bytes, memory.target, GIB, ".2f"),
-            str(pods),
-        )
-    table.caption = (
-        f"per pod, against the current limit: CPU {totals['cpu_now']:.2f} -> {totals['cpu_rec']:.2f} cores, "
-        f"memory {totals['mem_now'] / GIB:.2f} -> {totals['mem_rec'] / GIB:.2f} GiB (saved: CPU in cores, memory in GiB)"
-    )
-    return table
+    recommendations = report.chosen(loaded.recommendations, namespace or [], workload or [])
+    if not recommendations.recommendations:
+        asked = " ".join([*(f"--namespace {n}" for n in namespace or []), *(f"--workload {w}" for w in workload or [])])
+        raise UnknownWorkloadError(f"no workload of version {loaded.manifest.version} matches {asked}")
+    title = f"version {loaded.manifest.version}"
+    if format in (Format.json, Format.yaml):
+        document = report.payload(loaded.manifest.version, recommendations, settings.overview)
+        text = report.as_json(document) if format is Format.json else report.as_yaml(document)
+    elif format is Format.table:
+        console = Console(file=io.StringIO(), width=out.width if output is None else 200)
+        for table in report.as_tables(overview(recommendations, settings.overview), title):
+            console.print(table)
+        text = console.file.getvalue()  # type: ignore[attr-defined]
+    else:
+        found = overview(recommendations, settings.overview)
+        text = report.as_csv(found) if format is Format.csv else report.as_html(found, title)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(output, text)
+        err.print(f"wrote {format.value} of {len(recommendations.recommendations)} containers to {output}")
 
 
 @app.command()
 def serve(
     store: StoreOption = None,
-    host: Annotated[str | None, typer.Option("--host", help="Listen address [default 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="TCP port [default 8080].")] = None,
-    tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS).")] = None,
-    tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="PEM private key.")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address." + _env("serve", "host"))] = None,
+    port: Annotated[int | None, typer.Option("--port", help="TCP port." + _env("serve", "port"))] = None,
+    tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS)." + _env("serve", "tls_cert_file"))] = None,
+    tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="PEM private key." + _env("serve", "tls_key_file"))] = None,
 ) -> None:
     """Serve the REST API, the dashboard (/ui/), the admission webhook and the scheduler extender over the latest model version (docs at /docs)."""
     settings = _settings(
@@ -463,18 +470,18 @@ def _run_server(settings: Settings, open_browser: bool = False) -> None:
 @app.command()
 def sync(
     store: StoreOption = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig [default: in-cluster, then ~/.kube/config].")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig"))] = None,
     once: Annotated[bool, typer.Option("--once", help="One resync pass, then exit (for a CronJob or a test).")] = False,
     recommender_name: Annotated[
-        str | None, typer.Option("--recommender-name", help="VPAs naming this recommender are ours [default koord-recommender].")
+        str | None, typer.Option("--recommender-name", help="VPAs naming this recommender are ours." + _env("sync", "recommender_name"))
     ] = None,
-    resync: Annotated[str | None, typer.Option("--resync", help="Full resync period, e.g. 60s [default 60s].")] = None,
+    resync: Annotated[str | None, typer.Option("--resync", help="Full resync period, e.g. 60s." + _env("sync", "resync_seconds", "60s"))] = None,
     reclaim_ratios: Annotated[
-        bool | None, typer.Option("--reclaim-ratios/--no-reclaim-ratios", help="Write node.koordinator.sh/*-reclaim-ratio node labels [default off].")
+        bool | None, typer.Option("--reclaim-ratios/--no-reclaim-ratios", help="Write node.koordinator.sh/*-reclaim-ratio node labels." + _env("colocation", "write_reclaim_ratios"))
     ] = None,
     usage_thresholds: Annotated[
         bool | None,
-        typer.Option("--usage-thresholds/--no-usage-thresholds", help="Write the scheduling.koordinator.sh/usage-thresholds node annotation [default off]."),
+        typer.Option("--usage-thresholds/--no-usage-thresholds", help="Write the scheduling.koordinator.sh/usage-thresholds node annotation." + _env("colocation", "write_usage_thresholds")),
     ] = None,
     write_checkpoints: Annotated[
         bool | None,
@@ -487,7 +494,8 @@ def sync(
     import threading
 
     from models.store import ModelStore
-    from serving.controllers.status import StatusSync, SyncReport, api_client
+    from serving.controllers.status import StatusSync, SyncReport
+    from serving.kube import api_client
     from serving.controllers.nodes import NodeColocationSync
     from serving.state import ServiceState
     from serving.controllers.checkpoints import CheckpointBridge
@@ -503,7 +511,7 @@ def sync(
         colocation={"write_reclaim_ratios": reclaim_ratios, "write_usage_thresholds": usage_thresholds},
     )
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
-    api = api_client(settings.sync)
+    api = api_client(settings.sync.kubeconfig)
     nodes = NodeColocationSync(api, state, settings)
     checkpoints = CheckpointBridge(api, state, state.store, settings.sync)
 
@@ -541,41 +549,59 @@ def sync(
 def cluster_files(
     pods_file: Annotated[Path, typer.Option("--pods-file", help="Where to write the pods (kubectl get pods -A -o json).")],
     nodes_file: Annotated[Path, typer.Option("--nodes-file", help="Where to write the nodes (kubectl get nodes -o json).")],
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig [default: in-cluster, then ~/.kube/config].")] = None,
-    interval: Annotated[str, typer.Option("--interval", help="Refresh period, e.g. 15s.")] = "15s",
-    once: Annotated[bool, typer.Option("--once", help="Write the files once and exit.")] = False,
+    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig"))] = None,
+    interval: Annotated[
+        str | None, typer.Option("--interval", help="After a change, rewrite the files at most this often, e.g. 5s." + _env("extender", "files_interval_seconds", "5s"))
+    ] = None,
+    resync: Annotated[
+        str | None, typer.Option("--resync", help="Full re-list period, e.g. 10m; watches carry the changes between." + _env("extender", "files_resync_seconds", "10m"))
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="List once, write the files and exit.")] = False,
 ) -> None:
-    """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`)."""
+    """Keep the scheduler extender's view of pods and nodes fresh on disk (run beside `serve`): list once, then watch."""
     import threading
 
-    from serving.controllers.cluster_view import run, write_cluster_files
-    from serving.controllers.status import api_client
+    from serving.controllers.cluster_view import ClusterFiles
+    from serving.kube import api_client
 
-    settings = _settings(sync={"kubeconfig": kubeconfig})
-    api = api_client(settings.sync)
+    settings = _settings(
+        sync={"kubeconfig": kubeconfig},
+        extender={
+            "files_interval_seconds": None if interval is None else _duration(interval, "--interval"),
+            "files_resync_seconds": None if resync is None else _duration(resync, "--resync"),
+        },
+    )
+    extender = settings.extender
+    files = ClusterFiles(
+        api_client(settings.sync.kubeconfig), pods_file, nodes_file, interval_seconds=extender.files_interval_seconds,
+        resync_seconds=extender.files_resync_seconds, backoff_max_seconds=extender.files_backoff_max_seconds,
+    )
     if once:
-        pods, nodes = write_cluster_files(api, pods_file, nodes_file)
+        pods, nodes = files.once()
         err.print(f"wrote {pods} pods to {pods_file} and {nodes} nodes to {nodes_file}")
         return
     stop = threading.Event()
     try:
-        run(api, pods_file, nodes_file, _duration(interval, "--interval"), stop)
+        files.run(stop)
     except KeyboardInterrupt:
         stop.set()
 
 
 def bundled_dataset() -> Path:
-    """The Google 2019 trace shipped in the repository (see data/google-2019/SOURCE.md)."""
-    return Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usage.csv.gz"
+    """The Google 2019 trace (see data/google-2019/SOURCE.md): in a checkout, or where the image puts it
+    (<prefix>/share/koord-recommender, the Dockerfile's COPY)."""
+    checkout = Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usage.csv.gz"
+    installed = Path(sys.prefix) / "share" / "koord-recommender" / "google-2019" / "usage.csv.gz"
+    return checkout if checkout.exists() or not installed.exists() else installed
 
 
 @app.command()
 def demo(
-    input: Annotated[Path | None, typer.Option("--input", help="Usage file [default: the bundled Google 2019 trace].")] = None,
+    input: Annotated[Path | None, typer.Option("--input", help="Usage file [default: the bundled Google 2019 trace, moved in time to end now].")] = None,
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the store and the chart go.")] = Path("demo-output"),
     charts: Annotated[int, typer.Option("--charts", min=1, help="Workloads drawn in the chart.")] = 4,
     serve_after: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the result and its dashboard afterwards.")] = True,
-    port: Annotated[int | None, typer.Option("--port", help="TCP port for --serve [default 8080].")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="TCP port for --serve." + _env("serve", "port"))] = None,
     open_browser: Annotated[
         bool, typer.Option("--open/--no-open", help="Open the dashboard in a browser when a display is available.")
     ] = True,
@@ -585,13 +611,20 @@ def demo(
     from pipelines.train import train_from_file
     from recommender.charts import four_lines_figure, save_png
 
+    from recommender import report
+    from recommender.overview import overview
+
     source = input or bundled_dataset()
     settings = _settings(store={"path": workdir / "store"}, serve={"port": port})
     with _progress(4) as step:
-        manifest = train_from_file(source, settings, step=step)
+        # The bundled trace is from 2019: moved at load so it ends now, or every page would call the model stale.
+        manifest = train_from_file(source, settings, end_at=int(time.time()) if input is None else None, step=step)
+    if input is None:
+        out.print(f"data: {manifest.source}", highlight=False)
     loaded = ModelStore(settings.store.path, settings.store.retention_versions).load(manifest.version)
     recommendations = loaded.recommendations.recommendations
-    out.print(_recommendation_table(recommendations, f"{source.name}, version {manifest.version}"))
+    for table in report.as_tables(overview(loaded.recommendations, settings.overview), f"{source.name}, version {manifest.version}"):
+        out.print(table)
     # Chart the workloads still running at the decision time first, the busiest of them first.
     as_of = loaded.recommendations.as_of
     busiest = sorted(
@@ -620,8 +653,19 @@ def main() -> None:
     try:
         app()
     except RecommenderError as error:
-        err.print(f"[bold red]error:[/] {_safe(str(error))}", highlight=False, soft_wrap=True)
-        sys.exit(error.exit_code)
+        _exit_with(error)
+    except ModuleNotFoundError as error:
+        # A command whose optional extra this installation (or image role) lacks: say which, not a traceback.
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "this command")
+        missing = missing_extra(error, f"recommender {command}", extra="all" if command == "demo" else None)
+        if missing is None:
+            raise
+        _exit_with(missing)
+
+
+def _exit_with(error: RecommenderError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {_safe(str(error))}", highlight=False, soft_wrap=True)
+    sys.exit(error.exit_code)
 
 
 if __name__ == "__main__":

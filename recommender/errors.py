@@ -155,3 +155,46 @@ def _first_ten(problems: dict[str, str]) -> str:
     """`name: why` of the first ten problems by name, and how many more there are."""
     listed = "; ".join(f"{name}: {why}" for name, why in sorted(problems.items())[:10])
     return listed + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else "")
+
+
+#: The optional extra (pyproject.toml) that brings each library only some roles install: the serving image has no
+#: training, Dask or plotting libraries.
+EXTRA_OF_MODULE = {
+    "fastapi": "serve",
+    "fastapi_offline": "serve",
+    "uvicorn": "serve",
+    "prometheus_client": "serve",
+    "jsonpatch": "serve",
+    "pandas": "train",
+    "sklearn": "train",
+    "scipy": "train",
+    "pyarrow": "train",
+    "tenacity": "train",
+    "statsmodels": "stl",
+    "dask": "dask",
+    "distributed": "dask",
+    "matplotlib": "charts",
+}
+
+
+class MissingExtraError(RecommenderError):
+    """A command or route needs a library of an optional extra that this installation lacks; names both."""
+
+    http_status = 501
+    exit_code = 2
+
+    def __init__(self, what: str, module: str, extra: str):
+        self.what, self.module, self.extra = what, module, extra
+        super().__init__(f"{what} needs {module}, which is not installed here: pip install 'koord-recommender[{extra}]'")
+
+    def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str, str]]:
+        return type(self), (self.what, self.module, self.extra)
+
+
+def missing_extra(error: ModuleNotFoundError, what: str, extra: str | None = None) -> MissingExtraError | None:
+    """The MissingExtraError for a failed import of an optional library (naming `extra` when `what` needs more than
+    that library's extra), None for anything else (a bug)."""
+    module = (error.name or "").split(".")[0]
+    if module not in EXTRA_OF_MODULE:
+        return None
+    return MissingExtraError(what, module, extra or EXTRA_OF_MODULE[module])

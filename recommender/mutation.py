@@ -1,7 +1,8 @@
 """What the admission webhook does to a pod, as a pure function of the pod, the recommendations and the settings.
 
-Sizing follows VPA's admission controller (anchors.md section 2): requests <- the chosen line, limits scaled by the
-same factor (newLimit = oldLimit x newRequest / oldRequest), containers without a recommendation untouched. On top,
+Whether to size at all is the opt-in's (`recommender.optin`); the webhook rules and a VPA's container policies say
+how. Sizing follows VPA's admission controller (anchors.md section 2): requests <- the chosen line, limits scaled by
+the same factor (newLimit = oldLimit x newRequest / oldRequest), containers without a recommendation untouched. On top,
 ClusterColocationProfile-like rules set Koordinator's QoS and priority and rename cpu/memory to batch-*/mid-* for
 batch and mid pods. The result is checked against Koordinator's validating rules; a change that would make the pod
 invalid is dropped (colocation first, then sizing) with a warning, so the webhook never causes a rejection.
@@ -19,12 +20,16 @@ from typing import Any
 
 from recommender import koordinator
 from recommender.identity import WorkloadKey
+from recommender.optin import OptIn
 from recommender.owners import workload_candidates
 from recommender.resources import ResourceRecommendation, WorkloadRecommendation
 from recommender.settings import ColocationProfile, WebhookPolicy, WebhookSettings
 from recommender.units import cpu_cores_from_quantity, cpu_quantity, memory_bytes_from_quantity, memory_quantity
 
-CHANGES_ANNOTATION = "koord-recommender.io/changes"
+#: The audit record on every pod we change: version, mode, source of the opt-in, what changed.
+APPLIED_ANNOTATION = "koord-recommender.io/applied"
+#: The same record in dry-run (webhook.dry_run), the only thing then written.
+WOULD_APPLY_ANNOTATION = "koord-recommender.io/would-apply"
 
 Lookup = Callable[[WorkloadKey], WorkloadRecommendation | None]
 
@@ -37,6 +42,8 @@ class Mutation:
     workload: str | None = None
     changes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: resources left alone because a HorizontalPodAutoscaler scales the workload on them
+    hpa_refused: list[str] = field(default_factory=list)
     #: learned usage (long-term line, capped at the limit) summed over the sized containers
     usage_cores: float = 0.0
     usage_bytes: float = 0.0
@@ -100,7 +107,26 @@ def resolve_workload(pod: Mapping[str, Any], namespace: str, lookup: Lookup) -> 
     return None
 
 
-def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, policy: WebhookPolicy, result: Mutation) -> None:
+def container_policy(policy: WebhookPolicy, optin: OptIn, container: str) -> WebhookPolicy | None:
+    """The rule for one container: the webhook rule, narrowed by the VPA's container policy (None: its mode is Off)."""
+    vpa = optin.container_policy(container)
+    update: dict[str, Any] = {}
+    if vpa is not None:
+        if vpa.mode == "Off":
+            return None
+        if vpa.controlled_resources is not None:
+            update["controlled_resources"] = list(vpa.controlled_resources)
+        if vpa.controlled_values is not None:
+            update["controlled_values"] = vpa.controlled_values
+        for name, unit in (("cpu", "cpu_cores"), ("memory", "memory_bytes")):
+            if name in vpa.min_allowed:
+                update[f"min_{unit}"] = vpa.min_allowed[name]
+            if name in vpa.max_allowed:
+                update[f"max_{unit}"] = vpa.max_allowed[name]
+    return policy.model_copy(update=update) if update else policy
+
+
+def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, policy: WebhookPolicy, hpa: frozenset[str], result: Mutation) -> None:
     """Set one container's requests (and limits) from its recommendation, as VPA's admission controller does."""
     resources = container.setdefault("resources", {})
     requests = dict(resources.get("requests") or {})
@@ -113,6 +139,10 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
         learned: ResourceRecommendation | None = getattr(rec, name)
         if learned is None:
             continue
+        if name in hpa:
+            if name not in result.hpa_refused:
+                result.hpa_refused.append(name)
+            continue
         if learned.stale:
             result.warnings.append(f"koord-recommender: {container.get('name')}: {name} not resized, the recommendation is stale (no recent samples)")
             continue
@@ -120,7 +150,7 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
         new_request = _clamp(_line_value(learned, policy.line), *bounds[name])
         old_limit = parse(limits[name]) if name in limits else None
         old_request = parse(requests[name]) if name in requests else old_limit
-        scale_limit = policy.mode == "requests-and-limits" and old_limit is not None and bool(old_request)
+        scale_limit = policy.controlled_values == "RequestsAndLimits" and old_limit is not None and bool(old_request)
         if old_limit is not None and not scale_limit:
             new_request = min(new_request, old_limit)  # a request above an unchanged limit would be rejected
         request_text = fmt(new_request)
@@ -198,39 +228,70 @@ def _scaling_factors(result: Mutation, pod: Mapping[str, Any]) -> dict[str, int]
 
 
 def mutate(
-    pod: Mapping[str, Any], namespace: str, lookup: Lookup, settings: WebhookSettings, version: str, *, colocate: bool = True
+    pod: Mapping[str, Any], namespace: str, lookup: Lookup, settings: WebhookSettings, version: str, optin: OptIn
 ) -> Mutation:
-    """The mutated pod. Never raises on odd pods it understands; callers fail open on anything else."""
+    """The mutated pod (in dry-run: the pod with only the would-apply record). Never raises on odd pods it
+    understands; callers fail open on anything else."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if APPLIED_ANNOTATION in annotations or WOULD_APPLY_ANNOTATION in annotations:
+        # already ours (a reinvocation): changing it again would not be idempotent for batch pods
+        return Mutation(pod=copy.deepcopy(dict(pod)))
+    result = _mutate(pod, namespace, lookup, settings, version, optin, colocate=True)
+    result.warnings[:0] = optin.warnings
+    if result.hpa_refused:
+        names = " and ".join(result.hpa_refused)
+        result.warnings.append(
+            f"koord-recommender: a HorizontalPodAutoscaler scales {result.workload} on {names}; {names} left unchanged"
+        )
+    if not result.changes:
+        return result
+    record = {
+        "version": version, "mode": optin.mode, "source": optin.source, "workload": result.workload,
+        "line": policy_for(settings, namespace, result.workload or "").line, "changes": result.changes,
+    }
+    if settings.dry_run:
+        result.pod = copy.deepcopy(dict(pod))
+        key = WOULD_APPLY_ANNOTATION
+    else:
+        key = APPLIED_ANNOTATION
+    metadata = result.pod.setdefault("metadata", {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), key: json.dumps(record)}
+    return result
+
+
+def _mutate(
+    pod: Mapping[str, Any], namespace: str, lookup: Lookup, settings: WebhookSettings, version: str, optin: OptIn, *, colocate: bool
+) -> Mutation:
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
     result = Mutation(pod=mutated)
-    if CHANGES_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {}):
-        return result  # already ours (a reinvocation): changing it again would not be idempotent for batch pods
     result.workload = resolve_workload(pod, namespace, lookup)
     if result.workload is None:
         result.warnings.append(f"koord-recommender: no recommendation for workload {workload_candidates(pod)[:1]} in {namespace}")
         return result
     policy = policy_for(settings, namespace, result.workload)
-    if policy.mode != "off":
+    if optin.sizes:
         for _, _, container in koordinator.all_containers(mutated):
-            rec = lookup(WorkloadKey(namespace, result.workload, str(container.get("name"))))
-            if rec is not None:
-                _size_container(container, rec, policy, result)  # type: ignore[arg-type]
+            name = str(container.get("name"))
+            rec = lookup(WorkloadKey(namespace, result.workload, name))
+            rule = container_policy(policy, optin, name)
+            if rec is not None and rule is not None:
+                _size_container(container, rec, rule, optin.hpa_resources, result)  # type: ignore[arg-type]
     metadata = mutated.setdefault("metadata", {})
     factors = _scaling_factors(result, mutated) if settings.scaling_factors else {}
     if factors:
-        metadata["annotations"] = {**(metadata.get("annotations") or {}), koordinator.SCALING_FACTORS_ANNOTATION: json.dumps(factors)}
+        text = json.dumps(factors)
+        if (metadata.get("annotations") or {}).get(koordinator.SCALING_FACTORS_ANNOTATION) != text:
+            result.changes.append(f"{koordinator.SCALING_FACTORS_ANNOTATION} {text}")
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), koordinator.SCALING_FACTORS_ANNOTATION: text}
     if colocate:
         _colocate(mutated, namespace, settings, result)
     new_problems = set(koordinator.violations(mutated)) - set(koordinator.violations(pod))
     if new_problems:
         if colocate and settings.colocation_profiles:
-            retry = mutate(pod, namespace, lookup, settings, version, colocate=False)
+            retry = _mutate(pod, namespace, lookup, settings, version, optin, colocate=False)
             retry.warnings.insert(0, f"koord-recommender: colocation skipped, Koordinator would reject: {sorted(new_problems)[0]}")
             return retry
         rejected = Mutation(pod=copy.deepcopy(dict(pod)), workload=result.workload)
         rejected.warnings.append(f"koord-recommender: not resized, Koordinator would reject: {sorted(new_problems)[0]}")
         return rejected
-    if result.changes:
-        record = {"version": version, "workload": result.workload, "line": policy.line, "mode": policy.mode, "changes": result.changes}
-        metadata["annotations"] = {**(metadata.get("annotations") or {}), CHANGES_ANNOTATION: json.dumps(record)}
     return result

@@ -1,8 +1,10 @@
-"""The dashboard's overview of a model version: each workload container's current request against our
-recommendation, what it risks (usage above its request, OOM kills, throttling), and totals per namespace and cluster.
+"""The overview of a model version, shared by the dashboard (/api/v1/overview) and `recommender show`: each workload
+container's current request against our recommendation, what it risks (usage above its request, OOM kills,
+throttling: only past the thresholds of `OverviewSettings`), and totals per namespace and cluster.
 
-Values are per replica (one pod), as requests are. The current request is the container's request, or its limit
-where only a limit is set (Kubernetes then defaults the request to the limit). The QoS class is the Kubernetes one
+Values are per replica (one pod), as requests are, and times the workload's current replicas (`*_all_replicas`).
+The current request is the container's request, or its limit where only a limit is set (Kubernetes then defaults the
+request to the limit). The QoS class is the Kubernetes one
 of the workload's pods, computed over all its containers, mapped to Koordinator's default (Guaranteed -> LSR,
 Burstable -> LS, BestEffort -> BE), and the priority class is Koordinator's default for that QoS class; both are
 what Koordinator assumes when the pods carry no labels.
@@ -17,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from recommender.koordinator import default_priority_class, kubernetes_qos, koordinator_qos
 from recommender.resources import RecommendationSet, ResourceRecommendation, WorkloadRecommendation
+from recommender.settings import OverviewSettings
 
 
 class ResourceComparison(BaseModel):
@@ -25,8 +28,9 @@ class ResourceComparison(BaseModel):
     current_request: float | None = Field(description="Request, or the limit where only a limit is set; None if neither.")
     recommended: float | None = Field(description="Recommended request (target); None without samples.")
     difference: float | None = Field(
-        description="current_request - recommended: positive is what would be freed, negative what is missing."
+        description="current_request - recommended, per replica: positive is what would be freed, negative what is missing."
     )
+    difference_all_replicas: float | None = Field(description="difference x the workload's current replicas.")
     usage_above_request_fraction: float | None = Field(
         description="Share of the last day's usage steps above the current request; None without both."
     )
@@ -42,7 +46,8 @@ class WorkloadSummary(BaseModel):
     kubernetes_qos: str = Field(description="Guaranteed, Burstable or BestEffort, over the workload's containers.")
     qos_class: str = Field(description="Koordinator's default QoS class for it (LSR, LS, BE).")
     priority_class: str = Field(description="Koordinator's default priority class for that QoS (koord-prod, koord-batch).")
-    pods: int
+    pods: int = Field(description="Distinct pods seen over the history.")
+    replicas: int = Field(description="Pods running at the newest sample (1 where the version did not record it).")
     last_sample: int | None
     cpu_cores: ResourceComparison
     memory_bytes: ResourceComparison
@@ -62,6 +67,12 @@ class Totals(BaseModel):
     memory_request_bytes: float
     memory_recommended_bytes: float
     memory_difference_bytes: float
+    cpu_request_cores_all_replicas: float = Field(description="The same sums, each container times its replicas.")
+    cpu_recommended_cores_all_replicas: float
+    cpu_difference_cores_all_replicas: float
+    memory_request_bytes_all_replicas: float
+    memory_recommended_bytes_all_replicas: float
+    memory_difference_bytes_all_replicas: float
 
 
 class Overview(BaseModel):
@@ -78,12 +89,14 @@ def _current(rec: WorkloadRecommendation, resource: str) -> float | None:
     return current.memory_request_bytes if current.memory_request_bytes is not None else current.memory_limit_bytes
 
 
-def _comparison(learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None]) -> ResourceComparison:
+def _comparison(learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None], replicas: int) -> ResourceComparison:
     seen = [v for v in recent if v is not None]
+    difference = None if learned is None or request is None else request - learned.target
     return ResourceComparison(
         current_request=request,
         recommended=None if learned is None else learned.target,
-        difference=None if learned is None or request is None else request - learned.target,
+        difference=difference,
+        difference_all_replicas=None if difference is None else difference * replicas,
         usage_above_request_fraction=None if request is None or not seen else sum(v > request for v in seen) / len(seen),
     )
 
@@ -99,34 +112,47 @@ def _resources(rec: WorkloadRecommendation) -> dict[str, dict[str, float]]:
     }
 
 
-def _risks(oom_kills: int, cpu: ResourceComparison, memory: ResourceComparison, throttled: float | None) -> list[str]:
+def _share(fraction: float) -> str:
+    return f"{fraction:.0%}" if fraction >= 0.01 else "under 1%"
+
+
+def _risks(oom_kills: int, cpu: ResourceComparison, memory: ResourceComparison, throttled: float | None, settings: OverviewSettings) -> list[str]:
+    """Why the container may be short, most serious first: only what passes the thresholds."""
     risks = []
     if oom_kills:
         risks.append(f"{oom_kills} OOM kill{'s' if oom_kills > 1 else ''}")
-    if memory.usage_above_request_fraction:
-        risks.append(f"memory above request {memory.usage_above_request_fraction:.0%} of the last day")
-    if throttled:
-        risks.append(f"CPU throttled in {throttled:.0%} of periods")
-    if cpu.usage_above_request_fraction:
-        risks.append(f"CPU above request {cpu.usage_above_request_fraction:.0%} of the last day")
+    above = settings.risk_usage_above_request_share
+    if (memory.usage_above_request_fraction or 0) > above:
+        risks.append(f"memory above request {_share(memory.usage_above_request_fraction or 0)} of the last day")
+    if (throttled or 0) > settings.risk_throttled_fraction:
+        risks.append(f"CPU throttled in {_share(throttled or 0)} of periods")
+    if (cpu.usage_above_request_fraction or 0) > above:
+        risks.append(f"CPU above request {_share(cpu.usage_above_request_fraction or 0)} of the last day")
     for name, comparison in (("memory", memory), ("CPU", cpu)):
-        if comparison.difference is not None and comparison.difference < 0:
-            risks.append(f"{name} request below the recommendation")
+        short = comparison.difference
+        if short is not None and comparison.recommended and -short > settings.risk_shortfall_fraction * comparison.recommended:
+            risks.append(f"{name} request {_share(-short / comparison.recommended)} below the recommendation")
     return risks
 
 
-def _summary(rec: WorkloadRecommendation, qos: str) -> WorkloadSummary:
+def replicas(rec: WorkloadRecommendation) -> int:
+    """The workload's current replicas, 1 where the version did not record them (never overstating savings)."""
+    return rec.history.replicas if rec.history is not None and rec.history.replicas else 1
+
+
+def _summary(rec: WorkloadRecommendation, qos: str, settings: OverviewSettings) -> WorkloadSummary:
     history = rec.history
-    cpu = _comparison(rec.cpu, _current(rec, "cpu"), history.recent_cpu_cores if history else [])
-    memory = _comparison(rec.memory, _current(rec, "memory"), history.recent_memory_bytes if history else [])
+    count = replicas(rec)
+    cpu = _comparison(rec.cpu, _current(rec, "cpu"), history.recent_cpu_cores if history else [], count)
+    memory = _comparison(rec.memory, _current(rec, "memory"), history.recent_memory_bytes if history else [], count)
     oom_kills = history.oom_kills if history else 0
     koordinator = koordinator_qos(qos)
     return WorkloadSummary(
         namespace=rec.namespace, workload=rec.workload, container=rec.container, kind=rec.kind,
         kubernetes_qos=qos, qos_class=koordinator, priority_class=default_priority_class(koordinator),
-        pods=history.pods if history else 0, last_sample=history.last_sample if history else None,
+        pods=history.pods if history else 0, replicas=count, last_sample=history.last_sample if history else None,
         cpu_cores=cpu, memory_bytes=memory, oom_kills=oom_kills, cpu_throttled_fraction=rec.current.cpu_throttled_fraction,
-        risks=_risks(oom_kills, cpu, memory, rec.current.cpu_throttled_fraction),
+        risks=_risks(oom_kills, cpu, memory, rec.current.cpu_throttled_fraction, settings),
     )
 
 
@@ -135,27 +161,26 @@ def _totals(rows: Sequence[WorkloadSummary]) -> Totals:
     for row in rows:
         for resource, comparison in (("cpu", row.cpu_cores), ("memory", row.memory_bytes)):
             if comparison.current_request is not None and comparison.recommended is not None:
-                sums[f"{resource}_request"] += comparison.current_request
-                sums[f"{resource}_recommended"] += comparison.recommended
-    return Totals(
-        containers=len(rows),
-        at_risk=sum(bool(row.risks) for row in rows),
-        cpu_request_cores=sums["cpu_request"],
-        cpu_recommended_cores=sums["cpu_recommended"],
-        cpu_difference_cores=sums["cpu_request"] - sums["cpu_recommended"],
-        memory_request_bytes=sums["memory_request"],
-        memory_recommended_bytes=sums["memory_recommended"],
-        memory_difference_bytes=sums["memory_request"] - sums["memory_recommended"],
-    )
+                for suffix, factor in (("", 1), ("_all_replicas", row.replicas)):
+                    sums[f"{resource}_request{suffix}"] += comparison.current_request * factor
+                    sums[f"{resource}_recommended{suffix}"] += comparison.recommended * factor
+    values = {}
+    for resource, unit in (("cpu", "cores"), ("memory", "bytes")):
+        for suffix in ("", "_all_replicas"):
+            request, recommended = sums[f"{resource}_request{suffix}"], sums[f"{resource}_recommended{suffix}"]
+            values[f"{resource}_request_{unit}{suffix}"] = request
+            values[f"{resource}_recommended_{unit}{suffix}"] = recommended
+            values[f"{resource}_difference_{unit}{suffix}"] = request - recommended
+    return Totals(containers=len(rows), at_risk=sum(bool(row.risks) for row in rows), **values)
 
 
-def overview(recommendations: RecommendationSet) -> Overview:
+def overview(recommendations: RecommendationSet, settings: OverviewSettings) -> Overview:
     """Every container's comparison and risks, and the totals per namespace and for the whole set."""
     pods: dict[tuple[str, str], list[dict[str, dict[str, dict[str, float]]]]] = defaultdict(list)
     for rec in recommendations.recommendations:
         pods[(rec.namespace, rec.workload)].append({"resources": _resources(rec)})
     qos = {key: kubernetes_qos({"spec": {"containers": containers}}) for key, containers in pods.items()}
-    rows = [_summary(rec, qos[(rec.namespace, rec.workload)]) for rec in recommendations.recommendations]
+    rows = [_summary(rec, qos[(rec.namespace, rec.workload)], settings) for rec in recommendations.recommendations]
     per_namespace: dict[str, list[WorkloadSummary]] = defaultdict(list)
     for row in rows:
         per_namespace[row.namespace].append(row)

@@ -16,23 +16,32 @@ TEMPLATE_HASH_LABEL = "pod-template-hash"
 _CRONJOB_SUFFIX = re.compile(r"^(?P<cronjob>.+)-\d{8,}$")
 
 
-def workload_candidates(pod: Mapping[str, Any]) -> list[str]:
-    """Workload names this pod may be recorded under, most specific first (callers take the first one known)."""
+def workload_refs(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(kind, name) of the controllers that own this pod, the top one first: what a VerticalPodAutoscaler's
+    targetRef or a HorizontalPodAutoscaler's scaleTargetRef names (a ReplicaSet's Deployment, a Job's CronJob)."""
     metadata = pod.get("metadata") or {}
     owners = [o for o in metadata.get("ownerReferences") or [] if isinstance(o, Mapping)]
     owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
-    names: list[str] = []
-    if owner is not None and isinstance(owner.get("name"), str):
-        kind, name = owner.get("kind"), owner["name"]
-        if kind == "ReplicaSet":
-            template_hash = (metadata.get("labels") or {}).get(TEMPLATE_HASH_LABEL)
-            if template_hash and name.endswith("-" + template_hash):
-                names.append(name[: -len(template_hash) - 1])
-        elif kind == "Job":
-            match = _CRONJOB_SUFFIX.match(name)
-            if match:
-                names.append(match["cronjob"])
-        names.append(name)
+    if owner is None or not isinstance(owner.get("name"), str):
+        return []
+    kind, name = str(owner.get("kind") or ""), owner["name"]
+    refs: list[tuple[str, str]] = []
+    if kind == "ReplicaSet":
+        template_hash = (metadata.get("labels") or {}).get(TEMPLATE_HASH_LABEL)
+        if template_hash and name.endswith("-" + template_hash):
+            refs.append(("Deployment", name[: -len(template_hash) - 1]))
+    elif kind == "Job":
+        match = _CRONJOB_SUFFIX.match(name)
+        if match:
+            refs.append(("CronJob", match["cronjob"]))
+    refs.append((kind, name))
+    return refs
+
+
+def workload_candidates(pod: Mapping[str, Any]) -> list[str]:
+    """Workload names this pod may be recorded under, most specific first (callers take the first one known)."""
+    metadata = pod.get("metadata") or {}
+    names = [name for _, name in workload_refs(pod)]
     generate_name = metadata.get("generateName")
     if isinstance(generate_name, str) and generate_name.rstrip("-"):
         names.append(generate_name.rstrip("-"))

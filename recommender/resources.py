@@ -105,6 +105,10 @@ class History(BaseModel):
     first_sample: int = Field(description="Unix seconds.")
     last_sample: int = Field(description="Unix seconds.")
     pods: int = Field(description="Distinct pods pooled into this recommendation.")
+    replicas: int | None = Field(
+        None, description="Pods running at the newest sample (their newest sample within 15 minutes of it): what the "
+        "savings are multiplied by. None in versions trained before it was recorded (then counted as 1).",
+    )
     samples: int = Field(description="Usage rows used.")
     cpu_samples: int | None = Field(None, description="Rows with a CPU value (a recommendation needs `policy.min_samples`).")
     memory_samples: int | None = Field(None, description="Rows with a memory value (the same minimum).")

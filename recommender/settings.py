@@ -19,7 +19,7 @@ from recommender.units import GIB, MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 class HistogramSettings(BaseModel):
-    """VPA's decaying exponential histograms (anchors.md section 2). Defaults are VPA's, so results match it."""
+    """VPA's decaying exponential histograms. Defaults are VPA's, so results match it."""
 
     bucket_growth_ratio: float = Field(
         0.05, gt=0, le=1, description="Each bucket is this fraction wider than the previous (VPA: 5 %); sets the resolution."
@@ -60,7 +60,7 @@ class RequestPolicyRule(BaseModel):
 
 
 class PolicySettings(BaseModel):
-    """How histogram percentiles become a request recommendation (VPA's defaults, anchors.md section 2)."""
+    """How histogram percentiles become a request recommendation (VPA's defaults)."""
 
     request_policy: Literal["forecast", "vpa"] = Field(
         "forecast",
@@ -123,7 +123,7 @@ class PolicySettings(BaseModel):
 
 
 class ReservationSettings(BaseModel):
-    """Koordinator's reservation lines: long-term (its mid rule, anchors.md section 1) and the short-term forecast."""
+    """Koordinator's reservation lines: long-term (its mid rule) and the short-term forecast."""
 
     long_term_cpu_percentile: float = Field(0.95, gt=0, le=1, description="Koordinator mid: p95 of CPU.")
     long_term_memory_percentile: float = Field(0.98, gt=0, le=1, description="Koordinator mid: p98 of memory.")
@@ -234,7 +234,7 @@ class ForecastSettings(BaseModel):
     )
     use_stl: bool = Field(
         False, description="Include the statsmodels STL model among the short-term candidates (about 5 ms per "
-        "container and origin; off: it did not win on the development half).",
+        "container and origin; off: it did not win on the development half). Needs the `stl` extra (statsmodels).",
     )
 
     def target_for(self, line: str) -> float:
@@ -431,6 +431,12 @@ class PrometheusSettings(BaseModel):
     backoff_max_seconds: float = Field(20.0, gt=0, description="Longest retry delay, seconds.")
     bearer_token: SecretStr | None = Field(None, description="Bearer token sent as Authorization.")
     bearer_token_file: Path | None = Field(None, description="File holding the bearer token, re-read for every run.")
+    basic_auth_username: str | None = Field(
+        None, description="User name for HTTP basic authentication (with basic_auth_password_file; not with a bearer token)."
+    )
+    basic_auth_password_file: Path | None = Field(
+        None, description="File holding the basic-authentication password (a mounted Secret), re-read for every run."
+    )
     ca_file: Path | None = Field(None, description="PEM bundle of CAs to verify Prometheus' TLS certificate.")
     client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS.")
     client_key_file: Path | None = Field(None, description="PEM private key of the client certificate.")
@@ -494,8 +500,10 @@ class WebhookPolicy(BaseModel):
 
     namespace: str = Field("*", description="Namespace glob (fnmatch).")
     workload: str = Field("*", description="Workload name glob (fnmatch).")
-    mode: Literal["off", "requests-only", "requests-and-limits"] = Field(
-        "requests-and-limits", description="off: leave resources alone; requests-only; or requests and proportional limits (VPA)."
+    controlled_values: Literal["RequestsOnly", "RequestsAndLimits"] = Field(
+        "RequestsAndLimits", description="VPA's controlledValues: set requests only, or requests and limits scaled by the "
+        "same factor (VPA's default). The former field `mode` is still read: requests-only, requests-and-limits, and "
+        "off (no resource controlled).",
     )
     line: Literal["target", "upper_bound", "long_term", "peak"] = Field(
         "target", description="Which learned value becomes the request: VPA target, upper bound, long-term reservation or forecast peak."
@@ -506,9 +514,26 @@ class WebhookPolicy(BaseModel):
     min_memory_bytes: float | None = Field(None, ge=0, description="Smallest memory request written, bytes.")
     max_memory_bytes: float | None = Field(None, gt=0, description="Largest memory request written, bytes.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _former_mode(cls, data: object) -> object:
+        """Rules written before issue 14 said `mode`; whether to change a pod at all is now the opt-in's to say."""
+        if not isinstance(data, dict) or "mode" not in data:
+            return data
+        data = dict(data)
+        mode = data.pop("mode")
+        former = {"requests-only": "RequestsOnly", "requests-and-limits": "RequestsAndLimits"}
+        if mode == "off":
+            data["controlled_resources"] = []
+        elif mode in former:
+            data.setdefault("controlled_values", former[mode])
+        else:
+            raise ValueError(f"mode {mode!r} is not off, requests-only or requests-and-limits (now: controlled_values)")
+        return data
+
 
 class ColocationProfile(BaseModel):
-    """A ClusterColocationProfile-like rule (anchors.md section 1); matching profiles apply in name order."""
+    """A ClusterColocationProfile-like rule (Koordinator's); matching profiles apply in name order."""
 
     name: str
     namespaces: list[str] = Field(["*"], description="Namespace globs the profile applies to.")
@@ -524,7 +549,8 @@ class WebhookSettings(BaseModel):
     """The mutating admission webhook (POST /mutate). It always allows the pod; these shape the patch."""
 
     policies: list[WebhookPolicy] = Field(
-        [], description="Per namespace/workload sizing rules as JSON, first match wins; no match: the defaults of one rule."
+        [], description="Per namespace/workload sizing rules as JSON, first match wins; no match: the defaults of one "
+        "rule. They say how to size an opted-in pod, not whether to.",
     )
     colocation_profiles: list[ColocationProfile] = Field(
         [], description="Koordinator colocation rules as JSON (QoS, priority class, batch/mid renaming)."
@@ -539,6 +565,24 @@ class WebhookSettings(BaseModel):
     scaling_factors: bool = Field(
         True, description="Write scheduling.koordinator.sh/load-estimated-scaling-factors from the learned usage/request ratio."
     )
+    default_mode: Literal["Off", "Initial", "Auto"] = Field(
+        "Off", description="Mode of a pod nothing else opts in (README \"Opt-in modes\"): Off recommends only, Initial "
+        "sets requests at creation, Auto is the same for a webhook (it never evicts). Off: nothing changes unless asked.",
+    )
+    dry_run: bool = Field(
+        False, description="Only annotate what would change (koord-recommender.io/would-apply), never change resources: "
+        "for trying the webhook on a live cluster.",
+    )
+    watch_api: Literal["auto", "on", "off"] = Field(
+        "auto", description="Learn namespace labels, VerticalPodAutoscalers and HorizontalPodAutoscalers from the "
+        "Kubernetes API (list + watch). auto: when running in a cluster or `kubeconfig` is set; off: only the pod's "
+        "own label or annotation and `default_mode` apply.",
+    )
+    kubeconfig: Path | None = Field(None, description="Kubeconfig for those watches; unset: in-cluster service account.")
+    resync_seconds: float = Field(
+        300.0, gt=0, description="Full re-list of namespaces, VPAs and HPAs, seconds; watches carry the changes between.",
+    )
+    backoff_max_seconds: float = Field(30.0, gt=0, description="Longest wait before retrying a failed list or watch, seconds.")
 
 
 class ExtenderSettings(BaseModel):
@@ -556,6 +600,17 @@ class ExtenderSettings(BaseModel):
     default_cpu_cores: float = Field(0.25, ge=0, description="CPU of a pod with no recommendation and no request, cores (Koordinator: 250m).")
     default_memory_bytes: float = Field(200 * MIB, ge=0, description="Memory of such a pod, bytes (Koordinator: 200 MiB).")
     neutral_score: int = Field(5, ge=0, le=10, description="Score of a node we know nothing about (0-10): neither preferred nor avoided.")
+    files_interval_seconds: float = Field(
+        5.0, gt=0, description="`recommender cluster-files`: after a watched change the files are rewritten at most this "
+        "often, seconds (changes in between are written together).",
+    )
+    files_resync_seconds: float = Field(
+        600.0, gt=0, description="`recommender cluster-files`: full re-list of pods and nodes, seconds; watches carry "
+        "every change in between.",
+    )
+    files_backoff_max_seconds: float = Field(
+        30.0, gt=0, description="`recommender cluster-files`: longest wait before retrying a failed list or watch, seconds.",
+    )
 
 
 class ColocationSettings(BaseModel):
@@ -677,6 +732,23 @@ class AuthSettings(BaseModel):
     )
 
 
+class OverviewSettings(BaseModel):
+    """What `recommender show` and the dashboard count as a risk: only differences that matter are flagged."""
+
+    risk_shortfall_fraction: float = Field(
+        0.10, ge=0, description="A request below the recommendation is a risk only when short by more than this share "
+        "of the recommendation (10 %: VPA's updater leaves requests within 10 % of the target alone; a 14 Mi shortfall "
+        "on 2 Gi is no risk).",
+    )
+    risk_usage_above_request_share: float = Field(
+        0.01, ge=0, le=1, description="Usage above the request is a risk only in more than this share of the last "
+        "day's steps (1 %: about 15 minutes at 5-minute steps, more than one stray sample).",
+    )
+    risk_throttled_fraction: float = Field(
+        0.05, ge=0, le=1, description="CPU throttling is a risk only in more than this share of CFS periods (5 %).",
+    )
+
+
 class Settings(BaseSettings):
     """All settings, one group per concern."""
 
@@ -696,6 +768,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
     sync: SyncSettings = SyncSettings()
+    overview: OverviewSettings = OverviewSettings()
 
 
 def markdown_reference() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager, suppress
@@ -27,6 +28,8 @@ from recommender.settings import Settings
 from serving.cluster import ClusterView
 from serving.metrics import Metrics
 from serving.isolation import BodyLimit, WorkPool
+from serving.kube import api_client
+from serving.kube_watch import OptInSources
 from serving.routes import dashboard, docs, extender, health, metrics, nodes, recommendations, webhook
 from serving.routes.auth import TokenReviewer, authenticators
 from serving.state import ServiceState
@@ -82,12 +85,26 @@ async def _every(seconds: float, check: Callable[[], Any]) -> None:
             log.exception("background reload failed; keeping what is loaded")
 
 
+def opt_in_sources(settings: Settings) -> OptInSources | None:
+    """The watches of namespaces, VPAs and HPAs the webhook's opt-in reads, when `webhook.watch_api` asks for them
+    (auto: in a cluster, or with a kubeconfig); None: only pod labels and the default mode apply."""
+    webhook = settings.webhook
+    wanted = webhook.watch_api == "on" or (
+        webhook.watch_api == "auto" and (webhook.kubeconfig is not None or "KUBERNETES_SERVICE_HOST" in os.environ)
+    )
+    return OptInSources(api_client(webhook.kubeconfig), webhook) if wanted else None
+
+
 def create_app(settings: Settings, tls: CertificateReloader | None = None) -> FastAPI:
     """Build the service over the model store named in `settings.store`; `tls` rotates the serving certificate."""
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
     cluster = ClusterView(settings.extender)
     app_metrics = Metrics(state)
     work_pool = WorkPool(settings.serve.worker_threads, settings.serve.max_queued_work)
+    sources = opt_in_sources(settings)
+    for informer in sources.informers if sources is not None else []:
+        app_metrics.watch_synced.labels(kind=informer.name).set_function(informer.synced.is_set)
+        app_metrics.watch_objects.labels(kind=informer.name).set_function(informer.__len__)
 
     def reload_model_and_cluster() -> None:
         if state.refresh_if_published():
@@ -102,6 +119,8 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(reload_model_and_cluster)
+        if sources is not None:
+            sources.start()
         tasks = [asyncio.create_task(_every(settings.serve.store_poll_seconds, reload_model_and_cluster))]
         if tls is not None:
             tasks.append(asyncio.create_task(_every(settings.serve.tls_poll_seconds, reload_tls)))
@@ -111,6 +130,8 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
             with suppress(asyncio.CancelledError):
                 await task
         work_pool.close()
+        if sources is not None:
+            await asyncio.to_thread(sources.stop)
         for authenticator in app.state.authenticators:
             if isinstance(authenticator, TokenReviewer):
                 await authenticator.close()
@@ -130,7 +151,8 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
     app.state.metrics = app_metrics
     app.state.authenticators = authenticators(settings.auth)
     app.state.work_pool = work_pool
-    app.state.overview_cache = dashboard.OverviewCache()
+    app.state.opt_in_sources = sources
+    app.state.overview_cache = dashboard.OverviewCache(settings.overview)
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, error: RecommenderError) -> JSONResponse:

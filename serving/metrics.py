@@ -97,8 +97,14 @@ class Metrics:
             registry=self.registry, buckets=LATENCY_BUCKETS,
         )
         self.webhook_decisions = Counter(
-            "koord_recommender_webhook_decisions", "Admission reviews by outcome (patched, unchanged, skipped, error, overloaded, too_large).",
+            "koord_recommender_webhook_decisions",
+            "Admission reviews by outcome (patched, would_patch, unchanged, off, skipped, not_synced, error, overloaded, too_large).",
             ["outcome", "dry_run"], registry=self.registry,
+        )
+        self.webhook_hpa_conflicts = Counter(
+            "koord_recommender_webhook_hpa_conflicts",
+            "Pods whose resource was left unchanged because a HorizontalPodAutoscaler scales their workload on it.",
+            ["resource"], registry=self.registry,
         )
         self.extender_calls = Counter(
             "koord_recommender_extender_calls", "Scheduler extender calls by verb.", ["verb"], registry=self.registry
@@ -109,6 +115,13 @@ class Metrics:
         )
         self.reloads = Counter(
             "koord_recommender_reloads", "Hot reloads by what was reloaded (model, tls).", ["what"], registry=self.registry
+        )
+        self.watch_synced = Gauge(
+            "koord_recommender_watch_synced", "1 when the list + watch cache of this kind has listed (webhook opt-in sources).",
+            ["kind"], registry=self.registry,
+        )
+        self.watch_objects = Gauge(
+            "koord_recommender_watch_objects", "Objects held by the list + watch cache of this kind.", ["kind"], registry=self.registry,
         )
         self.ready = Gauge("koord_recommender_ready", "1 when a valid model version is loaded.", registry=self.registry)
         self.ready.set_function(lambda: float(state.snapshot is not None))

@@ -22,7 +22,8 @@ from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
 from recommender.resources import WorkloadRecommendation
 from recommender.settings import SyncSettings
-from serving.controllers.status import SyncReport, api_message
+from serving.controllers.status import SyncReport
+from serving.kube import api_message
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)

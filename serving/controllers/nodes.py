@@ -17,7 +17,8 @@ from recommender.errors import KubernetesError
 from recommender.placement import NodeLoads, node_metadata
 from recommender.settings import Settings
 from serving.state import timeline_of
-from serving.controllers.status import SyncReport, api_message
+from serving.controllers.status import SyncReport
+from serving.kube import api_message
 from serving.state import ServiceState
 
 

@@ -8,7 +8,6 @@ is picked up at the next resync.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -16,13 +15,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from recommender.cluster_status import koordinator_status, same_status, vpa_status
 from recommender.errors import KubernetesError, ModelStoreError
 from recommender.resources import WorkloadRecommendation
 from recommender.settings import SyncSettings
+from serving.kube import api_message
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -37,31 +37,6 @@ class SyncReport:
     unchanged: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
-
-
-def api_client(settings: SyncSettings) -> client.ApiClient:
-    """An API client from the kubeconfig setting, else in-cluster credentials, else the default kubeconfig."""
-    try:
-        if settings.kubeconfig is not None:
-            api: client.ApiClient = config.new_client_from_config(config_file=str(settings.kubeconfig))
-            return api
-        try:
-            config.load_incluster_config()
-            return client.ApiClient()
-        except config.ConfigException:
-            default: client.ApiClient = config.new_client_from_config()
-            return default
-    except (config.ConfigException, OSError) as error:
-        raise KubernetesError(f"no Kubernetes credentials: {error}") from None
-
-
-def api_message(error: ApiException) -> str:
-    """The apiserver's own explanation (its Status message), else the HTTP reason."""
-    try:
-        message = json.loads(error.body or "{}").get("message")
-    except (TypeError, ValueError):
-        message = None
-    return str(message or error.reason)
 
 
 def _name(obj: dict[str, Any]) -> str:

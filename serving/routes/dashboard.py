@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from models.store import DataWindow
 from recommender.overview import Overview, overview
 from recommender.resources import model_age_problem
+from recommender.settings import OverviewSettings
 from serving.routes.auth import require_token
 from serving.routes.deps import service_state, snapshot
 from serving.state import ServiceState, Snapshot
@@ -50,13 +51,14 @@ class ModelStatus(BaseModel):
 class OverviewCache:
     """The overview of the last version asked for: computed once per model version, not once per request."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: OverviewSettings) -> None:
+        self.settings = settings
         self._entry: tuple[str, Overview] | None = None
 
     def get(self, loaded: Snapshot) -> Overview:
         entry = self._entry
         if entry is None or entry[0] != loaded.version:
-            entry = (loaded.version, overview(loaded.loaded.recommendations))
+            entry = (loaded.version, overview(loaded.loaded.recommendations, self.settings))
             self._entry = entry
         return entry[1]
 

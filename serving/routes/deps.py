@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
 from fastapi import HTTPException, Request, Response
 
+from recommender.errors import missing_extra
 from serving.state import ServiceState, Snapshot
 
 
@@ -34,3 +37,12 @@ def json_body(description: str, properties: dict[str, Any]) -> dict[str, Any]:
     """`openapi_extra` documenting a JSON object body that the handler reads raw (so no body can make it fail)."""
     schema = {"type": "object", "description": description, "properties": properties}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def charts() -> ModuleType:
+    """`recommender.charts`, imported when a PNG is first asked for: matplotlib is the `charts` extra, which the
+    serving image may leave out (the route then answers 501 naming it)."""
+    try:
+        return importlib.import_module("recommender.charts")
+    except ModuleNotFoundError as error:
+        raise missing_extra(error, "chart.png") or error from None

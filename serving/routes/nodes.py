@@ -9,7 +9,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, Field
 
-from recommender.charts import node_lines_figure, png_bytes
 from recommender.errors import UnknownNodeError
 from recommender.placement import NodeLoads, node_reclaimable
 from recommender.resources import NodePod
@@ -17,7 +16,7 @@ from recommender.settings import ColocationSettings
 from serving.cluster import ClusterView
 from serving.isolation import WorkPool
 from serving.routes.auth import require_token
-from serving.routes.deps import conditional
+from serving.routes.deps import charts, conditional
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"], dependencies=[Depends(require_token)])
 #: pyplot keeps global state: one chart at a time.
@@ -136,10 +135,13 @@ def node_lines(node: str, view: Cluster, request: Request) -> NodeLines:
     summary="A node's lines as PNG",
 )
 async def node_chart(node: str, view: Cluster, request: Request) -> Response:
+    plot = charts()
+
     def render() -> bytes:
         lines = node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
         with _CHART_LOCK:
-            return png_bytes(node_lines_figure(lines.model_dump()))
+            png: bytes = plot.png_bytes(plot.node_lines_figure(lines.model_dump()))
+            return png
 
     pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
     image = await pool.run(render)

@@ -14,13 +14,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from models.store import DataWindow, Manifest
-from recommender.charts import four_lines_figure, png_bytes
 from recommender.errors import UnknownWorkloadError
 from recommender.identity import WorkloadKey
 from recommender.resources import WorkloadRecommendation
 from serving.isolation import WorkPool
 from serving.routes.auth import require_token
-from serving.routes.deps import snapshot
+from serving.routes.deps import charts, snapshot
 from serving.state import Snapshot
 
 router = APIRouter(prefix="/api/v1", tags=["recommendations"], dependencies=[Depends(require_token)])
@@ -150,9 +149,12 @@ def four_lines(namespace: str, workload: str, container: str, loaded: Loaded) ->
 async def chart(namespace: str, workload: str, container: str, loaded: Loaded, request: Request) -> Response:
     rec = _one(loaded, namespace, workload, container)
 
+    plot = charts()
+
     def render() -> bytes:
         with _CHART_LOCK:
-            return png_bytes(four_lines_figure([rec], loaded.loaded.recommendations.step_seconds))
+            png: bytes = plot.png_bytes(plot.four_lines_figure([rec], loaded.loaded.recommendations.step_seconds))
+            return png
 
     pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
     image = await pool.run(render)

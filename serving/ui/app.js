@@ -284,10 +284,12 @@ function totalsCards(totals, title) {
   return el("div", { class: "cards", "data-testid": "totals" },
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: CPU requested → recommended`),
       el("div", { class: "value" }, `${fmt.cpu(totals.cpu_request_cores)} → ${fmt.cpu(totals.cpu_recommended_cores)} cores`),
-      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_difference_cores), " cores per replica if applied")),
+      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_difference_cores), " cores per replica, ",
+        signed(fmt.cpu, totals.cpu_difference_cores_all_replicas), " across all replicas if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: memory requested → recommended`),
       el("div", { class: "value" }, `${fmt.memory(totals.memory_request_bytes)} → ${fmt.memory(totals.memory_recommended_bytes)}`),
-      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_difference_bytes), " per replica if applied")),
+      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_difference_bytes), " per replica, ",
+        signed(fmt.memory, totals.memory_difference_bytes_all_replicas), " across all replicas if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, "containers"),
       el("div", { class: "value" }, totals.containers),
       el("div", { class: "detail" }, `${totals.at_risk} at risk`)));
@@ -313,7 +315,7 @@ async function renderOverview() {
     count.textContent = `${shown.length} of ${rows.length} containers` +
       (shown.length > MAX_ROWS ? `, the first ${MAX_ROWS} shown: narrow the filters for the rest` : "");
     body.replaceChildren(...(shown.length ? shown.slice(0, MAX_ROWS).map(overviewRow)
-      : [el("tr", {}, el("td", { colspan: 9 }, state("no-match", "No workload matches these filters.")))]));
+      : [el("tr", {}, el("td", { colspan: 10 }, state("no-match", "No workload matches these filters.")))]));
   };
   const controls = el("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
     el("label", {}, "search", el("input", { type: "search", name: "q", value: filters.q, placeholder: "namespace/workload/container", "data-filter": "q" })),
@@ -338,26 +340,30 @@ async function renderOverview() {
   return [
     el("h1", {}, "Workloads: current requests against recommendations"),
     totalsCards(data.cluster, "cluster"),
-    el("p", { class: "muted" }, "Per replica. The current request is the container's request, or its limit where only a limit " +
-      "is set; a change in green frees resources, in red adds what is missing. Recommendations made for " + fmt.time(data.as_of) + "."),
+    el("p", { class: "muted" }, "Per replica, and times each workload's current replicas where it says so. The current request " +
+      "is the container's request, or its limit where only a limit is set; a change in green frees resources, in red adds " +
+      "what is missing. The same figures as `recommender show`. Recommendations made for " + fmt.time(data.as_of) + "."),
     el("details", { open: namespaces.length > 1 },
       el("summary", {}, `${namespaces.length} namespace${namespaces.length > 1 ? "s" : ""}`),
       el("table", { "data-testid": "namespaces" },
         el("thead", {}, el("tr", {}, ["namespace", "containers", "at risk", "CPU requested", "CPU recommended", "CPU change",
-          "memory requested", "memory recommended", "memory change"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
+          "CPU change, all replicas", "memory requested", "memory recommended", "memory change",
+          "memory change, all replicas"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
         el("tbody", {}, namespaces.map(([name, t]) => el("tr", {},
           el("td", {}, el("a", { href: "#/?namespace=" + encodeURIComponent(name) }, name)),
           el("td", { class: "num" }, t.containers), el("td", { class: "num" }, t.at_risk),
           el("td", { class: "num" }, fmt.cpu(t.cpu_request_cores)), el("td", { class: "num" }, fmt.cpu(t.cpu_recommended_cores)),
           el("td", { class: "num" }, signed(fmt.cpu, t.cpu_difference_cores)),
+          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_difference_cores_all_replicas)),
           el("td", { class: "num" }, fmt.memory(t.memory_request_bytes)), el("td", { class: "num" }, fmt.memory(t.memory_recommended_bytes)),
-          el("td", { class: "num" }, signed(fmt.memory, t.memory_difference_bytes))))))),
+          el("td", { class: "num" }, signed(fmt.memory, t.memory_difference_bytes)),
+          el("td", { class: "num" }, signed(fmt.memory, t.memory_difference_bytes_all_replicas))))))),
     el("h2", {}, "Containers"),
     controls,
     el("table", { "data-testid": "workloads" },
-      el("thead", {}, el("tr", {}, ["workload", "container", "kind", "QoS / priority", "CPU request → recommended",
+      el("thead", {}, el("tr", {}, ["workload", "container", "kind", "QoS / priority", "replicas", "CPU request → recommended",
         "CPU change", "memory request → recommended", "memory change", "risks"].map((h, i) =>
-        el("th", { class: [4, 5, 6, 7].includes(i) ? "num" : "" }, h)))),
+        el("th", { class: [4, 5, 6, 7, 8].includes(i) ? "num" : "" }, h)))),
       body),
   ];
 }
@@ -369,6 +375,7 @@ function overviewRow(row) {
     el("td", {}, row.container),
     el("td", {}, row.kind || el("span", { class: "muted" }, "unknown")),
     el("td", {}, el("span", { class: "tag" }, row.qos_class), el("span", { class: "tag" }, row.priority_class)),
+    el("td", { class: "num" }, row.replicas),
     el("td", { class: "num" }, `${fmt.cpu(row.cpu_cores.current_request)} → ${fmt.cpu(row.cpu_cores.recommended)}`),
     el("td", { class: "num" }, signed(fmt.cpu, row.cpu_cores.difference)),
     el("td", { class: "num" }, `${fmt.memory(row.memory_bytes.current_request)} → ${fmt.memory(row.memory_bytes.recommended)}`),

@@ -1,8 +1,10 @@
 """The admission webhook and the scheduler extender inside a real control plane (kube-apiserver,
 kube-controller-manager, kube-scheduler, etcd) with our service on 127.0.0.1 over TLS.
 
-- A Deployment's pods, created by the controller-manager, are stored with our requests, proportional limits and
-  our annotation; a koord-batch pod gets Koordinator's batch resources; with our service stopped, pods are still
+- A Deployment's pods, created by the controller-manager in a namespace labelled for it, are stored with our
+  requests, proportional limits and our audit annotation; one in an unlabelled namespace is left alone; a VPA naming
+  us with updateMode Off leaves its pods alone, one with Initial sizes them, and an HPA on CPU keeps CPU ours to
+  leave (the service watches namespaces, VPAs and HPAs on this apiserver); a koord-batch pod gets Koordinator's batch resources; with our service stopped, pods are still
   created unchanged (fail open).
 - kube-scheduler, with us registered as an extender, binds a new pod to the node whose pods' forecast peak over
   the next hours is lowest, although that node's pods use more CPU on average.
@@ -32,7 +34,9 @@ from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantit
 from tests.conftest import entry_point
 from tests.e2e.conftest import _binaries
 from tests.integration.server import serving, tls_files
-from tests.support.control_plane import ControlPlane
+from recommender.mutation import APPLIED_ANNOTATION
+from recommender.optin import MODE_KEY
+from tests.support.control_plane import ControlPlane, crd_files
 
 pytestmark = pytest.mark.e2e
 DAY, STEP = 86400, 300
@@ -58,6 +62,10 @@ def usage_frame(now: int) -> pd.DataFrame:
     add("shop", "night-owl", "main", 2, np.where((phase >= 1 * HOUR) & (phase < 5 * HOUR), 3.0, 0.3), 300 * 2**20)
     add("shop", "day-sleeper", "main", 2, np.where((phase >= 7 * HOUR) & (phase < 21 * HOUR), 2.0, 0.3), 300 * 2**20)
     add("batch", "crunch", "worker", 1, np.full(times.size, 1.2), 800 * 2**20)
+    # The opt-in: the same workload in a namespace nobody labelled, and two that VPAs name.
+    add("plain", "web", "app", 2, np.full(times.size, 0.4), 600 * 2**20)
+    for workload in ("frozen", "sized", "scaled"):
+        add("vpa", workload, "app", 2, np.full(times.size, 0.4), 600 * 2**20)
     return pd.concat(rows, ignore_index=True)
 
 
@@ -96,10 +104,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         ),
     }
     verify = ssl.create_default_context(cafile=str(ca_file))
+    plane = ControlPlane(binaries, work / "plane")
+    # The webhook learns namespace labels, VPAs and HPAs from this apiserver (it retries until the plane is up).
+    env |= {"KOORD_RECOMMENDER_WEBHOOK__KUBECONFIG": str(plane.kubeconfig), "KOORD_RECOMMENDER_WEBHOOK__BACKOFF_MAX_SECONDS": "2"}
     service_stack = ExitStack()
     service = service_stack.enter_context(serving(work / "store", work, tls=(cert, key), verify=verify, env=env))
     ca_data = base64.b64encode(ca_file.read_bytes()).decode()
-    plane = ControlPlane(binaries, work / "plane")
     try:
         plane.start(
             controller_manager=True,
@@ -126,13 +136,43 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         })
         core = client.CoreV1Api(api)
         for namespace in ("shop", "batch"):
+            core.create_namespace({"metadata": {"name": namespace, "labels": {MODE_KEY: "Initial"}}})
+        for namespace in ("plain", "vpa"):
             core.create_namespace({"metadata": {"name": namespace}})
+        plane.install_crds(crd_files())
+        custom = client.CustomObjectsApi(api)
+        for workload, mode in (("frozen", "Off"), ("sized", "Initial"), ("scaled", "Initial")):
+            custom.create_namespaced_custom_object("autoscaling.k8s.io", "v1", "vpa", "verticalpodautoscalers", {
+                "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": workload},
+                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
+                         "recommenders": [{"name": "koord-recommender"}], "updatePolicy": {"updateMode": mode}},
+            })
+        client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler("vpa", {
+            "metadata": {"name": "scaled"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "scaled"}, "minReplicas": 2, "maxReplicas": 4,
+                     "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]},
+        })
         client.SchedulingV1Api(api).create_priority_class({"metadata": {"name": "koord-batch"}, "value": 5000})
         time.sleep(2)  # the webhook configuration reaches the apiserver's informer
+        wait_for_watches(service, verify)
         yield Cluster(plane, core, client.AppsV1Api(api), pods_file, nodes_file, service_stack.close, service, verify)
     finally:
         plane.stop()
         service_stack.close()
+
+
+def wait_for_watches(service: str, verify: ssl.SSLContext, timeout: float = 60) -> None:
+    """Until the service's caches hold the VPAs and the HPA just made (bounded)."""
+    deadline = time.monotonic() + timeout
+    expected = {"verticalpodautoscalers": 3.0, "horizontalpodautoscalers": 1.0}
+    held: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{service}/metrics", verify=verify, timeout=5).text
+        held = {line.split('"')[1]: float(line.split()[-1]) for line in text.splitlines() if line.startswith("koord_recommender_watch_objects{")}
+        if all(held.get(kind) == count for kind, count in expected.items()) and held.get("namespaces", 0) >= 4:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the webhook's watches hold {held} after {timeout} s")
 
 
 def deployment(name: str, container: str, namespace: str = "shop", replicas: int = 2) -> dict[str, Any]:
@@ -180,7 +220,31 @@ def test_deployment_pods_are_stored_with_our_requests(cluster: Cluster) -> None:
         # Limits keep the original limit/request ratio (2x), as VPA does.
         assert cpu_cores_from_quantity(resources.limits["cpu"]) == pytest.approx(2 * cpu, abs=0.002)
         assert memory_bytes_from_quantity(resources.limits["memory"]) == pytest.approx(2 * memory, rel=0.01)
-        assert "koord-recommender.io/changes" in pod.metadata.annotations
+        record = json.loads(pod.metadata.annotations[APPLIED_ANNOTATION])
+        assert record["mode"] == "Initial" and record["source"] == f"namespace label {MODE_KEY}=Initial"
+
+
+def test_a_pod_in_a_namespace_nobody_opted_in_is_left_alone(cluster: Cluster) -> None:
+    cluster.apps.create_namespaced_deployment("plain", deployment("web", "app", namespace="plain", replicas=1))
+    pod = pods_of(cluster, "plain", "web", 1)[0]
+    assert pod.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
+    assert APPLIED_ANNOTATION not in (pod.metadata.annotations or {})
+
+
+def test_a_vpa_naming_us_decides_by_its_update_mode_and_an_hpa_keeps_its_resource(cluster: Cluster) -> None:
+    for workload in ("frozen", "sized", "scaled"):
+        cluster.apps.create_namespaced_deployment("vpa", deployment(workload, "app", namespace="vpa", replicas=1))
+    frozen = pods_of(cluster, "vpa", "frozen", 1)[0]
+    assert frozen.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
+    assert APPLIED_ANNOTATION not in (frozen.metadata.annotations or {})
+    rec = recommended(cluster, "vpa", "sized")
+    sized = pods_of(cluster, "vpa", "sized", 1)[0]
+    assert cpu_cores_from_quantity(sized.spec.containers[0].resources.requests["cpu"]) == pytest.approx(rec["cpu"]["target"], abs=0.001)
+    assert json.loads(sized.metadata.annotations[APPLIED_ANNOTATION])["source"] == "VerticalPodAutoscaler vpa/sized (updateMode Initial)"
+    # The HPA scales `scaled` on CPU: only memory is ours to set.
+    scaled = pods_of(cluster, "vpa", "scaled", 1)[0]
+    requests = scaled.spec.containers[0].resources.requests
+    assert requests["cpu"] == "1" and memory_bytes_from_quantity(requests["memory"]) < 2**30
 
 
 def test_a_batch_pod_gets_koordinator_batch_resources(cluster: Cluster) -> None:
@@ -270,4 +334,4 @@ def test_pods_are_created_unchanged_when_the_service_is_down(cluster: Cluster) -
     cluster.apps.create_namespaced_deployment("shop", deployment("web-2", "app"))
     for pod in pods_of(cluster, "shop", "web-2", 2):
         assert pod.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
-        assert "koord-recommender.io/changes" not in (pod.metadata.annotations or {})
+        assert APPLIED_ANNOTATION not in (pod.metadata.annotations or {})

@@ -80,10 +80,10 @@ def started(
 @contextmanager
 def serving(
     store: Path, cwd: Path, *, tls: tuple[Path, Path] | None = None, verify: ssl.SSLContext | bool = True,
-    env: dict[str, str] | None = None, ready_status: int = 200,
+    env: dict[str, str] | None = None, ready_status: int = 200, port: int | None = None,
 ) -> Iterator[str]:
-    """The base URL of a running `recommender serve` over `store`."""
-    port = free_port()
+    """The base URL of a running `recommender serve` over `store` (on `port`, else a free one)."""
+    port = port or free_port()
     command = [entry_point(), "serve", "--store", str(store), "--host", "127.0.0.1", "--port", str(port)]
     if tls is not None:
         command += ["--tls-cert-file", str(tls[0]), "--tls-key-file", str(tls[1])]

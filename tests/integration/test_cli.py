@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
 import pandas as pd
 import pytest
+import yaml
 
 from tests.conftest import BUNDLED, Runner, entry_point, make_usage
 from tests.integration.server import free_port, started
 
 pytestmark = pytest.mark.integration
+#: A progress line, as long commands print them when stderr is not a terminal.
+PROGRESS = re.compile(r"\d\d:\d\d:\d\d \[\d+/\d+\] ")
 
 
 def test_every_command_has_help(cli: Runner) -> None:
@@ -34,7 +40,75 @@ def test_train_then_show_json(cli: Runner, tmp_path: Path, usage_csv: Path) -> N
     assert payload["version"] == (tmp_path / "store" / "latest").read_text().strip()
     assert {r["workload"] for r in payload["recommendations"]} == {"w0", "w1"}
     table = cli("show", "--store", "store")
-    assert "w0" in table.stdout and "CPU request" in table.stdout
+    assert "w0" in table.stdout and "CPU x replicas" in table.stdout and "Totals per namespace" in table.stdout
+
+
+def test_show_filters_and_writes_every_format_with_the_same_totals(cli: Runner, tmp_path: Path) -> None:
+    """The issue's cases: a 2-core request with no limit, a 500m request with a 4-core limit (both against the
+    request), memory that is requested (totals not zero); two replicas multiply the savings."""
+    usage = make_usage(workloads=2, pods=2, days=2).drop(columns=["cpu_limit_cores", "memory_limit_bytes"])
+    usage["cpu_request_cores"] = usage["workload"].map({"w0": 2.0, "w1": 0.5})
+    usage["cpu_limit_cores"] = usage["workload"].map({"w0": None, "w1": 4.0})
+    usage["memory_request_bytes"] = 3e9
+    usage.loc[usage["workload"] == "w1", "namespace"] = "other"
+    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(tmp_path / "usage.csv", index=False)
+    assert cli("train", "--input", "usage.csv", "--store", "store").returncode == 0
+    payload = json.loads(cli("show", "--store", "store", "--format", "json").stdout)
+    rows = {w["workload"]: w for w in payload["overview"]["workloads"]}
+    targets = {r["workload"]: r for r in payload["recommendations"]}
+    assert rows["w0"]["cpu_cores"]["current_request"] == 2.0 and rows["w1"]["cpu_cores"]["current_request"] == 0.5
+    assert rows["w0"]["replicas"] == 2
+    assert rows["w0"]["cpu_cores"]["difference"] == pytest.approx(2.0 - targets["w0"]["cpu"]["target"])
+    assert rows["w0"]["cpu_cores"]["difference_all_replicas"] == pytest.approx(2 * rows["w0"]["cpu_cores"]["difference"])
+    cluster = payload["overview"]["cluster"]
+    assert cluster["memory_request_bytes"] == pytest.approx(6e9) and cluster["memory_recommended_bytes"] > 1e9
+    assert cluster["cpu_request_cores_all_replicas"] == pytest.approx(5.0)
+    assert set(payload["overview"]["namespaces"]) == {"ns", "other"}
+    # Filters: the totals are those of what is shown.
+    only = json.loads(cli("show", "--store", "store", "--format", "json", "--namespace", "oth*").stdout)
+    assert [r["workload"] for r in only["recommendations"]] == ["w1"] and set(only["overview"]["namespaces"]) == {"other"}
+    assert json.loads(cli("show", "--store", "store", "--format", "json", "-w", "w0").stdout)["overview"]["cluster"]["containers"] == 1
+    missing = cli("show", "--store", "store", "--namespace", "nowhere")
+    assert missing.returncode == 4 and "no workload of version" in missing.stderr and "--namespace nowhere" in missing.stderr
+    # YAML is the JSON document; CSV a row a container; HTML one page with nothing to fetch.
+    assert yaml.safe_load(cli("show", "--store", "store", "--format", "yaml").stdout) == payload
+    table = list(csv.DictReader(io.StringIO(cli("show", "--store", "store", "--format", "csv").stdout)))
+    assert [r["workload"] for r in table] == ["w0", "w1"] and float(table[0]["cpu_request_cores"]) == 2.0
+    assert float(table[0]["cpu_difference_cores_all_replicas"]) == pytest.approx(rows["w0"]["cpu_cores"]["difference_all_replicas"])
+    written = cli("show", "--store", "store", "--format", "html", "--output", "report.html")
+    assert written.returncode == 0 and "wrote html of 2 containers to report.html" in written.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and "ns/w0" in page and "Totals per namespace" in page
+    assert "<script" not in page and "<link" not in page and "http" not in page and "url(" not in page
+
+
+def test_help_shows_every_default_and_environment_variable(cli: Runner) -> None:
+    def help_of(command: str) -> str:
+        """The help without any whitespace: click wraps long words (env names) anywhere."""
+        return "".join(cli(command, "--help").stdout.split())
+
+    def squeezed(text: str) -> str:
+        return "".join(text.split())
+
+    for command in ("train", "show", "serve", "sync", "demo", "cluster-files"):
+        text = cli(command, "--help").stdout
+        # Rich markup once ate bracketed text: "Listen address ." with the default gone.
+        assert not re.search(r"\w \.(\s|$)", text), text
+        assert squeezed("[default: model-store; env KOORD_RECOMMENDER_STORE__PATH]") in help_of(command) or command in ("demo", "cluster-files")
+    serve = help_of("serve")
+    assert squeezed("Listen address. [default: 127.0.0.1; env KOORD_RECOMMENDER_SERVE__HOST]") in serve
+    assert squeezed("TCP port. [default: 8080; env KOORD_RECOMMENDER_SERVE__PORT]") in serve
+    train = help_of("train")
+    assert squeezed("[default: 14d; env KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS]") in train and "[default:24h]" in train
+    assert squeezed("[default: 8080; env KOORD_RECOMMENDER_SERVE__PORT]") in help_of("demo")
+    assert "anchors.md" not in cli("backtest", "--help").stdout
+
+
+def test_long_commands_print_progress_lines_when_not_on_a_terminal(cli: Runner, usage_csv: Path) -> None:
+    trained = cli("train", "--input", str(usage_csv), "--store", "store")
+    lines = [line for line in trained.stderr.splitlines() if PROGRESS.match(line)]
+    assert len(lines) >= 4 and lines[0].endswith(")") and "reading" in lines[0] and "publishing" in lines[-1], trained.stderr
+    assert re.search(r"\d\d:\d\d:\d\d done in \d+\.\d s", trained.stderr)
 
 
 def test_recommend_contract_on_bundled_data(cli: Runner, tmp_path: Path) -> None:
@@ -98,7 +172,12 @@ def test_bad_flags_are_clear(cli: Runner, usage_csv: Path) -> None:
 def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
     result = cli("demo", "--no-serve", "--workdir", "demo")
     assert result.returncode == 0, result.stderr
-    assert "job-113812204462" in result.stdout and "CPU saved" in result.stdout
+    assert "job-113812204462" in result.stdout and "CPU x replicas" in result.stdout
+    # The 2019 trace is moved at load to end now (said so), the bundled file stays as it is.
+    assert re.search(r"timestamps moved \+\d+\.\d days at load so the data ends now; the file is unchanged", result.stdout)
+    assert int(pd.read_csv(BUNDLED, usecols=["timestamp"])["timestamp"].max()) < 1_600_000_000
+    status = json.loads(cli("show", "--store", "demo/store", "--format", "json").stdout)
+    assert abs(status["as_of"] - time.time()) < 900
     chart = tmp_path / "demo" / "four-lines.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 20_000
 
@@ -172,8 +251,10 @@ def test_hostile_files_are_one_line_errors_with_the_bad_input_code(cli: Runner, 
     args = ["--store", "store"] if command == "train" else ["--as-of", "1800000000", "--output", "out.json"]
     result = cli(command, "--input", name, *args)
     assert result.returncode == 2, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert re.fullmatch("error: " + re.escape(name) + expected + ".*", result.stderr.strip()), result.stderr
+    # Beside the progress lines a log gets (stderr is no terminal here), the error is one line.
+    lines = [line for line in result.stderr.strip().splitlines() if not PROGRESS.match(line)]
+    assert len(lines) == 1, result.stderr
+    assert re.fullmatch("error: " + re.escape(name) + expected + ".*", lines[0]), result.stderr
     assert not (tmp_path / "store").exists() and not (tmp_path / "out.json").exists()
 
 

@@ -122,6 +122,19 @@ def test_root_redirects_to_the_dashboard_and_its_files_are_served(base: str) -> 
     assert "http" not in page.text and "http" not in script.text.replace('"http://www.w3.org/2000/svg"', "")
 
 
+def test_show_and_the_dashboard_agree_on_the_savings(base: str, workdir: Path) -> None:
+    """One computation for both: the dashboard's overview and `show --format json` on the same store."""
+    shown = subprocess.run([entry_point(), "show", "--store", "store", "--format", "json"], cwd=workdir, capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert shown.returncode == 0, shown.stderr
+    ours = json.loads(shown.stdout)["overview"]
+    dashboard = httpx.get(base + "/api/v1/overview", timeout=10).json()
+    assert ours["cluster"] == dashboard["cluster"] and ours["namespaces"] == dashboard["namespaces"]
+    assert ours["workloads"] == dashboard["workloads"]
+    # The bundled trace sets limits only: the request is the limit, the memory totals are not zero.
+    assert dashboard["cluster"]["memory_request_bytes"] > 10 * 2**30 and dashboard["cluster"]["cpu_request_cores_all_replicas"] > 0
+
+
 def test_status_and_overview(base: str) -> None:
     status = httpx.get(base + "/api/v1/status", timeout=10).json()
     recommendations = httpx.get(base + "/api/v1/recommendations", timeout=10).json()
@@ -284,3 +297,37 @@ def test_no_model_is_a_clear_state(page: Any, tmp_path: Path) -> None:
         assert "No model version is loaded" in page.locator("[data-testid=state-no-model]").inner_text()
         assert page.locator("#model-status").inner_text() == "no model"
         shot(page, "no-model")
+
+
+@pytest.mark.parametrize(("path", "rendered"), [("/docs", ".swagger-ui .information-container .title"), ("/redoc", "redoc h1")])
+def test_the_api_docs_render_with_nothing_fetched_from_elsewhere(page: Any, base: str, path: str, rendered: str) -> None:
+    """Swagger UI and ReDoc load their scripts, style and icon from the service itself (air-gapped clusters): every
+    request the page makes goes to 127.0.0.1, and one that would leave is aborted and fails the test."""
+    elsewhere: list[str] = []
+
+    def only_loopback(route: Any) -> None:
+        if route.request.url.startswith(base + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_loopback)
+    asked: list[str] = []
+    blocked: dict[str, str] = {}
+    page.on("request", lambda request: asked.append(request.url))
+    page.on("requestfailed", lambda request: blocked.update({request.url: request.failure or ""}))
+    page.goto(base + path)
+    title = page.locator(rendered).first
+    title.wait_for()
+    assert "koord-recommender" in title.inner_text()
+    page.wait_for_load_state("networkidle")
+    # Nothing reached the network beyond loopback; what a build links elsewhere (ReDoc's logo) the page's
+    # Content-Security-Policy stops inside the browser, before any connection.
+    assert elsewhere == [], elsewhere
+    outside = [url for url in asked if not url.startswith(base + "/")]
+    assert all(blocked.get(url) == "csp" for url in outside), (outside, blocked)
+    assert any("/docs/assets/" in url for url in asked)
+    shot(page, path.strip("/"))
+    assert httpx.get(base + "/docs/assets/swagger-ui.css", timeout=10).headers["content-type"].startswith("text/css")
+    assert httpx.get(base + "/docs/assets/../routes/docs.py", timeout=10).status_code == 404

@@ -28,7 +28,7 @@ import trustme
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from recommender import koordinator as k
-from recommender.mutation import CHANGES_ANNOTATION
+from recommender.mutation import APPLIED_ANNOTATION
 from recommender.units import cpu_quantity, memory_quantity
 from tests import k8s
 from tests.conftest import DAY, entry_point, make_usage
@@ -123,6 +123,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "KOORD_RECOMMENDER_EXTENDER__NODES_FILE": str(workdir / "nodes.json"),
         "KOORD_RECOMMENDER_WEBHOOK__COLOCATION_PROFILES": json.dumps(PROFILES),
         "KOORD_RECOMMENDER_AUTH__TOKEN_FILE": str(workdir / "token"),
+        # Every pod of these tests opts in through the default; test_webhook_modes covers the opt-in sources.
+        "KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE": "Initial",
     }
     verify = trusting(ca)
     with serving(store, workdir, tls=(cert_file, key_file), verify=verify, env=env) as base:
@@ -137,7 +139,7 @@ def test_webhook_resolves_each_controller_and_sets_requests(server: Server, owne
     cpu, memory = server.target(workload)
     resources = patched["spec"]["containers"][0]["resources"]
     assert resources["requests"] == {"cpu": cpu, "memory": memory}
-    assert json.loads(patched["metadata"]["annotations"][CHANGES_ANNOTATION])["workload"] == workload
+    assert json.loads(patched["metadata"]["annotations"][APPLIED_ANNOTATION])["workload"] == workload
     assert "warnings" not in answer and k.violations(patched) == []
 
 

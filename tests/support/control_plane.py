@@ -94,7 +94,9 @@ class ControlPlane:
             time.sleep(0.25)
         raise RuntimeError(f"{name} not ready after {timeout} s: {(self.dir / f'{name}.log').read_text()[-3000:]}")
 
-    def start(self, *, controller_manager: bool = False, scheduler_config: dict[str, Any] | None = None) -> ControlPlane:
+    def start(
+        self, *, controller_manager: bool = False, scheduler_config: dict[str, Any] | None = None, apiserver_args: tuple[str, ...] = ()
+    ) -> ControlPlane:
         self._spawn(
             "etcd",
             [
@@ -128,6 +130,7 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *apiserver_args,
             ],
         )
         admin = ssl.create_default_context(cafile=str(self.ca.cert_path))

@@ -9,11 +9,14 @@ import jsonpatch
 from hypothesis import given, settings as hsettings, strategies as st
 
 from recommender import koordinator as k
-from recommender.mutation import CHANGES_ANNOTATION, mutate, relevant_fields
+from recommender.mutation import APPLIED_ANNOTATION, mutate, relevant_fields
+from recommender.optin import OptIn
 from recommender.settings import ColocationProfile, WebhookPolicy, WebhookSettings
 from recommender.units import GIB, MIB, cpu_cores_from_quantity, memory_bytes_from_quantity
 from tests.k8s import RESOURCE_SHAPES, container, pod
 from tests.recs import lookup_of, recommendation
+
+ON = OptIn("Initial", "test")
 
 RECS = lookup_of(
     recommendation("shop", "web", "main", 0.5, 1 * GIB),
@@ -25,7 +28,7 @@ BATCH = ColocationProfile(name="batch", namespaces=["shop"], selector={"tier": "
 
 def run(shape: str, webhook: WebhookSettings | None = None, labels: dict[str, str] | None = None, **kwargs: Any) -> tuple[dict[str, Any], Any]:
     original = pod("deployment", "web", [container("main", RESOURCE_SHAPES[shape])], labels=labels, **kwargs)
-    result = mutate(original, "shop", RECS.get, webhook or WebhookSettings(), "v1")
+    result = mutate(original, "shop", RECS.get, webhook or WebhookSettings(), "v1", ON)
     # The diff must apply to the original and give the mutated pod, and the original must be untouched.
     patch = jsonpatch.make_patch(original, result.pod)
     assert jsonpatch.apply_patch(original, patch) == result.pod
@@ -40,7 +43,7 @@ def resources(found: dict[str, Any], index: int = 0) -> dict[str, Any]:
 def test_requests_get_the_target_and_limits_scale_proportionally() -> None:
     found, result = run("both")
     assert resources(found) == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
-    record = json.loads(found["metadata"]["annotations"][CHANGES_ANNOTATION])
+    record = json.loads(found["metadata"]["annotations"][APPLIED_ANNOTATION])
     assert record["workload"] == "web" and record["version"] == "v1" and "main: cpu request 1 -> 500m" in record["changes"]
     factors = json.loads(found["metadata"]["annotations"][k.SCALING_FACTORS_ANNOTATION])
     assert factors == {"cpu": 40, "memory": 40}  # long-term 0.8 x target over the limit (2 x target)
@@ -64,7 +67,7 @@ def test_init_and_sidecar_containers_are_sized_and_unknown_containers_untouched(
         [container("main", None), container("unknown", {"requests": {"cpu": "3"}})],
         init_containers=[container("migrate", None), container("istio-proxy", {"limits": {"cpu": "1"}}, restartPolicy="Always")],
     )
-    found = mutate(original, "shop", RECS.get, WebhookSettings(), "v1").pod
+    found = mutate(original, "shop", RECS.get, WebhookSettings(), "v1", ON).pod
     assert found["spec"]["initContainers"][0]["resources"] == {"requests": {"cpu": "200m", "memory": "256Mi"}}
     assert found["spec"]["initContainers"][1]["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "100m"}}
     assert found["spec"]["containers"][1] == original["spec"]["containers"][1]
@@ -83,7 +86,7 @@ def test_policies_modes_lines_bounds_and_controlled_resources() -> None:
     bounded = WebhookSettings(policies=[WebhookPolicy(max_cpu_cores=0.3, min_memory_bytes=3 * GIB)])
     assert resources(run("requests-only", bounded)[0])["requests"] == {"cpu": "300m", "memory": "3Gi"}
     zero = pod("deployment", "web", [container("main", {"requests": {"cpu": "0"}, "limits": {"cpu": "300m"}})])
-    found = mutate(zero, "shop", RECS.get, WebhookSettings(), "v1").pod
+    found = mutate(zero, "shop", RECS.get, WebhookSettings(), "v1", ON).pod
     assert resources(found) == {"requests": {"cpu": "300m", "memory": "1Gi"}, "limits": {"cpu": "300m"}}  # not above the limit
     other = WebhookSettings(policies=[WebhookPolicy(namespace="other", mode="off")])
     assert resources(run("requests-only", other)[0])["requests"]["cpu"] == "500m"
@@ -91,7 +94,7 @@ def test_policies_modes_lines_bounds_and_controlled_resources() -> None:
 
 def test_unknown_workload_is_left_alone_with_a_warning() -> None:
     original = pod("statefulset", "db", [container("main", None)])
-    result = mutate(original, "shop", RECS.get, WebhookSettings(), "v1")
+    result = mutate(original, "shop", RECS.get, WebhookSettings(), "v1", ON)
     assert result.pod == original and result.workload is None
     assert "no recommendation for workload ['db'] in shop" in result.warnings[0]
 
@@ -160,11 +163,11 @@ def test_any_pod_gets_a_valid_pod(shapes: list[dict[str, Any] | None], mode: str
     names = ["main", "istio-proxy", "other"]
     original = pod("deployment", "web", [container(names[i], shape) for i, shape in enumerate(shapes)], labels={"tier": "batch"} if batch else None)
     webhook = WebhookSettings(policies=[WebhookPolicy(mode=mode, line=line)], colocation_profiles=[BATCH])  # type: ignore[arg-type]
-    found = mutate(original, "shop", RECS.get, webhook, "v1").pod
+    found = mutate(original, "shop", RECS.get, webhook, "v1", ON).pod
     assert jsonpatch.apply_patch(original, jsonpatch.make_patch(original, found)) == found
     # What the webhook sends: the diff of the projections, applied to the whole pod, gives the same pod.
     view = relevant_fields(original)
-    assert jsonpatch.apply_patch(original, jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1").pod)) == found
+    assert jsonpatch.apply_patch(original, jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1", ON).pod)) == found
     assert k.violations(found) == []
     for one in found["spec"]["containers"]:
         res = one.get("resources") or {}
@@ -179,9 +182,9 @@ def test_patch_paths_escape_slashes_and_tildes_in_keys() -> None:
     original = pod("deployment", "web", [container("main", None)], annotations={"a~b/c": "kept"}, labels={"tier": "batch"})
     webhook = WebhookSettings(colocation_profiles=[BATCH.model_copy(update={"labels": {"team/x~y": "1"}})])
     view = relevant_fields(original)
-    patch = jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1").pod).patch
+    patch = jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1", ON).pod).patch
     paths = {op["path"] for op in patch}
-    assert "/metadata/annotations/koord-recommender.io~1changes" in paths
+    assert "/metadata/annotations/koord-recommender.io~1applied" in paths
     assert "/metadata/labels/team~1x~0y" in paths and "/metadata/labels/koordinator.sh~1qosClass" in paths
     assert "/spec/containers/0/resources" in paths  # the parent is added whole when it was absent
     patched = jsonpatch.apply_patch(original, patch)
@@ -191,8 +194,8 @@ def test_patch_paths_escape_slashes_and_tildes_in_keys() -> None:
 def test_a_pod_already_mutated_is_left_as_is() -> None:
     original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])], labels={"tier": "batch"})
     webhook = WebhookSettings(colocation_profiles=[BATCH])
-    once = mutate(original, "shop", RECS.get, webhook, "v1").pod
-    again = mutate(once, "shop", RECS.get, webhook, "v2")
+    once = mutate(original, "shop", RECS.get, webhook, "v1", ON).pod
+    again = mutate(once, "shop", RECS.get, webhook, "v2", ON)
     assert once != original and again.pod == once and again.changes == [] and again.warnings == []
 
 
@@ -203,7 +206,7 @@ def test_a_memory_limit_never_goes_below_the_observed_peak_floor() -> None:
     assert rec.memory is not None
     floored = rec.model_copy(update={"memory": rec.memory.model_copy(update={"limit_floor": 900.0 * MIB})})
     original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])])
-    found = mutate(original, "shop", lookup_of(floored).get, WebhookSettings(), "v1").pod
+    found = mutate(original, "shop", lookup_of(floored).get, WebhookSettings(), "v1", ON).pod
     assert resources(found)["requests"]["memory"] == "256Mi"
     assert memory_bytes_from_quantity(resources(found)["limits"]["memory"]) == 900 * MIB
 
@@ -213,6 +216,6 @@ def test_a_stale_recommendation_is_not_applied_and_says_why() -> None:
     assert rec.cpu is not None and rec.memory is not None
     stale = rec.model_copy(update={"cpu": rec.cpu.model_copy(update={"stale": True}), "memory": rec.memory.model_copy(update={"stale": True})})
     original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])])
-    result = mutate(original, "shop", lookup_of(stale).get, WebhookSettings(), "v1")
+    result = mutate(original, "shop", lookup_of(stale).get, WebhookSettings(), "v1", ON)
     assert resources(result.pod) == RESOURCE_SHAPES["both"]
     assert any("stale" in warning for warning in result.warnings)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import socket
+import tempfile
 import threading
+from pathlib import Path
 from urllib.parse import parse_qs
 
 import httpx
@@ -52,6 +55,38 @@ def test_query_goes_in_the_post_body_with_auth_and_headers(tmp_path) -> None:  #
     assert parse_qs(request.content.decode())["query"] == ['up{job="x"}']
     assert request.headers["Authorization"] == "Bearer s3cret"
     assert request.headers["X-Scope-OrgID"] == "team-a"
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=":\r\n"), min_size=1, max_size=20),
+       st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=40))
+@settings(deadline=None, max_examples=30)
+def test_basic_auth_sends_the_user_and_the_password_file(username: str, password: str) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=VECTOR)
+
+    with tempfile.TemporaryDirectory() as directory:
+        secret = Path(directory) / "password"
+        secret.write_text(password + "\n", encoding="utf-8")  # a mounted Secret often ends in a newline
+        with client(handler, basic_auth_username=username, basic_auth_password_file=secret) as prom:
+            prom.query("up", at=1)
+    scheme, _, credentials = seen[0].headers["Authorization"].partition(" ")
+    assert scheme == "Basic" and base64.b64decode(credentials).decode() == f"{username}:{password}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"basic_auth_username": "u"}, "needs both basic_auth_username and basic_auth_password_file"),
+        ({"basic_auth_username": "u", "basic_auth_password_file": "/nonexistent/password"}, "cannot read basic-auth password file /nonexistent/password"),
+        ({"basic_auth_username": "u", "basic_auth_password_file": "/dev/null", "bearer_token": "t"}, "either a bearer token or basic authentication"),
+    ],
+)
+def test_basic_auth_misconfigurations_are_one_line(overrides: dict[str, str], message: str) -> None:
+    with pytest.raises(PrometheusError, match=message):
+        client(lambda request: httpx.Response(200, json=VECTOR), **overrides)
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
