@@ -40,15 +40,27 @@ def tls_files(directory: Path, name: str = "tls") -> tuple[trustme.CA, Path, Pat
 
 @contextmanager
 def started(
-    command: list[str], base: str, *, cwd: Path, verify: ssl.SSLContext | str | bool = True, env: dict[str, str] | None = None,
-    ready_path: str = "/readyz", ready_status: int = 200, wait_seconds: float = 30,
+    command: list[str],
+    base: str,
+    *,
+    cwd: Path,
+    verify: ssl.SSLContext | str | bool = True,
+    env: dict[str, str] | None = None,
+    ready_path: str = "/readyz",
+    ready_status: int = 200,
+    wait_seconds: float = 30,
 ) -> Iterator[IO[bytes]]:
     """Run `command` until the block ends (terminate, then kill); first wait, at most 10 polls a second for
     `wait_seconds`, until `base + ready_path` answers `ready_status`. Its logs go to the file yielded (a pipe
     nobody reads would fill and block it)."""
-    logs = tempfile.TemporaryFile()
+    logs = tempfile.TemporaryFile()  # noqa: SIM115 - open as long as the server it logs
     process = subprocess.Popen(
-        command, cwd=cwd, stdout=logs, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        command,
+        cwd=cwd,
+        stdout=logs,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     try:
         deadline = time.monotonic() + wait_seconds
@@ -79,8 +91,14 @@ def started(
 
 @contextmanager
 def serving(
-    store: Path, cwd: Path, *, tls: tuple[Path, Path] | None = None, verify: ssl.SSLContext | bool = True,
-    env: dict[str, str] | None = None, ready_status: int = 200, port: int | None = None,
+    store: Path,
+    cwd: Path,
+    *,
+    tls: tuple[Path, Path] | None = None,
+    verify: ssl.SSLContext | bool = True,
+    env: dict[str, str] | None = None,
+    ready_status: int = 200,
+    port: int | None = None,
 ) -> Iterator[str]:
     """The base URL of a running `recommender serve` over `store` (on `port`, else a free one)."""
     port = port or free_port()
