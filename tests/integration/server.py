@@ -6,6 +6,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,6 +37,13 @@ def tls_files(directory: Path, name: str = "tls") -> tuple[trustme.CA, Path, Pat
     leaf.private_key_pem.write_to_path(str(key))
     ca.cert_pem.write_to_path(str(ca_file))
     return ca, cert, key, ca_file
+
+
+def fake_apiserver_command(api: str, cert: Path, key: Path) -> list[str]:
+    """uvicorn serving `tests.fake_apiserver` (TokenReview, SubjectAccessReview, pod lists) over TLS at `api`."""
+    port = api.rsplit(":", 1)[1]
+    tls = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    return [sys.executable, "-m", "uvicorn", "tests.fake_apiserver:app", "--port", port, *tls]
 
 
 @contextmanager

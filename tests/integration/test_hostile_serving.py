@@ -10,7 +10,6 @@ import json
 import socket
 import ssl
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -31,7 +30,7 @@ from hypothesis import strategies as st
 
 from recommender import koordinator as k
 from tests import fake_apiserver, k8s
-from tests.integration.server import free_port, serving, started, tls_files
+from tests.integration.server import fake_apiserver_command, free_port, serving, started, tls_files
 from tests.integration.test_serving_tls import train, trusting, usage
 
 pytestmark = pytest.mark.integration
@@ -471,18 +470,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     workdir = tmp_path_factory.mktemp("api")
     ca, cert, key, ca_file = tls_files(workdir, "api")
     api = f"https://127.0.0.1:{free_port()}"
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "tests.fake_apiserver:app",
-        "--port",
-        api.rsplit(":", 1)[1],
-        "--ssl-certfile",
-        str(cert),
-        "--ssl-keyfile",
-        str(key),
-    ]
+    command = fake_apiserver_command(api, cert, key)
     with started(command, api, cwd=Path(__file__).resolve().parents[2], verify=trusting(ca), ready_path="/reviews"):
         yield api, ca, ca_file
 

@@ -13,7 +13,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -453,24 +452,13 @@ def test_a_model_dated_in_the_future_is_not_applied_nor_called_fresh(tmp_path: P
 
 def test_token_review_against_the_api_server(tmp_path: Path) -> None:
     from tests import fake_apiserver
-    from tests.integration.server import free_port, started, tls_files
+    from tests.integration.server import fake_apiserver_command, free_port, started, tls_files
 
     train(usage(int(time.time())), tmp_path, tmp_path / "store")
     ca, cert, key, ca_file = tls_files(tmp_path, "api")
     (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
     api = f"https://127.0.0.1:{free_port()}"
-    fake = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "tests.fake_apiserver:app",
-        "--port",
-        api.rsplit(":", 1)[1],
-        "--ssl-certfile",
-        str(cert),
-        "--ssl-keyfile",
-        str(key),
-    ]
+    fake = fake_apiserver_command(api, cert, key)
     env = {
         "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW": "true",
         "KOORD_RECOMMENDER_AUTH__API_SERVER_URL": api,
