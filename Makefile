@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck lint-imports unit bench bench-serving docs clean
+.PHONY: demo test typecheck lint lint-imports unit bench bench-serving docs clean format
 
 $(STAMP): pyproject.toml constraints.txt scripts/bootstrap-venv.sh
 	scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
@@ -20,11 +20,21 @@ test: $(STAMP)
 	scripts/build-control-plane.sh >/dev/null || [ $$? -eq 3 ]
 	# helm for the chart's tests (built once from the Go module proxy, cached); exit 3 = no Go, and they say so.
 	scripts/build-helm.sh >/dev/null || [ $$? -eq 3 ]
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 lint-imports: $(STAMP)
 	$(BIN)/lint-imports

@@ -1,5 +1,6 @@
 """Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus-train` (bench/prometheus.py:
-training from a real Prometheus vs the file path and a KRR-equivalent reference), `scale` (bench/scale.py: distributed training at 1k-50k containers on
+training from a real Prometheus vs the file path and a KRR-equivalent reference), `scale` (bench/scale.py: distributed
+training at 1k-50k containers on
 1-4 Dask workers), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
@@ -51,14 +52,28 @@ def bench_recommend(input_path: Path, runs: int, as_of: int | None) -> dict[str,
     ours_times, reference_times, peaks = [], [], []
     with tempfile.TemporaryDirectory() as scratch:
         output = str(Path(scratch) / "out.json")
-        command = [script, "recommend", "--input", str(input_path), "--as-of", str(as_of), "--horizon", "24h", "--output", output]
+        command = [
+            script,
+            "recommend",
+            "--input",
+            str(input_path),
+            "--as-of",
+            str(as_of),
+            "--horizon",
+            "24h",
+            "--output",
+            output,
+        ]
         for run in range(runs):
             ref_seconds, _ = timed(reference, timeout=600)
             ours_seconds, peak = timed(command, timeout=600)
             reference_times.append(ref_seconds)
             ours_times.append(ours_seconds)
             peaks.append(peak)
-            print(f"run {run + 1}/{runs}: recommend {ours_seconds:.2f} s, reference read {ref_seconds:.2f} s", file=sys.stderr)
+            print(
+                f"run {run + 1}/{runs}: recommend {ours_seconds:.2f} s, reference read {ref_seconds:.2f} s",
+                file=sys.stderr,
+            )
         recommendations = len(json.loads(Path(output).read_text())["recommendations"])
     ours, ref = statistics.median(ours_times), statistics.median(reference_times)
     return {
@@ -85,14 +100,22 @@ def main() -> None:
     rec.add_argument("--runs", type=int, default=3)
     rec.add_argument("--as-of", type=int, default=None, help="decision time (default: end of the data)")
     prom = sub.add_parser(
-        "prometheus-train", help="train from a real Prometheus vs the file path and a KRR-equivalent reference, same run"
+        "prometheus-train",
+        help="train from a real Prometheus vs the file path and a KRR-equivalent reference, same run",
     )
     prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     prom.add_argument("--containers", type=int, default=1000, help="fleet size: 250 Bitbrains VMs per namespace")
     prom.add_argument("--days", type=int, default=14)
     prom.add_argument("--runs", type=int, default=2, help="alternating runs of each path")
-    prom.add_argument("--workers", type=int, default=0, help="train ours on a local Dask cluster of N workers (0: one process, with the file path)")
-    decode = sub.add_parser("prometheus-decode", help="our streaming decoder of range answers vs orjson.loads of the whole body")
+    prom.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="train ours on a local Dask cluster of N workers (0: one process, with the file path)",
+    )
+    decode = sub.add_parser(
+        "prometheus-decode", help="our streaming decoder of range answers vs orjson.loads of the whole body"
+    )
     decode.add_argument("--series", type=int, default=250)
     decode.add_argument("--points", type=int, default=4032)
     decode.add_argument("--runs", type=int, default=5)
@@ -100,7 +123,9 @@ def main() -> None:
     scale.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     scale.add_argument("--sizes", default="1000,10000,50000", help="fleet sizes, containers")
     scale.add_argument("--workers", default="1,2,4", help="local Dask worker processes")
-    scale.add_argument("--reference-sizes", default="1000,10000", help="sizes also trained single-process (the reference)")
+    scale.add_argument(
+        "--reference-sizes", default="1000,10000", help="sizes also trained single-process (the reference)"
+    )
     scale.add_argument("--days", type=float, default=2.0, help="history per container, days of 5-minute samples")
     scale.add_argument("--partition-containers", type=int, default=500)
     for name, what in (
@@ -111,7 +136,9 @@ def main() -> None:
     ):
         one = sub.add_parser(name, help=what)
         one.add_argument("--requests", type=int, default=3000, help="per run (bounded further by a 30 s cap)")
-    isolation = sub.add_parser("isolation", help="500 small reviews/s and probes with a 1 MB review every second, vs a bare endpoint")
+    isolation = sub.add_parser(
+        "isolation", help="500 small reviews/s and probes with a 1 MB review every second, vs a bare endpoint"
+    )
     isolation.add_argument("--seconds", type=int, default=20, help="length of each of the three runs")
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
@@ -135,7 +162,12 @@ def main() -> None:
             return [int(x) for x in text.split(",") if x]
 
         result = bench_scale(
-            args.input, numbers(args.sizes), numbers(args.workers), numbers(args.reference_sizes), args.days, args.partition_containers
+            args.input,
+            numbers(args.sizes),
+            numbers(args.workers),
+            numbers(args.reference_sizes),
+            args.days,
+            args.partition_containers,
         )
     elif args.name == "isolation":
         result = bench_isolation(args.seconds, args.rate, args.big)

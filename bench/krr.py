@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines import promql  # noqa: E402
+from pipelines import promql
 
 WORKERS = 10
 PERCENTILE = 0.95
@@ -52,14 +52,20 @@ def main() -> None:
 
     window = {"start": str(args.as_of - args.history_seconds), "end": str(args.as_of)}
     replicasets = {
-        (x["namespace"], x["replicaset"]): x["owner_name"] for x in post("/api/v1/series", {"match[]": ["kube_replicaset_owner"], **window})
+        (x["namespace"], x["replicaset"]): x["owner_name"]
+        for x in post("/api/v1/series", {"match[]": ["kube_replicaset_owner"], **window})
     }
     workload_of = {}
     for x in post("/api/v1/series", {"match[]": ["kube_pod_owner"], **window}):
         name = str(x["owner_name"])
-        workload_of[(x["namespace"], x["pod"])] = replicasets.get((x["namespace"], name), name) if x["owner_kind"] == "ReplicaSet" else name
+        workload_of[(x["namespace"], x["pod"])] = (
+            replicasets.get((x["namespace"], name), name) if x["owner_kind"] == "ReplicaSet" else name
+        )
     pods: dict[tuple[str, str, str], set[str]] = defaultdict(set)
-    for x in post("/api/v1/series", {"match[]": ['container_memory_working_set_bytes{container!="",container!="POD",image!=""}'], **window}):
+    for x in post(
+        "/api/v1/series",
+        {"match[]": ['container_memory_working_set_bytes{container!="",container!="POD",image!=""}'], **window},
+    ):
         namespace, pod = str(x["namespace"]), str(x["pod"])
         pods[(namespace, workload_of.get((namespace, pod), pod), str(x["container"]))].add(pod)
     history, step = promql.duration(args.history_seconds), "5m"
@@ -84,7 +90,16 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         results = list(pool.map(recommend, sorted(pods)))
-    print(json.dumps({"queries": queries, "bytes": received, "containers": len(pods), "recommendations": sum(c is not None for c, _ in results)}))
+    print(
+        json.dumps(
+            {
+                "queries": queries,
+                "bytes": received,
+                "containers": len(pods),
+                "recommendations": sum(c is not None for c, _ in results),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

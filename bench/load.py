@@ -35,7 +35,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
     async with httpx.AsyncClient(verify=context, limits=limits, timeout=10) as client:
         # Open every connection (TLS handshake) before timing, as long-lived API server connections are.
-        await asyncio.gather(*(client.request(args.method, args.url, content=body, headers=headers) for _ in range(args.concurrency)))
+        await asyncio.gather(
+            *(client.request(args.method, args.url, content=body, headers=headers) for _ in range(args.concurrency))
+        )
 
         async def worker() -> None:
             nonlocal next_index, errors
@@ -87,7 +89,9 @@ def main() -> None:
     parser.add_argument("--ca", type=Path, help="CA bundle to verify the server with")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--rate", type=float, default=0.0, help="requests per second (open loop); 0: as fast as possible")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="requests per second (open loop); 0: as fast as possible"
+    )
     parser.add_argument("--time-cap", type=float, default=30.0, help="seconds")
     print(json.dumps(uvloop.run(run(parser.parse_args()))))
 

@@ -42,7 +42,11 @@ def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, st
     """Wall seconds, peak RSS (MiB), stdout and stderr of one child process; raises if it fails."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *command], capture_output=True, text=True, env={**os.environ, **env}, timeout=3600,
+        [sys.executable, "-c", _MEASURE, *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=3600,
         stdin=subprocess.DEVNULL,
     )
     elapsed = time.perf_counter() - started
@@ -69,8 +73,10 @@ def with_prometheus(data: Path, scratch: Path, run: Any) -> dict[str, Any]:
         figures: dict[str, Any] = run(server.url)
         peak, cpu_after = process_figures(server.process.pid)
         figures.update(
-            prometheus_peak_rss_mib=round(peak), prometheus_rss_at_start_mib=round(idle_rss),
-            prometheus_cpu_seconds=round(cpu_after - cpu_before, 1), prometheus_queries_logged=server.queries_logged(),
+            prometheus_peak_rss_mib=round(peak),
+            prometheus_rss_at_start_mib=round(idle_rss),
+            prometheus_cpu_seconds=round(cpu_after - cpu_before, 1),
+            prometheus_queries_logged=server.queries_logged(),
         )
         return figures
     finally:
@@ -97,21 +103,43 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
 
         def ours(url: str) -> dict[str, Any]:
             store = scratch / f"ours-{len(results['ours'])}"
-            seconds, rss, _, _ = run_child([script, "train", "--prometheus-url", url, "--store", str(store), "--as-of", str(as_of), *parallel], env)
+            seconds, rss, _, _ = run_child(
+                [script, "train", "--prometheus-url", url, "--store", str(store), "--as-of", str(as_of), *parallel], env
+            )
             manifest = json.loads(next((store / "versions").iterdir()).joinpath("manifest.json").read_text())
             return {
-                "seconds": round(seconds, 1), "peak_rss_mib": round(rss), "queries": manifest["read_metrics"]["queries"],
-                "bytes_received": manifest["read_metrics"]["bytes"], "read_seconds": manifest["read_metrics"].get("read_seconds"),
+                "seconds": round(seconds, 1),
+                "peak_rss_mib": round(rss),
+                "queries": manifest["read_metrics"]["queries"],
+                "bytes_received": manifest["read_metrics"]["bytes"],
+                "read_seconds": manifest["read_metrics"].get("read_seconds"),
                 "containers": manifest["row_counts"]["workload_containers"],
-                "fit_metrics": {k: v for k, v in manifest["fit_metrics"].items() if "rss" in k or k in ("fit_seconds", "partitions")},
+                "fit_metrics": {
+                    k: v for k, v in manifest["fit_metrics"].items() if "rss" in k or k in ("fit_seconds", "partitions")
+                },
             }
 
         def krr(url: str) -> dict[str, Any]:
-            command = [sys.executable, "-m", "bench.krr", url, "--history-seconds", str(days * DAY), "--as-of", str(as_of)]
+            command = [
+                sys.executable,
+                "-m",
+                "bench.krr",
+                url,
+                "--history-seconds",
+                str(days * DAY),
+                "--as-of",
+                str(as_of),
+            ]
             seconds, rss, out, _ = run_child(command, {"PYTHONPATH": str(REPO)})
             answer = json.loads(out.strip().splitlines()[-1])
-            return {"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "queries": answer["queries"], "bytes_received": answer["bytes"],
-                    "containers": answer["containers"], "recommendations": answer["recommendations"]}
+            return {
+                "seconds": round(seconds, 1),
+                "peak_rss_mib": round(rss),
+                "queries": answer["queries"],
+                "bytes_received": answer["bytes"],
+                "containers": answer["containers"],
+                "recommendations": answer["recommendations"],
+            }
 
         for run in range(runs):
             for name, path in (("ours", ours), ("krr_equivalent", krr)):
@@ -124,21 +152,39 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
             if tidy is not None:
                 before = load()
                 print(f"run {run + 1}/{runs}: file (load {before})", file=sys.stderr, flush=True)
-                seconds, rss, _, _ = run_child([script, "train", "--input", str(tidy), "--store", str(scratch / f"file-{run}"), "--as-of", str(as_of)], env)
-                results["file"].append({"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": before})
+                seconds, rss, _, _ = run_child(
+                    [
+                        script,
+                        "train",
+                        "--input",
+                        str(tidy),
+                        "--store",
+                        str(scratch / f"file-{run}"),
+                        "--as-of",
+                        str(as_of),
+                    ],
+                    env,
+                )
+                results["file"].append(
+                    {"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": before}
+                )
                 print(f"  {json.dumps(results['file'][-1])}", file=sys.stderr, flush=True)
     best = {name: min(r["seconds"] for r in rows) for name, rows in results.items() if rows}
     return {
         "benchmark": "prometheus-train",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": f"python -m bench prometheus-train --containers {containers} --days {days} --runs {runs}" + (f" --workers {workers}" if workers else ""),
+        "command": f"python -m bench prometheus-train --containers {containers} --days {days} --runs {runs}"
+        + (f" --workers {workers}" if workers else ""),
         "containers": containers,
         "days": days,
         "cpu_count": os.cpu_count(),
         "runs": results,
-        "ratio_ours_to_krr_equivalent_seconds": [round(o["seconds"] / k["seconds"], 2) for o, k in zip(results["ours"], results["krr_equivalent"])],
+        "ratio_ours_to_krr_equivalent_seconds": [
+            round(o["seconds"] / k["seconds"], 2) for o, k in zip(results["ours"], results["krr_equivalent"])
+        ],
         "ratio_ours_to_krr_equivalent_prometheus_peak_rss": [
-            round(o["prometheus_peak_rss_mib"] / k["prometheus_peak_rss_mib"], 2) for o, k in zip(results["ours"], results["krr_equivalent"])
+            round(o["prometheus_peak_rss_mib"] / k["prometheus_peak_rss_mib"], 2)
+            for o, k in zip(results["ours"], results["krr_equivalent"])
         ],
         "best_seconds": best,
         "total_seconds": round(time.perf_counter() - started),
@@ -170,8 +216,10 @@ def bench_decode(series: int = 250, points: int = 4032, runs: int = 5) -> dict[s
     rng = np.random.default_rng(0)
     stamps = 1_375_315_200 + 300 * np.arange(points)
     result = [
-        {"metric": {"namespace": "team-00", "pod": f"vm-{i}", "container": "main"},
-         "values": [[int(t), repr(float(v))] for t, v in zip(stamps, rng.gamma(0.5, 0.6, points))]}
+        {
+            "metric": {"namespace": "team-00", "pod": f"vm-{i}", "container": "main"},
+            "values": [[int(t), repr(float(v))] for t, v in zip(stamps, rng.gamma(0.5, 0.6, points))],
+        }
         for i in range(series)
     ]
     body = orjson.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})

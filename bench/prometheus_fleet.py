@@ -87,7 +87,13 @@ def write_openmetrics(source: pd.DataFrame, containers: int, days: int, path: Pa
         def memory(ns: str, vm: str, rows: pd.DataFrame) -> str:
             rows = rows[rows["memory_bytes"].notna()]
             labels = _labels({"namespace": ns, "pod": vm, "container": "main", "image": "registry/app:1"})
-            return _series_lines("container_memory_working_set_bytes", labels, rows["timestamp"].to_numpy(), rows["memory_bytes"].to_numpy(), "%.0f")
+            return _series_lines(
+                "container_memory_working_set_bytes",
+                labels,
+                rows["timestamp"].to_numpy(),
+                rows["memory_bytes"].to_numpy(),
+                "%.0f",
+            )
 
         def every(rows: pd.DataFrame) -> pd.DataFrame:
             return pd.concat([rows.iloc[::META_EVERY], rows.iloc[-1:]]).drop_duplicates("timestamp")
@@ -95,7 +101,9 @@ def write_openmetrics(source: pd.DataFrame, containers: int, days: int, path: Pa
         def cfs(metric: str) -> object:
             def write(ns: str, vm: str, rows: pd.DataFrame) -> str:
                 times = rows["timestamp"].to_numpy()
-                ratio = np.clip(rows["cpu_cores"].fillna(0.0).to_numpy() / rows["cpu_limit_cores"].to_numpy() - 0.5, 0, 1)
+                ratio = np.clip(
+                    rows["cpu_cores"].fillna(0.0).to_numpy() / rows["cpu_limit_cores"].to_numpy() - 0.5, 0, 1
+                )
                 values = np.cumsum(np.full(times.size, 3000.0)) if metric == "periods" else np.cumsum(3000.0 * ratio)
                 sparse = np.unique(np.append(np.arange(0, times.size, META_EVERY), times.size - 1))
                 labels = _labels({"namespace": ns, "pod": vm, "container": "main"})
@@ -120,9 +128,27 @@ def write_openmetrics(source: pd.DataFrame, containers: int, days: int, path: Pa
         def limits(ns: str, vm: str, rows: pd.DataFrame) -> str:
             sparse = every(rows)
             text = ""
-            for resource, unit, column in (("cpu", "core", "cpu_limit_cores"), ("memory", "byte", "memory_limit_bytes")):
-                labels = _labels({"namespace": ns, "pod": vm, "container": "main", "node": "node-0", "resource": resource, "unit": unit})
-                text += _series_lines("kube_pod_container_resource_limits", labels, sparse["timestamp"].to_numpy(), sparse[column].to_numpy(), "%.6f")
+            for resource, unit, column in (
+                ("cpu", "core", "cpu_limit_cores"),
+                ("memory", "byte", "memory_limit_bytes"),
+            ):
+                labels = _labels(
+                    {
+                        "namespace": ns,
+                        "pod": vm,
+                        "container": "main",
+                        "node": "node-0",
+                        "resource": resource,
+                        "unit": unit,
+                    }
+                )
+                text += _series_lines(
+                    "kube_pod_container_resource_limits",
+                    labels,
+                    sparse["timestamp"].to_numpy(),
+                    sparse[column].to_numpy(),
+                    "%.6f",
+                )
             return text
 
         family("container_cpu_usage_seconds", "counter", cpu)
@@ -149,13 +175,27 @@ def tsdb(source_path: Path, containers: int, days: int) -> Path:
     started = time.perf_counter()
     print(f"writing OpenMetrics for {containers} containers x {days} days to {metrics}", file=sys.stderr, flush=True)
     lines = write_openmetrics(source, containers, days, metrics)
-    print(f"wrote {lines:,} samples in {time.perf_counter() - started:.0f} s; backfilling with promtool", file=sys.stderr, flush=True)
+    print(
+        f"wrote {lines:,} samples in {time.perf_counter() - started:.0f} s; backfilling with promtool",
+        file=sys.stderr,
+        flush=True,
+    )
     building = cache / "building"
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir()
     subprocess.run(
-        ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=744h", str(metrics), str(building)],
-        check=True, stdout=subprocess.DEVNULL, timeout=7200,
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "--max-block-duration=744h",
+            str(metrics),
+            str(building),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=7200,
     )
     building.rename(done)
     metrics.unlink()

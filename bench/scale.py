@@ -113,7 +113,14 @@ def train(fleet: Path, workers: int, partition: int, timeout: float) -> dict[str
         if workers:
             command += ["--workers", str(workers), "--partition-containers", str(partition)]
         started = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env={**os.environ, **ENV}, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **ENV},
+            stdin=subprocess.DEVNULL,
+        )
         wall = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
@@ -132,7 +139,9 @@ def train(fleet: Path, workers: int, partition: int, timeout: float) -> dict[str
     }
 
 
-def main(trace: Path, sizes: list[int], workers: list[int], reference_sizes: list[int], days: float, partition: int) -> dict[str, Any]:
+def main(
+    trace: Path, sizes: list[int], workers: list[int], reference_sizes: list[int], days: float, partition: int
+) -> dict[str, Any]:
     result: dict[str, Any] = {
         "benchmark": "scale",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -169,7 +178,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     runs = pd.DataFrame(result["runs"])
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for index, (workers, group) in enumerate(runs.groupby("workers")):
+    for index, (key, group) in enumerate(runs.groupby("workers")):
+        workers = int(str(key))  # the column holds worker counts
         label = "single process" if workers == 0 else f"{workers} worker{'s' if workers > 1 else ''}"
         left.plot(group["size"], group["wall_seconds"], marker="o", label=label, color=f"C{index}")
         if workers:
@@ -187,6 +197,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     left.set_ylabel("wall seconds (recommender train)")
     right.set_ylabel("peak RSS of the largest worker, MiB")
     right.set_ylim(bottom=0)
-    figure.suptitle(f"Distributed training, synthetic fleet from Bitbrains ({result['date'][:10]}, {result['cpu_count']} cores)")
+    figure.suptitle(
+        f"Distributed training, synthetic fleet from Bitbrains ({result['date'][:10]}, {result['cpu_count']} cores)"
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)

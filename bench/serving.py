@@ -53,7 +53,9 @@ def _cluster(workdir: Path, recommendations: list[Any], nodes: int) -> dict[str,
     pods = []
     for i in range(nodes * 4):
         rec = recommendations[i % len(recommendations)]
-        pod = k8s.pod("deployment", rec.workload, [k8s.container(rec.container, {"requests": {"cpu": "1", "memory": "1Gi"}})])
+        pod = k8s.pod(
+            "deployment", rec.workload, [k8s.container(rec.container, {"requests": {"cpu": "1", "memory": "1Gi"}})]
+        )
         pods.append(k8s.running(pod, rec.namespace, f"node-{i % nodes:05d}", f"{rec.workload}-{i}"))
     (workdir / "nodes.json").write_text(json.dumps(k8s.listing("NodeList", node_items)))
     (workdir / "pods.json").write_text(json.dumps(k8s.listing("PodList", pods)))
@@ -68,26 +70,73 @@ def rig(nodes: int = 5000) -> Iterator[Rig]:
     with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
         workdir = Path(scratch)
         script = str(Path(sys.executable).parent / "recommender")
-        subprocess.run([script, "train", "--input", str(BUNDLED), "--store", str(workdir / "store")], check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [script, "train", "--input", str(BUNDLED), "--store", str(workdir / "store")],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         recommendations = ModelStore(workdir / "store").load().recommendations.recommendations
         _, cert, key, ca_file = tls_files(workdir)
-        env = {"KOORD_RECOMMENDER_WEBHOOK__MAX_MODEL_AGE_SECONDS": str(10**10), **_cluster(workdir, recommendations, nodes)}
+        env = {
+            "KOORD_RECOMMENDER_WEBHOOK__MAX_MODEL_AGE_SECONDS": str(10**10),
+            **_cluster(workdir, recommendations, nodes),
+        }
         ours_port, echo_port = free_port(), free_port()
         ours, echo = f"https://127.0.0.1:{ours_port}", f"https://127.0.0.1:{echo_port}"
         tls = ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
         serve = [script, "serve", "--store", str(workdir / "store"), "--port", str(ours_port), *tls]
         stack.enter_context(started(serve, ours, cwd=REPO, verify=str(ca_file), env=env))
-        echo_command = [sys.executable, "-m", "uvicorn", "bench.echo:app", "--port", str(echo_port), "--log-level", "info",
-                        "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+        echo_command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.echo:app",
+            "--port",
+            str(echo_port),
+            "--log-level",
+            "info",
+            "--ssl-certfile",
+            str(cert),
+            "--ssl-keyfile",
+            str(key),
+        ]
         stack.enter_context(started(echo_command, echo, cwd=REPO, verify=str(ca_file), ready_path="/"))
         yield Rig(ours, echo, ca_file, workdir, recommendations)
 
 
-def load(rig: Rig, url: str, body: bytes | None, *, method: str = "POST", requests: int, concurrency: int, rate: float = 0,
-         time_cap: float = 30, headers: tuple[str, ...] = ()) -> dict[str, Any]:
+def load(
+    rig: Rig,
+    url: str,
+    body: bytes | None,
+    *,
+    method: str = "POST",
+    requests: int,
+    concurrency: int,
+    rate: float = 0,
+    time_cap: float = 30,
+    headers: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """One run of the load generator in its own process."""
-    command = [sys.executable, "-m", "bench.load", "--url", url, "--method", method, "--ca", str(rig.ca_file),
-               "--requests", str(requests), "--concurrency", str(concurrency), "--rate", str(rate), "--time-cap", str(time_cap)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.load",
+        "--url",
+        url,
+        "--method",
+        method,
+        "--ca",
+        str(rig.ca_file),
+        "--requests",
+        str(requests),
+        "--concurrency",
+        str(concurrency),
+        "--rate",
+        str(rate),
+        "--time-cap",
+        str(time_cap),
+    ]
     if body is not None:
         path = rig.workdir / f"body-{time.monotonic_ns()}.json"
         path.write_bytes(body)
@@ -107,8 +156,13 @@ def _pair(rig: Rig, path: str, body: bytes, **kwargs: Any) -> dict[str, Any]:
 
 def _realistic(container: dict[str, Any]) -> dict[str, Any]:
     """What a production container spec carries besides resources: env, ports, probes, mounts."""
-    probe = {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 10, "timeoutSeconds": 1,
-             "successThreshold": 1, "failureThreshold": 3}
+    probe = {
+        "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 1,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
     return {
         **container,
         "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(8)]
@@ -116,7 +170,13 @@ def _realistic(container: dict[str, Any]) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
         "livenessProbe": probe,
         "readinessProbe": probe,
-        "volumeMounts": [{"name": "kube-api-access-abcde", "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+        "volumeMounts": [
+            {
+                "name": "kube-api-access-abcde",
+                "readOnly": True,
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            }
+        ],
     }
 
 
@@ -154,11 +214,28 @@ def realistic_review(rig: Rig) -> bytes:
     resources = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     containers = [k8s.container(rec.container, resources), k8s.container("log-shipper", {"requests": {"cpu": "50m"}})]
     pod = k8s.pod("deployment", rec.workload, [_realistic(c) for c in containers])
-    pod["spec"]["volumes"] = [{"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
-        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
-    ]}}]
+    pod["spec"]["volumes"] = [
+        {
+            "name": "kube-api-access-abcde",
+            "projected": {
+                "defaultMode": 420,
+                "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {
+                        "downwardAPI": {
+                            "items": [
+                                {
+                                    "path": "namespace",
+                                    "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                                }
+                            ]
+                        }
+                    },
+                ],
+            },
+        }
+    ]
     return json.dumps(k8s.review(pod, rec.namespace)).encode()
 
 
@@ -172,7 +249,9 @@ def bench_webhook(rig: Rig, requests: int) -> dict[str, Any]:
     return {
         "body_bytes": len(body),
         "throughput": throughput,
-        "throughput_ratio": round(throughput["ours"]["requests_per_second"] / throughput["reference"]["requests_per_second"], 2),
+        "throughput_ratio": round(
+            throughput["ours"]["requests_per_second"] / throughput["reference"]["requests_per_second"], 2
+        ),
         "at_500_per_second": latency,
         "p99_ratio_at_500": round(latency["ours"]["p99_ms"] / latency["reference"]["p99_ms"], 2),
         "server_side_at_500": server_side(histogram(rig, "/mutate"), before),
@@ -202,8 +281,13 @@ def bench_rest(rig: Rig, requests: int) -> dict[str, Any]:
     size = len(httpx.get(rig.ours + path, verify=str(rig.ca_file)).content)
     ours = load(rig, rig.ours + path, None, method="GET", requests=requests, concurrency=8)
     reference = load(rig, rig.echo + f"/get?bytes={size}", None, method="GET", requests=requests, concurrency=8)
-    return {"path": path, "response_bytes": size, "ours": ours, "reference": reference,
-            "throughput_ratio": round(ours["requests_per_second"] / reference["requests_per_second"], 2)}
+    return {
+        "path": path,
+        "response_bytes": size,
+        "ours": ours,
+        "reference": reference,
+        "throughput_ratio": round(ours["requests_per_second"] / reference["requests_per_second"], 2),
+    }
 
 
 def big_review(rig: Rig, shape: str, size: int = 1024 * 1024) -> bytes:
@@ -226,9 +310,25 @@ def concurrently(rig: Rig, runs: dict[str, dict[str, Any]], time_cap: float) -> 
     """Several load generators at once, each in its own process: {name: summary}."""
     processes = {}
     for name, run in runs.items():
-        command = [sys.executable, "-m", "bench.load", "--url", run["url"], "--method", run.get("method", "POST"), "--ca", str(rig.ca_file),
-                   "--requests", str(run["requests"]), "--concurrency", str(run["concurrency"]), "--rate", str(run["rate"]),
-                   "--time-cap", str(time_cap)]
+        command = [
+            sys.executable,
+            "-m",
+            "bench.load",
+            "--url",
+            run["url"],
+            "--method",
+            run.get("method", "POST"),
+            "--ca",
+            str(rig.ca_file),
+            "--requests",
+            str(run["requests"]),
+            "--concurrency",
+            str(run["concurrency"]),
+            "--rate",
+            str(run["rate"]),
+            "--time-cap",
+            str(time_cap),
+        ]
         if run.get("body") is not None:
             path = rig.workdir / f"body-{name}-{time.monotonic_ns()}.json"
             path.write_bytes(run["body"])
@@ -254,7 +354,13 @@ def bench_isolation(rig: Rig, seconds: int, rate: int = 500, shape: str = "env")
 
     def runs_of(review_url: str, probe_url: str, with_big: bool) -> dict[str, dict[str, Any]]:
         runs = {
-            "small_reviews": {"url": review_url, "body": small, "rate": rate, "requests": rate * seconds, "concurrency": 16},
+            "small_reviews": {
+                "url": review_url,
+                "body": small,
+                "rate": rate,
+                "requests": rate * seconds,
+                "concurrency": 16,
+            },
             "healthz": {"url": probe_url, "method": "GET", "rate": 20, "requests": 20 * seconds, "concurrency": 2},
         }
         if with_big:
@@ -262,8 +368,14 @@ def bench_isolation(rig: Rig, seconds: int, rate: int = 500, shape: str = "env")
         return runs
 
     cap = seconds + 15
-    result: dict[str, Any] = {"small_reviews_per_second": rate, "big_review_shape": shape, "small_body_bytes": len(small), "big_body_bytes": len(big), "big_review_alone_ms": round(big_alone * 1000, 1),
-                              "seconds": seconds}
+    result: dict[str, Any] = {
+        "small_reviews_per_second": rate,
+        "big_review_shape": shape,
+        "small_body_bytes": len(small),
+        "big_body_bytes": len(big),
+        "big_review_alone_ms": round(big_alone * 1000, 1),
+        "seconds": seconds,
+    }
     result["ours"] = concurrently(rig, runs_of(rig.ours + "/mutate", rig.ours + "/healthz", True), cap)
     result["reference"] = concurrently(rig, runs_of(rig.echo + "/echo", rig.echo + "/get?bytes=15", True), cap)
     result["ours_without_big"] = concurrently(rig, runs_of(rig.ours + "/mutate", rig.ours + "/healthz", False), cap)

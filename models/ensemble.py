@@ -38,8 +38,8 @@ from models.forecast import (
     nan_quantile,
 )
 from models.metrics import usage_to_line_ratio
-from recommender.settings import ForecastSettings
 from recommender.arrays import FloatArray, IntArray
+from recommender.settings import ForecastSettings
 
 #: Candidates whose line is one value over the horizon: backtested as one value per origin and container.
 CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)
@@ -102,7 +102,10 @@ def burst_groups(past_usage: FloatArray, n_groups: int) -> IntArray:
 
 
 def matched_costs(
-    past_lines: Sequence[FloatArray], past_usage: FloatArray, target_violation: float, members: npt.NDArray[np.bool_] | None = None
+    past_lines: Sequence[FloatArray],
+    past_usage: FloatArray,
+    target_violation: float,
+    members: npt.NDArray[np.bool_] | None = None,
 ) -> FloatArray:
     """Per candidate (each of past_lines: origins x containers x steps, or x 1 for constant lines):
     (overprovision, p90 container violation) at the pooled violation `target_violation` over the containers in
@@ -169,7 +172,10 @@ def choose_models(
             continue
         per_group[g] = matched_costs(past_lines, past_usage, target_violation, members)
         best = cheapest_fair(per_group[g], reference, fairness_tolerance * target_violation)
-        if np.isfinite(per_group[g, best, 0]) and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]:
+        if (
+            np.isfinite(per_group[g, best, 0])
+            and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]
+        ):
             choice[members] = best
     return choice, fleet, per_group
 
@@ -230,7 +236,9 @@ def calibration_ratios(past_lines: FloatArray, past_usage: FloatArray) -> FloatA
     return result
 
 
-def calibration_outliers(own: FloatArray, samples: FloatArray, factor_range: tuple[float, float]) -> npt.NDArray[np.bool_]:
+def calibration_outliers(
+    own: FloatArray, samples: FloatArray, factor_range: tuple[float, float]
+) -> npt.NDArray[np.bool_]:
     """Containers whose own factor lies outside the guard `factor_range` (an idle container's 0 excepted): their
     lines are off by more than the guard can mend, so they are left out of the pooled fleet and group factors. A
     quantile only counts samples, so without this a few broken or poisoned containers, a few percent of the samples
@@ -239,7 +247,9 @@ def calibration_outliers(own: FloatArray, samples: FloatArray, factor_range: tup
     return (samples > 0) & ~np.isnan(own) & ((own > high) | ((own > 0) & (own < low)))
 
 
-def group_factors(ratios: FloatArray, groups: IntArray, n_groups: int, target_violation: float) -> tuple[FloatArray, FloatArray]:
+def group_factors(
+    ratios: FloatArray, groups: IntArray, n_groups: int, target_violation: float
+) -> tuple[FloatArray, FloatArray]:
     """Per group: the (1 - target) quantile of its containers' pooled ratios and the samples behind it."""
     factors = np.full(n_groups, np.nan)
     samples = np.zeros(n_groups)
@@ -258,7 +268,9 @@ def shrink(own: FloatArray, samples: FloatArray, toward: FloatArray, prior_sampl
     weight = samples / (samples + prior_samples)
     usable = (samples > 0) & np.isfinite(own) & (own > 0) & np.isfinite(toward) & (toward > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        blended = np.exp(weight * np.log(np.where(usable, own, 1.0)) + (1 - weight) * np.log(np.where(usable, toward, 1.0)))
+        blended = np.exp(
+            weight * np.log(np.where(usable, own, 1.0)) + (1 - weight) * np.log(np.where(usable, toward, 1.0))
+        )
     result: FloatArray = np.where(usable, blended, toward)
     return result
 
@@ -296,13 +308,24 @@ def history_summary(grid: FloatArray, recent_steps: int) -> FloatArray:
     any_known = known_mask.any(axis=1)
     since = np.where(any_known, np.argmax(known_mask[:, ::-1], axis=1), grid.shape[1]).astype(np.float64)
     result: FloatArray = np.stack(
-        [np.where(np.isfinite(recent), recent, np.nan), np.where(np.isfinite(observed), observed, np.nan), known, since], axis=1
+        [
+            np.where(np.isfinite(recent), recent, np.nan),
+            np.where(np.isfinite(observed), observed, np.nan),
+            known,
+            since,
+        ],
+        axis=1,
     )
     return result
 
 
 def finish_line(
-    line: FloatArray, summary: FloatArray, recent_steps: int, cold_start_factor: float, steps_per_day: int, stale_steps: int
+    line: FloatArray,
+    summary: FloatArray,
+    recent_steps: int,
+    cold_start_factor: float,
+    steps_per_day: int,
+    stale_steps: int,
 ) -> FloatArray:
     """Reaction, cold start and staleness on a calibrated line (containers x steps), given `history_summary`.
 
@@ -336,10 +359,16 @@ def constant_line(line: FloatArray) -> FloatArray:
 
 def rolling_origins(n_steps: int, selection_days: int, steps_per_day: int) -> list[int]:
     """Grid positions of the last `selection_days` daily origins that have at least a day of history before them."""
-    return [n_steps - day * steps_per_day for day in range(selection_days, 0, -1) if n_steps - day * steps_per_day >= steps_per_day]
+    return [
+        n_steps - day * steps_per_day
+        for day in range(selection_days, 0, -1)
+        if n_steps - day * steps_per_day >= steps_per_day
+    ]
 
 
-def candidate_lines(grid: FloatArray, candidate: BaseEstimator, origins: list[int], steps_per_day: int, constant: bool) -> FloatArray:
+def candidate_lines(
+    grid: FloatArray, candidate: BaseEstimator, origins: list[int], steps_per_day: int, constant: bool
+) -> FloatArray:
     """One candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
     or (origins x containers x 1) when `constant` (a constant line is one value: memory stays small)."""
     out = np.full((len(origins), grid.shape[0], 1 if constant else steps_per_day), np.nan)
@@ -359,7 +388,12 @@ def usage_after(grid: FloatArray, origins: list[int], steps: int) -> FloatArray:
 
 
 def rolling_lines(
-    grid: FloatArray, candidates: list[BaseEstimator], selection_days: int, steps_per_day: int, constant: bool, horizon_days: int = 1
+    grid: FloatArray,
+    candidates: list[BaseEstimator],
+    selection_days: int,
+    steps_per_day: int,
+    constant: bool,
+    horizon_days: int = 1,
 ) -> tuple[list[FloatArray], FloatArray]:
     """Every candidate's `candidate_lines` (origins x containers x steps, or x 1 when `constant`) and the usage that
     followed each origin (origins x containers x steps: a day, or `horizon_days` when constant)."""
@@ -451,12 +485,18 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.steps_per_day = steps_per_day
 
     def _candidates(self) -> list[BaseEstimator]:
-        return list(self.candidates) if self.candidates else [FlatQuantileForecaster(quantile=1.0 - self.target_violation, steps_per_day=self.steps_per_day)]
+        return (
+            list(self.candidates)
+            if self.candidates
+            else [FlatQuantileForecaster(quantile=1.0 - self.target_violation, steps_per_day=self.steps_per_day)]
+        )
 
     def fit(self, X: Any, y: Any = None) -> Self:
         grid = check_grid(X, type(self).__name__)
         candidates = self._candidates()
-        past, actual = rolling_lines(grid, candidates, self.selection_days, self.steps_per_day, self.constant, self.horizon_days)
+        past, actual = rolling_lines(
+            grid, candidates, self.selection_days, self.steps_per_day, self.constant, self.horizon_days
+        )
         return self.fit_lines(grid, past, actual, lambda m: clone(candidates[m]).fit(grid))
 
     def fit_lines(
@@ -515,17 +555,29 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         else:
             self.costs_ = selection_costs(past_lines, past_usage, self.target_violation)
             self.choice_, self.fleet_costs_, group_costs = choose_models(
-                past_lines, past_usage, self.groups_, self.target_violation, self.group_min_gain, self.group_min_containers,
-                self.reference, self.fairness_tolerance,
+                past_lines,
+                past_usage,
+                self.groups_,
+                self.target_violation,
+                self.group_min_gain,
+                self.group_min_containers,
+                self.reference,
+                self.fairness_tolerance,
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs
             ratios = calibration_ratios(pick_lines(past_lines, self.choice_, axis=1), past_usage)
-        self.own_factors_ = nan_quantile(ratios, 1.0 - self.target_violation) if ratios.shape[1] else np.full(n_groups, np.nan)
+        self.own_factors_ = (
+            nan_quantile(ratios, 1.0 - self.target_violation) if ratios.shape[1] else np.full(n_groups, np.nan)
+        )
         self.calibration_samples_ = np.sum(~np.isnan(ratios), axis=1).astype(np.float64)
-        self.outliers_ = calibration_outliers(self.own_factors_, self.calibration_samples_, (self.factor_min, self.factor_max))
+        self.outliers_ = calibration_outliers(
+            self.own_factors_, self.calibration_samples_, (self.factor_min, self.factor_max)
+        )
         pooled = np.where(self.outliers_[:, None], np.nan, ratios)
-        self.group_factors_raw_, self.group_samples_ = group_factors(pooled, self.groups_, group_count, self.target_violation)
+        self.group_factors_raw_, self.group_samples_ = group_factors(
+            pooled, self.groups_, group_count, self.target_violation
+        )
         self.ratio_sketch_ = ratio_sketch(pooled)
         return self.calibrate_with_fleet(self.ratio_sketch_)
 
@@ -535,11 +587,21 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         check_is_fitted(self, "ratio_sketch_")
         self.fleet_factor_ = sketch_quantile(fleet_sketch, 1.0 - self.target_violation)
         self.group_factors_ = shrink(
-            self.group_factors_raw_, self.group_samples_, np.full(self.group_factors_raw_.shape, self.fleet_factor_), self.group_prior_samples
+            self.group_factors_raw_,
+            self.group_samples_,
+            np.full(self.group_factors_raw_.shape, self.fleet_factor_),
+            self.group_prior_samples,
         )
         self.factors_ = blend_factors(
-            self.own_factors_, self.calibration_samples_, self.groups_, self.group_factors_raw_, self.group_samples_,
-            self.fleet_factor_, self.calibration_prior_samples, self.group_prior_samples, (self.factor_min, self.factor_max),
+            self.own_factors_,
+            self.calibration_samples_,
+            self.groups_,
+            self.group_factors_raw_,
+            self.group_samples_,
+            self.fleet_factor_,
+            self.calibration_prior_samples,
+            self.group_prior_samples,
+            (self.factor_min, self.factor_max),
         )
         return self
 
@@ -598,9 +660,13 @@ def constant_candidates(settings: ForecastSettings, target_violation: float) -> 
     flat.append(reference_candidate(settings, target_violation))
     peaks = [FlatQuantileForecaster(days=d, quantile=1.0) for d in (1.0, 7.0, long)]
     decayed = [
-        DecayedQuantileForecaster(days=long, quantile=q, half_life_steps=int(hours * STEPS_PER_DAY / 24)) for hours in (12, 24, 72)
+        DecayedQuantileForecaster(days=long, quantile=q, half_life_steps=int(hours * STEPS_PER_DAY / 24))
+        for hours in (12, 24, 72)
     ]
-    mixed = [MultiWindowQuantileForecaster(days=long, quantile=q), MultiWindowQuantileForecaster(days=long, shortest_days=3.0, windows=3, quantile=q)]
+    mixed = [
+        MultiWindowQuantileForecaster(days=long, quantile=q),
+        MultiWindowQuantileForecaster(days=long, shortest_days=3.0, windows=3, quantile=q),
+    ]
     return [*flat, *peaks, *decayed, *mixed]
 
 
@@ -652,8 +718,12 @@ def daily_maxima(grid: FloatArray, days: int, steps_per_day: int) -> FloatArray:
 
 
 #: Peak candidates: summaries of the last week's daily maxima (name, days, statistic).
-PEAK_RULES = (("last day's max", 1, "mean"), ("mean of 3 daily maxima", 3, "mean"), ("mean of 7 daily maxima", 7, "mean"),
-              ("median of 7 daily maxima", 7, "median"))
+PEAK_RULES = (
+    ("last day's max", 1, "mean"),
+    ("mean of 3 daily maxima", 3, "mean"),
+    ("mean of 7 daily maxima", 7, "mean"),
+    ("median of 7 daily maxima", 7, "median"),
+)
 
 
 def peak_candidates(grid: FloatArray, steps_per_day: int) -> FloatArray:

@@ -23,6 +23,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
+
 from recommender.arrays import FloatArray
 
 STEPS_PER_DAY = 288
@@ -114,7 +115,12 @@ class MultiWindowQuantileForecaster(_ConstantLine):
     ones); the mean is steadier than any one window, which matters at a 1 % risk, where single days decide."""
 
     def __init__(
-        self, days: float = 14.0, shortest_days: float = 1.0, windows: int = 4, quantile: float = 0.99, steps_per_day: int = STEPS_PER_DAY
+        self,
+        days: float = 14.0,
+        shortest_days: float = 1.0,
+        windows: int = 4,
+        quantile: float = 0.99,
+        steps_per_day: int = STEPS_PER_DAY,
     ) -> None:
         self.days = days
         self.shortest_days = shortest_days
@@ -129,7 +135,9 @@ class MultiWindowQuantileForecaster(_ConstantLine):
         stacked = np.stack(levels)
         known = ~np.isnan(stacked)
         with np.errstate(invalid="ignore", divide="ignore"):
-            self.level_ = np.where(known.any(axis=0), np.where(known, stacked, 0.0).sum(axis=0) / known.sum(axis=0), np.nan)
+            self.level_ = np.where(
+                known.any(axis=0), np.where(known, stacked, 0.0).sum(axis=0) / known.sum(axis=0), np.nan
+            )
         return self
 
 
@@ -138,7 +146,11 @@ class DecayedQuantileForecaster(_ConstantLine):
     `half_life_steps` of age (Koordinator's mid rule without its buckets: recent level shifts count most)."""
 
     def __init__(
-        self, days: float = 7.0, quantile: float = 0.98, half_life_steps: int = STEPS_PER_DAY, steps_per_day: int = STEPS_PER_DAY
+        self,
+        days: float = 7.0,
+        quantile: float = 0.98,
+        half_life_steps: int = STEPS_PER_DAY,
+        steps_per_day: int = STEPS_PER_DAY,
     ) -> None:
         self.days = days
         self.quantile = quantile
@@ -186,9 +198,11 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
         per_day = self.steps_per_day
         # Rows are independent: blocks of them bound the (rows x steps x window) array to tens of MB whatever the fleet.
         block = max(1, WINDOW_BLOCK_VALUES // max(per_day * self.days * (2 * self.window_steps + 1), 1))
-        seasonal = np.concatenate(
-            [self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)]
-        ) if grid.shape[0] else np.zeros((0, per_day))
+        seasonal = (
+            np.concatenate([self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)])
+            if grid.shape[0]
+            else np.zeros((0, per_day))
+        )
         recent = grid[:, -self.days * per_day :]
         floor = self.floor_fraction * nan_quantile(recent, self.floor_quantile)
         self.profile_ = np.fmax(seasonal, floor[:, None])
@@ -223,7 +237,9 @@ class StlForecaster(BaseEstimator):  # type: ignore[misc]
     Containers with under two days of hourly data, or a flat series, get the flat quantile of what they have.
     """
 
-    def __init__(self, days: int = 7, quantile: float = 0.99, steps_per_day: int = STEPS_PER_DAY, hours_per_day: int = 24) -> None:
+    def __init__(
+        self, days: int = 7, quantile: float = 0.99, steps_per_day: int = STEPS_PER_DAY, hours_per_day: int = 24
+    ) -> None:
         self.days = days
         self.quantile = quantile
         self.steps_per_day = steps_per_day
@@ -260,4 +276,3 @@ class StlForecaster(BaseEstimator):  # type: ignore[misc]
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "profile_")
         return repeat_daily(self.profile_, n_steps)
-

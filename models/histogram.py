@@ -21,7 +21,6 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import factorize_groups, require_columns
 from recommender.arrays import FloatArray, IntArray
 
-
 #: VPA re-bases the reference timestamp when a sample is more than this many half-lives after it.
 MAX_DECAY_EXPONENT = 100
 
@@ -80,7 +79,9 @@ class LinearBuckets:
         return result
 
 
-def vpa_reference_timestamps(group_codes: IntArray, timestamps: FloatArray, start: FloatArray, half_life: float) -> FloatArray:
+def vpa_reference_timestamps(
+    group_codes: IntArray, timestamps: FloatArray, start: FloatArray, half_life: float
+) -> FloatArray:
     """Replay VPA's reference re-basing: the reference moves to a sample's time (rounded to the half-life)
     whenever that sample is more than MAX_DECAY_EXPONENT half-lives after it.
 
@@ -237,8 +238,8 @@ class MemoryPeakHistogram(BaseEstimator):  # type: ignore[misc]
     `timestamp`, `value` (the memory in use when the pod was killed).
     """
 
-    peaks_: "pd.Series[float]"
-    pod_origin_: "pd.Series[float]"
+    peaks_: pd.Series[float]
+    pod_origin_: pd.Series[float]
     histogram_: DecayingHistogram
 
     def __init__(

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from recommender.arrays import FloatArray, IntArray
 
+from recommender.arrays import FloatArray, IntArray
 
 
 def usage_to_line_ratio(usage: FloatArray, line: FloatArray) -> FloatArray:
@@ -53,7 +53,9 @@ def matched_alpha(usage: FloatArray, line: FloatArray, target_violation: float) 
 def per_container_violation(usage: FloatArray, line: FloatArray, container: IntArray, alpha: float = 1.0) -> FloatArray:
     """Violation rate of each container code that has samples (codes without samples are left out)."""
     counts = np.bincount(container)
-    above = np.bincount(container, weights=(usage_to_line_ratio(usage, line) > alpha).astype(np.float64), minlength=counts.size)
+    above = np.bincount(
+        container, weights=(usage_to_line_ratio(usage, line) > alpha).astype(np.float64), minlength=counts.size
+    )
     present = counts > 0
     result: FloatArray = above[present] / counts[present]
     return result

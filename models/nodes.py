@@ -24,11 +24,14 @@ from models._validation import require_columns
 from models.forecast import nan_quantile, usage_grid
 from models.workload import USAGE_COLUMNS, fit_resource_forecast
 from recommender import koordinator
+from recommender.arrays import FloatArray, IntArray
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ForecastSettings
-from recommender.arrays import FloatArray, IntArray
 
-RESOURCE_COLUMNS = {"cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"), "memory": ("memory_bytes", "memory_request_bytes", "memory_limit_bytes")}
+RESOURCE_COLUMNS = {
+    "cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"),
+    "memory": ("memory_bytes", "memory_request_bytes", "memory_limit_bytes"),
+}
 SECONDS_PER_DAY = 86400
 
 
@@ -41,8 +44,15 @@ def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:
 
 
 def node_grid(
-    instance_codes: IntArray, instance_node: IntArray, times: FloatArray, values: FloatArray, n_instances: int, n_nodes: int,
-    end_seconds: float, n_steps: int, step_seconds: int,
+    instance_codes: IntArray,
+    instance_node: IntArray,
+    times: FloatArray,
+    values: FloatArray,
+    n_instances: int,
+    n_nodes: int,
+    end_seconds: float,
+    n_steps: int,
+    step_seconds: int,
 ) -> FloatArray:
     """(nodes x steps) pooled usage: per step the sum over the node's pod containers of each one's max; NaN where
     no container of the node has a sample."""
@@ -60,7 +70,9 @@ def rise_allowance(grid: FloatArray, quantile: float, steps: int) -> FloatArray:
     how far usage can climb between two measurements, so the last measurement plus this is a safe floor."""
     recent = grid[:, -(steps + 1) :]
     rises = np.diff(recent, axis=1)
-    result: FloatArray = np.nan_to_num(np.maximum(nan_quantile(rises, quantile), 0.0)) if rises.shape[1] else np.zeros(grid.shape[0])
+    result: FloatArray = (
+        np.nan_to_num(np.maximum(nan_quantile(rises, quantile), 0.0)) if rises.shape[1] else np.zeros(grid.shape[0])
+    )
     return result
 
 
@@ -98,7 +110,9 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         self.data_end_ = int(usage["timestamp"].max())
         self.grid_end_ = (self.data_end_ // self.step_seconds + 1) * self.step_seconds
         self.instances_ = self._instances(usage)
-        self.cpu_grid_, self.memory_grid_ = (self._grid(usage, r, pd.Index(self.nodes_), self.grid_end_) for r in ("cpu", "memory"))
+        self.cpu_grid_, self.memory_grid_ = (
+            self._grid(usage, r, pd.Index(self.nodes_), self.grid_end_) for r in ("cpu", "memory")
+        )
         return self._fit_forecasts()
 
     def partial_fit(self, X: pd.DataFrame, y: Any = None) -> Self:
@@ -134,13 +148,22 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         return self
 
     def _grid(self, usage: pd.DataFrame, resource: str, nodes: pd.Index, end: int) -> FloatArray:
-        codes: IntArray = np.asarray(usage.groupby(["namespace", "pod", "container", "node"], sort=False).ngroup(), dtype=np.int64)
+        codes: IntArray = np.asarray(
+            usage.groupby(["namespace", "pod", "container", "node"], sort=False).ngroup(), dtype=np.int64
+        )
         node_of = pd.Series(usage["node"].astype(str).to_numpy()).groupby(codes).first()
         instance_node = nodes.get_indexer(pd.Index(node_of.to_numpy())).astype(np.int64)
         column = RESOURCE_COLUMNS[resource][0]
         return node_grid(
-            codes, instance_node, usage["timestamp"].to_numpy(dtype=np.float64), usage[column].to_numpy(dtype=np.float64),
-            len(node_of), len(nodes), end, self._steps(), self.step_seconds,
+            codes,
+            instance_node,
+            usage["timestamp"].to_numpy(dtype=np.float64),
+            usage[column].to_numpy(dtype=np.float64),
+            len(node_of),
+            len(nodes),
+            end,
+            self._steps(),
+            self.step_seconds,
         )
 
     @staticmethod
@@ -151,7 +174,9 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         out = pd.DataFrame(
             {
                 "workload": last["workload"].astype(str),
-                "priority_class": last["priority_class"].fillna("none").astype(str) if "priority_class" in last else "none",
+                "priority_class": last["priority_class"].fillna("none").astype(str)
+                if "priority_class" in last
+                else "none",
                 "last_sample": last["timestamp"].astype(np.int64),
             },
             index=last.index,
@@ -181,20 +206,34 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 recent = grid[row, -steps_per_day:]
                 known = recent[~np.isnan(recent)]
                 requests = alive[f"{resource}_request"]
-                per_resource[resource] = None if np.all(np.isnan(short[row])) else NodeResourceLines(
-                    limit=float(requests.sum()) if requests.notna().any() else None,
-                    last_usage=float(known[-1]) if known.size else None,
-                    jump=float(rise_allowance(grid[row : row + 1], getattr(self, f"{resource}_jump_quantile"), 7 * steps_per_day)[0]),
-                    largest_jump=float(rise_allowance(grid[row : row + 1], 1.0, 7 * steps_per_day)[0]),
-                    recent_usage=[None if np.isnan(v) else float(v) for v in recent],
-                    short_term=np.nan_to_num(short[row]).tolist(),
-                    long_term=float(np.nan_to_num(long[row])),
+                per_resource[resource] = (
+                    None
+                    if np.all(np.isnan(short[row]))
+                    else NodeResourceLines(
+                        limit=float(requests.sum()) if requests.notna().any() else None,
+                        last_usage=float(known[-1]) if known.size else None,
+                        jump=float(
+                            rise_allowance(
+                                grid[row : row + 1], getattr(self, f"{resource}_jump_quantile"), 7 * steps_per_day
+                            )[0]
+                        ),
+                        largest_jump=float(rise_allowance(grid[row : row + 1], 1.0, 7 * steps_per_day)[0]),
+                        recent_usage=[None if np.isnan(v) else float(v) for v in recent],
+                        short_term=np.nan_to_num(short[row]).tolist(),
+                        long_term=float(np.nan_to_num(long[row])),
+                    )
                 )
             pods = alive.drop_duplicates(["namespace", "pod"])
             out.append(
                 NodeForecast(
-                    node=str(name), last_sample=last_sample, cpu=per_resource["cpu"], memory=per_resource["memory"],
-                    pods=[NodePod(namespace=p.namespace, pod=p.pod, workload=p.workload, priority_class=p.priority_class) for p in pods.itertuples()],
+                    node=str(name),
+                    last_sample=last_sample,
+                    cpu=per_resource["cpu"],
+                    memory=per_resource["memory"],
+                    pods=[
+                        NodePod(namespace=p.namespace, pod=p.pod, workload=p.workload, priority_class=p.priority_class)
+                        for p in pods.itertuples()
+                    ],
                 )
             )
         return out

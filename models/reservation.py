@@ -136,7 +136,11 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         grid = np.full((len(labels), n_slots), -np.inf)
         if previous:
             shift = int(round((origin - self.grid_origin_) / step))
-            kept = self.grid_[:, shift:] if shift >= 0 else np.pad(self.grid_, ((0, 0), (-shift, 0)), constant_values=-np.inf)
+            kept = (
+                self.grid_[:, shift:]
+                if shift >= 0
+                else np.pad(self.grid_, ((0, 0), (-shift, 0)), constant_values=-np.inf)
+            )
             width = min(kept.shape[1], n_slots)
             grid[: kept.shape[0], :width] = kept[:, :width]
         inside = times >= origin
@@ -162,7 +166,9 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         self.fallback_ = np.where(np.isfinite(fallback), fallback, np.nan)
         return self
 
-    def predict(self, as_of: float, horizon_seconds: int = SECONDS_PER_DAY, rows: npt.NDArray[np.int64] | None = None) -> FloatArray:
+    def predict(
+        self, as_of: float, horizon_seconds: int = SECONDS_PER_DAY, rows: npt.NDArray[np.int64] | None = None
+    ) -> FloatArray:
         """The line for every group (or the groups at positions `rows` of `groups_`) over [as_of, as_of + horizon)
         at `step_seconds` steps."""
         check_is_fitted(self, "grid_")
@@ -177,7 +183,11 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         padded = np.pad(grid, ((0, 0), (half, half)), constant_values=-np.inf)
         window_max = sliding_window_view(padded, 2 * half + 1, axis=1).max(axis=2)
         seasonal = self._seasonal_max(window_max, as_of + step * np.arange(n_steps, dtype=np.float64))
-        recent_slots = as_of - self.recent_window_seconds + step * np.arange(max(self.recent_window_seconds // step, 1), dtype=np.float64)
+        recent_slots = (
+            as_of
+            - self.recent_window_seconds
+            + step * np.arange(max(self.recent_window_seconds // step, 1), dtype=np.float64)
+        )
         recent = self._observed_max(grid, recent_slots)
         seasonal_recent = self._seasonal_max(window_max, recent_slots).max(axis=1)
         # Fast up: usage above what the same window of past days saw lifts the whole line by the difference.
@@ -190,7 +200,6 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         line = np.where(np.isfinite(line), line, fallback[:, None])
         result: FloatArray = np.nan_to_num(line, nan=0.0)
         return result
-
 
     def _slots(self, times: FloatArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         slots = np.floor((times - self.grid_origin_) / self.step_seconds).astype(np.int64)

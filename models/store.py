@@ -40,7 +40,7 @@ import secrets
 import socket
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,10 +100,15 @@ class Manifest(BaseModel):
     row_counts: dict[str, int]
     fit_metrics: dict[str, float]
     parent_version: str | None = Field(None, description="Version this one continued from (incremental training).")
-    read_metrics: dict[str, float] = Field(default_factory=dict, description="Cost of reading the data (queries, bytes).")
-    skipped: dict[str, str] = Field(default_factory=dict, description="Workload groups that could not be read, and why.")
+    read_metrics: dict[str, float] = Field(
+        default_factory=dict, description="Cost of reading the data (queries, bytes)."
+    )
+    skipped: dict[str, str] = Field(
+        default_factory=dict, description="Workload groups that could not be read, and why."
+    )
     quarantined: dict[str, str] = Field(
-        default_factory=dict, description="Workload containers left out because a sample broke the physical bounds, and why."
+        default_factory=dict,
+        description="Workload containers left out because a sample broke the physical bounds, and why.",
     )
     files: dict[str, FileEntry]
 
@@ -162,10 +167,8 @@ class StoreFiles:
         return data
 
     def remove(self, path: str) -> None:
-        try:
+        with suppress(FileNotFoundError):
             self.fs.rm(path, recursive=True)
-        except FileNotFoundError:
-            pass
 
     def sync_directory(self, path: str) -> None:
         if self.local:
@@ -316,10 +319,17 @@ class ModelStore:
             if publishing.is_file():
                 name = publishing.read_text().strip()
                 if name and name != self.latest_name() and Path(self.versions_dir, name).is_dir():
-                    log.warning("removing version %s: complete but never published (its run stopped before moving latest)", name)
+                    log.warning(
+                        "removing version %s: complete but never published (its run stopped before moving latest)", name
+                    )
                     self.files.remove(posixpath.join(self.versions_dir, name))
                 publishing.unlink()
-        for path in sorted({p.removesuffix(LOCK_SUFFIX) for p in self.files.fs.glob(posixpath.join(self.versions_dir, INCOMING_PREFIX + "*"))}):
+        for path in sorted(
+            {
+                p.removesuffix(LOCK_SUFFIX)
+                for p in self.files.fs.glob(posixpath.join(self.versions_dir, INCOMING_PREFIX + "*"))
+            }
+        ):
             lock_path = path + LOCK_SUFFIX
             fd = _try_lock(lock_path)
             if fd is None and Path(lock_path).exists():
@@ -455,7 +465,9 @@ class ModelStore:
         except FileNotFoundError:
             raise ModelStoreError(f"{self.files.url(manifest_path)}: missing; the version is partial") from None
         except ValidationError as error:
-            raise ModelStoreError(f"{self.files.url(manifest_path)}: not a valid manifest: {error.errors()[0]['msg']}") from None
+            raise ModelStoreError(
+                f"{self.files.url(manifest_path)}: not a valid manifest: {error.errors()[0]['msg']}"
+            ) from None
         if manifest.schema_version != SCHEMA_VERSION:
             raise ModelStoreError(
                 f"{self.files.url(manifest_path)}: schema version {manifest.schema_version}, this release reads {SCHEMA_VERSION}"
@@ -472,7 +484,9 @@ class ModelStore:
         except FileNotFoundError:
             raise ModelStoreError(f"{self.files.url(file_path)}: missing; the version is partial") from None
         if len(data) != entry.bytes or hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise ModelStoreError(f"{self.files.url(file_path)}: checksum does not match the manifest; the file is corrupt")
+            raise ModelStoreError(
+                f"{self.files.url(file_path)}: checksum does not match the manifest; the file is corrupt"
+            )
         return data
 
     def load(self, name: str | None = None) -> LoadedVersion:
@@ -483,7 +497,9 @@ class ModelStore:
         try:
             recommendations = RecommendationSet.model_validate_json(data)
         except ValidationError as error:
-            raise ModelStoreError(f"{self.files.url(path)}/{RECOMMENDATIONS}: not a valid recommendation set: {error}") from None
+            raise ModelStoreError(
+                f"{self.files.url(path)}/{RECOMMENDATIONS}: not a valid recommendation set: {error}"
+            ) from None
         return LoadedVersion(manifest=manifest, recommendations=recommendations, path=self.files.url(path))
 
     def load_latest_valid(self) -> tuple[LoadedVersion, list[str]]:
@@ -497,7 +513,9 @@ class ModelStore:
                 return self.load(name), problems
             except ModelStoreError as error:
                 problems.append(str(error))
-        raise ModelStoreError("; ".join(problems) or f"{self}: no model version published yet (run `recommender train`)")
+        raise ModelStoreError(
+            "; ".join(problems) or f"{self}: no model version published yet (run `recommender train`)"
+        )
 
     def load_model(self, name: str | None = None) -> WorkloadRecommender:
         """The fitted estimator of a version, after its checksum is verified (for incremental training)."""
@@ -512,7 +530,9 @@ class ModelStore:
 
         model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, MODEL)))
         if not isinstance(model, WorkloadRecommender):
-            raise ModelStoreError(f"{self.files.url(path)}/{MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender")
+            raise ModelStoreError(
+                f"{self.files.url(path)}/{MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender"
+            )
         return model
 
     def load_node_model(self, name: str | None = None) -> NodeForecaster | None:
@@ -525,5 +545,7 @@ class ModelStore:
 
         model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, NODE_MODEL)))
         if not isinstance(model, NodeForecaster):
-            raise ModelStoreError(f"{self.files.url(path)}/{NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster")
+            raise ModelStoreError(
+                f"{self.files.url(path)}/{NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster"
+            )
         return model

@@ -440,7 +440,9 @@ def confidence(state: AggregateState, interval_seconds: float) -> float:
 
 def confidence_factor(multiplier: float, exponent: float, days: float) -> float:
     """(1 + multiplier / days) ^ exponent with IEEE division: no history gives +Inf or 0 (Go's math.Pow)."""
-    ratio = multiplier / days if days != 0 else (math.inf if multiplier > 0 else math.nan if multiplier == 0 else -math.inf)
+    ratio = (
+        multiplier / days if days != 0 else (math.inf if multiplier > 0 else math.nan if multiplier == 0 else -math.inf)
+    )
     base = 1.0 + ratio
     try:
         return float(math.pow(base, exponent))
@@ -539,21 +541,31 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
         if not hasattr(self, "states_"):
             self.states_, self.containers_, self.initial_, self.skipped_ = {}, {}, {}, Counter()
         require_columns(X, ("group", "pod", "timestamp", "cpu_cores", "memory_bytes"), type(self).__name__)
-        frame = pd.DataFrame({
-            "group": X["group"].astype(str).to_numpy(), "pod": X["pod"].astype(str).to_numpy(),
-            "timestamp": X["timestamp"].to_numpy(dtype=np.float64),
-            "cpu": X["cpu_cores"].to_numpy(dtype=np.float64), "memory": X["memory_bytes"].to_numpy(dtype=np.float64),
-        }).sort_values(["group", "pod", "timestamp"], kind="stable")
+        frame = pd.DataFrame(
+            {
+                "group": X["group"].astype(str).to_numpy(),
+                "pod": X["pod"].astype(str).to_numpy(),
+                "timestamp": X["timestamp"].to_numpy(dtype=np.float64),
+                "cpu": X["cpu_cores"].to_numpy(dtype=np.float64),
+                "memory": X["memory_bytes"].to_numpy(dtype=np.float64),
+            }
+        ).sort_values(["group", "pod", "timestamp"], kind="stable")
         ooms = self._ooms(oom_events)
         for group, rows in frame.groupby("group", sort=False):
             pods = [
-                (self._container(str(group), str(pod), float(own["timestamp"].iloc[0])), own, ooms.pop((str(group), str(pod)), None))
+                (
+                    self._container(str(group), str(pod), float(own["timestamp"].iloc[0])),
+                    own,
+                    ooms.pop((str(group), str(pod)), None),
+                )
                 for pod, own in rows.groupby("pod", sort=False)
             ]
             self._feed_cpu(pods)
             self._feed_memory(pods)
         for (group, pod), events in ooms.items():  # kills of pods without samples here
-            self._feed_memory([(self._container(group, pod, float(events["timestamp"].iloc[0])), frame.iloc[:0], events)])
+            self._feed_memory(
+                [(self._container(group, pod, float(events["timestamp"].iloc[0])), frame.iloc[:0], events)]
+            )
         return self
 
     def _container(self, group: str, pod: str, first: float) -> ContainerState:
@@ -562,7 +574,10 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
         key = (group, pod)
         if key not in self.containers_:
             self.containers_[key] = ContainerState(
-                self.states_[group], self.memory_aggregation_interval_seconds, self.cpu_sample_weight, self.memory_peak_weight
+                self.states_[group],
+                self.memory_aggregation_interval_seconds,
+                self.cpu_sample_weight,
+                self.memory_peak_weight,
             )
         return self.containers_[key]
 
@@ -610,7 +625,10 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
             values = _amounts(known["memory"].to_numpy(dtype=np.float64)).tolist()
             events = [(t, 0, v) for t, v in zip(known["timestamp"].tolist(), values)]
             if ooms is not None:
-                events += [(float(t), 1, amount(float(r)) if r == r else 0) for t, r in zip(ooms["timestamp"], ooms["request_bytes"])]
+                events += [
+                    (float(t), 1, amount(float(r)) if r == r else 0)
+                    for t, r in zip(ooms["timestamp"], ooms["request_bytes"])
+                ]
                 events.sort(key=lambda event: (event[0], event[1]))
             else:
                 events = _peak_candidates(events, container)

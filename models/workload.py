@@ -23,23 +23,24 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
-from models.histogram import DecayingHistogram, MemoryPeakHistogram
 from models.ensemble import (
     CONSTANT_FORECASTERS,
     PeakForecaster,
-    candidate_lines,
-    model_name,
-    rolling_origins,
-    usage_after,
     SelectedForecaster,
+    candidate_lines,
     constant_candidates,
     merge_sketches,
+    model_name,
+    rolling_origins,
     selected_forecaster,
     short_term_candidates,
+    usage_after,
 )
 from models.forecast import STEPS_PER_DAY, usage_grid
+from models.histogram import DecayingHistogram, MemoryPeakHistogram
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from models.vpa import VpaRecommender
+from recommender.arrays import FloatArray, IntArray
 from recommender.identity import KEY_COLUMNS
 from recommender.policy import RequestBounds, request_bounds, request_policy_for, with_target
 from recommender.resources import (
@@ -54,7 +55,6 @@ from recommender.resources import (
     WorkloadRecommendation,
 )
 from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, ReservationSettings
-from recommender.arrays import FloatArray, IntArray
 
 USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
 #: Per resource, the pod-state column counting its known samples (`PolicySettings.min_samples` reads it).
@@ -213,7 +213,9 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
         for candidate in candidates:
             key = model_name(candidate)
             if key not in past:
-                past[key] = candidate_lines(scored, candidate, origins, per_day, isinstance(candidate, CONSTANT_FORECASTERS))
+                past[key] = candidate_lines(
+                    scored, candidate, origins, per_day, isinstance(candidate, CONSTANT_FORECASTERS)
+                )
             out.append(past[key])
         return out
 
@@ -266,28 +268,42 @@ def _buckets(hist: HistogramSettings, resource: str) -> dict[str, float]:
         if resource == "cpu"
         else (hist.memory_first_bucket_bytes, hist.memory_max_bytes)
     )
-    return {"first_bucket_size": first, "max_value": top, "bucket_growth_ratio": hist.bucket_growth_ratio, "epsilon": hist.epsilon}
+    return {
+        "first_bucket_size": first,
+        "max_value": top,
+        "bucket_growth_ratio": hist.bucket_growth_ratio,
+        "epsilon": hist.epsilon,
+    }
 
 
 def vpa_estimator(hist: HistogramSettings, policy: PolicySettings) -> VpaRecommender:
     """The `vpa` request policy's estimator with these settings (VPA's own defaults unless overridden)."""
     return VpaRecommender(
-        cpu_first_bucket_cores=hist.cpu_first_bucket_cores, cpu_max_cores=hist.cpu_max_cores,
-        memory_first_bucket_bytes=hist.memory_first_bucket_bytes, memory_max_bytes=hist.memory_max_bytes,
-        bucket_growth_ratio=hist.bucket_growth_ratio, epsilon=hist.epsilon,
-        cpu_half_life_seconds=hist.cpu_half_life_seconds, memory_half_life_seconds=hist.memory_half_life_seconds,
-        cpu_sample_weight=hist.cpu_sample_weight, memory_peak_weight=hist.memory_peak_weight,
+        cpu_first_bucket_cores=hist.cpu_first_bucket_cores,
+        cpu_max_cores=hist.cpu_max_cores,
+        memory_first_bucket_bytes=hist.memory_first_bucket_bytes,
+        memory_max_bytes=hist.memory_max_bytes,
+        bucket_growth_ratio=hist.bucket_growth_ratio,
+        epsilon=hist.epsilon,
+        cpu_half_life_seconds=hist.cpu_half_life_seconds,
+        memory_half_life_seconds=hist.memory_half_life_seconds,
+        cpu_sample_weight=hist.cpu_sample_weight,
+        memory_peak_weight=hist.memory_peak_weight,
         memory_aggregation_interval_seconds=hist.memory_aggregation_interval_seconds,
         memory_aggregation_interval_count=hist.memory_aggregation_interval_count,
-        oom_min_bump_bytes=hist.oom_min_bump_bytes, oom_bump_ratio=hist.oom_bump_ratio,
-        target_percentile=policy.target_percentile, lower_bound_percentile=policy.lower_bound_percentile,
-        upper_bound_percentile=policy.upper_bound_percentile, safety_margin_fraction=policy.safety_margin_fraction,
+        oom_min_bump_bytes=hist.oom_min_bump_bytes,
+        oom_bump_ratio=hist.oom_bump_ratio,
+        target_percentile=policy.target_percentile,
+        lower_bound_percentile=policy.lower_bound_percentile,
+        upper_bound_percentile=policy.upper_bound_percentile,
+        safety_margin_fraction=policy.safety_margin_fraction,
         lower_bound_confidence_multiplier=policy.lower_bound_confidence_multiplier,
         lower_bound_confidence_exponent=policy.lower_bound_confidence_exponent,
         upper_bound_confidence_multiplier=policy.upper_bound_confidence_multiplier,
         upper_bound_confidence_exponent=policy.upper_bound_confidence_exponent,
         confidence_interval_seconds=policy.confidence_interval_seconds,
-        pod_min_cpu_cores=policy.pod_min_cpu_cores, pod_min_memory_bytes=policy.pod_min_memory_bytes,
+        pod_min_cpu_cores=policy.pod_min_cpu_cores,
+        pod_min_memory_bytes=policy.pod_min_memory_bytes,
     )
 
 
@@ -314,7 +330,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         # Models stored before per-resource sample counts: every sample of a pod counted for both resources.
         for name in ("pods_", "workloads_"):
             if name in state and "cpu_samples" not in state[name].columns:
-                state[name] = state[name].assign(**{column: state[name]["samples"] for column in SAMPLE_COLUMNS})
+                state[name] = state[name].assign(**dict.fromkeys(SAMPLE_COLUMNS, state[name]["samples"]))
         super().__setstate__(state)
 
     def fit(
@@ -375,7 +391,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.sample_steps_ = self._sample_steps(usage)
         self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = int(usage["timestamp"].max()) if data_end is None else int(data_end)
-        self.forecast_groups_ = np.asarray(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str))), dtype=str)
+        self.forecast_groups_ = np.asarray(
+            self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str))), dtype=str
+        )
         self.grid_end_ = self._grid_end()
         groups = pd.Index(self.forecast_groups_)
         self.cpu_grid_ = self._usage_grid(usage, "cpu_cores", groups)
@@ -411,7 +429,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             self.sample_steps_ = self._sample_steps(usage)
             self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
-        self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(np.int64)
+        self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(
+            np.int64
+        )
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
         old_groups = pd.Index(self.forecast_groups_)
         groups = old_groups.append(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))).unique()
@@ -438,7 +458,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         check_is_fitted(self, "workloads_")
         return FleetStatistics(
             sample_steps=self.sample_steps_,
-            calibration={f"{name}.{line}": getattr(forecast, line).ratio_sketch_ for name, forecast in self._forecasts() for line in LINES},
+            calibration={
+                f"{name}.{line}": getattr(forecast, line).ratio_sketch_
+                for name, forecast in self._forecasts()
+                for line in LINES
+            },
         )
 
     def _forecasts(self) -> list[tuple[str, ResourceForecast]]:
@@ -533,7 +557,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         # CPU and memory in two threads: the work is numpy sorting, which releases the GIL (1.7x on 2 cores).
         with ThreadPoolExecutor(max_workers=2) as pool:
             for key in sorted(set(self.group_levels_.tolist())):
-                levels = settings.model_copy(update=dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key))))
+                levels = settings.model_copy(
+                    update=dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
+                )
                 cpu = pool.submit(fit_resource_forecast, self.cpu_grid_, levels, self.grid_end_)
                 memory = pool.submit(fit_resource_forecast, self.memory_grid_, levels, self.grid_end_)
                 self.cpu_forecasts_[key], self.memory_forecasts_[key] = cpu.result(), memory.result()
@@ -546,7 +572,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         keys = [json.loads(label) for label in labels]
         return np.array([request_policy_for(key[0], key[1], policy) == "vpa" for key in keys], dtype=np.bool_)
 
-    def _vpa_input(self, usage: pd.DataFrame, oom_events: pd.DataFrame | None) -> tuple[pd.DataFrame, None, pd.DataFrame | None]:
+    def _vpa_input(
+        self, usage: pd.DataFrame, oom_events: pd.DataFrame | None
+    ) -> tuple[pd.DataFrame, None, pd.DataFrame | None]:
         """The rows (and OOM kills) of the groups the `vpa` policy sizes, as `VpaRecommender.fit` takes them. An OOM
         kill's request is the pod's memory request where known (VPA reads it from the pod), else the memory at the
         kill the file gives (as VPA's eviction events give usage), else 0."""
@@ -560,10 +588,20 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         events = with_group_labels(oom_events)
         events = events.assign(group=events["group"].astype(str))
         events = events[self.vpa_groups(events["group"].tolist())] if len(events) else events
-        request = self.pods_["memory_request_bytes"].reindex(pd.MultiIndex.from_arrays([events["group"], events["pod"]]))
+        request = self.pods_["memory_request_bytes"].reindex(
+            pd.MultiIndex.from_arrays([events["group"], events["pod"]])
+        )
         at_kill = events["memory_bytes"] if "memory_bytes" in events.columns else pd.Series(np.nan, index=events.index)
-        request_bytes = np.where(np.isfinite(request.to_numpy(dtype=np.float64)), request.to_numpy(dtype=np.float64), at_kill.to_numpy(dtype=np.float64))
-        return samples, None, events[["group", "pod", "timestamp"]].assign(request_bytes=np.nan_to_num(request_bytes, nan=0.0))
+        request_bytes = np.where(
+            np.isfinite(request.to_numpy(dtype=np.float64)),
+            request.to_numpy(dtype=np.float64),
+            at_kill.to_numpy(dtype=np.float64),
+        )
+        return (
+            samples,
+            None,
+            events[["group", "pod", "timestamp"]].assign(request_bytes=np.nan_to_num(request_bytes, nan=0.0)),
+        )
 
     @staticmethod
     def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:
@@ -583,8 +621,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """Per (group, pod): first and last sample, sample count, and the last requests/limits it reported."""
         ordered = usage.sort_values("timestamp", kind="stable")
         grouped = ordered.groupby([ordered["group"].astype(str), "pod"], sort=False)
-        pods: pd.DataFrame = grouped["timestamp"].agg(["min", "max", "size"]).set_axis(
-            ["first_sample", "last_sample", "samples"], axis=1
+        pods: pd.DataFrame = (
+            grouped["timestamp"]
+            .agg(["min", "max", "size"])
+            .set_axis(["first_sample", "last_sample", "samples"], axis=1)
         )
         pods = pods.join(grouped[list(SAMPLE_COLUMNS.values())].count().set_axis(list(SAMPLE_COLUMNS), axis=1))
         present = [c for c in CURRENT_COLUMNS if c in usage.columns]
@@ -614,16 +654,27 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """Per group: key columns, history window, pods, current replicas, samples, containers per pod, last
         requests/limits."""
         newest = pods.groupby(level="group")["last_sample"].transform("max")
-        current = (pods["last_sample"] >= newest - REPLICA_WINDOW_SECONDS).groupby(level="group", sort=True).sum().rename("replicas")
+        current = (
+            (pods["last_sample"] >= newest - REPLICA_WINDOW_SECONDS)
+            .groupby(level="group", sort=True)
+            .sum()
+            .rename("replicas")
+        )
         grouped = pods.groupby(level="group", sort=True)
-        described = grouped.agg(
-            first_sample=("first_sample", "min"),
-            last_sample=("last_sample", "max"),
-            pods=("samples", "size"),
-            samples=("samples", "sum"),
-            **{column: (column, "sum") for column in SAMPLE_COLUMNS},
-        ).join(grouped[list(CURRENT_COLUMNS)].max()).join(current)
-        keys = pd.DataFrame([json.loads(label) for label in described.index], columns=list(KEY_COLUMNS), index=described.index)
+        described = (
+            grouped.agg(
+                first_sample=("first_sample", "min"),
+                last_sample=("last_sample", "max"),
+                pods=("samples", "size"),
+                samples=("samples", "sum"),
+                **{column: (column, "sum") for column in SAMPLE_COLUMNS},
+            )
+            .join(grouped[list(CURRENT_COLUMNS)].max())
+            .join(current)
+        )
+        keys = pd.DataFrame(
+            [json.loads(label) for label in described.index], columns=list(KEY_COLUMNS), index=described.index
+        )
         described = keys.join(described)
         containers = described.groupby(["namespace", "workload"])["container"].nunique().rename("containers_per_pod")
         return described.join(containers, on=["namespace", "workload"])
@@ -652,22 +703,45 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         confidence = self._confidence_days(groups)
         per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
         cpu = self._resource(
-            self.cpu_histogram_, self.cpu_long_term_, self.cpu_short_term_, self.cpu_forecasts_, groups, decision,
+            self.cpu_histogram_,
+            self.cpu_long_term_,
+            self.cpu_short_term_,
+            self.cpu_forecasts_,
+            groups,
+            decision,
             horizon_seconds,
-            _sizer(confidence, per_pod, policy.pod_min_cpu_cores, policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores, policy),
+            _sizer(
+                confidence,
+                per_pod,
+                policy.pod_min_cpu_cores,
+                policy.min_allowed_cpu_cores,
+                policy.max_allowed_cpu_cores,
+                policy,
+            ),
         )
         memory = self._resource(
-            self.memory_histogram_, self.memory_long_term_, self.memory_short_term_, self.memory_forecasts_, groups,
-            decision, horizon_seconds,
+            self.memory_histogram_,
+            self.memory_long_term_,
+            self.memory_short_term_,
+            self.memory_forecasts_,
+            groups,
+            decision,
+            horizon_seconds,
             _sizer(
-                confidence, per_pod, policy.pod_min_memory_bytes, policy.min_allowed_memory_bytes,
-                policy.max_allowed_memory_bytes, policy,
+                confidence,
+                per_pod,
+                policy.pod_min_memory_bytes,
+                policy.min_allowed_memory_bytes,
+                policy.max_allowed_memory_bytes,
+                policy,
             ),
         )
         vpa_cpu, vpa_memory = self._vpa_bounds(groups, per_pod, decision)
         now = {c: described[c].to_numpy(dtype=np.float64) for c in CURRENT_COLUMNS}
-        cpu_range, memory_range = (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores), (
-            policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes)
+        cpu_range, memory_range = (
+            (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
+            (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
+        )
         cpu = [
             _with_vpa(rec, vpa_cpu, i, cpu_range, now["cpu_request_cores"][i], now["cpu_limit_cores"][i])
             for i, rec in enumerate(cpu)
@@ -703,7 +777,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     ),
                 )
             )
-        return RecommendationSet(as_of=decision, horizon_seconds=horizon_seconds, step_seconds=step, recommendations=out)
+        return RecommendationSet(
+            as_of=decision, horizon_seconds=horizon_seconds, step_seconds=step, recommendations=out
+        )
 
     def vpa_checkpoint(self, namespace: str, workload: str, container: str, now: float) -> dict[str, Any] | None:
         """The VerticalPodAutoscalerCheckpoint status VPA would write for a container the `vpa` policy sizes (None
@@ -713,7 +789,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         vpa: VpaRecommender | None = getattr(self, "vpa_", None)
         return vpa.checkpoint(label, now) if vpa is not None and label in vpa.states_ else None
 
-    def warm_started(self, rec: WorkloadRecommendation, checkpoint: dict[str, Any], as_of: int) -> WorkloadRecommendation:
+    def warm_started(
+        self, rec: WorkloadRecommendation, checkpoint: dict[str, Any], as_of: int
+    ) -> WorkloadRecommendation:
         """`rec` with the `vpa` policy's target and bounds recomputed from its learned state merged with a VPA
         checkpoint status (as VPA merges the checkpoints it starts from). Containers of the forecast policy come
         back unchanged; a malformed checkpoint raises ValueError naming the problem."""
@@ -732,12 +810,26 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             vpa.initial_.pop(label, None)
         policy = self.policy or PolicySettings()
         now = {c: float(described[c].iloc[0]) for c in CURRENT_COLUMNS}
-        return rec.model_copy(update={
-            "cpu": _with_vpa(rec.cpu, cpu, 0, (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
-                             now["cpu_request_cores"], now["cpu_limit_cores"]),
-            "memory": _with_vpa(rec.memory, memory, 0, (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
-                                now["memory_request_bytes"], now["memory_limit_bytes"]),
-        })
+        return rec.model_copy(
+            update={
+                "cpu": _with_vpa(
+                    rec.cpu,
+                    cpu,
+                    0,
+                    (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
+                    now["cpu_request_cores"],
+                    now["cpu_limit_cores"],
+                ),
+                "memory": _with_vpa(
+                    rec.memory,
+                    memory,
+                    0,
+                    (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
+                    now["memory_request_bytes"],
+                    now["memory_limit_bytes"],
+                ),
+            }
+        )
 
     def _vpa_bounds(self, groups: pd.Index, per_pod: FloatArray, as_of: int) -> tuple[FloatArray, FloatArray]:
         """Per group, the `vpa` policy's (target, lower, upper) of CPU in cores and memory in bytes (groups x 3): NaN
@@ -783,10 +875,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         quality."""
         n_steps = int(np.ceil(horizon_seconds / step))
         out: dict[str, Any] = {
-            "short_term": np.full((len(groups), n_steps), np.nan), "request": np.full(len(groups), np.nan),
-            "long_term": np.full(len(groups), np.nan), "peak": np.full(len(groups), np.nan),
-            "levels": [None] * len(groups), "names": [dict[str, str]() for _ in groups],
-            "quality": [dict[str, LineQuality]() for _ in groups], "stale": np.zeros(len(groups), dtype=bool),
+            "short_term": np.full((len(groups), n_steps), np.nan),
+            "request": np.full(len(groups), np.nan),
+            "long_term": np.full(len(groups), np.nan),
+            "peak": np.full(len(groups), np.nan),
+            "levels": [None] * len(groups),
+            "names": [dict[str, str]() for _ in groups],
+            "quality": [dict[str, LineQuality]() for _ in groups],
+            "stale": np.zeros(len(groups), dtype=bool),
         }
         own = pd.Index(self.forecast_groups_).get_indexer(groups)
         keys = np.full(len(groups), None, dtype=object)
@@ -874,7 +970,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             if np.isnan(target[i]) or not enough[i]:
                 result.append(None)
                 continue
-            drawn = {"target": ours_request[i], "short_term": 0.0 if has_line[i] else np.nan, "long_term": ours["long_term"][i]}
+            drawn = {
+                "target": ours_request[i],
+                "short_term": 0.0 if has_line[i] else np.nan,
+                "long_term": ours["long_term"][i],
+            }
             names = ours["names"][i]
             limit, rule = recommended_limit(float(sized_target[i]), request_now[i], limit_now[i], float(peak_bound[i]))
             result.append(
@@ -893,9 +993,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     limit_floor=float(peak_bound[i]) if np.isfinite(peak_bound[i]) else None,
                     models=LineModels(
                         target=names["target"] if not np.isnan(drawn["target"]) else "VPA histogram",
-                        short_term="stale: the request held flat" if stale[i] else names["short_term"] if has_line[i] else "SeasonalMaxReservation",
+                        short_term="stale: the request held flat"
+                        if stale[i]
+                        else names["short_term"]
+                        if has_line[i]
+                        else "SeasonalMaxReservation",
                         long_term=names["long_term"] if not np.isnan(drawn["long_term"]) else "Koordinator mid",
-                        peak=names.get("peak", "max of the short-term line") if not stale[i] else "max of the short-term line",
+                        peak=names.get("peak", "max of the short-term line")
+                        if not stale[i]
+                        else "max of the short-term line",
                         quality={line: q for line, q in ours["quality"][i].items() if not np.isnan(drawn[line])},
                     ),
                 )
@@ -906,7 +1012,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
         window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
         with np.errstate(all="ignore"):
-            peak = np.where(np.isnan(window), -np.inf, window).max(axis=1) if window.shape[1] else np.full(window.shape[0], -np.inf)
+            peak = (
+                np.where(np.isnan(window), -np.inf, window).max(axis=1)
+                if window.shape[1]
+                else np.full(window.shape[0], -np.inf)
+            )
         values = self._aligned(peak, self.forecast_groups_, groups)
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
@@ -923,8 +1033,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
 
 
 def _with_vpa(
-    rec: ResourceRecommendation | None, vpa: FloatArray, row: int, allowed: tuple[float | None, float | None],
-    request_now: float, limit_now: float,
+    rec: ResourceRecommendation | None,
+    vpa: FloatArray,
+    row: int,
+    allowed: tuple[float | None, float | None],
+    request_now: float,
+    limit_now: float,
 ) -> ResourceRecommendation | None:
     """A recommendation with its target and bounds from the `vpa` policy where it sizes this group (row of
     `WorkloadRecommender._vpa_bounds`): clamped to the allowed range like VPA's resource policy, the uncapped target
@@ -938,13 +1052,29 @@ def _with_vpa(
     high = np.inf if allowed[1] is None else allowed[1]
     capped = float(np.clip(target, low, high))
     limit, rule = recommended_limit(capped, request_now, limit_now, np.nan)
-    models = rec.models.model_copy(update={"target": "VPA recommender v1.5.1", "quality": {
-        line: q for line, q in rec.models.quality.items() if line != "target"}}) if rec.models else None
-    return rec.model_copy(update={
-        "target": capped, "lower_bound": float(np.clip(lower, low, high)), "upper_bound": float(np.clip(upper, low, high)),
-        "uncapped_target": target, "policy": "vpa", "models": models, "limit_floor": None,
-        "limit": limit, "limit_rule": rule,
-    })
+    models = (
+        rec.models.model_copy(
+            update={
+                "target": "VPA recommender v1.5.1",
+                "quality": {line: q for line, q in rec.models.quality.items() if line != "target"},
+            }
+        )
+        if rec.models
+        else None
+    )
+    return rec.model_copy(
+        update={
+            "target": capped,
+            "lower_bound": float(np.clip(lower, low, high)),
+            "upper_bound": float(np.clip(upper, low, high)),
+            "uncapped_target": target,
+            "policy": "vpa",
+            "models": models,
+            "limit_floor": None,
+            "limit": limit,
+            "limit_rule": rule,
+        }
+    )
 
 
 def _floats_or_none(values: FloatArray) -> list[float | None]:
@@ -967,7 +1097,9 @@ def _oom_counts(oom_frame: pd.DataFrame | None) -> pd.Series:
 _FORECAST_LINE = {"target": "request", "short_term": "short_term", "long_term": "long_term"}
 
 
-def recommended_limit(target: float, request_now: float, limit_now: float, floor: float) -> tuple[float | None, str | None]:
+def recommended_limit(
+    target: float, request_now: float, limit_now: float, floor: float
+) -> tuple[float | None, str | None]:
     """The limit we would set beside `target` and the rule that set it: scaled with the request as VPA does
     (limit x target / request), never below the target, and for memory never below `floor` (the observed peak plus a
     margin; NaN for CPU). None without a current limit (nothing to scale, and we never add one)."""

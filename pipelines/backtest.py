@@ -36,15 +36,14 @@ from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
 from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
-from recommender.settings import Settings
-from recommender.progress import Step, quiet
 from recommender.arrays import FloatArray
+from recommender.progress import Step, quiet
+from recommender.settings import Settings
 
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
 LINES = ("request", "short_term", "long_term")
 METHODS = ("ours", "vpa", "krr_simple", "koordinator_mid", "seasonal_naive", "foundation_short_term", "oracle")
-
 
 
 @dataclass
@@ -85,7 +84,9 @@ def load_fleet(path: Path, step_seconds: int, bounds: SampleBounds) -> Fleet:
     for resource, column in RESOURCES.items():
         values = usage[column].to_numpy(dtype=np.float64)
         group_grid[resource] = usage_grid(groups, times, values, len(labels), end, n_steps, step_seconds)
-        pod_grid[resource] = usage_grid(pods.astype(np.int64), times, values, len(pod_labels), end, n_steps, step_seconds)
+        pod_grid[resource] = usage_grid(
+            pods.astype(np.int64), times, values, len(pod_labels), end, n_steps, step_seconds
+        )
     first = np.full(len(labels), np.inf)
     np.minimum.at(first, groups, times)
     return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage)
@@ -134,11 +135,15 @@ def selected_lines(
     return np.stack(finals), np.stack(choices)
 
 
-def _baselines(fleet: Fleet, settings: Settings, decision_days: list[int], step: Step) -> dict[str, dict[str, FloatArray]]:
+def _baselines(
+    fleet: Fleet, settings: Settings, decision_days: list[int], step: Step
+) -> dict[str, dict[str, FloatArray]]:
     """VPA target (the `vpa` request policy: VPA's recommender exactly), Koordinator mid and the foundation's
     short-term line at each decision, from the real estimators."""
     per_day = fleet.steps_per_day
-    out: dict[str, dict[str, list[FloatArray]]] = {r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES}
+    out: dict[str, dict[str, list[FloatArray]]] = {
+        r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES
+    }
     frame = fleet.frame
     rules_only = settings.forecast.model_copy(update={"enabled": False})
     vpa_policy = settings.policy.model_copy(update={"request_policy": "vpa", "request_policy_rules": []})
@@ -148,7 +153,9 @@ def _baselines(fleet: Fleet, settings: Settings, decision_days: list[int], step:
         history = frame[frame["timestamp"] < as_of]
         model = WorkloadRecommender(settings.histogram, vpa_policy, settings.reservation, rules_only).fit(history)
         recs = model.predict(as_of=as_of, horizon_seconds=DAY)
-        index = fleet.groups.get_indexer(pd.Index([group_label(r.namespace, r.workload, r.container) for r in recs.recommendations]))
+        index = fleet.groups.get_indexer(
+            pd.Index([group_label(r.namespace, r.workload, r.container) for r in recs.recommendations])
+        )
         for resource in RESOURCES:
             vpa = np.full(len(fleet.groups), np.nan)
             mid = np.full(len(fleet.groups), np.nan)
@@ -177,7 +184,11 @@ def _grid_baselines(grid: FloatArray, resource: str, decision_days: list[int], p
             naive.append(np.nanmax(np.where(np.isnan(past), -np.inf, past), axis=1))
             future = grid[:, day * per_day : (day + 1) * per_day]
             oracle.append(np.nanmax(np.where(np.isnan(future), -np.inf, future), axis=1))
-    return {"krr_simple": _finite(np.stack(krr)), "seasonal_naive": _finite(np.stack(naive)), "oracle": _finite(np.stack(oracle))}
+    return {
+        "krr_simple": _finite(np.stack(krr)),
+        "seasonal_naive": _finite(np.stack(naive)),
+        "oracle": _finite(np.stack(oracle)),
+    }
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -197,9 +208,16 @@ def decide(fleet: Fleet, settings: Settings, step: Step = quiet) -> tuple[list[i
         grid = fleet.group_grid[resource]
         decisions = Decisions()
         families = {
-            line: (candidates(forecast, forecast.target_for(line)), forecast.target_for(line), line != "short_term", days)
+            line: (
+                candidates(forecast, forecast.target_for(line)),
+                forecast.target_for(line),
+                line != "short_term",
+                days,
+            )
             for line, candidates, days in (
-                ("short_term", short_term_candidates, 1), ("request", constant_candidates, 1), ("long_term", constant_candidates, LONG_TERM_DAYS),
+                ("short_term", short_term_candidates, 1),
+                ("request", constant_candidates, 1),
+                ("long_term", constant_candidates, LONG_TERM_DAYS),
             )
         }
         for line, (candidates, target, constant, horizon_days) in families.items():
@@ -232,7 +250,9 @@ def decide(fleet: Fleet, settings: Settings, step: Step = quiet) -> tuple[list[i
                 decisions.request[method] = decisions.long_term[method] = peak
         # Our peak is its own point forecast (`PeakForecaster`), as `recommend` gives it, not the line's max.
         peak_model = PeakForecaster(selection_days=forecast.selection_days, quantile=forecast.peak_quantile)
-        decisions.peak["ours"] = np.stack([clone(peak_model).fit(grid[:, : day * per_day]).predict() for day in decision_days])
+        decisions.peak["ours"] = np.stack(
+            [clone(peak_model).fit(grid[:, : day * per_day]).predict() for day in decision_days]
+        )
         results[resource] = decisions
     return decision_days, results
 
@@ -247,7 +267,9 @@ class MethodScores:
     peak: PeakScore
 
 
-def score(fleet: Fleet, resource: str, decision_days: list[int], decisions: Decisions, day_slice: slice) -> dict[str, MethodScores]:
+def score(
+    fleet: Fleet, resource: str, decision_days: list[int], decisions: Decisions, day_slice: slice
+) -> dict[str, MethodScores]:
     """Scores of every method on the decision days in `day_slice`, against every pod's usage after each decision."""
     per_day = fleet.steps_per_day
     pods = fleet.pod_grid[resource]
@@ -273,7 +295,9 @@ def score(fleet: Fleet, resource: str, decision_days: list[int], decisions: Deci
                 usage.append(future[mask])
                 values.append(shaped[mask])
                 containers.append(np.nonzero(mask)[0])
-            per_line[line] = score_line(np.concatenate(usage), np.concatenate(values), np.concatenate(containers).astype(np.int64))
+            per_line[line] = score_line(
+                np.concatenate(usage), np.concatenate(values), np.concatenate(containers).astype(np.int64)
+            )
         forecast, actual = [], []
         for i in chosen:
             day = decision_days[i]
@@ -310,7 +334,12 @@ def run_backtest(path: Path, settings: Settings, step: Step = quiet) -> tuple[Fl
         step(f"scoring ({part})")
         scores[part] = {r: score(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
     names = {
-        "short_term": [model_name(c) for c in short_term_candidates(settings.forecast, settings.forecast.short_term_target_violation)],
-        "constant": [model_name(c) for c in constant_candidates(settings.forecast, settings.forecast.request_target_violation)],
+        "short_term": [
+            model_name(c)
+            for c in short_term_candidates(settings.forecast, settings.forecast.short_term_target_violation)
+        ],
+        "constant": [
+            model_name(c) for c in constant_candidates(settings.forecast, settings.forecast.request_target_violation)
+        ],
     }
     return fleet, BacktestResult(days, fleet.origin, scores, decisions, time.perf_counter() - started, names)

@@ -13,14 +13,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
 
-from models.metrics import overprovision, usage_to_line_ratio  # noqa: E402
-from pipelines.backtest import DAY, LINES, RESOURCES, BacktestResult, Fleet, MethodScores  # noqa: E402
-from recommender.atomic import atomic_write_text  # noqa: E402
-from recommender.charts import save_png  # noqa: E402
+from models.metrics import overprovision, usage_to_line_ratio
+from pipelines.backtest import DAY, LINES, RESOURCES, BacktestResult, Fleet, MethodScores
+from recommender.atomic import atomic_write_text
+from recommender.charts import save_png
 
 LINE_TITLES = {"short_term": "short-term", "request": "request", "long_term": "long-term"}
 
@@ -79,7 +79,9 @@ def choice_table(result: BacktestResult) -> str:
             counts = np.bincount(picked, minlength=len(names))
             for index in np.argsort(-counts):
                 if counts[index]:
-                    rows.append(f"| {resource} | {LINE_TITLES[line]} | `{names[index]}` | {_pct(counts[index] / counts.sum())} |")
+                    rows.append(
+                        f"| {resource} | {LINE_TITLES[line]} | `{names[index]}` | {_pct(counts[index] / counts.sum())} |"
+                    )
     return "\n".join(rows)
 
 
@@ -126,7 +128,13 @@ def examples_figure(fleet: Fleet, result: BacktestResult, count: int = 4) -> Fig
         for col, resource in enumerate(RESOURCES):
             ax = axes[row, col]
             decisions = result.decisions[resource]
-            ax.plot(hours, fleet.group_grid[resource][group, day * per_day : (day + 1) * per_day], color="#d62728", lw=0.8, label="usage")
+            ax.plot(
+                hours,
+                fleet.group_grid[resource][group, day * per_day : (day + 1) * per_day],
+                color="#d62728",
+                lw=0.8,
+                label="usage",
+            )
             ax.plot(hours, decisions.short_term["ours"][index, group], color="#08306b", lw=1.2, label="short-term")
             ax.axhline(decisions.long_term["ours"][index, group], color="#6baed6", lw=1.2, label="long-term")
             ax.axhline(decisions.request["ours"][index, group], color="#2ca02c", ls="--", lw=1.2, label="request")

@@ -50,22 +50,30 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client, Future, LocalCluster
 
-from models.store import PARTITION_MODELS, RECOMMENDATIONS, DataWindow, FileEntry, IncomingVersion, Manifest, ModelStore, StoreFiles
+from models.store import (
+    PARTITION_MODELS,
+    RECOMMENDATIONS,
+    DataWindow,
+    FileEntry,
+    IncomingVersion,
+    Manifest,
+    ModelStore,
+    StoreFiles,
+)
 from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
 from pipelines.ingest import SampleBounds, iter_usage_batches, read_oom_events
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.train import prometheus_window, tidy_prometheus_usage
 from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
+from recommender.progress import Step, quiet
 from recommender.resources import RecommendationSet, recommendation_set_chunks
 from recommender.settings import ScaleSettings, Settings
 from recommender.text import printable
-from recommender.progress import Step, quiet
 
 log = logging.getLogger(__name__)
 WORK = "work"
 WorkloadName = tuple[str, str]
-
 
 
 @contextmanager
@@ -78,13 +86,16 @@ def dask_client(scale: ScaleSettings) -> Iterator[Client]:
         return
     if scale.workers < 1:
         raise ConfigurationError("distributed training needs a scheduler address or at least one local worker")
-    with LocalCluster(
-        n_workers=scale.workers,
-        threads_per_worker=scale.threads_per_worker,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-    ) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=scale.workers,
+            threads_per_worker=scale.threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
@@ -247,7 +258,12 @@ class PartitionResult:
 
 
 def fit_partition(
-    partition: Partition, files: dict[str, str], settings: Settings, data_end: int, oom_events: pd.DataFrame | None, source: str
+    partition: Partition,
+    files: dict[str, str],
+    settings: Settings,
+    data_end: int,
+    oom_events: pd.DataFrame | None,
+    source: str,
 ) -> PartitionFit:
     """Phase 1 (a task): fit a partition and keep the fitted model on the store; return its fleet statistics."""
     started = time.perf_counter()
@@ -319,7 +335,7 @@ def _outcomes(
         except TimeoutError:
             failed[name] = "not finished within the run's timeout (scale.timeout_seconds)"
             future.cancel()
-        except Exception as error:  # noqa: BLE001 - whatever a task raised is reported by partition, not lost
+        except Exception as error:
             failed[name] = f"{type(error).__name__}: {error}"
         if name in failed:
             log.warning("%s failed: %s", printable(name), printable(failed[name]))
@@ -348,8 +364,13 @@ class _Job:
     def submit(self, phase: str, function: Callable[..., Any], index: int, *args: Any) -> Future[Any]:
         partition = self.partitions[index]
         return self.client.submit(
-            function, partition, partition.files(self.incoming), *args,
-            retries=self.settings.scale.retries, pure=False, key=f"{phase}-{self.incoming.name}-{index}",
+            function,
+            partition,
+            partition.files(self.incoming),
+            *args,
+            retries=self.settings.scale.retries,
+            pure=False,
+            key=f"{phase}-{self.incoming.name}-{index}",
         )
 
 
@@ -383,12 +404,24 @@ def train_distributed(
     found = inventory(input_path, as_of, bounds)
     if found.placed:
         # The pooled node grids would need a cross-partition sum; until then, say what this run leaves out.
-        log.warning("%s says where pods ran, but distributed runs learn no node lines: train single-process for them", input_path)
+        log.warning(
+            "%s says where pods ran, but distributed runs learn no node lines: train single-process for them",
+            input_path,
+        )
     partitions = plan_partitions(found.containers, settings.scale.partition_containers)
     oom = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
     with _incoming_version(store) as incoming:
-        job = _Job(client, store, incoming, settings, partitions, str(input_path), as_of, horizon_seconds,
-                   time.monotonic() + settings.scale.timeout_seconds)
+        job = _Job(
+            client,
+            store,
+            incoming,
+            settings,
+            partitions,
+            str(input_path),
+            as_of,
+            horizon_seconds,
+            time.monotonic() + settings.scale.timeout_seconds,
+        )
         step(f"splitting {found.rows:,} rows into {len(partitions)} partitions on {store}")
         split_file(input_path, partitions, incoming, as_of, bounds)
         return _fit_and_publish(job, [p.index for p in partitions], found.last_sample, oom, {}, None, step)
@@ -403,16 +436,22 @@ class PartitionRead:
     quarantined: dict[str, str]
 
 
-def read_prometheus_partition(partition: Partition, files: dict[str, str], settings: Settings, start: int, end: int) -> PartitionRead:
+def read_prometheus_partition(
+    partition: Partition, files: dict[str, str], settings: Settings, start: int, end: int
+) -> PartitionRead:
     """Phase 0 for Prometheus (a task): read a partition's namespaces (every query scoped to them) and write its
     rows to the store; a namespace batch that fails after the client's retries fails the task."""
     prom = settings.prometheus
     with PrometheusClient(prom) as client:
-        read = PrometheusSource(client, prom, [namespace for namespace, _ in partition.workloads]).read(start, end, quiet)
+        read = PrometheusSource(client, prom, [namespace for namespace, _ in partition.workloads]).read(
+            start, end, quiet
+        )
         costs = client.stats.summary()
     if read.skipped:
         raise PartialDataError(read.skipped)
-    usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
+    usage, quarantined = tidy_prometheus_usage(
+        read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time())
+    )
     out = StoreFiles(files["input"])
     with out.fs.open(out.root, "wb") as handle:
         pq.write_table(pa.Table.from_pandas(usage, preserve_index=False), handle)
@@ -432,19 +471,34 @@ def train_distributed_prometheus(
     with PrometheusClient(prom) as prometheus:
         counts = PrometheusSource(prometheus, prom).containers_per_namespace(start, end)
     # Whole namespaces: a partition is named `ns/*` as a skipped Prometheus batch is, and sorts as its workloads do.
-    partitions = plan_partitions({(namespace, "*"): n for namespace, n in counts.items()}, settings.scale.partition_containers)
+    partitions = plan_partitions(
+        {(namespace, "*"): n for namespace, n in counts.items()}, settings.scale.partition_containers
+    )
     with _incoming_version(store) as incoming:
-        job = _Job(client, store, incoming, settings, partitions, str(prom.url), as_of, horizon_seconds,
-                   time.monotonic() + settings.scale.timeout_seconds)
+        job = _Job(
+            client,
+            store,
+            incoming,
+            settings,
+            partitions,
+            str(prom.url),
+            as_of,
+            horizon_seconds,
+            time.monotonic() + settings.scale.timeout_seconds,
+        )
         step(f"reading {sum(counts.values())} containers in {len(partitions)} partitions")
         failed: dict[str, str] = {}
-        futures = {p.index: job.submit("read", read_prometheus_partition, p.index, settings, start, end) for p in partitions}
+        futures = {
+            p.index: job.submit("read", read_prometheus_partition, p.index, settings, start, end) for p in partitions
+        }
         reads: dict[int, PartitionRead] = _outcomes(futures, partitions, failed, job.deadline)
         _check_tolerance(failed, len(partitions), settings.scale)
         if not reads:
             raise DistributedTrainingError(failed, len(partitions), settings.scale.failure_tolerance_fraction)
         oom = pd.concat([r.oom_events for r in reads.values()], ignore_index=True)
-        costs = {key: float(sum(r.costs.get(key, 0.0) for r in reads.values())) for key in next(iter(reads.values())).costs}
+        costs = {
+            key: float(sum(r.costs.get(key, 0.0) for r in reads.values())) for key in next(iter(reads.values())).costs
+        }
         data_end = max(r.last_sample for r in reads.values())
         quarantined = {name: why for r in reads.values() for name, why in r.quarantined.items()}
         return _fit_and_publish(job, sorted(reads), data_end, oom, failed, costs, step, quarantined)
@@ -466,7 +520,10 @@ def _fit_and_publish(
         oom = oom[oom["timestamp"] < job.as_of]
     started = time.perf_counter()
     step(f"fitting {len(ready)} partitions on {len(job.client.scheduler_info()['workers'])} workers")
-    fit_futures = {i: job.submit("fit", fit_partition, i, job.settings, data_end, _oom_of(oom, partitions[i]), job.source) for i in ready}
+    fit_futures = {
+        i: job.submit("fit", fit_partition, i, job.settings, data_end, _oom_of(oom, partitions[i]), job.source)
+        for i in ready
+    }
     fleet = FleetStatistics.merge([])
 
     def fold(fit: PartitionFit) -> PartitionFit:
@@ -478,7 +535,9 @@ def _fit_and_publish(
     _check_tolerance(failed, len(partitions), scale)
     scattered = job.client.scatter(fleet, broadcast=True)
     step(f"calibrating and predicting {len(fits)} partitions with the fleet's factors")
-    finish_futures = {i: job.submit("finish", finish_partition, i, scattered, job.as_of, job.horizon_seconds) for i in sorted(fits)}
+    finish_futures = {
+        i: job.submit("finish", finish_partition, i, scattered, job.as_of, job.horizon_seconds) for i in sorted(fits)
+    }
     results = _outcomes(finish_futures, partitions, failed, job.deadline)
     _check_tolerance(failed, len(partitions), scale)
     if not results:
@@ -486,7 +545,15 @@ def _fit_and_publish(
     fit_seconds = time.perf_counter() - started
     step(f"publishing to {job.store}")
     run = _Run(
-        job.settings, partitions, fits, results, failed, job.source, job.horizon_seconds, 0 if oom is None else len(oom), quarantined or {}
+        job.settings,
+        partitions,
+        fits,
+        results,
+        failed,
+        job.source,
+        job.horizon_seconds,
+        0 if oom is None else len(oom),
+        quarantined or {},
     )
     return _commit(job.client, job.store, job.incoming, run, fit_seconds, read_metrics)
 
@@ -516,7 +583,12 @@ class _Run:
 
 
 def _commit(
-    client: Client, store: ModelStore, incoming: IncomingVersion, run: _Run, fit_seconds: float, read_metrics: dict[str, float] | None
+    client: Client,
+    store: ModelStore,
+    incoming: IncomingVersion,
+    run: _Run,
+    fit_seconds: float,
+    read_metrics: dict[str, float] | None,
 ) -> Manifest:
     """Stream the partitions' recommendations into one file, check every file the workers wrote, and commit."""
     order = sorted(run.results)
@@ -526,14 +598,23 @@ def _commit(
         for index in order:
             path = incoming.path_of(f"{WORK}/part-{index:05d}.json")
             data = incoming.files.read(path)
-            if FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data)) != FileEntry(**run.results[index].recommendations):
-                raise DistributedTrainingError({run.partitions[index].name: f"{path} changed after its task wrote it"}, len(run.partitions), 0.0)
+            if FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data)) != FileEntry(
+                **run.results[index].recommendations
+            ):
+                raise DistributedTrainingError(
+                    {run.partitions[index].name: f"{path} changed after its task wrote it"}, len(run.partitions), 0.0
+                )
             yield data
 
     incoming.entries[RECOMMENDATIONS] = incoming.files.put_chunks(
         incoming.path_of(RECOMMENDATIONS),
         recommendation_set_chunks(
-            RecommendationSet(as_of=first.as_of, horizon_seconds=run.horizon_seconds, step_seconds=first.step_seconds, recommendations=[]),
+            RecommendationSet(
+                as_of=first.as_of,
+                horizon_seconds=run.horizon_seconds,
+                step_seconds=first.step_seconds,
+                recommendations=[],
+            ),
             fragments(),
         ),
     )
@@ -572,7 +653,9 @@ def _commit(
             **summarize_selection([run.results[i].choices for i in order]),
         },
         data_window=DataWindow(
-            first_sample=min(f.first_sample for f in fits), last_sample=max(f.last_sample for f in fits), as_of=first.as_of
+            first_sample=min(f.first_sample for f in fits),
+            last_sample=max(f.last_sample for f in fits),
+            as_of=first.as_of,
         ),
         read_metrics=read_metrics,
         skipped=skipped,

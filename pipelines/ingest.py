@@ -167,10 +167,22 @@ def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int 
             handle = pq.ParquetFile(path)
             batches: Iterator[pa.RecordBatch] = handle.iter_batches(columns=[c.name for c in wanted])
         else:
-            batches = iter(pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=batch_bytes), convert_options=_csv_options(wanted)))
+            batches = iter(
+                pacsv.open_csv(
+                    path, read_options=pacsv.ReadOptions(block_size=batch_bytes), convert_options=_csv_options(wanted)
+                )
+            )
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            frame, _, first = _typed_frame(path, _cast_parquet(path, table, wanted) if parquet else table, USAGE_SCHEMA, wanted, first, parquet, bounds)
+            frame, _, first = _typed_frame(
+                path,
+                _cast_parquet(path, table, wanted) if parquet else table,
+                USAGE_SCHEMA,
+                wanted,
+                first,
+                parquet,
+                bounds,
+            )
             yield frame
     except _ARROW_ERRORS as error:
         if parquet:
@@ -200,12 +212,22 @@ def _columns_present(path: Path, schema: tuple[Column, ...]) -> tuple[bool, list
 
 
 def _typed_frame(
-    path: Path, table: pa.Table, schema: tuple[Column, ...], wanted: list[Column], first: int, parquet: bool, bounds: SampleBounds
+    path: Path,
+    table: pa.Table,
+    schema: tuple[Column, ...],
+    wanted: list[Column],
+    first: int,
+    parquet: bool,
+    bounds: SampleBounds,
 ) -> tuple[pd.DataFrame, np.ndarray, int]:
     """The checked frame of rows starting at line (Parquet: 1-based row) `first`, with every value column of the
     schema; the line (row) each row starts at, and the one after the last."""
     # NaN written as such ("nan" in a CSV, a NaN float in Parquet) is refused; only an empty cell or a null is missing.
-    literal_nan = {c.name: pc.is_nan(table[c.name]).fill_null(False).to_numpy(zero_copy_only=False) for c in wanted if c.kind != "id"}
+    literal_nan = {
+        c.name: pc.is_nan(table[c.name]).fill_null(False).to_numpy(zero_copy_only=False)
+        for c in wanted
+        if c.kind != "id"
+    }
     # A quoted line break in a name makes its row take more than one line.
     spans = np.ones(table.num_rows, dtype=np.int64)
     if not parquet:
@@ -247,7 +269,9 @@ def _physical_lines(path: Path, header: list[str] | None) -> Generator[str, None
         raise InputFileError(path, f"cannot be read: {error} (truncated or corrupt from here)", line=line + 1) from None
 
 
-def _encoding_error(path: Path, raw: bytes, error: UnicodeDecodeError, line: int, header: list[str] | None) -> InputFileError:
+def _encoding_error(
+    path: Path, raw: bytes, error: UnicodeDecodeError, line: int, header: list[str] | None
+) -> InputFileError:
     prefix = raw[: error.start].decode("utf-8")
     field = len(next(csv.reader([prefix]))) - 1 if prefix else 0
     return InputFileError(
@@ -269,7 +293,9 @@ def _csv_header(path: Path) -> list[str]:
 def _check_header(path: Path, header: list[str], schema: tuple[Column, ...], line: int | None) -> None:
     missing = [c.name for c in schema if c.required and c.name not in header]
     if missing:
-        raise InputFileError(path, f"missing required column(s) {', '.join(missing)}; header has {', '.join(header)}", line=line)
+        raise InputFileError(
+            path, f"missing required column(s) {', '.join(missing)}; header has {', '.join(header)}", line=line
+        )
     seen: set[str] = set()
     for name in header:
         if name in seen:
@@ -327,8 +353,10 @@ def _records(path: Path, header: list[str]) -> Iterator[tuple[int, int, list[str
             except csv.Error as error:
                 if "field limit" in str(error):
                     raise InputFileError(
-                        path, f"unterminated quote: the quoted field opened here never closes ({error})",
-                        line=start, column=_quoted_column(path, header, start),
+                        path,
+                        f"unterminated quote: the quoted field opened here never closes ({error})",
+                        line=start,
+                        column=_quoted_column(path, header, start),
                     ) from None
                 raise InputFileError(path, f"is not valid CSV: {error}", line=start) from None
             yield start, reader.line_num, fields
@@ -342,7 +370,9 @@ def _quoted_column(path: Path, header: list[str], line: int) -> str | None:
     return header[field] if 0 <= field < len(header) else None
 
 
-def _locate_csv_problem(path: Path, columns: list[Column], bounds: SampleBounds, arrow_error: Exception) -> InputFileError | None:
+def _locate_csv_problem(
+    path: Path, columns: list[Column], bounds: SampleBounds, arrow_error: Exception
+) -> InputFileError | None:
     """Slow re-read that finds the first line the fast parser choked on and says what is wrong with it; None when
     the file has no data row at all (nothing is wrong with it but emptiness, which the caller judges)."""
     header = _csv_header(path)
@@ -354,8 +384,10 @@ def _locate_csv_problem(path: Path, columns: list[Column], bounds: SampleBounds,
             problem = f"has {len(fields)} fields, the header has {len(header)}"
             if last > first:
                 return InputFileError(
-                    path, f"{problem}: a quote opened on this line runs to line {last} (unterminated quote?)",
-                    line=first, column=_quoted_column(path, header, first),
+                    path,
+                    f"{problem}: a quote opened on this line runs to line {last} (unterminated quote?)",
+                    line=first,
+                    column=_quoted_column(path, header, first),
                 )
             return InputFileError(path, problem, line=first)
         for column in columns:
@@ -421,11 +453,17 @@ def _check_values(
                 fail(bad, column, f"'{column.name}' is empty")
             continue
         if literal_nan[column.name].any():
-            fail(literal_nan[column.name], column, "nan is not a finite number (a missing value is an empty cell or a null)")
+            fail(
+                literal_nan[column.name],
+                column,
+                "nan is not a finite number (a missing value is an empty cell or a null)",
+            )
         values = series.to_numpy(dtype=np.float64, na_value=np.nan)
         with np.errstate(invalid="ignore"):
             if column.kind == "timestamp":
-                bad = np.isnan(values) | (values != np.floor(values)) | (values < 0) | (values > bounds.latest_timestamp)
+                bad = (
+                    np.isnan(values) | (values != np.floor(values)) | (values < 0) | (values > bounds.latest_timestamp)
+                )
             else:
                 limit = bounds.ceiling(column.quantity)[0] if column.quantity is not None else np.inf
                 bad = np.isinf(values) | (values < 0) | (values > limit)
@@ -465,7 +503,9 @@ def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame,
         return usage, {}
     keys = ["namespace", "workload", "container"]
     first = usage.loc[bad, keys].assign(why=why[bad]).drop_duplicates(keys)
-    quarantined = {f"{ns}/{workload}/{container}": reason for ns, workload, container, reason in first.itertuples(index=False)}
+    quarantined = {
+        f"{ns}/{workload}/{container}": reason for ns, workload, container, reason in first.itertuples(index=False)
+    }
     for name, reason in quarantined.items():
         log.warning("quarantined %s (none of its samples are used): %s", printable(name), reason)
     dropped = pd.MultiIndex.from_frame(usage[keys]).isin(pd.MultiIndex.from_frame(first[keys]))

@@ -48,18 +48,24 @@ from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
 from recommender import colocation
-from recommender.settings import Settings
-from recommender.progress import Step, quiet
 from recommender.arrays import FloatArray, IntArray
+from recommender.progress import Step, quiet
+from recommender.settings import Settings
 
-BATCH_METHODS = ("ours", "ours_forecast_only", "koordinator_our_ratio", "koordinator_usage", "koordinator_request", "koordinator_maxUsageRequest")
+BATCH_METHODS = (
+    "ours",
+    "ours_forecast_only",
+    "koordinator_our_ratio",
+    "koordinator_usage",
+    "koordinator_request",
+    "koordinator_maxUsageRequest",
+)
 MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
 #: Margins (share of allocatable) swept for the two paths that run without our fresh measurement floor: the value
 #: `serve` offers between trainings and the reclaim-ratio label; the settings' defaults are chosen from this sweep.
 MARGIN_GRID = tuple(round(0.01 * i, 2) for i in range(31))
 SWEEP_PARTS = ("validation", "held_out")
-
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,9 @@ class Placement:
     rule: str
 
 
-def pack_pods(requests: dict[str, FloatArray], node_size: dict[str, float], seed: int) -> tuple[IntArray, dict[str, FloatArray]]:
+def pack_pods(
+    requests: dict[str, FloatArray], node_size: dict[str, float], seed: int
+) -> tuple[IntArray, dict[str, FloatArray]]:
     """First fit on a seeded random order: pods are shuffled with numpy's `default_rng(seed)`, each goes to the
     first node where its CPU and memory requests both still fit, and a new node is opened when none has room. A pod
     larger than a node gets a node of its own, sized to it. Returns the node of each pod and each node's allocatable."""
@@ -119,7 +127,9 @@ def placement(fleet: Fleet, node_size: dict[str, float], seed: int) -> Placement
     if "node" in frame.columns and frame["node"].notna().any():
         codes, _ = pd.factorize(frame["group"].astype(str) + "\x00" + frame["pod"].astype(str))
         nodes = frame["node"].fillna("<unknown>").astype(str)
-        most = pd.DataFrame({"pod": codes, "node": nodes}).groupby("pod")["node"].agg(lambda s: s.value_counts().index[0])
+        most = (
+            pd.DataFrame({"pod": codes, "node": nodes}).groupby("pod")["node"].agg(lambda s: s.value_counts().index[0])
+        )
         names = sorted(most.unique())
         node_of = pd.Index(names).get_indexer(most.sort_index().to_numpy()).astype(np.int64)
         allocatable = {}
@@ -127,7 +137,9 @@ def placement(fleet: Fleet, node_size: dict[str, float], seed: int) -> Placement
             summed = np.zeros(len(names))
             np.add.at(summed, node_of, requests[r])
             allocatable[r] = np.maximum(summed, node_size[r])
-        return Placement(node_of, names, allocatable, "the file's node column; allocatable = max(node size, sum of requests)")
+        return Placement(
+            node_of, names, allocatable, "the file's node column; allocatable = max(node size, sum of requests)"
+        )
     node_of, allocatable = pack_pods(requests, node_size, seed)
     names = [f"node-{i:02d}" for i in range(len(allocatable["cpu"]))]
     rule = (
@@ -147,7 +159,9 @@ def node_sums(pod_values: FloatArray, node_of: IntArray, n_nodes: int) -> FloatA
     return result
 
 
-def outage_mask(n_nodes: int, n_steps: int, fraction: float, seed: int, min_steps: int = 6, max_steps: int = 24) -> npt.NDArray[np.bool_]:
+def outage_mask(
+    n_nodes: int, n_steps: int, fraction: float, seed: int, min_steps: int = 6, max_steps: int = 24
+) -> npt.NDArray[np.bool_]:
     """Seeded whole-node metric gaps of 30 min to 2 h (uniform) covering about `fraction` of all node-steps."""
     rng = np.random.default_rng(seed + 1)
     mask = np.zeros((n_nodes, n_steps), dtype=bool)
@@ -218,7 +232,12 @@ def summarize(offered: Offered, method: str, columns: slice, step_seconds: int) 
 
 def _summary_of(offers: Offered, batch: FloatArray, columns: slice, step_seconds: int) -> MethodSummary:
     """`summarize` of one candidate offer judged against `offers`' usage."""
-    return summarize(Offered(offers.hp, offers.allocatable, offers.short_term, offers.long_term, {"candidate": batch}), "candidate", columns, step_seconds)
+    return summarize(
+        Offered(offers.hp, offers.allocatable, offers.short_term, offers.long_term, {"candidate": batch}),
+        "candidate",
+        columns,
+        step_seconds,
+    )
 
 
 #: (margin as a share of allocatable, summary per part) for each swept margin, smallest first.
@@ -241,16 +260,31 @@ class NodeBacktestResult:
         """The smallest swept margin (most room) whose violations on the validation days are at most those of
         Koordinator's usage policy there; None when no swept margin is that safe."""
         bound = self.summaries["validation"]["complete"][resource]["koordinator_usage"].violations
-        return next((fraction for fraction, found in self.sweeps[resource][method] if found["validation"].violations <= bound), None)
+        return next(
+            (fraction for fraction, found in self.sweeps[resource][method] if found["validation"].violations <= bound),
+            None,
+        )
 
 
-def _forecast_lines(grid: FloatArray, settings: Settings, decision_days: list[int], per_day: int, step: Step, resource: str) -> tuple[FloatArray, FloatArray]:
+def _forecast_lines(
+    grid: FloatArray, settings: Settings, decision_days: list[int], per_day: int, step: Step, resource: str
+) -> tuple[FloatArray, FloatArray]:
     """Our day-ahead short-term lines (days x nodes x steps) and long-term values (days x nodes) on the node grid."""
     forecast = settings.forecast
     out = []
     for name, candidates, target, constant in (
-        ("short-term", short_term_candidates(forecast, forecast.short_term_target_violation), forecast.short_term_target_violation, False),
-        ("long-term", constant_candidates(forecast, forecast.long_term_target_violation), forecast.long_term_target_violation, True),
+        (
+            "short-term",
+            short_term_candidates(forecast, forecast.short_term_target_violation),
+            forecast.short_term_target_violation,
+            False,
+        ),
+        (
+            "long-term",
+            constant_candidates(forecast, forecast.long_term_target_violation),
+            forecast.long_term_target_violation,
+            True,
+        ),
     ):
         step(f"{resource}: node {name} candidates ({len(candidates)} models)")
         lines = daily_candidate_lines(grid, candidates, per_day, constant)
@@ -262,8 +296,16 @@ def _forecast_lines(grid: FloatArray, settings: Settings, decision_days: list[in
 
 
 def _koordinator_mid(
-    pod_grid: FloatArray, requests: FloatArray, present: npt.NDArray[np.bool_], first_step: IntArray, node_of: IntArray,
-    allocatable: FloatArray, resource: str, start: int, end: int, per_hour: int,
+    pod_grid: FloatArray,
+    requests: FloatArray,
+    present: npt.NDArray[np.bool_],
+    first_step: IntArray,
+    node_of: IntArray,
+    allocatable: FloatArray,
+    resource: str,
+    start: int,
+    end: int,
+    per_hour: int,
 ) -> FloatArray:
     """Koordinator's mid reclaimable per node at every step of [start, end), recomputed every hour."""
     half_life_steps = (12 if resource == "cpu" else 24) * per_hour
@@ -271,20 +313,29 @@ def _koordinator_mid(
     n_nodes = len(allocatable)
     out = np.zeros((n_nodes, end - start))
     for hour_start in range(start, end, per_hour):
-        model = DecayedQuantileForecaster(days=7, quantile=quantile, half_life_steps=half_life_steps).fit(pod_grid[:, :hour_start])
+        model = DecayedQuantileForecaster(days=7, quantile=quantile, half_life_steps=half_life_steps).fit(
+            pod_grid[:, :hour_start]
+        )
         peak = model.level_ * 1.10
         alive = present[:, hour_start]
         age = (hour_start - first_step) * (3600 / per_hour)
         request = np.where(alive, requests, np.nan)
         per_node = np.full((n_nodes, len(requests)), np.nan)
         per_node[node_of, np.arange(len(requests))] = request
-        mid = colocation.koordinator_mid(allocatable, per_node, np.broadcast_to(peak, per_node.shape), np.broadcast_to(age, per_node.shape))
+        mid = colocation.koordinator_mid(
+            allocatable, per_node, np.broadcast_to(peak, per_node.shape), np.broadcast_to(age, per_node.shape)
+        )
         out[:, hour_start - start : min(hour_start + per_hour, end) - start] = mid[:, None]
     return out
 
 
 def run_node_backtest(
-    path: Path, settings: Settings, node_size: dict[str, float], seed: int = 0, outage_fraction: float = 0.02, step: Step = quiet
+    path: Path,
+    settings: Settings,
+    node_size: dict[str, float],
+    seed: int = 0,
+    outage_fraction: float = 0.02,
+    step: Step = quiet,
 ) -> NodeBacktestResult:
     """The whole protocol on one usage file."""
     started = time.perf_counter()
@@ -325,18 +376,27 @@ def run_node_backtest(
         limit = node_sums(request_now, where.node_of_pod, n_nodes)[:, start:end]
         hp_used = {
             policy: node_sums(
-                np.where(present, colocation.koordinator_hp_used(policy, pods[:, :, None], request_now[:, :, None]), np.nan),
-                where.node_of_pod, n_nodes,
+                np.where(
+                    present, colocation.koordinator_hp_used(policy, pods[:, :, None], request_now[:, :, None]), np.nan
+                ),
+                where.node_of_pod,
+                n_nodes,
             )
             for policy in colocation.KOORDINATOR_POLICIES
         }
         step(f"{resource}: Koordinator mid, hourly")
-        koord_mid = _koordinator_mid(pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour)
+        koord_mid = _koordinator_mid(
+            pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour
+        )
         window = max(col.batch_window_seconds // step_seconds, 1)
         quantile = mine.jump_quantile
         jump, largest_jump = (
             np.concatenate(
-                [np.repeat(rise_allowance(grid[:, : day * per_day], q, 7 * per_day)[:, None], per_day, axis=1) for day in decision_days], axis=1
+                [
+                    np.repeat(rise_allowance(grid[:, : day * per_day], q, 7 * per_day)[:, None], per_day, axis=1)
+                    for day in decision_days
+                ],
+                axis=1,
             )
             for q in (quantile, 1.0)
         )
@@ -350,7 +410,9 @@ def run_node_backtest(
             # The offer at t holds for the batch window: it leaves room for the highest forecast over it.
             ahead = forward_max(short_flat, window)
             offers = Offered(hp=grid[:, start:end], allocatable=alloc, short_term=short_flat, long_term=long_flat)
-            offers.batch["ours"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump, unmeasured_margin=blind_margin)
+            offers.batch["ours"] = colocation.reclaimable(
+                alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump, unmeasured_margin=blind_margin
+            )
             live, _ = last_measured(np.nan_to_num(hp_used["usage"]), full_measured)
 
             def forecast_only(fraction: float) -> FloatArray:
@@ -360,20 +422,35 @@ def run_node_backtest(
             def with_our_ratio(fraction: float) -> FloatArray:
                 """Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the
                 node with at this margin (recomputed every step, as `sync` can): our headroom over its measurement."""
-                ratio = colocation.reclaim_ratio(alloc[:, None], fraction * alloc[:, None], ahead - short_flat, largest_jump)
+                ratio = colocation.reclaim_ratio(
+                    alloc[:, None], fraction * alloc[:, None], ahead - short_flat, largest_jump
+                )
                 return colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
 
             offers.batch["ours_forecast_only"] = forecast_only(blind_fraction)
             offers.batch["koordinator_our_ratio"] = with_our_ratio(ratio_fraction)
             if scenario == "complete":
                 sweeps[resource] = {
-                    path: [(fraction, {part: _summary_of(offers, make(fraction), parts[part], step_seconds) for part in SWEEP_PARTS}) for fraction in MARGIN_GRID]
+                    path: [
+                        (
+                            fraction,
+                            {
+                                part: _summary_of(offers, make(fraction), parts[part], step_seconds)
+                                for part in SWEEP_PARTS
+                            },
+                        )
+                        for fraction in MARGIN_GRID
+                    ]
                     for path, make in (("ours_forecast_only", forecast_only), ("koordinator_our_ratio", with_our_ratio))
                 }
             for policy in colocation.KOORDINATOR_POLICIES:
                 used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
-                offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age)
-            offers.batch["ours_mid"] = colocation.reclaimable(alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump, unmeasured_margin=blind_margin)
+                offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(
+                    alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age
+                )
+            offers.batch["ours_mid"] = colocation.reclaimable(
+                alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump, unmeasured_margin=blind_margin
+            )
             offers.batch["koordinator_mid"] = koord_mid
             offered[scenario][resource] = offers
     summaries = {
@@ -386,4 +463,14 @@ def run_node_backtest(
         }
         for part, columns in parts.items()
     }
-    return NodeBacktestResult(where, decision_days, start, step_seconds, fleet.origin, offered, summaries, sweeps, time.perf_counter() - started)
+    return NodeBacktestResult(
+        where,
+        decision_days,
+        start,
+        step_seconds,
+        fleet.origin,
+        offered,
+        summaries,
+        sweeps,
+        time.perf_counter() - started,
+    )

@@ -16,11 +16,19 @@ from recommender.units import GIB
 
 UNIT = {"cpu": ("core-h", 1.0), "memory": ("GiB-h", GIB)}
 COLOURS = {
-    "ours": "#08306b", "ours_forecast_only": "#2ca02c", "koordinator_our_ratio": "#17becf", "koordinator_usage": "#d62728", "koordinator_request": "#ff7f0e", "koordinator_maxUsageRequest": "#9467bd",
-    "ours_mid": "#6baed6", "koordinator_mid": "#e377c2",
+    "ours": "#08306b",
+    "ours_forecast_only": "#2ca02c",
+    "koordinator_our_ratio": "#17becf",
+    "koordinator_usage": "#d62728",
+    "koordinator_request": "#ff7f0e",
+    "koordinator_maxUsageRequest": "#9467bd",
+    "ours_mid": "#6baed6",
+    "koordinator_mid": "#e377c2",
 }
 REFERENCE = {
-    "ours": "koordinator_usage", "ours_forecast_only": "koordinator_usage", "koordinator_our_ratio": "koordinator_usage",
+    "ours": "koordinator_usage",
+    "ours_forecast_only": "koordinator_usage",
+    "koordinator_our_ratio": "koordinator_usage",
     "ours_mid": "koordinator_mid",
 }
 
@@ -29,14 +37,17 @@ def summary_table(result: NodeBacktestResult, part: str, scenario: str, resource
     """One resource's methods: reclaimed room, its ratio to the Koordinator rule it replaces, violations, jumpiness."""
     unit, scale = UNIT[resource]
     rows = [
-        f"| method | reclaimed ({unit}) | vs Koordinator | mean offered / allocatable | violations (node-steps) | violation rate | drops to 0 | mean step change |",
+        f"| method | reclaimed ({unit}) | vs Koordinator | mean offered / allocatable | violations (node-steps) "
+        "| violation rate | drops to 0 | mean step change |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     found = result.summaries[part][scenario][resource]
     for method in (*BATCH_METHODS, *MID_METHODS):
         s = found[method]
         reference = found[REFERENCE[method]] if method in REFERENCE else None
-        ratio = f"{(s.reclaimed / reference.reclaimed - 1) * 100:+.1f} %" if reference and reference.reclaimed > 0 else ""
+        ratio = (
+            f"{(s.reclaimed / reference.reclaimed - 1) * 100:+.1f} %" if reference and reference.reclaimed > 0 else ""
+        )
         rows.append(
             f"| {method} | {s.reclaimed / scale:,.0f} | {ratio} | {s.reclaimed_share * 100:.1f} % | {s.violations} | "
             f"{s.violation_rate * 100:.3f} % | {s.zero_drops} | {s.mean_change * 100:.2f} % |"
@@ -54,7 +65,12 @@ def node_table(result: NodeBacktestResult, resource: str, scenario: str = "compl
     ]
     pods = np.bincount(result.placement.node_of_pod, minlength=len(result.placement.names))
     for row, name in enumerate(result.placement.names):
-        one = Offered(offers.hp[row : row + 1], offers.allocatable[row : row + 1], offers.short_term[row : row + 1], offers.long_term[row : row + 1])
+        one = Offered(
+            offers.hp[row : row + 1],
+            offers.allocatable[row : row + 1],
+            offers.short_term[row : row + 1],
+            offers.long_term[row : row + 1],
+        )
         one.batch = {m: offers.batch[m][row : row + 1] for m in ("ours", "koordinator_usage")}
         ours, koord = (summarize(one, m, slice(None), result.step_seconds) for m in ("ours", "koordinator_usage"))
         rows.append(
@@ -82,9 +98,13 @@ def sweep_table(result: NodeBacktestResult, resource: str) -> str:
         rows.append(f"| {fraction * 100:.0f} % | " + " | ".join(cells) + " |")
     bounds = ", ".join(f"{part.replace('_', ' ')} {reference[part].violations}" for part in SWEEP_PARTS)
     chosen = "; ".join(
-        f"{m}: {'none of the swept margins' if (c := result.chosen_margin(resource, m)) is None else f'{c * 100:.0f} %'}" for m in methods
+        f"{m}: {'none of the swept margins' if (c := result.chosen_margin(resource, m)) is None else f'{c * 100:.0f} %'}"
+        for m in methods
     )
-    rows += ["", f"Koordinator usage policy violations: {bounds}. Smallest margin at most as many on the validation days: {chosen}."]
+    rows += [
+        "",
+        f"Koordinator usage policy violations: {bounds}. Smallest margin at most as many on the validation days: {chosen}.",
+    ]
     return "\n".join(rows)
 
 
@@ -103,11 +123,21 @@ def report_markdown(result: NodeBacktestResult, source: str) -> str:
     for part in ("all", "validation", "held_out"):
         for scenario in ("complete", "outages"):
             for resource in RESOURCES:
-                lines += [f"## {part} days, {scenario} metrics, {resource}", "", summary_table(result, part, scenario, resource), ""]
+                lines += [
+                    f"## {part} days, {scenario} metrics, {resource}",
+                    "",
+                    summary_table(result, part, scenario, resource),
+                    "",
+                ]
     for resource in RESOURCES:
         lines += [f"## Per node, {resource} (all days, complete metrics)", "", node_table(result, resource), ""]
     for resource in RESOURCES:
-        lines += [f"## Margin sweep, {resource} (complete metrics; margin as a share of allocatable)", "", sweep_table(result, resource), ""]
+        lines += [
+            f"## Margin sweep, {resource} (complete metrics; margin as a share of allocatable)",
+            "",
+            sweep_table(result, resource),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -125,14 +155,29 @@ def over_time_figure(result: NodeBacktestResult, scenario: str = "complete") -> 
         offers = result.offered[scenario][resource]
         hours = np.arange(offers.hp.shape[1] // per_hour) / 24 + result.decision_days[0]
         top, bottom = axes[0, col], axes[1, col]
-        top.plot(hours, _hourly(np.nansum(offers.hp, axis=0), per_hour) / scale, color="black", lw=0.8, label="high-priority usage")
+        top.plot(
+            hours,
+            _hourly(np.nansum(offers.hp, axis=0), per_hour) / scale,
+            color="black",
+            lw=0.8,
+            label="high-priority usage",
+        )
         top.axhline(offers.allocatable.sum() / scale, color="#8c8c8c", lw=1, ls="--", label="allocatable")
         for method in (*BATCH_METHODS, "koordinator_mid", "ours_mid"):
             offered = _hourly(offers.batch[method].sum(axis=0), per_hour) / scale
             top.plot(hours, offered, color=COLOURS[method], lw=1.6 if method == "ours" else 0.9, label=method)
             violated = (offers.hp > offers.allocatable[:, None] - offers.batch[method] + 1e-9).sum(axis=0)
-            per_day = violated[: violated.size // (24 * per_hour) * 24 * per_hour].reshape(-1, 24 * per_hour).sum(axis=1)
-            bottom.plot(np.arange(per_day.size) + result.decision_days[0] + 0.5, per_day, marker="o", ms=3, color=COLOURS[method], lw=0.8)
+            per_day = (
+                violated[: violated.size // (24 * per_hour) * 24 * per_hour].reshape(-1, 24 * per_hour).sum(axis=1)
+            )
+            bottom.plot(
+                np.arange(per_day.size) + result.decision_days[0] + 0.5,
+                per_day,
+                marker="o",
+                ms=3,
+                color=COLOURS[method],
+                lw=0.8,
+            )
         top.set_title(f"{resource}: room offered to batch/mid pods, all nodes ({scenario} metrics)", fontsize=9)
         top.set_ylabel(unit.split("-")[0])
         bottom.set_ylabel("violations / day")
@@ -159,9 +204,27 @@ def node_lines_figure(result: NodeBacktestResult, days: int = 3) -> Figure:
         ax.plot(hours, offers.hp[node, window] / scale, color="#d62728", lw=0.8, label="usage (high priority)")
         ax.plot(hours, offers.short_term[node, window] / scale, color="#08306b", lw=1, label="short-term reservation")
         ax.plot(hours, offers.long_term[node, window] / scale, color="#6baed6", lw=1.5, label="long-term reservation")
-        ax.plot(hours, alloc - offers.batch["ours"][node, window] / scale, color="#08306b", ls=":", lw=1.2, label="left for HP (ours)")
-        ax.plot(hours, alloc - offers.batch["koordinator_usage"][node, window] / scale, color="#ff7f0e", ls=":", lw=1.2, label="left for HP (Koordinator usage)")
-        ax.set_title(f"{result.placement.names[node]} {resource} ({unit.split('-')[0]}), hours from held-out day {result.decision_days[len(result.decision_days) // 2]}", fontsize=9)
+        ax.plot(
+            hours,
+            alloc - offers.batch["ours"][node, window] / scale,
+            color="#08306b",
+            ls=":",
+            lw=1.2,
+            label="left for HP (ours)",
+        )
+        ax.plot(
+            hours,
+            alloc - offers.batch["koordinator_usage"][node, window] / scale,
+            color="#ff7f0e",
+            ls=":",
+            lw=1.2,
+            label="left for HP (Koordinator usage)",
+        )
+        ax.set_title(
+            f"{result.placement.names[node]} {resource} ({unit.split('-')[0]}), "
+            f"hours from held-out day {result.decision_days[len(result.decision_days) // 2]}",
+            fontsize=9,
+        )
         ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=7)
     figure.tight_layout()
@@ -171,7 +234,12 @@ def node_lines_figure(result: NodeBacktestResult, days: int = 3) -> Figure:
 def write_node_report(directory: Path, result: NodeBacktestResult, source: str) -> list[Path]:
     """report.md, over-time.png and node-lines.png in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    written = [directory / "report.md", directory / "nodes-over-time.png", directory / "nodes-outages.png", directory / "node-lines.png"]
+    written = [
+        directory / "report.md",
+        directory / "nodes-over-time.png",
+        directory / "nodes-outages.png",
+        directory / "node-lines.png",
+    ]
     atomic_write_text(written[0], report_markdown(result, source))
     save_png(over_time_figure(result), written[1])
     save_png(over_time_figure(result, "outages"), written[2])

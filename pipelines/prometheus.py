@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from recommender.arrays import FloatArray
 from recommender.errors import PrometheusError
 from recommender.settings import PrometheusSettings
-from recommender.arrays import FloatArray
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,8 +60,12 @@ class QueryStats:
             self.retries += 1
 
     def summary(self) -> dict[str, float]:
-        return {"queries": self.queries, "retries": self.retries, "bytes": self.bytes, "query_seconds": round(self.seconds, 3)}
-
+        return {
+            "queries": self.queries,
+            "retries": self.retries,
+            "bytes": self.bytes,
+            "query_seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,9 @@ class MatrixDecoder:
                     io.BytesIO(b"".join(self._pairs)), read_options=_PAIR_COLUMNS, convert_options=_PAIR_TYPES
                 )
             except pa.ArrowInvalid as error:
-                raise self._fail(f"a sample is not a [time, \"number\"] pair ({str(error).splitlines()[0][:160]})") from None
+                raise self._fail(
+                    f'a sample is not a [time, "number"] pair ({str(error).splitlines()[0][:160]})'
+                ) from None
             if table.num_rows != expected:
                 raise self._fail(f"expected {expected} samples, decoded {table.num_rows}")
             times = table.column("t").to_numpy()
@@ -272,7 +278,13 @@ class MatrixDecoder:
             raise self._fail("a sample has no time")
         offset = 0
         for labels, count in zip(self._labels, self._counts):
-            out.append(Series({str(k): str(v) for k, v in labels.items()}, times[offset : offset + count], values[offset : offset + count]))
+            out.append(
+                Series(
+                    {str(k): str(v) for k, v in labels.items()},
+                    times[offset : offset + count],
+                    values[offset : offset + count],
+                )
+            )
             offset += count
         self._labels, self._pairs, self._counts, self._pending_bytes = [], [], [], 0
 
@@ -329,7 +341,9 @@ class PrometheusClient:
 
     def __init__(self, settings: PrometheusSettings, transport: httpx.BaseTransport | None = None) -> None:
         if not settings.url:
-            raise PrometheusError("no Prometheus URL configured (--prometheus-url or KOORD_RECOMMENDER_PROMETHEUS__URL)")
+            raise PrometheusError(
+                "no Prometheus URL configured (--prometheus-url or KOORD_RECOMMENDER_PROMETHEUS__URL)"
+            )
         self.settings = settings
         self.stats = QueryStats()
         self.base_url = settings.url.rstrip("/")
@@ -380,7 +394,9 @@ class PrometheusClient:
         try:
             password = settings.basic_auth_password_file.read_text(encoding="utf-8").rstrip("\n")
         except OSError as error:
-            raise PrometheusError(f"cannot read basic-auth password file {settings.basic_auth_password_file}: {error}") from None
+            raise PrometheusError(
+                f"cannot read basic-auth password file {settings.basic_auth_password_file}: {error}"
+            ) from None
         return httpx.BasicAuth(settings.basic_auth_username, password)
 
     @property
@@ -397,7 +413,13 @@ class PrometheusClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _post(self, path: str, form: dict[str, str | list[str]], what: str, decode: Callable[[Iterable[bytes]], T] | None = None) -> Any:
+    def _post(
+        self,
+        path: str,
+        form: dict[str, str | list[str]],
+        what: str,
+        decode: Callable[[Iterable[bytes]], T] | None = None,
+    ) -> Any:
         """POST a form, retrying transient failures with jittered exponential backoff; return the `data` field, or
         what `decode` makes of the body's chunks (it reads them as they arrive)."""
         settings = self.settings
@@ -419,7 +441,9 @@ class PrometheusClient:
         except _Transient as error:
             raise PrometheusError(f"{what}: gave up after {settings.retries + 1} attempts: {error}") from None
 
-    def _post_once(self, path: str, form: dict[str, str | list[str]], what: str, decode: Callable[[Iterable[bytes]], T] | None) -> Any:
+    def _post_once(
+        self, path: str, form: dict[str, str | list[str]], what: str, decode: Callable[[Iterable[bytes]], T] | None
+    ) -> Any:
         started = time.perf_counter()
         received = 0
 
@@ -470,12 +494,20 @@ class PrometheusClient:
         merged: dict[tuple[tuple[str, str], ...], list[Series]] = {}
         for chunk_start, chunk_end in time_chunks(start, end, step, max(steps, 1)):
             form: dict[str, str | list[str]] = {
-                "query": promql, "start": str(chunk_start), "end": str(chunk_end), "step": str(step), "timeout": self._timeout_param,
+                "query": promql,
+                "start": str(chunk_start),
+                "end": str(chunk_end),
+                "step": str(step),
+                "timeout": self._timeout_param,
             }
             for series in self._post("/api/v1/query_range", form, what, lambda chunks: decode_matrix(chunks, what)):
                 merged.setdefault(tuple(sorted(series.labels.items())), []).append(series)
         return [
-            parts[0] if len(parts) == 1 else Series(parts[0].labels, np.concatenate([p.times for p in parts]), np.concatenate([p.values for p in parts]))
+            parts[0]
+            if len(parts) == 1
+            else Series(
+                parts[0].labels, np.concatenate([p.times for p in parts]), np.concatenate([p.values for p in parts])
+            )
             for parts in merged.values()
         ]
 

@@ -24,8 +24,8 @@ import pandas as pd
 from pipelines import promql
 from pipelines.prometheus import Labels, PrometheusClient
 from recommender.errors import PrometheusError
-from recommender.settings import PrometheusSettings
 from recommender.progress import Step
+from recommender.settings import PrometheusSettings
 
 log = logging.getLogger(__name__)
 NO_OWNER = "<none>"
@@ -44,7 +44,9 @@ class PrometheusUsage:
 class PrometheusSource:
     """Builds the queries for one read window and turns the answers into tidy rows."""
 
-    def __init__(self, client: PrometheusClient, settings: PrometheusSettings, namespaces: list[str] | None = None) -> None:
+    def __init__(
+        self, client: PrometheusClient, settings: PrometheusSettings, namespaces: list[str] | None = None
+    ) -> None:
         """`namespaces`: read only these (every query, metadata too, is scoped to them: one partition of a
         distributed run); None reads every namespace."""
         self.client = client
@@ -74,7 +76,9 @@ class PrometheusSource:
         inventory = self.client.series([promql.selector(s.memory_metric, self._container_matchers())], start, end)
         per_namespace: dict[str, set[tuple[str, str]]] = defaultdict(set)
         for labels in inventory:
-            per_namespace[labels.get(s.namespace_label, "")].add((labels.get(s.pod_label, ""), labels.get(s.container_label, "")))
+            per_namespace[labels.get(s.namespace_label, "")].add(
+                (labels.get(s.pod_label, ""), labels.get(s.container_label, ""))
+            )
         if not per_namespace:
             raise PrometheusError(
                 f"no {s.memory_metric} series with a container label in {self.client.base_url} between {start} and {end}"
@@ -103,7 +107,9 @@ class PrometheusSource:
         s = self.s
         step(f"discovering containers in {self.client.base_url}")
         per_namespace = self.containers_per_namespace(start, end)
-        step(f"resolving owners of {sum(per_namespace.values())} containers; reading requests, limits, nodes and OOM kills")
+        step(
+            f"resolving owners of {sum(per_namespace.values())} containers; reading requests, limits, nodes and OOM kills"
+        )
         owners = self._owners(start, end)
         resources = self._resources(end)
         placement = self._placement(end)
@@ -147,7 +153,9 @@ class PrometheusSource:
         s = self.s
         matchers = self._container_matchers(batch.namespaces)
         cpu = f"rate({promql.selector(s.cpu_usage_metric, matchers)}[{promql.duration(s.cpu_rate_window_seconds)}])"
-        memory = f"max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}])"
+        memory = (
+            f"max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}])"
+        )
         # No `max by` here: aggregating per step doubles Prometheus' work; the rare duplicate series of one
         # container (a restart's new cgroup, a second scrape job) are merged by max on our side instead.
         lines = {
@@ -191,7 +199,9 @@ class PrometheusSource:
         s = self.s
         return labels.get(s.namespace_label, ""), labels.get(s.pod_label, ""), labels.get(s.container_label, "")
 
-    def _throttled(self, matchers: list[promql.Matcher], plan: ReadPlan, steps_per_query: int) -> dict[tuple[str, str, str], float]:
+    def _throttled(
+        self, matchers: list[promql.Matcher], plan: ReadPlan, steps_per_query: int
+    ) -> dict[tuple[str, str, str], float]:
         """Each container's share of CFS periods throttled over the window: one range query whose steps are windows
         of `steps_per_query` steps back from the end (so Prometheus holds one window's samples at a time, as for the
         usage), giving per window the throttled and all periods; the share is their sums' ratio."""
@@ -221,9 +231,13 @@ class PrometheusSource:
         rs_owner = self.client.series([promql.selector(s.replicaset_owner_metric, self._base())], start, end)
         job_owner = self.client.series([promql.selector(s.job_owner_metric, self._base())], start, end)
         replicaset_to = {
-            (x.get(ns, ""), x.get("replicaset", "")): (x.get("owner_kind", NO_OWNER), x.get("owner_name", NO_OWNER)) for x in rs_owner
+            (x.get(ns, ""), x.get("replicaset", "")): (x.get("owner_kind", NO_OWNER), x.get("owner_name", NO_OWNER))
+            for x in rs_owner
         }
-        job_to = {(x.get(ns, ""), x.get("job_name", "")): (x.get("owner_kind", NO_OWNER), x.get("owner_name", NO_OWNER)) for x in job_owner}
+        job_to = {
+            (x.get(ns, ""), x.get("job_name", "")): (x.get("owner_kind", NO_OWNER), x.get("owner_name", NO_OWNER))
+            for x in job_owner
+        }
         resolved: dict[tuple[str, str], tuple[str, str]] = {}
         # Controllers first, so a pod with several owner series resolves to its controller.
         for labels in sorted(pod_owner, key=lambda x: x.get("owner_is_controller") == "true"):
@@ -256,7 +270,9 @@ class PrometheusSource:
         facts: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
         for kind, metric in (("request", s.requests_metric), ("limit", s.limits_metric)):
             matchers = self._base([promql.one_of("resource", ["cpu", "memory"])])
-            answer = self.client.query(f"max {keys} (last_over_time({promql.selector(metric, matchers)}[{window}]))", end)
+            answer = self.client.query(
+                f"max {keys} (last_over_time({promql.selector(metric, matchers)}[{window}]))", end
+            )
             for labels, value in answer:
                 resource = labels.get("resource", "")
                 if resource in RESOURCE_UNITS:
@@ -269,7 +285,10 @@ class PrometheusSource:
         s = self.s
         info = self.client.series([promql.selector(s.pod_info_metric, self._base())], end - s.history_seconds, end)
         return {
-            (x.get(s.namespace_label, ""), x.get(s.pod_label, "")): (x.get(s.node_label) or None, x.get("priority_class") or None)
+            (x.get(s.namespace_label, ""), x.get(s.pod_label, "")): (
+                x.get(s.node_label) or None,
+                x.get("priority_class") or None,
+            )
             for x in info
         }
 
@@ -285,7 +304,9 @@ class PrometheusSource:
             f"and on ({','.join(self._keys())}) (max {keys} ({reason}) == 1)"
         )
         rows = [
-            (int(t), *self._key(x.labels)) for x in self.client.query_range(query, start, end, s.step_seconds) for t in x.times
+            (int(t), *self._key(x.labels))
+            for x in self.client.query_range(query, start, end, s.step_seconds)
+            for t in x.times
         ]
         events = pd.DataFrame(rows, columns=["timestamp", "namespace", "pod", "container"]).drop_duplicates()
         events = events.sort_values(["namespace", "pod", "container", "timestamp"])
@@ -296,8 +317,15 @@ class PrometheusSource:
 
 RESOURCE_UNITS = {"cpu": "cores", "memory": "bytes"}
 FACT_COLUMNS = (
-    "cpu_throttled_fraction", "workload", "workload_kind", "cpu_request_cores", "memory_request_bytes",
-    "cpu_limit_cores", "memory_limit_bytes", "node", "priority_class",
+    "cpu_throttled_fraction",
+    "workload",
+    "workload_kind",
+    "cpu_request_cores",
+    "memory_request_bytes",
+    "cpu_limit_cores",
+    "memory_limit_bytes",
+    "node",
+    "priority_class",
 )
 
 
@@ -362,19 +390,34 @@ class ReadPlan:
             kind, workload = self.owner(key)
             resources = self.resources.get(key, {})
             node, priority = self.placement.get((key[0], key[1]), (None, None))
-            rows.append((
-                *key, throttled.get(key, nan), workload, kind,
-                *(resources.get(c, nan) for c in ("cpu_request_cores", "memory_request_bytes", "cpu_limit_cores", "memory_limit_bytes")),
-                node, priority,
-            ))
+            rows.append(
+                (
+                    *key,
+                    throttled.get(key, nan),
+                    workload,
+                    kind,
+                    *(
+                        resources.get(c, nan)
+                        for c in ("cpu_request_cores", "memory_request_bytes", "cpu_limit_cores", "memory_limit_bytes")
+                    ),
+                    node,
+                    priority,
+                )
+            )
         return pd.DataFrame(rows, columns=["namespace", "pod", "container", *FACT_COLUMNS])
 
     def oom_events(self, usage: pd.DataFrame) -> pd.DataFrame:
         """The OOM kills of containers with usage, with their workload and memory limit (the memory at the kill)."""
         columns = ["timestamp", "namespace", "workload", "pod", "container", "memory_bytes"]
-        meta = usage[["namespace", "pod", "container", "workload", "memory_limit_bytes"]].drop_duplicates(["namespace", "pod", "container"])
+        meta = usage[["namespace", "pod", "container", "workload", "memory_limit_bytes"]].drop_duplicates(
+            ["namespace", "pod", "container"]
+        )
         events = self.oom.merge(meta, on=["namespace", "pod", "container"], how="inner")
-        return events.rename(columns={"memory_limit_bytes": "memory_bytes"})[columns] if len(events) else pd.DataFrame(columns=columns)
+        return (
+            events.rename(columns={"memory_limit_bytes": "memory_bytes"})[columns]
+            if len(events)
+            else pd.DataFrame(columns=columns)
+        )
 
     def kinds(self, usage: pd.DataFrame) -> dict[tuple[str, str], str]:
         """(namespace, workload) -> workload kind, for the workloads in `usage`."""
@@ -391,6 +434,12 @@ def _empty_usage() -> pd.DataFrame:
             "container": pd.Series([], dtype=object),
             "cpu_cores": pd.Series([], dtype=np.float64),
             "memory_bytes": pd.Series([], dtype=np.float64),
-            **{column: pd.Series([], dtype=object if column in ("workload", "workload_kind", "node", "priority_class") else np.float64) for column in FACT_COLUMNS},
+            **{
+                column: pd.Series(
+                    [],
+                    dtype=object if column in ("workload", "workload_kind", "node", "priority_class") else np.float64,
+                )
+                for column in FACT_COLUMNS
+            },
         }
     )

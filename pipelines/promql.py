@@ -31,7 +31,9 @@ def label_name(name: str) -> str:
 
 def quote(value: str) -> str:
     """A PromQL double-quoted string literal holding exactly `value`."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    escaped = (
+        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    )
     return f'"{escaped}"'
 
 

@@ -16,10 +16,9 @@ from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usa
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from recommender.errors import InputFileError, PartialDataError, PrometheusError
+from recommender.progress import Step, quiet
 from recommender.resources import RecommendationSet
 from recommender.settings import Settings
-from recommender.progress import Step, quiet
-
 
 #: `end_at` shifts by whole steps of the tidy format, so samples keep their place on the 5-minute grid.
 SHIFT_STEP_SECONDS = 300
@@ -48,8 +47,10 @@ def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | 
         return resume.partial_fit(usage)
     col = settings.colocation
     return NodeForecaster(
-        settings.forecast, step_seconds=settings.reservation.step_seconds,
-        cpu_jump_quantile=col.cpu_jump_quantile, memory_jump_quantile=col.memory_jump_quantile,
+        settings.forecast,
+        step_seconds=settings.reservation.step_seconds,
+        cpu_jump_quantile=col.cpu_jump_quantile,
+        memory_jump_quantile=col.memory_jump_quantile,
     ).fit(usage)
 
 
@@ -92,14 +93,20 @@ def fit_history(
         step("fitting the node model")
     node_model = fit_nodes(usage, settings, resume_nodes)
     fit_seconds = time.perf_counter() - started
-    refused = {k.removeprefix("vpa.skipped."): int(v) for k, v in model.vpa_summary().items() if k.startswith("vpa.skipped.")}
+    refused = {
+        k.removeprefix("vpa.skipped."): int(v) for k, v in model.vpa_summary().items() if k.startswith("vpa.skipped.")
+    }
     if refused:
         step(f"vpa policy: skipped samples VPA refuses: {', '.join(f'{n} ({why})' for why, n in refused.items())}")
     step("computing recommendations")
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
     if node_model is not None:
-        recommendations = recommendations.model_copy(update={"nodes": node_model.predict(as_of=as_of, horizon_seconds=horizon_seconds)})
-    return TrainingResult(model, recommendations, len(usage), 0 if oom_events is None else len(oom_events), fit_seconds, node_model)
+        recommendations = recommendations.model_copy(
+            update={"nodes": node_model.predict(as_of=as_of, horizon_seconds=horizon_seconds)}
+        )
+    return TrainingResult(
+        model, recommendations, len(usage), 0 if oom_events is None else len(oom_events), fit_seconds, node_model
+    )
 
 
 def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], str]) -> RecommendationSet:
@@ -155,11 +162,18 @@ def train_from_file(
             oom_events = oom_events[oom_events["timestamp"] > parent.manifest.data_window.last_sample]
         if usage.empty:
             raise InputFileError(
-                input_path, f"has no rows after {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}"
+                input_path,
+                f"has no rows after {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}",
             )
     result = fit_history(
-        usage, settings, as_of, horizon_seconds, oom_events, step,
-        resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
+        usage,
+        settings,
+        as_of,
+        horizon_seconds,
+        oom_events,
+        step,
+        resume=parent.model if parent else None,
+        resume_nodes=parent.node_model if parent else None,
     )
     return _publish(settings, result, usage, source, step, parent=parent)
 
@@ -203,21 +217,39 @@ def train_from_prometheus(
     if parent is not None:
         start = max(start, parent.manifest.data_window.last_sample + prom.step_seconds)
         if start > end:
-            raise PrometheusError(f"nothing new since {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}")
+            raise PrometheusError(
+                f"nothing new since {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}"
+            )
     started = time.perf_counter()
     with PrometheusClient(prom) as client:
         read = PrometheusSource(client, prom).read(start, end, step)
         costs = {**client.stats.summary(), "read_seconds": round(time.perf_counter() - started, 3)}
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
-    usage, quarantined = tidy_prometheus_usage(read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time()))
+    usage, quarantined = tidy_prometheus_usage(
+        read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time())
+    )
     result = fit_history(
-        usage, settings, as_of, horizon_seconds, read.oom_events, step,
-        resume=parent.model if parent else None, resume_nodes=parent.node_model if parent else None,
+        usage,
+        settings,
+        as_of,
+        horizon_seconds,
+        read.oom_events,
+        step,
+        resume=parent.model if parent else None,
+        resume_nodes=parent.node_model if parent else None,
     )
     result = replace(result, recommendations=with_kinds(result.recommendations, read.workload_kinds))
     manifest = _publish(
-        settings, result, usage, str(prom.url), step, read_metrics=costs, skipped=read.skipped, quarantined=quarantined, parent=parent
+        settings,
+        result,
+        usage,
+        str(prom.url),
+        step,
+        read_metrics=costs,
+        skipped=read.skipped,
+        quarantined=quarantined,
+        parent=parent,
     )
     return manifest, costs
 
@@ -269,7 +301,11 @@ def _publish(
             "oom_events": result.oom_events,
             "quarantined_containers": len(quarantined or {}),
         },
-        fit_metrics={"fit_seconds": round(result.fit_seconds, 3), **result.model.selection_summary(), **result.model.vpa_summary()},
+        fit_metrics={
+            "fit_seconds": round(result.fit_seconds, 3),
+            **result.model.selection_summary(),
+            **result.model.vpa_summary(),
+        },
         data_window=DataWindow(
             first_sample=first_sample,
             last_sample=int(usage["timestamp"].max()),

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from recommender.atomic import atomic_write_bytes  # noqa: E402
-from recommender.resources import ResourceRecommendation, WorkloadRecommendation  # noqa: E402
-from recommender.units import GIB, SECONDS_PER_HOUR  # noqa: E402
+from recommender.atomic import atomic_write_bytes
+from recommender.resources import ResourceRecommendation, WorkloadRecommendation
+from recommender.units import GIB, SECONDS_PER_HOUR
 
 LIMIT, USAGE, SHORT_TERM, LONG_TERM, TARGET = "#8c8c8c", "#d62728", "#08306b", "#6baed6", "#2ca02c"
 
@@ -50,7 +50,13 @@ def _panel(
     if limit is not None:
         axes.hlines(limit / scale, *span, colors=LIMIT, linewidth=2, label="limit")
     axes.plot(hours_back, usage, color=USAGE, linewidth=1, label="usage")
-    axes.step(hours_ahead, np.array(resource.short_term) / scale, where="post", color=SHORT_TERM, label="short-term reservation")
+    axes.step(
+        hours_ahead,
+        np.array(resource.short_term) / scale,
+        where="post",
+        color=SHORT_TERM,
+        label="short-term reservation",
+    )
     axes.hlines(resource.long_term / scale, 0, span[1], colors=LONG_TERM, linewidth=2, label="long-term reservation")
     axes.hlines(resource.target / scale, 0, span[1], colors=TARGET, linestyles="dashed", label="recommended request")
     axes.set_xlim(*span)
@@ -65,9 +71,18 @@ def four_lines_figure(recommendations: Sequence[WorkloadRecommendation], step_se
         history_cpu = rec.history.recent_cpu_cores if rec.history else []
         history_memory = rec.history.recent_memory_bytes if rec.history else []
         name = f"{rec.namespace}/{rec.workload}/{rec.container}"
-        _panel(axes[row][0], rec.cpu, history_cpu, rec.current.cpu_limit_cores, step_seconds, 1.0, "cores", f"{name}: CPU")
         _panel(
-            axes[row][1], rec.memory, history_memory, rec.current.memory_limit_bytes, step_seconds, GIB, "GiB", f"{name}: memory"
+            axes[row][0], rec.cpu, history_cpu, rec.current.cpu_limit_cores, step_seconds, 1.0, "cores", f"{name}: CPU"
+        )
+        _panel(
+            axes[row][1],
+            rec.memory,
+            history_memory,
+            rec.current.memory_limit_bytes,
+            step_seconds,
+            GIB,
+            "GiB",
+            f"{name}: memory",
         )
     for column in range(2):
         axes[rows - 1][column].set_xlabel("hours from the decision time (past: observed, future: forecast)")
@@ -93,12 +108,23 @@ def _node_panel(axes: Axes, line: Mapping[str, Any], step_seconds: int, scale: f
         axes.hlines(line["limit"] / scale, *span, colors=LIMIT, linewidth=2, label="limit (HP requests)")
     axes.plot(hours_back, usage, color=USAGE, linewidth=1, label="usage (HP, pooled)")
     axes.step(hours_ahead, short, where="post", color=SHORT_TERM, label="short-term reservation")
-    axes.hlines(line["long_term_reservation"] / scale, 0, span[1], colors=LONG_TERM, linewidth=2, label="long-term reservation")
+    axes.hlines(
+        line["long_term_reservation"] / scale, 0, span[1], colors=LONG_TERM, linewidth=2, label="long-term reservation"
+    )
     found = line["reclaimable"]
     if found is not None and line["allocatable"] is not None:
         top = line["allocatable"] / scale
-        axes.fill_between([0, span[1]], top - found["batch"] / scale, top, color="#2ca02c", alpha=0.15, label="batch room (ours)")
-        axes.hlines(top - found["koordinator"]["usage"] / scale, 0, span[1], colors="#ff7f0e", linestyles="dashed", label="batch room starts (Koordinator usage)")
+        axes.fill_between(
+            [0, span[1]], top - found["batch"] / scale, top, color="#2ca02c", alpha=0.15, label="batch room (ours)"
+        )
+        axes.hlines(
+            top - found["koordinator"]["usage"] / scale,
+            0,
+            span[1],
+            colors="#ff7f0e",
+            linestyles="dashed",
+            label="batch room starts (Koordinator usage)",
+        )
     axes.set_xlim(*span)
     axes.set_ylim(bottom=0)
 

@@ -14,7 +14,7 @@ import time
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -27,7 +27,13 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from recommender import __version__
 from recommender.atomic import atomic_write_text
-from recommender.errors import ConfigurationError, KubernetesError, RecommenderError, UnknownWorkloadError, missing_extra
+from recommender.errors import (
+    ConfigurationError,
+    KubernetesError,
+    RecommenderError,
+    UnknownWorkloadError,
+    missing_extra,
+)
 from recommender.settings import Settings
 from recommender.text import printable
 from recommender.units import (
@@ -52,6 +58,7 @@ err = Console(stderr=True)
 #: Wide enough for the recommendation table when stdout is a pipe or a file (rich assumes 80 columns there).
 out = Console(width=None if sys.stdout.isatty() else 150)
 
+
 def _env(group: str, field: str, shown: str | None = None) -> str:
     """The end of an option's help: the setting's default and environment variable, read from `Settings` so that
     help and configuration cannot drift (`shown`: the default as the flag takes it, e.g. 14d for seconds)."""
@@ -59,7 +66,11 @@ def _env(group: str, field: str, shown: str | None = None) -> str:
     assert isinstance(model, type) and issubclass(model, BaseModel)
     default = model.model_fields[field].get_default(call_default_factory=True)
     if shown is None:
-        shown = "none" if default in (None, {}, []) else ("on" if default is True else "off" if default is False else str(default))
+        shown = (
+            "none"
+            if default in (None, {}, [])
+            else ("on" if default is True else "off" if default is False else str(default))
+        )
     return f" [default: {shown}; env KOORD_RECOMMENDER_{group.upper()}__{field.upper()}]"
 
 
@@ -71,7 +82,7 @@ StoreOption = Annotated[
 ]
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
@@ -134,10 +145,16 @@ def _progress(total: int) -> Iterator[Any]:
             nonlocal count
             count += 1
             stamp = time.strftime("%H:%M:%S", time.gmtime())
-            err.print(f"{stamp} [{count}/{total}] {_safe(description)} ({time.monotonic() - started:.1f} s)", highlight=False, soft_wrap=True)
+            err.print(
+                f"{stamp} [{count}/{total}] {_safe(description)} ({time.monotonic() - started:.1f} s)",
+                highlight=False,
+                soft_wrap=True,
+            )
 
         yield line
-        err.print(f"{time.strftime('%H:%M:%S', time.gmtime())} done in {time.monotonic() - started:.1f} s", highlight=False)
+        err.print(
+            f"{time.strftime('%H:%M:%S', time.gmtime())} done in {time.monotonic() - started:.1f} s", highlight=False
+        )
         return
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
@@ -160,21 +177,52 @@ def _progress(total: int) -> Iterator[Any]:
 def train(
     input: Annotated[Path | None, typer.Option("--input", help="Tidy usage file: .csv, .csv.gz or .parquet.")] = None,
     prometheus_url: Annotated[
-        str | None, typer.Option("--prometheus-url", help="Read usage from this Prometheus-compatible API instead of a file." + _env("prometheus", "url"))
+        str | None,
+        typer.Option(
+            "--prometheus-url",
+            help="Read usage from this Prometheus-compatible API instead of a file." + _env("prometheus", "url"),
+        ),
     ] = None,
     store: StoreOption = None,
     as_of: Annotated[int | None, typer.Option("--as-of", help="Learn only from samples before this Unix time.")] = None,
     oom_events: Annotated[
-        Path | None, typer.Option("--oom-events", help="OOM kills (timestamp,namespace,workload,pod,container[,memory_bytes]).")
+        Path | None,
+        typer.Option("--oom-events", help="OOM kills (timestamp,namespace,workload,pod,container[,memory_bytes])."),
     ] = None,
     horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon of the stored lines, e.g. 24h.")] = "24h",
-    history: Annotated[str | None, typer.Option("--history", help="Prometheus: how far back to read, e.g. 14d." + _env("prometheus", "history_seconds", "14d"))] = None,
-    bearer_token_file: Annotated[Path | None, typer.Option("--bearer-token-file", help="Prometheus: bearer token file." + _env("prometheus", "bearer_token_file"))] = None,
-    ca_file: Annotated[Path | None, typer.Option("--ca-file", help="Prometheus: CA bundle (PEM)." + _env("prometheus", "ca_file"))] = None,
-    client_cert_file: Annotated[Path | None, typer.Option("--client-cert-file", help="Prometheus: client certificate." + _env("prometheus", "client_cert_file"))] = None,
-    client_key_file: Annotated[Path | None, typer.Option("--client-key-file", help="Prometheus: client key." + _env("prometheus", "client_key_file"))] = None,
+    history: Annotated[
+        str | None,
+        typer.Option(
+            "--history",
+            help="Prometheus: how far back to read, e.g. 14d." + _env("prometheus", "history_seconds", "14d"),
+        ),
+    ] = None,
+    bearer_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--bearer-token-file", help="Prometheus: bearer token file." + _env("prometheus", "bearer_token_file")
+        ),
+    ] = None,
+    ca_file: Annotated[
+        Path | None, typer.Option("--ca-file", help="Prometheus: CA bundle (PEM)." + _env("prometheus", "ca_file"))
+    ] = None,
+    client_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--client-cert-file", help="Prometheus: client certificate." + _env("prometheus", "client_cert_file")
+        ),
+    ] = None,
+    client_key_file: Annotated[
+        Path | None,
+        typer.Option("--client-key-file", help="Prometheus: client key." + _env("prometheus", "client_key_file")),
+    ] = None,
     header: Annotated[
-        list[str] | None, typer.Option("--header", help="Prometheus: extra header 'Name: value' (repeatable), e.g. X-Scope-OrgID." + _env("prometheus", "headers", "none"))
+        list[str] | None,
+        typer.Option(
+            "--header",
+            help="Prometheus: extra header 'Name: value' (repeatable), e.g. X-Scope-OrgID."
+            + _env("prometheus", "headers", "none"),
+        ),
     ] = None,
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Prometheus: publish even if some namespaces could not be read.")
@@ -184,17 +232,33 @@ def train(
     ] = False,
     dask_scheduler: Annotated[
         str | None,
-        typer.Option("--dask-scheduler", help="Train in partitions on this Dask scheduler, e.g. tcp://dask-scheduler:8786." + _env("scale", "scheduler_address")),
+        typer.Option(
+            "--dask-scheduler",
+            help="Train in partitions on this Dask scheduler, e.g. tcp://dask-scheduler:8786."
+            + _env("scale", "scheduler_address"),
+        ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", help="Train in partitions on a local Dask cluster of N worker processes." + _env("scale", "workers"))
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Train in partitions on a local Dask cluster of N worker processes." + _env("scale", "workers"),
+        ),
     ] = None,
     partition_containers: Annotated[
-        int | None, typer.Option("--partition-containers", help="Distributed: workload containers per partition." + _env("scale", "partition_containers"))
+        int | None,
+        typer.Option(
+            "--partition-containers",
+            help="Distributed: workload containers per partition." + _env("scale", "partition_containers"),
+        ),
     ] = None,
     failure_tolerance: Annotated[
         float | None,
-        typer.Option("--failure-tolerance", help="Distributed: share of partitions that may fail and the rest still publish." + _env("scale", "failure_tolerance_fraction")),
+        typer.Option(
+            "--failure-tolerance",
+            help="Distributed: share of partitions that may fail and the rest still publish."
+            + _env("scale", "failure_tolerance_fraction"),
+        ),
     ] = None,
     target_violation: TargetViolationOption = None,
 ) -> None:
@@ -270,7 +334,11 @@ def train(
     err.print(
         f"published version [bold]{manifest.version}[/]{continued} to {settings.store.path}: "
         f"{counts['workload_containers']} workload containers from {counts['usage_rows']:,} samples"
-        + (f"; {len(manifest.quarantined)} quarantined for impossible samples (see the warnings)" if manifest.quarantined else "")
+        + (
+            f"; {len(manifest.quarantined)} quarantined for impossible samples (see the warnings)"
+            if manifest.quarantined
+            else ""
+        )
     )
 
 
@@ -282,10 +350,18 @@ def _train_distributed(
 
     with _progress(5) as step, dask_client(settings.scale) as client:
         if input is None:
-            manifest = train_distributed_prometheus(client, settings, as_of=as_of, horizon_seconds=horizon_seconds, step=step)
+            manifest = train_distributed_prometheus(
+                client, settings, as_of=as_of, horizon_seconds=horizon_seconds, step=step
+            )
         else:
             manifest = train_distributed(
-                client, input, settings, as_of=as_of, oom_events_path=oom_events, horizon_seconds=horizon_seconds, step=step
+                client,
+                input,
+                settings,
+                as_of=as_of,
+                oom_events_path=oom_events,
+                horizon_seconds=horizon_seconds,
+                step=step,
             )
     metrics = manifest.fit_metrics
     err.print(
@@ -322,13 +398,29 @@ def backtest(
     input: Annotated[Path, typer.Option("--input", help="Tidy usage file to replay day by day.")],
     report: Annotated[Path | None, typer.Option("--report", help="Directory for report.md and PNG charts.")] = None,
     nodes: Annotated[
-        bool, typer.Option("--nodes", help="Node colocation instead: reclaimed batch/mid room and violations, ours against Koordinator's rules.")
+        bool,
+        typer.Option(
+            "--nodes",
+            help="Node colocation instead: reclaimed batch/mid room and violations, ours against Koordinator's rules.",
+        ),
     ] = False,
-    node_cpu: Annotated[str, typer.Option("--node-cpu", help="--nodes: allocatable CPU of a packed node (cores).")] = "64",
-    node_memory: Annotated[str, typer.Option("--node-memory", help="--nodes: allocatable memory of a packed node, e.g. 256Gi.")] = "256Gi",
-    seed: Annotated[int, typer.Option("--seed", help="--nodes: seed of the random packing and of the metric outages.")] = 0,
+    node_cpu: Annotated[
+        str, typer.Option("--node-cpu", help="--nodes: allocatable CPU of a packed node (cores).")
+    ] = "64",
+    node_memory: Annotated[
+        str, typer.Option("--node-memory", help="--nodes: allocatable memory of a packed node, e.g. 256Gi.")
+    ] = "256Gi",
+    seed: Annotated[
+        int, typer.Option("--seed", help="--nodes: seed of the random packing and of the metric outages.")
+    ] = 0,
     outage_fraction: Annotated[
-        float, typer.Option("--outage-fraction", min=0.0, max=0.5, help="--nodes: share of node-steps without metrics in the outage scenario.")
+        float,
+        typer.Option(
+            "--outage-fraction",
+            min=0.0,
+            max=0.5,
+            help="--nodes: share of node-steps without metrics in the outage scenario.",
+        ),
     ] = 0.02,
 ) -> None:
     """Replay the file day by day, a decision at each midnight from earlier samples only: our lines against VPA, KRR,
@@ -344,10 +436,15 @@ def backtest(
         fleet, result = run_backtest(input, settings, step=step)
         written = write_report(report, fleet, result, input.name) if report is not None else []
     sys.stdout.write(markdown_table(result.scores["all"]) + "\n")
-    err.print(f"{len(result.decision_days)} decision days in {result.seconds:.0f} s" + (f"; report in {report}" if written else ""))
+    err.print(
+        f"{len(result.decision_days)} decision days in {result.seconds:.0f} s"
+        + (f"; report in {report}" if written else "")
+    )
 
 
-def _node_backtest(input: Path, report: Path | None, settings: Settings, node_cpu: str, node_memory: str, seed: int, outages: float) -> None:
+def _node_backtest(
+    input: Path, report: Path | None, settings: Settings, node_cpu: str, node_memory: str, seed: int, outages: float
+) -> None:
     from pipelines.node_backtest import run_node_backtest
     from pipelines.node_backtest_report import summary_table, write_node_report
 
@@ -359,7 +456,9 @@ def _node_backtest(input: Path, report: Path | None, settings: Settings, node_cp
         result = run_node_backtest(input, settings, size, seed=seed, outage_fraction=outages, step=step)
         written = write_node_report(report, result, input.name) if report is not None else []
     for resource in ("cpu", "memory"):
-        sys.stdout.write(f"\n{resource} (all days, complete metrics)\n" + summary_table(result, "all", "complete", resource) + "\n")
+        sys.stdout.write(
+            f"\n{resource} (all days, complete metrics)\n" + summary_table(result, "all", "complete", resource) + "\n"
+        )
     err.print(
         f"{len(result.placement.names)} nodes, {len(result.decision_days)} decision days in {result.seconds:.0f} s"
         + (f"; report in {report}" if written else "")
@@ -375,11 +474,23 @@ def _safe(text: str) -> str:
 def show(
     store: StoreOption = None,
     format: Annotated[
-        Format, typer.Option("--format", help="table (people), json or yaml (totals, rows and the recommendations), csv (one row a container), html (a self-contained report).")
+        Format,
+        typer.Option(
+            "--format",
+            help="table (people), json or yaml (totals, rows and the recommendations), csv (one row a container), html (a self-contained report).",
+        ),
     ] = Format.table,
-    namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", metavar="GLOB", help="Only these namespaces (glob; repeatable).")] = None,
-    workload: Annotated[list[str] | None, typer.Option("--workload", "-w", metavar="GLOB", help="Only these workloads (glob; repeatable).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file (replaced atomically) instead of stdout.")] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", metavar="GLOB", help="Only these namespaces (glob; repeatable)."),
+    ] = None,
+    workload: Annotated[
+        list[str] | None,
+        typer.Option("--workload", "-w", metavar="GLOB", help="Only these workloads (glob; repeatable)."),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (replaced atomically) instead of stdout.")
+    ] = None,
 ) -> None:
     """Print the latest model version's recommendations and what they would save against current requests: the
     dashboard's numbers, per replica and times replicas, with totals per namespace and overall."""
@@ -417,8 +528,13 @@ def serve(
     store: StoreOption = None,
     host: Annotated[str | None, typer.Option("--host", help="Listen address." + _env("serve", "host"))] = None,
     port: Annotated[int | None, typer.Option("--port", help="TCP port." + _env("serve", "port"))] = None,
-    tls_cert_file: Annotated[Path | None, typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS)." + _env("serve", "tls_cert_file"))] = None,
-    tls_key_file: Annotated[Path | None, typer.Option("--tls-key-file", help="PEM private key." + _env("serve", "tls_key_file"))] = None,
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option("--tls-cert-file", help="PEM certificate (serve HTTPS)." + _env("serve", "tls_cert_file")),
+    ] = None,
+    tls_key_file: Annotated[
+        Path | None, typer.Option("--tls-key-file", help="PEM private key." + _env("serve", "tls_key_file"))
+    ] = None,
 ) -> None:
     """Serve the REST API, the dashboard (/ui/), the admission webhook and the scheduler extender over the latest model version (docs at /docs)."""
     settings = _settings(
@@ -456,36 +572,62 @@ def _run_server(settings: Settings, open_browser: bool = False) -> None:
     # A wildcard listen address is reachable on loopback; that is the address to show and open.
     host = "127.0.0.1" if settings.serve.host in ("0.0.0.0", "::", "") else settings.serve.host
     base = f"{scheme}://{'[' + host + ']' if ':' in host else host}:{settings.serve.port}"
-    err.print(f"serving {settings.store.path} on {scheme}://{settings.serve.host}:{settings.serve.port} (API docs at /docs)")
+    err.print(
+        f"serving {settings.store.path} on {scheme}://{settings.serve.host}:{settings.serve.port} (API docs at /docs)"
+    )
     err.print(f"dashboard: {base}/ui/", highlight=False)
     if open_browser:
         if _has_display():
             err.print("opening the dashboard in your browser")
             _open_when_up(f"{base}/ui/", f"{base}/healthz")
         else:
-            err.print("no display here: open the dashboard URL in a browser (an SSH tunnel works: ssh -L 8080:127.0.0.1:8080)")
+            err.print(
+                "no display here: open the dashboard URL in a browser (an SSH tunnel works: ssh -L 8080:127.0.0.1:8080)"
+            )
     run(settings)
 
 
 @app.command()
 def sync(
     store: StoreOption = None,
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig"))] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig")
+        ),
+    ] = None,
     once: Annotated[bool, typer.Option("--once", help="One resync pass, then exit (for a CronJob or a test).")] = False,
     recommender_name: Annotated[
-        str | None, typer.Option("--recommender-name", help="VPAs naming this recommender are ours." + _env("sync", "recommender_name"))
+        str | None,
+        typer.Option(
+            "--recommender-name", help="VPAs naming this recommender are ours." + _env("sync", "recommender_name")
+        ),
     ] = None,
-    resync: Annotated[str | None, typer.Option("--resync", help="Full resync period, e.g. 60s." + _env("sync", "resync_seconds", "60s"))] = None,
+    resync: Annotated[
+        str | None,
+        typer.Option("--resync", help="Full resync period, e.g. 60s." + _env("sync", "resync_seconds", "60s")),
+    ] = None,
     reclaim_ratios: Annotated[
-        bool | None, typer.Option("--reclaim-ratios/--no-reclaim-ratios", help="Write node.koordinator.sh/*-reclaim-ratio node labels." + _env("colocation", "write_reclaim_ratios"))
+        bool | None,
+        typer.Option(
+            "--reclaim-ratios/--no-reclaim-ratios",
+            help="Write node.koordinator.sh/*-reclaim-ratio node labels." + _env("colocation", "write_reclaim_ratios"),
+        ),
     ] = None,
     usage_thresholds: Annotated[
         bool | None,
-        typer.Option("--usage-thresholds/--no-usage-thresholds", help="Write the scheduling.koordinator.sh/usage-thresholds node annotation." + _env("colocation", "write_usage_thresholds")),
+        typer.Option(
+            "--usage-thresholds/--no-usage-thresholds",
+            help="Write the scheduling.koordinator.sh/usage-thresholds node annotation."
+            + _env("colocation", "write_usage_thresholds"),
+        ),
     ] = None,
     write_checkpoints: Annotated[
         bool | None,
-        typer.Option("--write-vpa-checkpoints/--no-write-vpa-checkpoints", help="Write VerticalPodAutoscalerCheckpoints of the vpa policy's state [default off]."),
+        typer.Option(
+            "--write-vpa-checkpoints/--no-write-vpa-checkpoints",
+            help="Write VerticalPodAutoscalerCheckpoints of the vpa policy's state [default off].",
+        ),
     ] = None,
 ) -> None:
     """Write the latest recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses, the `vpa`
@@ -494,11 +636,11 @@ def sync(
     import threading
 
     from models.store import ModelStore
+    from serving.controllers.checkpoints import CheckpointBridge
+    from serving.controllers.nodes import NodeColocationSync
     from serving.controllers.status import StatusSync, SyncReport
     from serving.kube import api_client
-    from serving.controllers.nodes import NodeColocationSync
     from serving.state import ServiceState
-    from serving.controllers.checkpoints import CheckpointBridge
 
     settings = _settings(
         store={"path": store},
@@ -547,14 +689,33 @@ def sync(
 
 @app.command("cluster-files")
 def cluster_files(
-    pods_file: Annotated[Path, typer.Option("--pods-file", help="Where to write the pods (kubectl get pods -A -o json).")],
-    nodes_file: Annotated[Path, typer.Option("--nodes-file", help="Where to write the nodes (kubectl get nodes -o json).")],
-    kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig"))] = None,
+    pods_file: Annotated[
+        Path, typer.Option("--pods-file", help="Where to write the pods (kubectl get pods -A -o json).")
+    ],
+    nodes_file: Annotated[
+        Path, typer.Option("--nodes-file", help="Where to write the nodes (kubectl get nodes -o json).")
+    ],
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig", help="Kubeconfig; unset: in-cluster, then ~/.kube/config." + _env("sync", "kubeconfig")
+        ),
+    ] = None,
     interval: Annotated[
-        str | None, typer.Option("--interval", help="After a change, rewrite the files at most this often, e.g. 5s." + _env("extender", "files_interval_seconds", "5s"))
+        str | None,
+        typer.Option(
+            "--interval",
+            help="After a change, rewrite the files at most this often, e.g. 5s."
+            + _env("extender", "files_interval_seconds", "5s"),
+        ),
     ] = None,
     resync: Annotated[
-        str | None, typer.Option("--resync", help="Full re-list period, e.g. 10m; watches carry the changes between." + _env("extender", "files_resync_seconds", "10m"))
+        str | None,
+        typer.Option(
+            "--resync",
+            help="Full re-list period, e.g. 10m; watches carry the changes between."
+            + _env("extender", "files_resync_seconds", "10m"),
+        ),
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="List once, write the files and exit.")] = False,
 ) -> None:
@@ -573,8 +734,12 @@ def cluster_files(
     )
     extender = settings.extender
     files = ClusterFiles(
-        api_client(settings.sync.kubeconfig), pods_file, nodes_file, interval_seconds=extender.files_interval_seconds,
-        resync_seconds=extender.files_resync_seconds, backoff_max_seconds=extender.files_backoff_max_seconds,
+        api_client(settings.sync.kubeconfig),
+        pods_file,
+        nodes_file,
+        interval_seconds=extender.files_interval_seconds,
+        resync_seconds=extender.files_resync_seconds,
+        backoff_max_seconds=extender.files_backoff_max_seconds,
     )
     if once:
         pods, nodes = files.once()
@@ -597,10 +762,15 @@ def bundled_dataset() -> Path:
 
 @app.command()
 def demo(
-    input: Annotated[Path | None, typer.Option("--input", help="Usage file [default: the bundled Google 2019 trace, moved in time to end now].")] = None,
+    input: Annotated[
+        Path | None,
+        typer.Option("--input", help="Usage file [default: the bundled Google 2019 trace, moved in time to end now]."),
+    ] = None,
     workdir: Annotated[Path, typer.Option("--workdir", help="Where the store and the chart go.")] = Path("demo-output"),
     charts: Annotated[int, typer.Option("--charts", min=1, help="Workloads drawn in the chart.")] = 4,
-    serve_after: Annotated[bool, typer.Option("--serve/--no-serve", help="Serve the result and its dashboard afterwards.")] = True,
+    serve_after: Annotated[
+        bool, typer.Option("--serve/--no-serve", help="Serve the result and its dashboard afterwards.")
+    ] = True,
     port: Annotated[int | None, typer.Option("--port", help="TCP port for --serve." + _env("serve", "port"))] = None,
     open_browser: Annotated[
         bool, typer.Option("--open/--no-open", help="Open the dashboard in a browser when a display is available.")
@@ -609,9 +779,8 @@ def demo(
     """The main job end to end: train on real data, show what would be saved, chart the four lines, serve the dashboard."""
     from models.store import ModelStore
     from pipelines.train import train_from_file
-    from recommender.charts import four_lines_figure, save_png
-
     from recommender import report
+    from recommender.charts import four_lines_figure, save_png
     from recommender.overview import overview
 
     source = input or bundled_dataset()
@@ -623,18 +792,25 @@ def demo(
         out.print(f"data: {manifest.source}", highlight=False)
     loaded = ModelStore(settings.store.path, settings.store.retention_versions).load(manifest.version)
     recommendations = loaded.recommendations.recommendations
-    for table in report.as_tables(overview(loaded.recommendations, settings.overview), f"{source.name}, version {manifest.version}"):
+    for table in report.as_tables(
+        overview(loaded.recommendations, settings.overview), f"{source.name}, version {manifest.version}"
+    ):
         out.print(table)
     # Chart the workloads still running at the decision time first, the busiest of them first.
     as_of = loaded.recommendations.as_of
     busiest = sorted(
         recommendations,
-        key=lambda r: (r.history is None or r.history.last_sample < as_of - 86400, -(r.history.samples if r.history else 0)),
+        key=lambda r: (
+            r.history is None or r.history.last_sample < as_of - 86400,
+            -(r.history.samples if r.history else 0),
+        ),
     )[:charts]
     chart = workdir / "four-lines.png"
     save_png(four_lines_figure(busiest, loaded.recommendations.step_seconds), chart)
     out.print(f"four-line chart of {len(busiest)} workloads: {chart}")
-    out.print(f"model version {manifest.version} in {settings.store.path}; JSON: recommender show --store {settings.store.path} --format json")
+    out.print(
+        f"model version {manifest.version} in {settings.store.path}; JSON: recommender show --store {settings.store.path} --format json"
+    )
     if serve_after:
         _run_server(settings, open_browser=open_browser)
 

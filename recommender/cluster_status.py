@@ -27,17 +27,26 @@ from recommender.units import (
 
 #: Below this much history VPA's confidence is low; we say so in the LowConfidence condition.
 LOW_CONFIDENCE_DAYS = 1.0
-BOUNDS = (("target", "target"), ("lowerBound", "lower_bound"), ("upperBound", "upper_bound"), ("uncappedTarget", "uncapped_target"))
+BOUNDS = (
+    ("target", "target"),
+    ("lowerBound", "lower_bound"),
+    ("upperBound", "upper_bound"),
+    ("uncappedTarget", "uncapped_target"),
+)
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _condition(kind: str, status: bool, reason: str, message: str, previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _condition(
+    kind: str, status: bool, reason: str, message: str, previous: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     state = "True" if status else "False"
     old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == state and old.get("lastTransitionTime") else _now()
+    since = (
+        old["lastTransitionTime"] if old and old.get("status") == state and old.get("lastTransitionTime") else _now()
+    )
     return {"type": kind, "status": state, "reason": reason, "message": message, "lastTransitionTime": since}
 
 
@@ -102,7 +111,9 @@ def vpa_status(
         )
     ]
     if containers:
-        days = min(((r.history.last_sample - r.history.first_sample) / 86400 if r.history else 0.0) for r in recommendations)
+        days = min(
+            ((r.history.last_sample - r.history.first_sample) / 86400 if r.history else 0.0) for r in recommendations
+        )
         conditions.append(
             _condition(
                 "LowConfidence",
@@ -139,7 +150,11 @@ def koordinator_status(
         reason, message, ok = "UnsupportedTarget", "only workload targets are supported; podSelector is not", False
     elif not containers:
         workload = spec_target.get("workload") or {}
-        reason, message, ok = "NoRecommendation", f"no usage history learned for {workload.get('kind')}/{workload.get('name')}", False
+        reason, message, ok = (
+            "NoRecommendation",
+            f"no usage history learned for {workload.get('kind')}/{workload.get('name')}",
+            False,
+        )
     else:
         reason, message, ok = "Recommended", f"koord-recommender model version {version}", True
     condition = _condition("RecommendationReady", ok, reason, message, previous) | {"observedGeneration": generation}

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+
 from recommender.arrays import FloatArray
 
 ArrayLike = float | FloatArray
@@ -39,7 +40,10 @@ KOORDINATOR_POLICIES: tuple[KoordinatorPolicy, ...] = ("usage", "request", "maxU
 KOORDINATOR_DEGRADE_SECONDS = 15 * 60
 #: Koordinator's mid rule: a pod younger than this reclaims nothing, seconds.
 KOORDINATOR_MID_MIN_AGE_SECONDS = 24 * 3600
-NODE_RECLAIM_LABEL = {"cpu": "node.koordinator.sh/cpu-reclaim-ratio", "memory": "node.koordinator.sh/memory-reclaim-ratio"}
+NODE_RECLAIM_LABEL = {
+    "cpu": "node.koordinator.sh/cpu-reclaim-ratio",
+    "memory": "node.koordinator.sh/memory-reclaim-ratio",
+}
 
 
 def _floor0(values: ArrayLike) -> FloatArray:
@@ -119,7 +123,11 @@ def koordinator_batch(
     metrics_age_seconds: ArrayLike = 0.0,
 ) -> FloatArray:
     """Koordinator's batch allocatable: capacity x threshold% - max(system, reserved) - HPUsed, 0 on stale metrics."""
-    value = np.asarray(capacity, dtype=np.float64) * np.asarray(reclaim_percent) / 100.0 - np.maximum(system, reserved) - hp_used
+    value = (
+        np.asarray(capacity, dtype=np.float64) * np.asarray(reclaim_percent) / 100.0
+        - np.maximum(system, reserved)
+        - hp_used
+    )
     fresh = np.asarray(metrics_age_seconds, dtype=np.float64) <= KOORDINATOR_DEGRADE_SECONDS
     result: FloatArray = np.where(fresh, _floor0(value), 0.0)
     return result
@@ -143,7 +151,8 @@ def reclaim_ratio(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump:
     """The node's `<resource>-reclaim-ratio` label value: Koordinator then offers `capacity x ratio - max(system,
     reserved) - HPUsed` with its own live HPUsed; with `capacity x (1 - ratio) = margin + max(rise, jump)` that is
     `allocatable - margin - (live usage + the rise our forecast expects over the batch window, at least `jump`, a
-    5-minute rise: the writer passes the node's largest of the week, since Koordinator acts on a step-old measurement)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1], rounded down
+    5-minute rise: the writer passes the node's largest of the week, since Koordinator acts on a step-old
+    measurement)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1], rounded down
     to a whole percent (Koordinator reads the label as one), so rounding never takes headroom away."""
     capacity = np.asarray(capacity, dtype=np.float64)
     headroom = np.asarray(margin, dtype=np.float64) + np.fmax(np.maximum(rise, 0.0), jump)
@@ -153,7 +162,9 @@ def reclaim_ratio(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump:
     return result
 
 
-def usage_threshold_percent(allocatable: float, default_percent: float, current_usage: float, forecast_peak: float, floor_percent: float) -> int:
+def usage_threshold_percent(
+    allocatable: float, default_percent: float, current_usage: float, forecast_peak: float, floor_percent: float
+) -> int:
     """The LoadAware usage threshold for a node: the default lowered by the rise the forecast expects over the window
     (so Koordinator's scheduler, which sees only current usage, keeps room for a peak still to come)."""
     if allocatable <= 0:

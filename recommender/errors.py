@@ -185,7 +185,9 @@ class MissingExtraError(RecommenderError):
 
     def __init__(self, what: str, module: str, extra: str):
         self.what, self.module, self.extra = what, module, extra
-        super().__init__(f"{what} needs {module}, which is not installed here: pip install 'koord-recommender[{extra}]'")
+        super().__init__(
+            f"{what} needs {module}, which is not installed here: pip install 'koord-recommender[{extra}]'"
+        )
 
     def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str, str]]:
         return type(self), (self.what, self.module, self.extra)

@@ -25,7 +25,12 @@ SCALING_FACTORS_ANNOTATION = "scheduling.koordinator.sh/load-estimated-scaling-f
 
 PROD, MID, BATCH, FREE, NONE = "koord-prod", "koord-mid", "koord-batch", "koord-free", "none"
 #: spec.priority ranges of Koordinator's priority classes, inclusive.
-PRIORITY_RANGES: dict[str, tuple[int, int]] = {PROD: (9000, 9999), MID: (7000, 7999), BATCH: (5000, 5999), FREE: (3000, 3999)}
+PRIORITY_RANGES: dict[str, tuple[int, int]] = {
+    PROD: (9000, 9999),
+    MID: (7000, 7999),
+    BATCH: (5000, 5999),
+    FREE: (3000, 3999),
+}
 QOS_CLASSES = ("SYSTEM", "LSE", "LSR", "LS", "BE")
 #: Priority classes that borrow reclaimed room instead of reserving their own (Koordinator's HPUsed leaves them out).
 BORROWING_CLASSES = (BATCH, FREE)
@@ -206,7 +211,9 @@ def operator_thresholds(annotations: Mapping[str, str] | None) -> dict[str, floa
     return found
 
 
-def usage_thresholds(annotations: Mapping[str, str] | None, cpu_percent: float, memory_percent: float) -> tuple[float, float]:
+def usage_thresholds(
+    annotations: Mapping[str, str] | None, cpu_percent: float, memory_percent: float
+) -> tuple[float, float]:
     """(cpu, memory) usage thresholds in percent: the operator's per-node values (`operator_thresholds`) override the
     defaults; a value our own writer lowered is not one of them (the extender adds the forecast peak itself)."""
     given = operator_thresholds(annotations)

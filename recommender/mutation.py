@@ -126,7 +126,9 @@ def container_policy(policy: WebhookPolicy, optin: OptIn, container: str) -> Web
     return policy.model_copy(update=update) if update else policy
 
 
-def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, policy: WebhookPolicy, hpa: frozenset[str], result: Mutation) -> None:
+def _size_container(
+    container: dict[str, Any], rec: WorkloadRecommendation, policy: WebhookPolicy, hpa: frozenset[str], result: Mutation
+) -> None:
     """Set one container's requests (and limits) from its recommendation, as VPA's admission controller does."""
     resources = container.setdefault("resources", {})
     requests = dict(resources.get("requests") or {})
@@ -144,7 +146,9 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
                 result.hpa_refused.append(name)
             continue
         if learned.stale:
-            result.warnings.append(f"koord-recommender: {container.get('name')}: {name} not resized, the recommendation is stale (no recent samples)")
+            result.warnings.append(
+                f"koord-recommender: {container.get('name')}: {name} not resized, the recommendation is stale (no recent samples)"
+            )
             continue
         parse, fmt = _PARSE[name], _FORMAT[name]
         new_request = _clamp(_line_value(learned, policy.line), *bounds[name])
@@ -155,7 +159,9 @@ def _size_container(container: dict[str, Any], rec: WorkloadRecommendation, poli
             new_request = min(new_request, old_limit)  # a request above an unchanged limit would be rejected
         request_text = fmt(new_request)
         if requests.get(name) != request_text:
-            result.changes.append(f"{container.get('name')}: {name} request {requests.get(name, '-')} -> {request_text}")
+            result.changes.append(
+                f"{container.get('name')}: {name} request {requests.get(name, '-')} -> {request_text}"
+            )
             requests[name] = request_text
         if scale_limit and old_limit is not None and old_request:
             # A memory limit never goes below the peak the container has reached (plus margin): an OOM kill by surprise.
@@ -218,7 +224,11 @@ def _scaling_factors(result: Mutation, pod: Mapping[str, Any]) -> dict[str, int]
     for _, _, container in koordinator.all_containers(pod):
         resources = container.get("resources") or {}
         for name in totals:
-            values = [_PARSE[name](part[name]) for part in (resources.get("requests") or {}, resources.get("limits") or {}) if name in part]
+            values = [
+                _PARSE[name](part[name])
+                for part in (resources.get("requests") or {}, resources.get("limits") or {})
+                if name in part
+            ]
             totals[name] += max(values, default=0.0)
     factors = {}
     for name, usage in (("cpu", result.usage_cores), ("memory", result.usage_bytes)):
@@ -246,8 +256,12 @@ def mutate(
     if not result.changes:
         return result
     record = {
-        "version": version, "mode": optin.mode, "source": optin.source, "workload": result.workload,
-        "line": policy_for(settings, namespace, result.workload or "").line, "changes": result.changes,
+        "version": version,
+        "mode": optin.mode,
+        "source": optin.source,
+        "workload": result.workload,
+        "line": policy_for(settings, namespace, result.workload or "").line,
+        "changes": result.changes,
     }
     if settings.dry_run:
         result.pod = copy.deepcopy(dict(pod))
@@ -260,13 +274,22 @@ def mutate(
 
 
 def _mutate(
-    pod: Mapping[str, Any], namespace: str, lookup: Lookup, settings: WebhookSettings, version: str, optin: OptIn, *, colocate: bool
+    pod: Mapping[str, Any],
+    namespace: str,
+    lookup: Lookup,
+    settings: WebhookSettings,
+    version: str,
+    optin: OptIn,
+    *,
+    colocate: bool,
 ) -> Mutation:
     mutated: dict[str, Any] = copy.deepcopy(dict(pod))
     result = Mutation(pod=mutated)
     result.workload = resolve_workload(pod, namespace, lookup)
     if result.workload is None:
-        result.warnings.append(f"koord-recommender: no recommendation for workload {workload_candidates(pod)[:1]} in {namespace}")
+        result.warnings.append(
+            f"koord-recommender: no recommendation for workload {workload_candidates(pod)[:1]} in {namespace}"
+        )
         return result
     policy = policy_for(settings, namespace, result.workload)
     if optin.sizes:
@@ -289,7 +312,9 @@ def _mutate(
     if new_problems:
         if colocate and settings.colocation_profiles:
             retry = _mutate(pod, namespace, lookup, settings, version, optin, colocate=False)
-            retry.warnings.insert(0, f"koord-recommender: colocation skipped, Koordinator would reject: {sorted(new_problems)[0]}")
+            retry.warnings.insert(
+                0, f"koord-recommender: colocation skipped, Koordinator would reject: {sorted(new_problems)[0]}"
+            )
             return retry
         rejected = Mutation(pod=copy.deepcopy(dict(pod)), workload=result.workload)
         rejected.warnings.append(f"koord-recommender: not resized, Koordinator would reject: {sorted(new_problems)[0]}")

@@ -26,7 +26,11 @@ Mode = Literal["Off", "Initial", "Auto"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 #: VPA's updatePolicy.updateMode -> ours; VPA's default (unset) is Auto.
 VPA_UPDATE_MODES: dict[str, Mode] = {
-    "Off": "Off", "Initial": "Initial", "Recreate": "Auto", "Auto": "Auto", "InPlaceOrRecreate": "Auto",
+    "Off": "Off",
+    "Initial": "Initial",
+    "Recreate": "Auto",
+    "Auto": "Auto",
+    "InPlaceOrRecreate": "Auto",
 }
 RESOURCES = ("cpu", "memory")
 _PARSE = {"cpu": cpu_cores_from_quantity, "memory": memory_bytes_from_quantity}
@@ -148,7 +152,9 @@ def _from_vpa(vpa: Mapping[str, Any], hpa: frozenset[str]) -> OptIn:
     name = f"VerticalPodAutoscaler {_name(vpa)} (updateMode {update_mode})"
     mode = VPA_UPDATE_MODES.get(update_mode)
     if mode is None:
-        return OptIn("Off", name, hpa_resources=hpa, warnings=(f"koord-recommender: {name}: unknown updateMode, treated as Off",))
+        return OptIn(
+            "Off", name, hpa_resources=hpa, warnings=(f"koord-recommender: {name}: unknown updateMode, treated as Off",)
+        )
     try:
         policies = container_policies(vpa)
     except ValueError as error:
@@ -188,16 +194,22 @@ def decide(
             policies = _from_vpa(mine[0], hpa).container_policies if mine else {}
             return OptIn(mode, f"pod {source} {MODE_KEY}={value}", policies, hpa)
         if value is not None:
-            warnings.append(f"koord-recommender: pod {source} {MODE_KEY}={value!r} is not one of {', '.join(MODES)}; ignored")
+            warnings.append(
+                f"koord-recommender: pod {source} {MODE_KEY}={value!r} is not one of {', '.join(MODES)}; ignored"
+            )
     if mine:
         chosen = _from_vpa(sorted(mine, key=_name)[0], hpa)
         if len(mine) > 1:
-            warnings.append(f"koord-recommender: {len(mine)} VerticalPodAutoscalers target this pod; using {_name(sorted(mine, key=_name)[0])}")
+            warnings.append(
+                f"koord-recommender: {len(mine)} VerticalPodAutoscalers target this pod; using {_name(sorted(mine, key=_name)[0])}"
+            )
         return OptIn(chosen.mode, chosen.source, chosen.container_policies, hpa, (*warnings, *chosen.warnings))
     value = namespace_labels.get(MODE_KEY)
     mode = parse_mode(value)
     if mode is not None:
         return OptIn(mode, f"namespace label {MODE_KEY}={value}", hpa_resources=hpa, warnings=tuple(warnings))
     if value is not None:
-        warnings.append(f"koord-recommender: namespace label {MODE_KEY}={value!r} is not one of {', '.join(MODES)}; ignored")
+        warnings.append(
+            f"koord-recommender: namespace label {MODE_KEY}={value!r} is not one of {', '.join(MODES)}; ignored"
+        )
     return OptIn(default_mode, "default (webhook.default_mode)", hpa_resources=hpa, warnings=tuple(warnings))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from recommender.koordinator import default_priority_class, kubernetes_qos, koordinator_qos
+from recommender.koordinator import default_priority_class, koordinator_qos, kubernetes_qos
 from recommender.resources import RecommendationSet, ResourceRecommendation, WorkloadRecommendation
 from recommender.settings import OverviewSettings
 
@@ -25,7 +25,9 @@ from recommender.settings import OverviewSettings
 class ResourceComparison(BaseModel):
     """One resource of one container: what it asks for now against what we recommend."""
 
-    current_request: float | None = Field(description="Request, or the limit where only a limit is set; None if neither.")
+    current_request: float | None = Field(
+        description="Request, or the limit where only a limit is set; None if neither."
+    )
     recommended: float | None = Field(description="Recommended request (target); None without samples.")
     difference: float | None = Field(
         description="current_request - recommended, per replica: positive is what would be freed, negative what is missing."
@@ -45,7 +47,9 @@ class WorkloadSummary(BaseModel):
     kind: str | None
     kubernetes_qos: str = Field(description="Guaranteed, Burstable or BestEffort, over the workload's containers.")
     qos_class: str = Field(description="Koordinator's default QoS class for it (LSR, LS, BE).")
-    priority_class: str = Field(description="Koordinator's default priority class for that QoS (koord-prod, koord-batch).")
+    priority_class: str = Field(
+        description="Koordinator's default priority class for that QoS (koord-prod, koord-batch)."
+    )
     pods: int = Field(description="Distinct pods seen over the history.")
     replicas: int = Field(description="Pods running at the newest sample (1 where the version did not record it).")
     last_sample: int | None
@@ -53,7 +57,9 @@ class WorkloadSummary(BaseModel):
     memory_bytes: ResourceComparison
     oom_kills: int
     cpu_throttled_fraction: float | None
-    risks: list[str] = Field(description="Why the workload may be short of resources, most serious first; empty if none.")
+    risks: list[str] = Field(
+        description="Why the workload may be short of resources, most serious first; empty if none."
+    )
 
 
 class Totals(BaseModel):
@@ -89,7 +95,9 @@ def _current(rec: WorkloadRecommendation, resource: str) -> float | None:
     return current.memory_request_bytes if current.memory_request_bytes is not None else current.memory_limit_bytes
 
 
-def _comparison(learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None], replicas: int) -> ResourceComparison:
+def _comparison(
+    learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None], replicas: int
+) -> ResourceComparison:
     seen = [v for v in recent if v is not None]
     difference = None if learned is None or request is None else request - learned.target
     return ResourceComparison(
@@ -97,7 +105,9 @@ def _comparison(learned: ResourceRecommendation | None, request: float | None, r
         recommended=None if learned is None else learned.target,
         difference=difference,
         difference_all_replicas=None if difference is None else difference * replicas,
-        usage_above_request_fraction=None if request is None or not seen else sum(v > request for v in seen) / len(seen),
+        usage_above_request_fraction=None
+        if request is None or not seen
+        else sum(v > request for v in seen) / len(seen),
     )
 
 
@@ -116,7 +126,13 @@ def _share(fraction: float) -> str:
     return f"{fraction:.0%}" if fraction >= 0.01 else "under 1%"
 
 
-def _risks(oom_kills: int, cpu: ResourceComparison, memory: ResourceComparison, throttled: float | None, settings: OverviewSettings) -> list[str]:
+def _risks(
+    oom_kills: int,
+    cpu: ResourceComparison,
+    memory: ResourceComparison,
+    throttled: float | None,
+    settings: OverviewSettings,
+) -> list[str]:
     """Why the container may be short, most serious first: only what passes the thresholds."""
     risks = []
     if oom_kills:
@@ -130,7 +146,11 @@ def _risks(oom_kills: int, cpu: ResourceComparison, memory: ResourceComparison, 
         risks.append(f"CPU above request {_share(cpu.usage_above_request_fraction or 0)} of the last day")
     for name, comparison in (("memory", memory), ("CPU", cpu)):
         short = comparison.difference
-        if short is not None and comparison.recommended and -short > settings.risk_shortfall_fraction * comparison.recommended:
+        if (
+            short is not None
+            and comparison.recommended
+            and -short > settings.risk_shortfall_fraction * comparison.recommended
+        ):
             risks.append(f"{name} request {_share(-short / comparison.recommended)} below the recommendation")
     return risks
 
@@ -148,10 +168,20 @@ def _summary(rec: WorkloadRecommendation, qos: str, settings: OverviewSettings) 
     oom_kills = history.oom_kills if history else 0
     koordinator = koordinator_qos(qos)
     return WorkloadSummary(
-        namespace=rec.namespace, workload=rec.workload, container=rec.container, kind=rec.kind,
-        kubernetes_qos=qos, qos_class=koordinator, priority_class=default_priority_class(koordinator),
-        pods=history.pods if history else 0, replicas=count, last_sample=history.last_sample if history else None,
-        cpu_cores=cpu, memory_bytes=memory, oom_kills=oom_kills, cpu_throttled_fraction=rec.current.cpu_throttled_fraction,
+        namespace=rec.namespace,
+        workload=rec.workload,
+        container=rec.container,
+        kind=rec.kind,
+        kubernetes_qos=qos,
+        qos_class=koordinator,
+        priority_class=default_priority_class(koordinator),
+        pods=history.pods if history else 0,
+        replicas=count,
+        last_sample=history.last_sample if history else None,
+        cpu_cores=cpu,
+        memory_bytes=memory,
+        oom_kills=oom_kills,
+        cpu_throttled_fraction=rec.current.cpu_throttled_fraction,
         risks=_risks(oom_kills, cpu, memory, rec.current.cpu_throttled_fraction, settings),
     )
 

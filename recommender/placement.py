@@ -70,7 +70,9 @@ def node_capacity(node: Mapping[str, Any], settings: ExtenderSettings) -> NodeCa
     if not (cpu > 0 and memory > 0):
         return None
     annotations = (node.get("metadata") or {}).get("annotations")
-    cpu_pct, memory_pct = koordinator.usage_thresholds(annotations, settings.cpu_threshold_percent, settings.memory_threshold_percent)
+    cpu_pct, memory_pct = koordinator.usage_thresholds(
+        annotations, settings.cpu_threshold_percent, settings.memory_threshold_percent
+    )
     return NodeCapacity(cpu, memory, cpu_pct, memory_pct)
 
 
@@ -103,7 +105,10 @@ def pod_lines(
     for container in containers:
         name = str(container.get("name"))
         rec = next((r for w in workloads if (r := lookup(WorkloadKey(namespace, w, name))) is not None), None)
-        for line, resource, default in ((cpu, "cpu", settings.default_cpu_cores), (memory, "memory", settings.default_memory_bytes)):
+        for line, resource, default in (
+            (cpu, "cpu", settings.default_cpu_cores),
+            (memory, "memory", settings.default_memory_bytes),
+        ):
             learned = getattr(rec, resource) if rec is not None else None
             if learned is not None and len(learned.short_term) == timeline.steps:
                 line += np.asarray(learned.short_term)
@@ -136,14 +141,22 @@ def pod_totals(pod: Mapping[str, Any], lookup: Lookup, settings: ExtenderSetting
     request: dict[str, float | None] = {"cpu": None, "memory": None}
     long_term = {"cpu": 0.0, "memory": 0.0}
     for container in _running_containers(pod):
-        rec = next((r for w in workloads if (r := lookup(WorkloadKey(namespace, w, str(container.get("name"))))) is not None), None)
+        rec = next(
+            (r for w in workloads if (r := lookup(WorkloadKey(namespace, w, str(container.get("name"))))) is not None),
+            None,
+        )
         for resource, default in (("cpu", settings.default_cpu_cores), ("memory", settings.default_memory_bytes)):
             asked = _requested(container, resource)
             if asked is not None:
                 request[resource] = (request[resource] or 0.0) + asked
             learned = getattr(rec, resource) if rec is not None else None
             long_term[resource] += learned.long_term if learned is not None else (default if asked is None else asked)
-    identity = NodePod(namespace=namespace, pod=str(meta.get("name") or ""), workload=workloads[0] if workloads else "", priority_class=priority)
+    identity = NodePod(
+        namespace=namespace,
+        pod=str(meta.get("name") or ""),
+        workload=workloads[0] if workloads else "",
+        priority_class=priority,
+    )
     return PodTotals(identity, priority not in koordinator.BORROWING_CLASSES, request, long_term)
 
 
@@ -165,8 +178,14 @@ def _node_state(totals: list[PodTotals], forecast: NodeForecast | None) -> NodeS
     for resource in ("cpu", "memory"):
         pooled = getattr(forecast, resource) if forecast is not None else None
         stated = [t.request[resource] for t in totals if t.high_priority and t.request[resource] is not None]
-        limit[resource] = sum(v for v in stated if v is not None) if stated else (pooled.limit if pooled is not None else None)
-        extra = [t.long_term[resource] for t in totals if t.high_priority and (pooled is None or (t.pod.namespace, t.pod.pod) not in known)]
+        limit[resource] = (
+            sum(v for v in stated if v is not None) if stated else (pooled.limit if pooled is not None else None)
+        )
+        extra = [
+            t.long_term[resource]
+            for t in totals
+            if t.high_priority and (pooled is None or (t.pod.namespace, t.pod.pod) not in known)
+        ]
         long_term[resource] = (pooled.long_term if pooled is not None else 0.0) + sum(extra)
     return NodeState([t.pod for t in totals], limit, long_term, forecast)
 
@@ -194,8 +213,13 @@ class NodeLoads:
 
     @classmethod
     def build(
-        cls, pods: Sequence[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]], lookup: Lookup, timeline: Timeline,
-        settings: ExtenderSettings, forecasts: Mapping[str, NodeForecast] | None = None,
+        cls,
+        pods: Sequence[Mapping[str, Any]],
+        nodes: Sequence[Mapping[str, Any]],
+        lookup: Lookup,
+        timeline: Timeline,
+        settings: ExtenderSettings,
+        forecasts: Mapping[str, NodeForecast] | None = None,
     ) -> NodeLoads:
         """`forecasts`: the model's pooled node lines; a node's row starts from them and adds only pods not in them."""
         forecasts = forecasts or {}
@@ -205,7 +229,12 @@ class NodeLoads:
             name = (node.get("metadata") or {}).get("name")
             if found is not None and isinstance(name, str):
                 capacity[name] = found
-        placed = [p for p in pods if (p.get("spec") or {}).get("nodeName") and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        placed = [
+            p
+            for p in pods
+            if (p.get("spec") or {}).get("nodeName")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
         names = sorted(set(capacity) | {str(p["spec"]["nodeName"]) for p in placed} | set(forecasts))
         index = {name: i for i, name in enumerate(names)}
         # All pods (the extender's load) and the high-priority ones only (the reservations batch pods borrow below).
@@ -242,7 +271,9 @@ class NodeLoads:
     def node_line(self, name: str, high_priority: bool = False) -> tuple[list[float], list[float]]:
         """(cpu cores, memory bytes) forecast load line of one known node (of its high-priority pods only)."""
         column = self.index[name]
-        cpu, memory = (self.hp_cpu_cores, self.hp_memory_bytes) if high_priority else (self.cpu_cores, self.memory_bytes)
+        cpu, memory = (
+            (self.hp_cpu_cores, self.hp_memory_bytes) if high_priority else (self.cpu_cores, self.memory_bytes)
+        )
         return cpu[:, column].tolist(), memory[:, column].tolist()
 
 
@@ -257,7 +288,9 @@ class Reclaimable:
     koordinator: dict[str, float]
 
 
-def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, settings: ColocationSettings) -> Reclaimable | None:
+def node_reclaimable(
+    loads: NodeLoads, name: str, resource: str, now: float, settings: ColocationSettings
+) -> Reclaimable | None:
     """Our batch and mid allocatable of a known node (None without a known allocatable), and Koordinator's values.
 
     Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
@@ -280,8 +313,16 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     forecast = state.forecast
     age = now - forecast.last_sample if forecast is not None else float("inf")
     # The measurement floors the offer only while fresh; the forecast is trusted over its horizon, then decays.
-    last = pooled.last_usage if pooled is not None and pooled.last_usage is not None and age <= settings.fresh_seconds else float("nan")
-    beyond = now - (loads.timeline.as_of + loads.timeline.steps * loads.timeline.step_seconds) if forecast is not None else float("inf")
+    last = (
+        pooled.last_usage
+        if pooled is not None and pooled.last_usage is not None and age <= settings.fresh_seconds
+        else float("nan")
+    )
+    beyond = (
+        now - (loads.timeline.as_of + loads.timeline.steps * loads.timeline.step_seconds)
+        if forecast is not None
+        else float("inf")
+    )
     weight = float(colocation.staleness_weight(beyond, 0, settings.stale_half_life_seconds))
     limit = state.limit[resource]
     requested = reservation if limit is None else limit
@@ -289,16 +330,28 @@ def node_reclaimable(loads: NodeLoads, name: str, resource: str, now: float, set
     margin = allocatable * mine.margin_fraction
     blind = allocatable * mine.forecast_only_margin_fraction
     jump = pooled.jump if pooled is not None else 0.0
-    batch = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight, blind))
-    mid = float(colocation.reclaimable(allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight, blind))
+    batch = float(
+        colocation.reclaimable(allocatable, margin, 0.0, 0.0, reservation, last, requested, jump, weight, blind)
+    )
+    mid = float(
+        colocation.reclaimable(
+            allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight, blind
+        )
+    )
     percent = mine.koordinator_reclaim_percent
     measured = pooled.last_usage if pooled is not None else None
     used = requested if measured is None else measured
     koordinator_values = {
         "usage": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, used, age)),
         "request": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, requested, age)),
-        "max_usage_request": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, max(used, requested), age)),
-        "mid": float(colocation.koordinator_mid(allocatable, np.array([requested]), np.array([state.long_term[resource]]), np.array([np.inf]))),
+        "max_usage_request": float(
+            colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, max(used, requested), age)
+        ),
+        "mid": float(
+            colocation.koordinator_mid(
+                allocatable, np.array([requested]), np.array([state.long_term[resource]]), np.array([np.inf])
+            )
+        ),
     }
     policy = "forecast" if state.forecast is not None else "per-pod lines"
     return Reclaimable(batch, mid, policy, weight < 1.0, koordinator_values)
@@ -333,7 +386,9 @@ def node_metadata(
         pooled = getattr(state.forecast, resource)
         if pooled is None:
             continue
-        allocatable = loads.capacity[str(name)].cpu_cores if resource == "cpu" else loads.capacity[str(name)].memory_bytes
+        allocatable = (
+            loads.capacity[str(name)].cpu_cores if resource == "cpu" else loads.capacity[str(name)].memory_bytes
+        )
         parse = cpu_cores_from_quantity if resource == "cpu" else memory_bytes_from_quantity
         try:
             capacity = parse((status.get("capacity") or {})[resource])
@@ -349,15 +404,22 @@ def node_metadata(
             labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"
         current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
         peak = float(line[window].max())
-        default = operator.get(resource, extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent)
-        thresholds[resource] = colocation.usage_threshold_percent(allocatable, default, current, peak, settings.usage_threshold_floor_percent)
+        default = operator.get(
+            resource, extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent
+        )
+        thresholds[resource] = colocation.usage_threshold_percent(
+            allocatable, default, current, peak, settings.usage_threshold_floor_percent
+        )
     if settings.write_usage_thresholds and thresholds:
         existing = koordinator.json_object(given.get(koordinator.USAGE_THRESHOLDS_ANNOTATION))
         stated = existing.get("usageThresholds")
         kept = stated if isinstance(stated, dict) else {}
         merged = {**existing, "usageThresholds": {**kept, **thresholds}}
         record = {"written": thresholds, "operator": {r: v for r, v in operator.items() if r in thresholds}}
-        for key, value in ((koordinator.USAGE_THRESHOLDS_ANNOTATION, merged), (koordinator.WRITTEN_THRESHOLDS_ANNOTATION, record)):
+        for key, value in (
+            (koordinator.USAGE_THRESHOLDS_ANNOTATION, merged),
+            (koordinator.WRITTEN_THRESHOLDS_ANNOTATION, record),
+        ):
             annotations[key] = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return labels, annotations
 
@@ -366,7 +428,9 @@ def _capacity_row(capacity: NodeCapacity) -> tuple[float, float, float, float]:
     return capacity.cpu_cores, capacity.memory_bytes, capacity.cpu_threshold_percent, capacity.memory_threshold_percent
 
 
-def _peak(load: npt.NDArray[np.float32], columns: npt.NDArray[np.int64], window: npt.NDArray[np.int64], pod: Matrix) -> Matrix:
+def _peak(
+    load: npt.NDArray[np.float32], columns: npt.NDArray[np.int64], window: npt.NDArray[np.int64], pod: Matrix
+) -> Matrix:
     """Per candidate, the max over the window of its node's load plus the pod's line."""
     stacked = np.take(load[window], columns, axis=1)
     stacked += pod[window, None].astype(np.float32)
@@ -387,8 +451,13 @@ class Judgement:
 
 
 def judge(
-    loads: NodeLoads, pod: Mapping[str, Any], node_names: Sequence[str], given: Mapping[str, NodeCapacity], lookup: Lookup,
-    settings: ExtenderSettings, now: float,
+    loads: NodeLoads,
+    pod: Mapping[str, Any],
+    node_names: Sequence[str],
+    given: Mapping[str, NodeCapacity],
+    lookup: Lookup,
+    settings: ExtenderSettings,
+    now: float,
 ) -> Judgement:
     """Filter and score every candidate node; capacity from the call (`given`) wins over the node list we read.
 
@@ -418,12 +487,18 @@ def judge(
         if cpu_over[position]:
             reasons.append(f"forecast CPU peak {cpu_pct[position]:.0f}% of allocatable > {capacity[position, 2]:g}%")
         if memory_over[position]:
-            reasons.append(f"forecast memory peak {memory_pct[position]:.0f}% of allocatable > {capacity[position, 3]:g}%")
+            reasons.append(
+                f"forecast memory peak {memory_pct[position]:.0f}% of allocatable > {capacity[position, 3]:g}%"
+            )
         failed[node_names[position]] = "; ".join(reasons)
-    return Judgement(node_names, known.tolist(), cpu_pct.tolist(), memory_pct.tolist(), scores.astype(int).tolist(), failed)
+    return Judgement(
+        node_names, known.tolist(), cpu_pct.tolist(), memory_pct.tolist(), scores.astype(int).tolist(), failed
+    )
 
 
 def neutral(node_names: Sequence[str], settings: ExtenderSettings) -> Judgement:
     """Every node passes with the neutral score."""
     unknown = [float("nan")] * len(node_names)
-    return Judgement(node_names, [False] * len(node_names), unknown, unknown, [settings.neutral_score] * len(node_names), {})
+    return Judgement(
+        node_names, [False] * len(node_names), unknown, unknown, [settings.neutral_score] * len(node_names), {}
+    )

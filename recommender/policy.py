@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recommender.settings import PolicySettings
 from recommender.arrays import FloatArray
-
+from recommender.settings import PolicySettings
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,25 @@ def request_bounds(
     margin = 1.0 + policy.safety_margin_fraction
     floor = pod_minimum / np.maximum(containers_per_pod, 1.0)
     target = np.maximum(target_percentile_value * margin, floor)
-    lower = lower_percentile_value * margin * confidence_multiplier(
-        confidence_days, policy.lower_bound_confidence_multiplier, policy.lower_bound_confidence_exponent, policy.min_confidence_days
+    lower = (
+        lower_percentile_value
+        * margin
+        * confidence_multiplier(
+            confidence_days,
+            policy.lower_bound_confidence_multiplier,
+            policy.lower_bound_confidence_exponent,
+            policy.min_confidence_days,
+        )
     )
-    upper = upper_percentile_value * margin * confidence_multiplier(
-        confidence_days, policy.upper_bound_confidence_multiplier, policy.upper_bound_confidence_exponent, policy.min_confidence_days
+    upper = (
+        upper_percentile_value
+        * margin
+        * confidence_multiplier(
+            confidence_days,
+            policy.upper_bound_confidence_multiplier,
+            policy.upper_bound_confidence_exponent,
+            policy.min_confidence_days,
+        )
     )
     lower, upper = np.maximum(lower, floor), np.maximum(upper, floor)
     low = -np.inf if min_allowed is None else min_allowed

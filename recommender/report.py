@@ -30,7 +30,9 @@ from recommender.units import GIB
 FORMATS = ("table", "json", "yaml", "csv", "html")
 
 
-def chosen(recommendations: RecommendationSet, namespaces: Sequence[str], workloads: Sequence[str]) -> RecommendationSet:
+def chosen(
+    recommendations: RecommendationSet, namespaces: Sequence[str], workloads: Sequence[str]
+) -> RecommendationSet:
     """The recommendations of the namespaces and workloads matching any of the globs (all where none is given)."""
 
     def keep(value: str, patterns: Sequence[str]) -> bool:
@@ -56,9 +58,19 @@ def as_yaml(document: dict[str, Any]) -> str:
 
 
 CSV_COLUMNS = (
-    "namespace", "workload", "container", "kind", "replicas",
-    "cpu_request_cores", "cpu_recommended_cores", "cpu_difference_cores", "cpu_difference_cores_all_replicas",
-    "memory_request_bytes", "memory_recommended_bytes", "memory_difference_bytes", "memory_difference_bytes_all_replicas",
+    "namespace",
+    "workload",
+    "container",
+    "kind",
+    "replicas",
+    "cpu_request_cores",
+    "cpu_recommended_cores",
+    "cpu_difference_cores",
+    "cpu_difference_cores_all_replicas",
+    "memory_request_bytes",
+    "memory_recommended_bytes",
+    "memory_difference_bytes",
+    "memory_difference_bytes_all_replicas",
     "risks",
 )
 
@@ -71,7 +83,12 @@ def as_csv(found: Overview) -> str:
     for row in found.workloads:
         cells: list[Any] = [row.namespace, row.workload, row.container, row.kind or "", row.replicas]
         for comparison in (row.cpu_cores, row.memory_bytes):
-            cells += [comparison.current_request, comparison.recommended, comparison.difference, comparison.difference_all_replicas]
+            cells += [
+                comparison.current_request,
+                comparison.recommended,
+                comparison.difference,
+                comparison.difference_all_replicas,
+            ]
         writer.writerow(["" if v is None else v for v in cells] + ["; ".join(row.risks)])
     return buffer.getvalue()
 
@@ -93,9 +110,11 @@ def _row_cells(row: WorkloadSummary) -> list[str]:
     cpu, memory = row.cpu_cores, row.memory_bytes
     return [
         str(row.replicas),
-        f"{cores(cpu.current_request)} -> {cores(cpu.recommended)}", cores(_change(cpu.difference), True),
+        f"{cores(cpu.current_request)} -> {cores(cpu.recommended)}",
+        cores(_change(cpu.difference), True),
         cores(_change(cpu.difference_all_replicas), True),
-        f"{gib(memory.current_request)} -> {gib(memory.recommended)}", gib(_change(memory.difference), True),
+        f"{gib(memory.current_request)} -> {gib(memory.recommended)}",
+        gib(_change(memory.difference), True),
         gib(_change(memory.difference_all_replicas), True),
     ]
 
@@ -116,7 +135,9 @@ NAMESPACE_HEADERS = ("containers", "at risk", "CPU cores", "CPU x replicas", "me
 
 def _namespace_cells(t: Totals) -> list[str]:
     return [
-        str(t.containers), str(t.at_risk), f"{cores(t.cpu_request_cores)} -> {cores(t.cpu_recommended_cores)}",
+        str(t.containers),
+        str(t.at_risk),
+        f"{cores(t.cpu_request_cores)} -> {cores(t.cpu_recommended_cores)}",
         f"{cores(t.cpu_request_cores_all_replicas)} -> {cores(t.cpu_recommended_cores_all_replicas)}",
         f"{gib(t.memory_request_bytes)} -> {gib(t.memory_recommended_bytes)}",
         f"{gib(t.memory_request_bytes_all_replicas)} -> {gib(t.memory_recommended_bytes_all_replicas)}",
@@ -137,7 +158,11 @@ def as_tables(found: Overview, title: str) -> list[Table]:
     if risky:
         rows.add_column("risks", min_width=16)
     for row in found.workloads:
-        cells: list[Text | str] = [Text(printable(f"{row.namespace}/{row.workload}")), Text(printable(row.container)), *_row_cells(row)]
+        cells: list[Text | str] = [
+            Text(printable(f"{row.namespace}/{row.workload}")),
+            Text(printable(row.container)),
+            *_row_cells(row),
+        ]
         rows.add_row(*cells, *([Text("; ".join(row.risks))] if risky else []))
     rows.caption = (
         "CPU cores, memory GiB: current request (the limit where there is none) -> recommended request, per replica; "
@@ -179,8 +204,11 @@ recommended request, per replica and times each workload's current replicas; a c
 def as_html(found: Overview, title: str) -> str:
     """A self-contained page (inline style, no script, nothing fetched): the same tables as `as_tables`."""
     return _HTML.render(
-        title=printable(title), as_of=datetime.fromtimestamp(found.as_of, UTC).strftime("%Y-%m-%d %H:%M"),
-        total=totals_line(found.cluster), headers=HEADERS, namespace_headers=NAMESPACE_HEADERS,
+        title=printable(title),
+        as_of=datetime.fromtimestamp(found.as_of, UTC).strftime("%Y-%m-%d %H:%M"),
+        total=totals_line(found.cluster),
+        headers=HEADERS,
+        namespace_headers=NAMESPACE_HEADERS,
         namespaces=[(name, _namespace_cells(t)) for name, t in found.namespaces.items()],
         rows=[(row, _row_cells(row)) for row in found.workloads],
     )

@@ -29,11 +29,15 @@ class LineQuality(BaseModel):
         description="The container's own pinball cost of the chosen candidate at its risk level, relative to its usage "
         "(usage above the line, unused room below it); lower is better; None when the history was too short."
     )
-    next_best_cost: float | None = Field(None, description="The container's lowest cost among the candidates not chosen "
-                                         "(the fleet chooses, so one may be lower for this container).")
+    next_best_cost: float | None = Field(
+        None,
+        description="The container's lowest cost among the candidates not chosen "
+        "(the fleet chooses, so one may be lower for this container).",
+    )
     fleet_overprovision: float | None = Field(
-        None, description="Why it was chosen: the chosen candidate's overprovision over the whole fleet at the "
-        "matched risk level on the backtest, alpha x sum(line) / sum(usage) - 1."
+        None,
+        description="Why it was chosen: the chosen candidate's overprovision over the whole fleet at the "
+        "matched risk level on the backtest, alpha x sum(line) / sum(usage) - 1.",
     )
     calibration_factor: float = Field(description="Scale applied to the chosen line so its violations meet the target.")
 
@@ -70,19 +74,35 @@ class ResourceRecommendation(BaseModel):
     short_term: list[float] = Field(description="Short-term reservation: one value per step over the horizon.")
     long_term: float = Field(description="Long-term reservation (Koordinator's mid rule).")
     peak: Peak
-    levels: LineLevels | None = Field(None, description="The risk level of each line; None where the lines come from "
-                                      "the foundation's rules (forecasting off).")
-    stale: bool = Field(False, description="No sample for `forecast.stale_after_seconds`: no fresh forecast was made; "
-                        "every line holds the request flat (the webhook leaves such containers alone).")
-    limit: float | None = Field(None, description="The limit we would set with this target for the container's current "
-                                "request and limit (None without a current limit: we never add one).")
-    limit_rule: str | None = Field(None, description="Which rule set `limit`: scaled with the request (VPA's rule), the "
-                                   "request itself, or (memory) the observed 7-day peak + margin.")
-    limit_floor: float | None = Field(None, description="Memory: no limit we set goes below this (the observed 7-day peak "
-                                      "x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.")
+    levels: LineLevels | None = Field(
+        None,
+        description="The risk level of each line; None where the lines come from "
+        "the foundation's rules (forecasting off).",
+    )
+    stale: bool = Field(
+        False,
+        description="No sample for `forecast.stale_after_seconds`: no fresh forecast was made; "
+        "every line holds the request flat (the webhook leaves such containers alone).",
+    )
+    limit: float | None = Field(
+        None,
+        description="The limit we would set with this target for the container's current "
+        "request and limit (None without a current limit: we never add one).",
+    )
+    limit_rule: str | None = Field(
+        None,
+        description="Which rule set `limit`: scaled with the request (VPA's rule), the "
+        "request itself, or (memory) the observed 7-day peak + margin.",
+    )
+    limit_floor: float | None = Field(
+        None,
+        description="Memory: no limit we set goes below this (the observed 7-day peak "
+        "x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.",
+    )
     models: LineModels | None = Field(default=None, description="Which model produced each line (optional).")
     policy: Literal["forecast", "vpa"] = Field(
-        "forecast", description="The request policy that produced target and bounds: `forecast` (ours) or `vpa` (the "
+        "forecast",
+        description="The request policy that produced target and bounds: `forecast` (ours) or `vpa` (the "
         "VPA recommender's rules exactly: whole millicores and bytes). Versions before it read as forecast.",
     )
 
@@ -106,11 +126,14 @@ class History(BaseModel):
     last_sample: int = Field(description="Unix seconds.")
     pods: int = Field(description="Distinct pods pooled into this recommendation.")
     replicas: int | None = Field(
-        None, description="Pods running at the newest sample (their newest sample within 15 minutes of it): what the "
+        None,
+        description="Pods running at the newest sample (their newest sample within 15 minutes of it): what the "
         "savings are multiplied by. None in versions trained before it was recorded (then counted as 1).",
     )
     samples: int = Field(description="Usage rows used.")
-    cpu_samples: int | None = Field(None, description="Rows with a CPU value (a recommendation needs `policy.min_samples`).")
+    cpu_samples: int | None = Field(
+        None, description="Rows with a CPU value (a recommendation needs `policy.min_samples`)."
+    )
     memory_samples: int | None = Field(None, description="Rows with a memory value (the same minimum).")
     oom_kills: int = Field(0, description="OOM kills of the workload's containers seen in the history.")
     recent_cpu_cores: list[float | None] = Field(
@@ -131,7 +154,9 @@ class WorkloadRecommendation(BaseModel):
         None, description="Workload kind (Deployment, StatefulSet, DaemonSet, CronJob, Job, Pod) where the source says."
     )
     cpu: ResourceRecommendation | None = Field(description="None with fewer than `policy.min_samples` CPU samples.")
-    memory: ResourceRecommendation | None = Field(description="None with fewer than `policy.min_samples` memory samples.")
+    memory: ResourceRecommendation | None = Field(
+        description="None with fewer than `policy.min_samples` memory samples."
+    )
     current: CurrentResources = CurrentResources()
     history: History | None = None
 
@@ -152,14 +177,27 @@ class NodePod(BaseModel):
 class NodeResourceLines(BaseModel):
     """One resource of a node's high-priority pods, pooled: the forecast of their sum, not the sum of forecasts."""
 
-    limit: float | None = Field(description="Sum of the high-priority pods' requests at the last sample (limits where no request); None if unknown.")
-    last_usage: float | None = Field(description="Pooled high-priority usage at the newest step before as_of.")
-    jump: float = Field(0.0, description="How far the pooled usage rises between two 5-minute measurements (a high quantile of the last week's rises).")
-    largest_jump: float | None = Field(
-        None, description="The largest 5-minute rise of the last week: the reclaim-ratio labels keep it (Koordinator acts on a measurement up to a step old); None in versions from before it was stored (then `jump`)."
+    limit: float | None = Field(
+        description="Sum of the high-priority pods' requests at the last sample (limits where no request); None if unknown."
     )
-    recent_usage: list[float | None] = Field(description="Pooled high-priority usage per step over the last day before as_of.")
-    short_term: list[float] = Field(description="Short-term reservation: forecast of the pooled usage per step from as_of.")
+    last_usage: float | None = Field(description="Pooled high-priority usage at the newest step before as_of.")
+    jump: float = Field(
+        0.0,
+        description="How far the pooled usage rises between two 5-minute measurements (a high quantile of the last week's rises).",
+    )
+    largest_jump: float | None = Field(
+        None,
+        description=(
+            "The largest 5-minute rise of the last week: the reclaim-ratio labels keep it (Koordinator acts on a "
+            "measurement up to a step old); None in versions from before it was stored (then `jump`)."
+        ),
+    )
+    recent_usage: list[float | None] = Field(
+        description="Pooled high-priority usage per step over the last day before as_of."
+    )
+    short_term: list[float] = Field(
+        description="Short-term reservation: forecast of the pooled usage per step from as_of."
+    )
     long_term: float = Field(description="Long-term reservation: steady forecast of the pooled usage over days.")
 
 
@@ -179,7 +217,9 @@ class RecommendationSet(BaseModel):
     as_of: int = Field(description="Decision time, Unix seconds: only samples before it were used.")
     horizon_seconds: int
     step_seconds: int
-    nodes: list[NodeForecast] = Field(default_factory=list, description="Per-node pooled lines (empty without node placement).")
+    nodes: list[NodeForecast] = Field(
+        default_factory=list, description="Per-node pooled lines (empty without node placement)."
+    )
     # Last: distributed training streams this list into the JSON (`recommendation_set_chunks`).
     recommendations: list[WorkloadRecommendation]
 

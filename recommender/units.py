@@ -13,7 +13,13 @@ SECONDS_PER_DAY = 86400
 MIB = 1024**2
 GIB = 1024**3
 
-_DURATION_SUFFIXES = {"s": 1, "m": SECONDS_PER_MINUTE, "h": SECONDS_PER_HOUR, "d": SECONDS_PER_DAY, "w": 7 * SECONDS_PER_DAY}
+_DURATION_SUFFIXES = {
+    "s": 1,
+    "m": SECONDS_PER_MINUTE,
+    "h": SECONDS_PER_HOUR,
+    "d": SECONDS_PER_DAY,
+    "w": 7 * SECONDS_PER_DAY,
+}
 
 
 def parse_duration_seconds(text: str) -> int:

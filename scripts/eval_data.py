@@ -38,7 +38,9 @@ def split_bitbrains(shared: pathlib.Path, out: pathlib.Path) -> None:
 
 def nab_cpu(shared: pathlib.Path, out: pathlib.Path) -> None:
     root = shared / "nab-aws-cloudwatch"
-    files = sorted([*root.glob("realAWSCloudwatch/*cpu_utilization*.csv"), *root.glob("realKnownCause/cpu_utilization*.csv")])
+    files = sorted(
+        [*root.glob("realAWSCloudwatch/*cpu_utilization*.csv"), *root.glob("realKnownCause/cpu_utilization*.csv")]
+    )
     frames = []
     for path in files:
         raw = pd.read_csv(path)

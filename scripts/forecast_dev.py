@@ -55,17 +55,26 @@ def main() -> None:
                     np.concatenate([np.full(len(w), i) for i, w in enumerate(windows)]).astype(np.int64),
                     np.concatenate([w.ts for w in windows]).astype(np.float64),
                     np.concatenate([w.values(resource) for w in windows]),
-                    len(eligible), T, steps, 300,
+                    len(eligible),
+                    T,
+                    steps,
+                    300,
                 )
                 forecast = fit_resource_forecast(grid, settings, T)
                 short, request, long_term = forecast.lines(T, 86400, 300)
                 peak = forecast.peak.predict()
                 for i, s in enumerate(eligible):
                     out[s.key][resource] = harness.Rec(
-                        float(np.nan_to_num(request[i])), np.nan_to_num(short[i]), float(np.nan_to_num(long_term[i])),
+                        float(np.nan_to_num(request[i])),
+                        np.nan_to_num(short[i]),
+                        float(np.nan_to_num(long_term[i])),
                         float(np.nan_to_num(peak[i])),
                     )
-            print(f"{harness.utc(T)}: {len(eligible)} containers, {time.time() - started:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"{harness.utc(T)}: {len(eligible)} containers, {time.time() - started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             return out
 
     data = harness.load_tidy(args.data)
@@ -76,8 +85,10 @@ def main() -> None:
         for line in ("request", "short_term", "long_term"):
             m = result["results"][resource][line]
             a1, a5 = m["at_1pct"], m["at_5pct"]
-            print(f"{resource} {line}: violation {pct(m['violation'])}, @1 % {pct(a1['overprovision'])} (p90 {pct(a1['p90_container_violation'])}), "
-                  f"@5 % {pct(a5['overprovision'])} (p90 {pct(a5['p90_container_violation'])})")
+            print(
+                f"{resource} {line}: violation {pct(m['violation'])}, @1 % {pct(a1['overprovision'])} (p90 {pct(a1['p90_container_violation'])}), "
+                f"@5 % {pct(a5['overprovision'])} (p90 {pct(a5['p90_container_violation'])})"
+            )
         peak = result["results"][resource]["peak"]
         print(f"{resource} peak: MdAPE {pct(peak['mdape'])}, days above {pct(peak['under_forecast'])}")
 

@@ -40,8 +40,20 @@ HEADER = (
 def rendered(helm: str) -> dict[str, str]:
     """The base files' text as the chart renders them."""
     out = subprocess.run(
-        [helm, "template", "koord-recommender", str(CHART), "--namespace", "koord-recommender", "--values", str(VALUES)],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            helm,
+            "template",
+            "koord-recommender",
+            str(CHART),
+            "--namespace",
+            "koord-recommender",
+            "--values",
+            str(VALUES),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if out.returncode != 0:
         sys.exit(f"helm template failed: {out.stderr.strip()}")
@@ -65,10 +77,14 @@ def main() -> None:
     args = parser.parse_args()
     wanted = rendered(args.helm)
     stale = sorted(name for name in {*FILES.values()} if (BASE / name).exists() and name not in wanted)
-    differ = sorted(name for name, text in wanted.items() if not (BASE / name).exists() or (BASE / name).read_text() != text)
+    differ = sorted(
+        name for name, text in wanted.items() if not (BASE / name).exists() or (BASE / name).read_text() != text
+    )
     if args.check:
         if differ or stale:
-            sys.exit(f"manifests/base is out of step with the chart ({', '.join(differ + stale)}): run scripts/render-base.py")
+            sys.exit(
+                f"manifests/base is out of step with the chart ({', '.join(differ + stale)}): run scripts/render-base.py"
+            )
         return
     for name in differ:
         (BASE / name).write_text(wanted[name])

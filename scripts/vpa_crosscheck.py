@@ -28,10 +28,14 @@ from recommender.settings import HistogramSettings, PolicySettings  # noqa: E402
 def oom_kills(usage: pd.DataFrame, count: int) -> pd.DataFrame:
     """`count` OOM kills at sample times spread over the file, each with a request of 1.5x the pod's usage then."""
     rows = usage.iloc[:: max(len(usage) // max(count, 1), 1)].head(count)
-    return pd.DataFrame({
-        "group": rows["group"], "pod": rows["pod"], "timestamp": rows["timestamp"],
-        "request_bytes": (rows["memory_bytes"].fillna(1e8) * 1.5).round(),
-    })
+    return pd.DataFrame(
+        {
+            "group": rows["group"],
+            "pod": rows["pod"],
+            "timestamp": rows["timestamp"],
+            "request_bytes": (rows["memory_bytes"].fillna(1e8) * 1.5).round(),
+        }
+    )
 
 
 def feed(usage: pd.DataFrame, ooms: pd.DataFrame) -> str:
@@ -39,7 +43,9 @@ def feed(usage: pd.DataFrame, ooms: pd.DataFrame) -> str:
     its second, as our estimator orders them)."""
     samples = usage.assign(kind=0)[["group", "pod", "timestamp", "kind", "cpu_cores", "memory_bytes"]]
     kills = ooms.assign(kind=1, cpu_cores=float("nan")).rename(columns={"request_bytes": "memory_bytes"})
-    both = pd.concat([samples, kills[samples.columns]]).sort_values(["group", "pod", "timestamp", "kind"], kind="stable")
+    both = pd.concat([samples, kills[samples.columns]]).sort_values(
+        ["group", "pod", "timestamp", "kind"], kind="stable"
+    )
     lines = []
     for g, p, t, kind, c, m in zip(*(both[c].tolist() for c in both.columns)):
         if kind:
@@ -63,22 +69,37 @@ def main() -> int:
         usage = pd.read_csv(path, engine="pyarrow")
         keep = usage["workload"].isin(sorted(usage["workload"].unique())[: args.workloads])
         usage = usage[keep & (usage["timestamp"] < usage["timestamp"].min() + args.days * 86400)]
-        usage = with_group_labels(usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable"))
+        usage = with_group_labels(
+            usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"], kind="stable")
+        )
         usage = usage.assign(group=usage["group"].astype(str))
         print(f"{path}: {len(usage)} samples, {usage['group'].nunique()} workload containers", file=sys.stderr)
         ooms = oom_kills(usage, args.ooms)
-        upstream = json.loads(subprocess.run([str(binary)], input=feed(usage, ooms), capture_output=True, text=True, check=True).stdout)
+        upstream = json.loads(
+            subprocess.run([str(binary)], input=feed(usage, ooms), capture_output=True, text=True, check=True).stdout
+        )
         ours = vpa_estimator(HistogramSettings(), PolicySettings()).fit(usage, oom_events=ooms)
         agree, worst = 0, 0
         for group, theirs in sorted(upstream.items()):
-            found = ours.recommend(group, 1, float(ours.states_[group].last_sample or 0))  # VPA's test feed never expires
+            found = ours.recommend(
+                group, 1, float(ours.states_[group].last_sample or 0)
+            )  # VPA's test feed never expires
             assert found is not None
-            mine = [found[0].target, found[0].lower_bound, found[0].upper_bound, found[1].target, found[1].lower_bound, found[1].upper_bound]
+            mine = [
+                found[0].target,
+                found[0].lower_bound,
+                found[0].upper_bound,
+                found[1].target,
+                found[1].lower_bound,
+                found[1].upper_bound,
+            ]
             worst = max(worst, *(abs(a - b) for a, b in zip(mine, theirs)))
             agree += mine == theirs
             if mine != theirs:
                 print(f"  differs: {group}: ours {mine}, VPA {theirs}")
-        print(f"{Path(path).parent.name}: {agree} of {len(upstream)} workload containers equal on all six values; largest difference {worst}")
+        print(
+            f"{Path(path).parent.name}: {agree} of {len(upstream)} workload containers equal on all six values; largest difference {worst}"
+        )
     return 0
 
 

@@ -26,10 +26,10 @@ from recommender import __version__
 from recommender.errors import RecommenderError
 from recommender.settings import Settings
 from serving.cluster import ClusterView
-from serving.metrics import Metrics
 from serving.isolation import BodyLimit, WorkPool
 from serving.kube import api_client
 from serving.kube_watch import OptInSources
+from serving.metrics import Metrics
 from serving.routes import dashboard, docs, extender, health, metrics, nodes, recommendations, webhook
 from serving.routes.auth import TokenReviewer, authenticators
 from serving.state import ServiceState
@@ -47,7 +47,9 @@ class LatencyMiddleware:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -143,7 +145,9 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
         "REST API, dashboard (/ui/), mutating admission webhook and scheduler extender.",
         lifespan=lifespan,
         # Served by serving.routes.docs, behind the bearer token.
-        docs_url=None, redoc_url=None, openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.service = state
     app.state.cluster = cluster
@@ -160,8 +164,15 @@ def create_app(settings: Settings, tls: CertificateReloader | None = None) -> Fa
         return JSONResponse(status_code=error.http_status, content=body)
 
     for router in (
-        health.router, metrics.router, recommendations.router, nodes.router, dashboard.router, dashboard.root,
-        webhook.router, extender.router, docs.router,
+        health.router,
+        metrics.router,
+        recommendations.router,
+        nodes.router,
+        dashboard.router,
+        dashboard.root,
+        webhook.router,
+        extender.router,
+        docs.router,
     ):
         app.include_router(router)
     # The dashboard is public static files; every piece of data it shows comes from /api/v1 under its token.

@@ -2,7 +2,8 @@
 
 The files are re-read when their modification time or size changes, and the forecast load matrices are rebuilt
 when the files or the loaded model version change; the new `NodeLoads` replaces the old in one assignment, so a
-call sees one consistent view. Nodes the model learned (usage with placement) start from their pooled forecast. Keeping the files fresh is the job of a sidecar (see the README); this keeps the
+call sees one consistent view. Nodes the model learned (usage with placement) start from their pooled forecast.
+Keeping the files fresh is the job of a sidecar (see the README); this keeps the
 service free of API-server watches and testable without a cluster.
 """
 
@@ -61,7 +62,12 @@ class ClusterView:
         lookup = snapshot.lookup if snapshot is not None else (lambda key: None)
         forecasts = {n.node: n for n in snapshot.loaded.recommendations.nodes} if snapshot is not None else {}
         self.loads = NodeLoads.build(
-            _items(self.settings.pods_file), _items(self.settings.nodes_file), lookup, timeline_of(snapshot), self.settings, forecasts
+            _items(self.settings.pods_file),
+            _items(self.settings.nodes_file),
+            lookup,
+            timeline_of(snapshot),
+            self.settings,
+            forecasts,
         )
         self._inputs = inputs
         self.generation += 1

@@ -51,8 +51,10 @@ def client_identity(transport: Any) -> dict[str, str]:
         return {}
     pairs = [
         (str(pair[0]), str(pair[1]))
-        for rdn in certificate.get("subject", ()) if isinstance(rdn, tuple)
-        for pair in rdn if isinstance(pair, tuple) and len(pair) == 2
+        for rdn in certificate.get("subject", ())
+        if isinstance(rdn, tuple)
+        for pair in rdn
+        if isinstance(pair, tuple) and len(pair) == 2
     ]
     name = ",".join(f"{key}={value}" for key, value in reversed(pairs))
     return {"client_cert_name": name, "client_common_name": dict(pairs).get("commonName", "")}
@@ -87,7 +89,7 @@ def guarded_protocol(serve: ServeSettings) -> type[HttpToolsProtocol]:
                 self._read_timer.cancel()
             self._read_timer = self.loop.call_later(serve.read_timeout_seconds, self._too_slow, "body")
             if self._tls:
-                tls: dict[object, object] = {key: value for key, value in self._tls.items()}
+                tls: dict[object, object] = dict(self._tls.items())
                 self.scope["extensions"] = {"tls": tls}
 
         def on_url(self, url: bytes) -> None:
@@ -122,7 +124,9 @@ def guarded_protocol(serve: ServeSettings) -> type[HttpToolsProtocol]:
             self._header_timer = self._read_timer = None
 
         def _too_slow(self, what: str) -> None:
-            log.warning("closed a connection whose request %s did not arrive in time", what, extra={"client": self.client})
+            log.warning(
+                "closed a connection whose request %s did not arrive in time", what, extra={"client": self.client}
+            )
             self._cancel_timers()
             if not self.transport.is_closing():
                 self.transport.close()
@@ -177,7 +181,11 @@ class BodyLimit:
 async def too_large(send: Send, error: RequestTooLargeError) -> None:
     """Its status (413), closing the connection: the rest of the body is never read."""
     body = json.dumps({"error": type(error).__name__, "detail": str(error)}).encode()
-    headers = [(b"content-type", b"application/json"), (b"connection", b"close"), (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"connection", b"close"),
+        (b"content-length", str(len(body)).encode()),
+    ]
     await send({"type": "http.response.start", "status": error.http_status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -188,7 +196,7 @@ def review_uid(prefix: bytes) -> str | None:
     start = _REQUEST.search(prefix)
     if start is None:
         return None
-    rest = prefix[start.end():]
+    rest = prefix[start.end() :]
     found = _UID.search(rest)
     if found is None or b'"object"' in rest[: found.start()]:
         return None

@@ -98,8 +98,12 @@ class Informer:
         """Apply watch events from the current resourceVersion for up to `seconds`."""
         self._watch = watch.Watch(return_type="object")
         stream = self._watch.stream(
-            self._call, *self._args, resource_version=self.resource_version, timeout_seconds=max(1, int(seconds)),
-            allow_watch_bookmarks=True, **self._kwargs,
+            self._call,
+            *self._args,
+            resource_version=self.resource_version,
+            timeout_seconds=max(1, int(seconds)),
+            allow_watch_bookmarks=True,
+            **self._kwargs,
         )
         for event in stream:
             if stop.is_set():
@@ -147,7 +151,11 @@ class Informer:
                         self.items = {}
                     self.problem = None
                     self.synced.set()
-                    log.warning("%s: not installed in this cluster; taken as none, asked again in %.0f s", self.name, self.backoff_max_seconds)
+                    log.warning(
+                        "%s: not installed in this cluster; taken as none, asked again in %.0f s",
+                        self.name,
+                        self.backoff_max_seconds,
+                    )
                     stop.wait(self.backoff_max_seconds)
                     continue
                 self.problem = f"HTTP {error.status}: {api_message(error)}"
@@ -175,7 +183,9 @@ class Informers:
 
     def start(self) -> None:
         for informer in self.informers:
-            thread = threading.Thread(target=informer.run, args=(self._stop,), name=f"watch-{informer.name}", daemon=True)
+            thread = threading.Thread(
+                target=informer.run, args=(self._stop,), name=f"watch-{informer.name}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -204,12 +214,20 @@ class OptInSources(Informers):
             "namespaces", client.CoreV1Api(api).list_namespace, resync_seconds=resync, backoff_max_seconds=backoff
         )
         self.vpas = Informer(
-            "verticalpodautoscalers", custom.list_cluster_custom_object, "autoscaling.k8s.io", "v1", "verticalpodautoscalers",
-            resync_seconds=resync, backoff_max_seconds=backoff, missing_ok=True,
+            "verticalpodautoscalers",
+            custom.list_cluster_custom_object,
+            "autoscaling.k8s.io",
+            "v1",
+            "verticalpodautoscalers",
+            resync_seconds=resync,
+            backoff_max_seconds=backoff,
+            missing_ok=True,
         )
         self.hpas = Informer(
-            "horizontalpodautoscalers", client.AutoscalingV2Api(api).list_horizontal_pod_autoscaler_for_all_namespaces,
-            resync_seconds=resync, backoff_max_seconds=backoff,
+            "horizontalpodautoscalers",
+            client.AutoscalingV2Api(api).list_horizontal_pod_autoscaler_for_all_namespaces,
+            resync_seconds=resync,
+            backoff_max_seconds=backoff,
         )
         super().__init__([self.namespaces, self.vpas, self.hpas])
 

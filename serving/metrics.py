@@ -8,6 +8,7 @@ recommendation, as a relative-difference histogram), under our prefix.
 from __future__ import annotations
 
 import time
+
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -93,35 +94,50 @@ class Metrics:
     def __init__(self, state: ServiceState) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
-            "koord_recommender_http_request_duration_seconds", "Request latency per route.", ["method", "route", "status"],
-            registry=self.registry, buckets=LATENCY_BUCKETS,
+            "koord_recommender_http_request_duration_seconds",
+            "Request latency per route.",
+            ["method", "route", "status"],
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
         )
         self.webhook_decisions = Counter(
             "koord_recommender_webhook_decisions",
             "Admission reviews by outcome (patched, would_patch, unchanged, off, skipped, not_synced, error, overloaded, too_large).",
-            ["outcome", "dry_run"], registry=self.registry,
+            ["outcome", "dry_run"],
+            registry=self.registry,
         )
         self.webhook_hpa_conflicts = Counter(
             "koord_recommender_webhook_hpa_conflicts",
             "Pods whose resource was left unchanged because a HorizontalPodAutoscaler scales their workload on it.",
-            ["resource"], registry=self.registry,
+            ["resource"],
+            registry=self.registry,
         )
         self.extender_calls = Counter(
             "koord_recommender_extender_calls", "Scheduler extender calls by verb.", ["verb"], registry=self.registry
         )
         self.extender_nodes = Counter(
-            "koord_recommender_extender_nodes", "Nodes judged by the extender, by result (fit, failed, unknown).",
-            ["verb", "result"], registry=self.registry,
+            "koord_recommender_extender_nodes",
+            "Nodes judged by the extender, by result (fit, failed, unknown).",
+            ["verb", "result"],
+            registry=self.registry,
         )
         self.reloads = Counter(
-            "koord_recommender_reloads", "Hot reloads by what was reloaded (model, tls).", ["what"], registry=self.registry
+            "koord_recommender_reloads",
+            "Hot reloads by what was reloaded (model, tls).",
+            ["what"],
+            registry=self.registry,
         )
         self.watch_synced = Gauge(
-            "koord_recommender_watch_synced", "1 when the list + watch cache of this kind has listed (webhook opt-in sources).",
-            ["kind"], registry=self.registry,
+            "koord_recommender_watch_synced",
+            "1 when the list + watch cache of this kind has listed (webhook opt-in sources).",
+            ["kind"],
+            registry=self.registry,
         )
         self.watch_objects = Gauge(
-            "koord_recommender_watch_objects", "Objects held by the list + watch cache of this kind.", ["kind"], registry=self.registry,
+            "koord_recommender_watch_objects",
+            "Objects held by the list + watch cache of this kind.",
+            ["kind"],
+            registry=self.registry,
         )
         self.ready = Gauge("koord_recommender_ready", "1 when a valid model version is loaded.", registry=self.registry)
         self.ready.set_function(lambda: float(state.snapshot is not None))

@@ -48,7 +48,9 @@ async def token_review(request: Request) -> JSONResponse:
     if known is not None:
         username, groups, audiences = known
         status["user"] = {"username": username, "groups": groups}
-        status["audiences"] = audiences if audiences is not None else body["spec"].get("audiences", ["https://kubernetes.default.svc"])
+        status["audiences"] = (
+            audiences if audiences is not None else body["spec"].get("audiences", ["https://kubernetes.default.svc"])
+        )
     return JSONResponse({**body, "status": status}, status_code=201)
 
 

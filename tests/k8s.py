@@ -97,7 +97,12 @@ def pod(
         "enableServiceLinks": True,
         "preemptionPolicy": "PreemptLowerPriority",
         "tolerations": [
-            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
         ],
     }
     if init_containers:
@@ -105,7 +110,9 @@ def pod(
     return {"metadata": metadata, "spec": spec, "status": {}}
 
 
-def review(pod_object: dict[str, Any], namespace: str, dry_run: bool = False, operation: str = "CREATE") -> dict[str, Any]:
+def review(
+    pod_object: dict[str, Any], namespace: str, dry_run: bool = False, operation: str = "CREATE"
+) -> dict[str, Any]:
     """The AdmissionReview the API server POSTs to a pod mutating webhook."""
     return {
         "kind": "AdmissionReview",
@@ -119,7 +126,10 @@ def review(pod_object: dict[str, Any], namespace: str, dry_run: bool = False, op
             "name": pod_object["metadata"].get("name", ""),
             "namespace": namespace,
             "operation": operation,
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller", "groups": ["system:serviceaccounts"]},
+            "userInfo": {
+                "username": "system:serviceaccount:kube-system:replicaset-controller",
+                "groups": ["system:serviceaccounts"],
+            },
             "object": pod_object,
             "oldObject": None,
             "dryRun": dry_run,

@@ -37,12 +37,18 @@ def checkpoint_name(vpa_name: str, container: str) -> str:
     return f"{vpa_name}-{container}"
 
 
-def checkpoint_object(namespace: str, vpa_name: str, container: str, status: dict[str, Any], owner: str) -> dict[str, Any]:
+def checkpoint_object(
+    namespace: str, vpa_name: str, container: str, status: dict[str, Any], owner: str
+) -> dict[str, Any]:
     """A VerticalPodAutoscalerCheckpoint as VPA's writer makes it, labelled as ours."""
     return {
         "apiVersion": "autoscaling.k8s.io/v1",
         "kind": "VerticalPodAutoscalerCheckpoint",
-        "metadata": {"name": checkpoint_name(vpa_name, container), "namespace": namespace, "labels": {MANAGED_BY: owner}},
+        "metadata": {
+            "name": checkpoint_name(vpa_name, container),
+            "namespace": namespace,
+            "labels": {MANAGED_BY: owner},
+        },
         "spec": {"vpaObjectName": vpa_name, "containerName": container},
         "status": status,
     }
@@ -75,19 +81,27 @@ class CheckpointBridge:
 
     def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(*CHECKPOINT[:2], namespace, CHECKPOINT[2], name))
+            return cast(
+                dict[str, Any],
+                self.custom.get_namespaced_custom_object(*CHECKPOINT[:2], namespace, CHECKPOINT[2], name),
+            )
         except ApiException as error:
             if error.status == 404:
                 return None
             if error.status == 403 and not self._warned:
                 self._warned = True
-                log.warning("cannot read VPA checkpoints (%s); the vpa policy is not warm-started: grant `get` on "
-                            "verticalpodautoscalercheckpoints or set sync.read_vpa_checkpoints=false", api_message(error))
+                log.warning(
+                    "cannot read VPA checkpoints (%s); the vpa policy is not warm-started: grant `get` on "
+                    "verticalpodautoscalercheckpoints or set sync.read_vpa_checkpoints=false",
+                    api_message(error),
+                )
             if error.status == 403:
                 return None
             raise
 
-    def adjust(self, vpa: dict[str, Any], recommendations: list[WorkloadRecommendation]) -> list[WorkloadRecommendation]:
+    def adjust(
+        self, vpa: dict[str, Any], recommendations: list[WorkloadRecommendation]
+    ) -> list[WorkloadRecommendation]:
         """The recommendations of a VPA naming us, warm-started from the checkpoints a VPA recommender left."""
         if not self.settings.read_vpa_checkpoints or not any(_uses_vpa(r) for r in recommendations):
             return recommendations
@@ -98,7 +112,11 @@ class CheckpointBridge:
         as_of = self.state.require().loaded.recommendations.as_of
         out = []
         for rec in recommendations:
-            found = self._read(meta.get("namespace", ""), checkpoint_name(meta.get("name", ""), rec.container)) if _uses_vpa(rec) else None
+            found = (
+                self._read(meta.get("namespace", ""), checkpoint_name(meta.get("name", ""), rec.container))
+                if _uses_vpa(rec)
+                else None
+            )
             owner = ((found or {}).get("metadata") or {}).get("labels", {}).get(MANAGED_BY)
             if found is None or owner == self.settings.recommender_name:
                 out.append(rec)
@@ -106,7 +124,9 @@ class CheckpointBridge:
             try:
                 out.append(model.warm_started(rec, found.get("status") or {}, as_of))
             except ValueError as error:
-                log.warning("checkpoint %s/%s not used: %s", meta.get("namespace"), found["metadata"].get("name"), error)
+                log.warning(
+                    "checkpoint %s/%s not used: %s", meta.get("namespace"), found["metadata"].get("name"), error
+                )
                 out.append(rec)
         return out
 
@@ -117,7 +137,9 @@ class CheckpointBridge:
         if model is None:
             return
         by_key = self.state.require().by_key
-        answer = cast(dict[str, Any], self.custom.list_cluster_custom_object("autoscaling.k8s.io", "v1", "verticalpodautoscalers"))
+        answer = cast(
+            dict[str, Any], self.custom.list_cluster_custom_object("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
+        )
         now = time.time()
         for vpa in answer["items"]:
             meta, spec = vpa.get("metadata") or {}, vpa.get("spec") or {}
@@ -129,7 +151,12 @@ class CheckpointBridge:
                     continue
                 status = model.vpa_checkpoint(namespace, workload, key.container, now)
                 if status is not None:
-                    self._put(checkpoint_object(namespace, meta["name"], key.container, status, self.settings.recommender_name), report)
+                    self._put(
+                        checkpoint_object(
+                            namespace, meta["name"], key.container, status, self.settings.recommender_name
+                        ),
+                        report,
+                    )
 
     def _put(self, body: dict[str, Any], report: SyncReport) -> None:
         meta = body["metadata"]
@@ -144,7 +171,9 @@ class CheckpointBridge:
                 return
             else:
                 body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-                self.custom.replace_namespaced_custom_object(group, version, meta["namespace"], plural, meta["name"], body)
+                self.custom.replace_namespaced_custom_object(
+                    group, version, meta["namespace"], plural, meta["name"], body
+                )
             report.written.append(name)
         except ApiException as error:
             report.failed[name] = f"HTTP {error.status}: {api_message(error)}"

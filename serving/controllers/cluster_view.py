@@ -37,7 +37,13 @@ class ClusterFiles:
     """The pods and nodes informers and the loop that writes their objects to the two files."""
 
     def __init__(
-        self, api: client.ApiClient, pods_file: Path, nodes_file: Path, *, interval_seconds: float, resync_seconds: float,
+        self,
+        api: client.ApiClient,
+        pods_file: Path,
+        nodes_file: Path,
+        *,
+        interval_seconds: float,
+        resync_seconds: float,
         backoff_max_seconds: float,
     ) -> None:
         core = client.CoreV1Api(api)
@@ -45,11 +51,19 @@ class ClusterFiles:
         self.interval_seconds = interval_seconds
         self.changed = threading.Event()
         self.pods = Informer(
-            "pods", core.list_pod_for_all_namespaces, field_selector=RUNNING_PODS, resync_seconds=resync_seconds,
-            backoff_max_seconds=backoff_max_seconds, on_change=self.changed.set,
+            "pods",
+            core.list_pod_for_all_namespaces,
+            field_selector=RUNNING_PODS,
+            resync_seconds=resync_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            on_change=self.changed.set,
         )
         self.nodes = Informer(
-            "nodes", core.list_node, resync_seconds=resync_seconds, backoff_max_seconds=backoff_max_seconds, on_change=self.changed.set
+            "nodes",
+            core.list_node,
+            resync_seconds=resync_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            on_change=self.changed.set,
         )
         self.writes = 0
 

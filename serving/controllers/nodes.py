@@ -16,10 +16,9 @@ from kubernetes.client.exceptions import ApiException
 from recommender.errors import KubernetesError
 from recommender.placement import NodeLoads, node_metadata
 from recommender.settings import Settings
-from serving.state import timeline_of
 from serving.controllers.status import SyncReport
 from serving.kube import api_message
-from serving.state import ServiceState
+from serving.state import ServiceState, timeline_of
 
 
 class NodeColocationSync:
@@ -37,7 +36,9 @@ class NodeColocationSync:
         snapshot = self.state.require()
         try:
             nodes: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(self.core.list_node().items)
-            pods: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(self.core.list_pod_for_all_namespaces().items)
+            pods: list[dict[str, Any]] = self.core.api_client.sanitize_for_serialization(
+                self.core.list_pod_for_all_namespaces().items
+            )
         except ApiException as error:
             raise KubernetesError(f"listing nodes and pods: HTTP {error.status}: {api_message(error)}") from None
         forecasts = {n.node: n for n in snapshot.loaded.recommendations.nodes}
@@ -52,7 +53,9 @@ class NodeColocationSync:
                 continue
             labels, annotations = wanted
             current_labels, current_annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-            if all(current_labels.get(k) == v for k, v in labels.items()) and all(current_annotations.get(k) == v for k, v in annotations.items()):
+            if all(current_labels.get(k) == v for k, v in labels.items()) and all(
+                current_annotations.get(k) == v for k, v in annotations.items()
+            ):
                 report.unchanged.append(name)
                 continue
             try:

@@ -48,7 +48,11 @@ class StatusSync:
     """One resync pass (`sync_once`) and the watch loop (`run`)."""
 
     def __init__(
-        self, api: client.ApiClient, state: ServiceState, settings: SyncSettings, extra: Callable[[SyncReport], None] | None = None,
+        self,
+        api: client.ApiClient,
+        state: ServiceState,
+        settings: SyncSettings,
+        extra: Callable[[SyncReport], None] | None = None,
         adjust: Callable[[dict[str, Any], list[WorkloadRecommendation]], list[WorkloadRecommendation]] | None = None,
     ) -> None:
         """`extra`: a further pass run at every resync (the opt-in node writer of `serving.controllers.nodes`, the checkpoint

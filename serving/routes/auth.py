@@ -113,10 +113,14 @@ class TokenReviewer:
         if not self._bucket.take():
             raise RateLimitedError("too many token reviews at once; retry in a second")
         if self._client is None:
-            self._client = httpx.AsyncClient(verify=str(self.settings.api_server_ca_file), timeout=self.settings.token_review_timeout_seconds)
+            self._client = httpx.AsyncClient(
+                verify=str(self.settings.api_server_ca_file), timeout=self.settings.token_review_timeout_seconds
+            )
         credentials = self.settings.service_account_token_file.read_text().strip()
         response = await self._client.post(
-            self.settings.api_server_url.rstrip("/") + path, json=body, headers={"Authorization": f"Bearer {credentials}"},
+            self.settings.api_server_url.rstrip("/") + path,
+            json=body,
+            headers={"Authorization": f"Bearer {credentials}"},
         )
         response.raise_for_status()
         status = response.json().get("status") or {}
@@ -145,10 +149,17 @@ class TokenReviewer:
             return True
         access = await self._post(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
-                "user": user.get("username"), "uid": user.get("uid"), "groups": groups, "extra": user.get("extra") or {},
-                "nonResourceAttributes": {"path": settings.authorization_path, "verb": "get"},
-            }},
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": user.get("username"),
+                    "uid": user.get("uid"),
+                    "groups": groups,
+                    "extra": user.get("extra") or {},
+                    "nonResourceAttributes": {"path": settings.authorization_path, "verb": "get"},
+                },
+            },
         )
         return access.get("allowed") is True
 

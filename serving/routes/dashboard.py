@@ -72,9 +72,14 @@ def status(request: Request, state: Annotated[ServiceState, Depends(service_stat
     age = now - loaded.recommendations.as_of
     manifest = loaded.manifest
     return ModelStatus(
-        version=manifest.version, created_at=manifest.created_at, package_version=manifest.package_version,
-        source=manifest.source, data_window=manifest.data_window, as_of=loaded.recommendations.as_of,
-        age_seconds=age, stale_after_seconds=stale_after,
+        version=manifest.version,
+        created_at=manifest.created_at,
+        package_version=manifest.package_version,
+        source=manifest.source,
+        data_window=manifest.data_window,
+        as_of=loaded.recommendations.as_of,
+        age_seconds=age,
+        stale_after_seconds=stale_after,
         stale=model_age_problem(loaded.recommendations.as_of, now, stale_after) is not None,
         workload_containers=len(loaded.recommendations.recommendations),
     )

@@ -50,19 +50,29 @@ def openapi(request: Request) -> dict[str, Any]:
 
 @router.get("/docs")
 def swagger(request: Request) -> HTMLResponse:
-    return _self_only(get_swagger_ui_html(
-        openapi_url="/openapi.json", title=f"{request.app.title} - Swagger UI",
-        swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js", swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
-        swagger_favicon_url=f"{ASSETS_URL}/favicon.png", swagger_ui_parameters={"validatorUrl": None},
-    ))
+    return _self_only(
+        get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{request.app.title} - Swagger UI",
+            swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+    )
 
 
 @router.get("/redoc")
 def redoc(request: Request) -> HTMLResponse:
-    return _self_only(get_redoc_html(
-        openapi_url="/openapi.json", title=f"{request.app.title} - ReDoc", redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
-        redoc_favicon_url=f"{ASSETS_URL}/favicon.png", with_google_fonts=False,
-    ))
+    return _self_only(
+        get_redoc_html(
+            openapi_url="/openapi.json",
+            title=f"{request.app.title} - ReDoc",
+            redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{ASSETS_URL}/favicon.png",
+            with_google_fonts=False,
+        )
+    )
 
 
 @router.get(ASSETS_URL + "/{name}")

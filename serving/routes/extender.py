@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/scheduler", tags=["scheduler extender"], dependencies=[Depends(require_client_certificate)])
 ARGS_BODY = json_body(
     "ExtenderArgs: {Pod, Nodes (v1.NodeList) | NodeNames} (names match case-insensitively).",
-    {"Pod": {"type": "object"}, "Nodes": {"type": "object"}, "NodeNames": {"type": "array", "items": {"type": "string"}}},
+    {
+        "Pod": {"type": "object"},
+        "Nodes": {"type": "object"},
+        "NodeNames": {"type": "array", "items": {"type": "string"}},
+    },
 )
 MALFORMED = "koord-recommender: malformed ExtenderArgs"
 
@@ -61,7 +65,9 @@ def _capacity(node: Mapping[str, Any], settings: ExtenderSettings) -> NodeCapaci
         return None
 
 
-def _candidates(args: Mapping[str, Any], settings: ExtenderSettings) -> tuple[list[str], dict[str, NodeCapacity], list[Any]]:
+def _candidates(
+    args: Mapping[str, Any], settings: ExtenderSettings
+) -> tuple[list[str], dict[str, NodeCapacity], list[Any]]:
     """Node names, capacity given in the call (full-node mode) and the node objects to echo back; nodes without a
     readable name are left out."""
     names = _field(args, "NodeNames")
@@ -88,7 +94,9 @@ def _judge(args: Mapping[str, Any], state: ServiceState, cluster: ClusterView, s
         pod = _field(args, "Pod")
         snapshot = state.snapshot
         lookup = snapshot.lookup if snapshot is not None else (lambda key: None)
-        judgement = judge(cluster.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time())
+        judgement = judge(
+            cluster.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time()
+        )
     except Exception:  # neutral: let the scheduler go on without our opinion
         log.exception("extender could not judge the pod; every node gets a neutral answer")
         judgement = neutral(names, settings)
@@ -133,11 +141,18 @@ def _count(metrics: Metrics, verb: str, judgement: Judgement) -> None:
             metrics.extender_nodes.labels(verb=verb, result=result).inc(count)
 
 
-@router.post("/filter", summary="Extender filter: drop nodes whose forecast peak crosses the thresholds", response_class=Response, openapi_extra=ARGS_BODY)
+@router.post(
+    "/filter",
+    summary="Extender filter: drop nodes whose forecast peak crosses the thresholds",
+    response_class=Response,
+    openapi_extra=ARGS_BODY,
+)
 async def filter_nodes(request: Request) -> Response:
     judged = await _judged(request)
     if isinstance(judged, str):
-        return _json({"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": judged})
+        return _json(
+            {"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": judged}
+        )
     args, (names, nodes, judgement) = judged
     _count(request.app.state.metrics, "filter", judgement)
     failed = judgement.failed
@@ -150,7 +165,12 @@ async def filter_nodes(request: Request) -> Response:
     return _json(result)
 
 
-@router.post("/prioritize", summary="Extender prioritize: 0-10, highest where the forecast peak stays lowest", response_class=Response, openapi_extra=ARGS_BODY)
+@router.post(
+    "/prioritize",
+    summary="Extender prioritize: 0-10, highest where the forecast peak stays lowest",
+    response_class=Response,
+    openapi_extra=ARGS_BODY,
+)
 async def prioritize_nodes(request: Request) -> Response:
     judged = await _judged(request)
     if isinstance(judged, str):

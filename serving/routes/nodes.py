@@ -35,7 +35,9 @@ Cluster = Annotated[ClusterView, Depends(cluster)]
 class KoordinatorReclaimable(BaseModel):
     """What Koordinator's own rules would offer on this node now (anchors.md section 1), for comparison."""
 
-    usage: float = Field(description="Batch allocatable, policy usage: capacity x reclaim% - HP usage (0 on stale metrics).")
+    usage: float = Field(
+        description="Batch allocatable, policy usage: capacity x reclaim% - HP usage (0 on stale metrics)."
+    )
     request: float = Field(description="Batch allocatable, policy request: HP requests instead of usage.")
     max_usage_request: float = Field(description="Batch allocatable, policy maxUsageRequest: max(request, usage).")
     mid: float = Field(description="Mid reclaimable: HP requests - long-term peak, capped by allocatable - peak.")
@@ -50,23 +52,37 @@ class Reclaimable(BaseModel):
             "of the training's last sample does the measured usage + rise allowance floor it with the normal margin."
         )
     )
-    mid: float = Field(description="Our mid allocatable: the same with the long-term reservation in place of the short-term one.")
-    policy: str = Field(description="forecast (the node's pooled forecast) or per-pod lines (no node model: sum of pods' lines).")
-    stale: bool = Field(description="The forecast ran past its horizon (no new training): values decay toward the request-based ones.")
+    mid: float = Field(
+        description="Our mid allocatable: the same with the long-term reservation in place of the short-term one."
+    )
+    policy: str = Field(
+        description="forecast (the node's pooled forecast) or per-pod lines (no node model: sum of pods' lines)."
+    )
+    stale: bool = Field(
+        description="The forecast ran past its horizon (no new training): values decay toward the request-based ones."
+    )
     koordinator: KoordinatorReclaimable
 
 
 class NodeResourceLine(BaseModel):
     allocatable: float | None = Field(description="From the node list; None when the node is only known from pods.")
     threshold_percent: float | None = Field(
-        description="The operator's usage threshold (the node's usage-thresholds annotation, else the default); a value our own writer lowered is not used, the forecast peak is judged against the operator's."
+        description=(
+            "The operator's usage threshold (the node's usage-thresholds annotation, else the default); a value our "
+            "own writer lowered is not used, the forecast peak is judged against the operator's."
+        )
     )
     limit: float | None = Field(description="Sum of the high-priority pods' requests; None when none states one.")
-    usage: list[float | None] = Field(description="Pooled high-priority usage per step, the day before usage_start + len x step (empty without a node model).")
+    usage: list[float | None] = Field(
+        description="Pooled high-priority usage per step, the day before usage_start + len x step (empty without a node model)."
+    )
     usage_start: int | None = Field(description="Unix seconds of the first usage value; None when there is no usage.")
     usage_step_seconds: int
     short_term_reservation: list[float] = Field(
-        description="High-priority forecast per step from as_of: the pooled forecast plus pods placed since (else the sum of the pods' lines); borrowing pods excluded."
+        description=(
+            "High-priority forecast per step from as_of: the pooled forecast plus pods placed since (else the sum of "
+            "the pods' lines); borrowing pods excluded."
+        )
     )
     long_term_reservation: float = Field(description="Steady forecast of the high-priority pods' usage.")
     system_usage: float | None = Field(description="Usage outside pods; None: not measured by this service.")
@@ -79,7 +95,9 @@ class NodeLines(BaseModel):
     step_seconds: int
     cpu_cores: NodeResourceLine
     memory_bytes: NodeResourceLine
-    pods: list[NodePod] = Field(description="Pods on the node now (from the pods file), else the pods the node model learned from.")
+    pods: list[NodePod] = Field(
+        description="Pods on the node now (from the pods file), else the pods the node model learned from."
+    )
 
 
 def node_lines_of(loads: NodeLoads, node: str, settings: ColocationSettings, now: float) -> NodeLines:
@@ -96,11 +114,22 @@ def node_lines_of(loads: NodeLoads, node: str, settings: ColocationSettings, now
         usage = pooled.recent_usage if pooled is not None else []
         found = node_reclaimable(loads, node, name, now, settings)
         return NodeResourceLine(
-            allocatable=allocatable, threshold_percent=threshold, limit=state.limit[name], usage=usage,
-            usage_start=loads.timeline.as_of - len(usage) * step if usage else None, usage_step_seconds=step,
-            short_term_reservation=line, long_term_reservation=state.long_term[name], system_usage=None,
-            reclaimable=None if found is None else Reclaimable(
-                batch=found.batch, mid=found.mid, policy=found.policy, stale=found.stale,
+            allocatable=allocatable,
+            threshold_percent=threshold,
+            limit=state.limit[name],
+            usage=usage,
+            usage_start=loads.timeline.as_of - len(usage) * step if usage else None,
+            usage_step_seconds=step,
+            short_term_reservation=line,
+            long_term_reservation=state.long_term[name],
+            system_usage=None,
+            reclaimable=None
+            if found is None
+            else Reclaimable(
+                batch=found.batch,
+                mid=found.mid,
+                policy=found.policy,
+                stale=found.stale,
                 koordinator=KoordinatorReclaimable(**found.koordinator),
             ),
         )
@@ -110,20 +139,32 @@ def node_lines_of(loads: NodeLoads, node: str, settings: ColocationSettings, now
         node=node,
         as_of=loads.timeline.as_of,
         step_seconds=step,
-        cpu_cores=resource("cpu", cpu_line, *((capacity.cpu_cores, capacity.cpu_threshold_percent) if capacity else (None, None))),
+        cpu_cores=resource(
+            "cpu", cpu_line, *((capacity.cpu_cores, capacity.cpu_threshold_percent) if capacity else (None, None))
+        ),
         memory_bytes=resource(
-            "memory", memory_line, *((capacity.memory_bytes, capacity.memory_threshold_percent) if capacity else (None, None))
+            "memory",
+            memory_line,
+            *((capacity.memory_bytes, capacity.memory_threshold_percent) if capacity else (None, None)),
         ),
         pods=pods,
     )
 
 
-@router.get("/nodes", response_model=list[str], summary="Nodes the extender knows (from the nodes and pods files and the node model)")
+@router.get(
+    "/nodes",
+    response_model=list[str],
+    summary="Nodes the extender knows (from the nodes and pods files and the node model)",
+)
 def nodes(view: Cluster) -> list[str]:
     return list(view.loads.index)
 
 
-@router.get("/nodes/{node}/lines", response_model=NodeLines, summary="A node's four lines, allocatable and reclaimable batch/mid room")
+@router.get(
+    "/nodes/{node}/lines",
+    response_model=NodeLines,
+    summary="A node's four lines, allocatable and reclaimable batch/mid room",
+)
 def node_lines(node: str, view: Cluster, request: Request) -> NodeLines:
     return node_lines_of(view.loads, node, request.app.state.settings.colocation, time.time())
 

@@ -125,17 +125,31 @@ def four_lines(namespace: str, workload: str, container: str, loaded: Loaded) ->
         ("memory", rec.current.memory_limit_bytes, history.recent_memory_bytes if history else []),
     ):
         learned = getattr(rec, resource)
-        resources[resource] = None if learned is None else ResourceLines(
-            limit=limit, usage=usage, short_term_reservation=learned.short_term,
-            long_term_reservation=learned.long_term, request=learned.target,
+        resources[resource] = (
+            None
+            if learned is None
+            else ResourceLines(
+                limit=limit,
+                usage=usage,
+                short_term_reservation=learned.short_term,
+                long_term_reservation=learned.long_term,
+                request=learned.target,
+            )
         )
     return FourLines(
-        namespace=namespace, workload=workload, container=container,
-        as_of=loaded.loaded.recommendations.as_of, step_seconds=loaded.loaded.recommendations.step_seconds,
-        cpu_cores=resources["cpu"], memory_bytes=resources["memory"],
+        namespace=namespace,
+        workload=workload,
+        container=container,
+        as_of=loaded.loaded.recommendations.as_of,
+        step_seconds=loaded.loaded.recommendations.step_seconds,
+        cpu_cores=resources["cpu"],
+        memory_bytes=resources["memory"],
         provenance=Provenance(
-            model=f"koord-recommender {manifest.package_version}", version=manifest.version,
-            created_at=manifest.created_at, source=manifest.source, data_window=manifest.data_window,
+            model=f"koord-recommender {manifest.package_version}",
+            version=manifest.version,
+            created_at=manifest.created_at,
+            source=manifest.source,
+            data_window=manifest.data_window,
         ),
     )
 

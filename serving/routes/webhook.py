@@ -95,22 +95,35 @@ def opt_in(pod: Mapping[str, Any], namespace: str, settings: Settings, sources: 
         problem = sources.problem()
         if problem is not None:
             return f"koord-recommender: {problem}, pod admitted unchanged"
-        labels, vpas, hpas = sources.namespace_labels(namespace), sources.vpas.values(namespace), sources.hpas.values(namespace)
+        labels, vpas, hpas = (
+            sources.namespace_labels(namespace),
+            sources.vpas.values(namespace),
+            sources.hpas.values(namespace),
+        )
     return optin.decide(pod, labels, vpas, hpas, settings.webhook.default_mode, settings.sync.recommender_name)
 
 
-def decide(request: Mapping[str, Any], state: ServiceState, settings: Settings, sources: OptInSources | None, now: float) -> Answer:
+def decide(
+    request: Mapping[str, Any], state: ServiceState, settings: Settings, sources: OptInSources | None, now: float
+) -> Answer:
     """The answer to one review's request (uid left to the caller); raises only on bugs (the route catches them)."""
     pod = request.get("object")
     kind = request.get("kind") or {}
-    if request.get("operation") != "CREATE" or not isinstance(pod, Mapping) or kind.get("kind") != "Pod" or request.get("subResource"):
+    if (
+        request.get("operation") != "CREATE"
+        or not isinstance(pod, Mapping)
+        or kind.get("kind") != "Pod"
+        or request.get("subResource")
+    ):
         return Answer("", None, ["koord-recommender: only pod CREATE is mutated"], "skipped")
     snapshot = state.snapshot
     if snapshot is None:
         return Answer("", None, ["koord-recommender: no model version loaded, pod admitted unchanged"], "skipped")
     problem = model_age_problem(snapshot.loaded.recommendations.as_of, now, settings.webhook.max_model_age_seconds)
     if problem is not None:
-        return Answer("", None, [f"koord-recommender: model {snapshot.version} {problem}, pod admitted unchanged"], "skipped")
+        return Answer(
+            "", None, [f"koord-recommender: model {snapshot.version} {problem}, pod admitted unchanged"], "skipped"
+        )
     namespace = str(request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "")
     view = relevant_fields(pod)
     decided = opt_in(view, namespace, settings, sources)
@@ -136,7 +149,13 @@ def _containers(review: Mapping[str, Any] | None) -> int:
     return sum(len(part) for part in (spec.get("containers"), spec.get("initContainers")) if isinstance(part, list))
 
 
-def answer(parsed: tuple[str, Mapping[str, Any] | None, str], state: ServiceState, settings: Settings, sources: OptInSources | None, now: float) -> Answer:
+def answer(
+    parsed: tuple[str, Mapping[str, Any] | None, str],
+    state: ServiceState,
+    settings: Settings,
+    sources: OptInSources | None,
+    now: float,
+) -> Answer:
     """The answer to a parsed review; never raises (fails open)."""
     uid, review, problem = parsed
     dry_run = bool(review and review.get("dryRun") is True)
@@ -197,7 +216,8 @@ async def admission(request: Request) -> Response:
     for resource in found.hpa_refused:
         metrics.webhook_hpa_conflicts.labels(resource=resource).inc()
     log.log(
-        logging.WARNING if found.outcome in ("error", "overloaded", "too_large", "not_synced") else logging.DEBUG, "admission review",
+        logging.WARNING if found.outcome in ("error", "overloaded", "too_large", "not_synced") else logging.DEBUG,
+        "admission review",
         extra={"uid": found.uid, "outcome": found.outcome, "dry_run": found.dry_run, "warnings": found.warnings},
     )
     return Response(_review(found.uid, found.patch, found.warnings), media_type="application/json")

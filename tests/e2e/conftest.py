@@ -17,7 +17,9 @@ def _binaries() -> Path:
     binaries = control_plane_binaries()
     if binaries is None:
         if shutil.which("go") is None:
-            pytest.skip("the end-to-end tests need Go >= 1.24 to build the Kubernetes control plane: install Go, then `make test`")
+            pytest.skip(
+                "the end-to-end tests need Go >= 1.24 to build the Kubernetes control plane: install Go, then `make test`"
+            )
         pytest.fail("the control plane is not built: run scripts/build-control-plane.sh (make test does)")
     return binaries
 

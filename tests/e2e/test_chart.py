@@ -62,8 +62,20 @@ def installed(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
     work = tmp_path_factory.mktemp("chart")
     home = work / "helm-home"
     done = helm(
-        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", "--kubeconfig", str(plane.kubeconfig),
-        "--set", f"prometheus.url={PROMETHEUS}", "--set", "webhook.mode=Off", home=home, timeout=180,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--kubeconfig",
+        str(plane.kubeconfig),
+        "--set",
+        f"prometheus.url={PROMETHEUS}",
+        "--set",
+        "webhook.mode=Off",
+        home=home,
+        timeout=180,
     )
     return Installed(plane, home, work, done)
 
@@ -71,13 +83,23 @@ def installed(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
 def token_kubeconfig(plane: ControlPlane, account: str, path: Path) -> Path:
     """A kubeconfig with a TokenRequest token of `account` in the release namespace: what the pod would mount."""
     core = client.CoreV1Api(plane.api())
-    token = core.create_namespaced_service_account_token(account, NAMESPACE, {"spec": {"expirationSeconds": 3600}}).status.token
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "e2e", "cluster": {"server": plane.url, "certificate-authority": str(plane.ca.cert_path)}}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": account}}],
-    }))
+    token = core.create_namespaced_service_account_token(
+        account, NAMESPACE, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sa",
+                "clusters": [
+                    {"name": "e2e", "cluster": {"server": plane.url, "certificate-authority": str(plane.ca.cert_path)}}
+                ],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": account}}],
+            }
+        )
+    )
     return path
 
 
@@ -93,21 +115,41 @@ def test_every_rendered_object_is_accepted_by_the_apiserver(installed: Installed
             created = resource.create(body=document, namespace=namespace, dry_run="All")
             assert created.metadata.name == document["metadata"]["name"], (values, document["kind"])
             kinds.add(document["kind"])
-    assert {"Deployment", "CronJob", "Job", "MutatingWebhookConfiguration", "Certificate", "Issuer", "ServiceMonitor",
-            "NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Secret"} <= kinds
+    assert {
+        "Deployment",
+        "CronJob",
+        "Job",
+        "MutatingWebhookConfiguration",
+        "Certificate",
+        "Issuer",
+        "ServiceMonitor",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "PersistentVolumeClaim",
+        "Secret",
+    } <= kinds
 
 
 def test_helm_install_with_two_values_is_accepted_whole(installed: Installed) -> None:
     assert installed.install.returncode == 0, installed.install.stderr
     status = json.loads(installed.helm("status", RELEASE, "--namespace", NAMESPACE, "--output", "json").stdout)
     assert status["info"]["status"] == "deployed"
-    manifest = [d for d in yaml.safe_load_all(installed.helm("get", "manifest", RELEASE, "--namespace", NAMESPACE).stdout) if d]
+    manifest = [
+        d for d in yaml.safe_load_all(installed.helm("get", "manifest", RELEASE, "--namespace", NAMESPACE).stdout) if d
+    ]
     resources = dynamic.DynamicClient(installed.plane.api()).resources
     for document in manifest:  # every object of the release is stored in the API server as rendered
         resource = resources.get(api_version=document["apiVersion"], kind=document["kind"])
         stored = resource.get(name=document["metadata"]["name"], namespace=NAMESPACE if resource.namespaced else None)
         assert stored.metadata.labels["app.kubernetes.io/instance"] == RELEASE
-    assert {d["kind"] for d in manifest} >= {"Deployment", "CronJob", "Job", "MutatingWebhookConfiguration", "Secret", "ClusterRole"}
+    assert {d["kind"] for d in manifest} >= {
+        "Deployment",
+        "CronJob",
+        "Job",
+        "MutatingWebhookConfiguration",
+        "Secret",
+        "ClusterRole",
+    }
     serve = next(d for d in manifest if d["kind"] == "Deployment" and d["metadata"]["name"] == RELEASE)
     env = {e["name"]: e.get("value") for e in serve["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == "Off"
@@ -120,7 +162,10 @@ def test_the_training_account_can_do_nothing_in_the_cluster(installed: Installed
     from kubernetes import config
 
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    for call in (lambda: core.list_pod_for_all_namespaces(limit=1), lambda: core.list_namespaced_secret(NAMESPACE, limit=1)):
+    for call in (
+        lambda: core.list_pod_for_all_namespaces(limit=1),
+        lambda: core.list_namespaced_secret(NAMESPACE, limit=1),
+    ):
         with pytest.raises(ApiException) as refused:
             call()
         assert refused.value.status == 403
@@ -136,8 +181,12 @@ class Service:
 
 def usage(now: int) -> Any:
     """Three days of a workload `web` (container `app`) in each test namespace, ending now."""
-    frames = [make_usage(workloads=1, pods=2, days=3, start=now - 3 * DAY).assign(namespace=ns, workload="web", container="app")
-              for ns in (OPTED, BY_VPA, BY_LABEL, ELSEWHERE)]
+    frames = [
+        make_usage(workloads=1, pods=2, days=3, start=now - 3 * DAY).assign(
+            namespace=ns, workload="web", container="app"
+        )
+        for ns in (OPTED, BY_VPA, BY_LABEL, ELSEWHERE)
+    ]
     import pandas as pd
 
     return pd.concat(frames, ignore_index=True)
@@ -151,13 +200,27 @@ def service(installed: Installed) -> Iterator[Service]:
     work = installed.work
     now = int(time.time()) // 300 * 300
     usage(now).to_csv(work / "usage.csv", index=False)
-    trained = subprocess.run([entry_point(), "train", "--input", str(work / "usage.csv"), "--store", str(work / "store")],
-                             capture_output=True, text=True, timeout=300)
+    trained = subprocess.run(
+        [entry_point(), "train", "--input", str(work / "usage.csv"), "--store", str(work / "store")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert trained.returncode == 0, trained.stderr
     port = free_port()
     upgraded = installed.helm(
-        "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE,
-        *values_args(values={"webhook.mode": "Off", "webhook.url": f"https://127.0.0.1:{port}/mutate", "tls.selfSigned.ipAddresses": ["127.0.0.1"]}),
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        *values_args(
+            values={
+                "webhook.mode": "Off",
+                "webhook.url": f"https://127.0.0.1:{port}/mutate",
+                "tls.selfSigned.ipAddresses": ["127.0.0.1"],
+            }
+        ),
     )
     assert upgraded.returncode == 0, upgraded.stderr
     api = installed.plane.api()
@@ -169,18 +232,39 @@ def service(installed: Installed) -> Iterator[Service]:
     assert webhook.client_config.url == f"https://127.0.0.1:{port}/mutate" and webhook.client_config.service is None
     assert webhook.client_config.ca_bundle == secret["ca.crt"]  # the chart's CA, as the chart injected it
     deployment = client.AppsV1Api(api).read_namespaced_deployment(RELEASE, NAMESPACE)
-    env = {e.name: e.value for e in deployment.spec.template.spec.containers[0].env if e.value is not None and e.name.startswith("KOORD_")}
+    env = {
+        e.name: e.value
+        for e in deployment.spec.template.spec.containers[0].env
+        if e.value is not None and e.name.startswith("KOORD_")
+    }
     kubeconfig = token_kubeconfig(installed.plane, RELEASE, work / "serve.kubeconfig")
     env["KOORD_RECOMMENDER_WEBHOOK__KUBECONFIG"] = str(kubeconfig)  # what the pod's mounted token would give it
-    for namespace, labels in ((OPTED, {"koord-recommender.io/mode": "Initial"}), (BY_VPA, {}), (BY_LABEL, {}), (ELSEWHERE, {})):
+    for namespace, labels in (
+        (OPTED, {"koord-recommender.io/mode": "Initial"}),
+        (BY_VPA, {}),
+        (BY_LABEL, {}),
+        (ELSEWHERE, {}),
+    ):
         core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})  # no controller-manager here
+        core.create_namespaced_service_account(
+            namespace, {"metadata": {"name": "default"}}
+        )  # no controller-manager here
     custom = client.CustomObjectsApi(api)
-    custom.create_namespaced_custom_object(*VPA[:2], BY_VPA, VPA[2], {
-        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": "web", "namespace": BY_VPA},
-        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                 "recommenders": [{"name": "koord-recommender"}], "updatePolicy": {"updateMode": "Initial"}},
-    })
+    custom.create_namespaced_custom_object(
+        *VPA[:2],
+        BY_VPA,
+        VPA[2],
+        {
+            "apiVersion": "autoscaling.k8s.io/v1",
+            "kind": "VerticalPodAutoscaler",
+            "metadata": {"name": "web", "namespace": BY_VPA},
+            "spec": {
+                "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "recommenders": [{"name": "koord-recommender"}],
+                "updatePolicy": {"updateMode": "Initial"},
+            },
+        },
+    )
     verify = ssl.create_default_context(cafile=str(work / "ca.crt"))
     with serving(work / "store", work, tls=(work / "tls.crt", work / "tls.key"), verify=verify, env=env, port=port):
         time.sleep(2)  # the webhook configuration's new clientConfig reaches the apiserver's informer
@@ -191,18 +275,36 @@ def deployment_pod(namespace: str, labels: dict[str, str] | None = None) -> dict
     """A pod as the ReplicaSet of Deployment `web` creates it (stored only: nothing runs it)."""
     return {
         "metadata": {
-            "generateName": "web-5d8f7c9b4-", "labels": {"pod-template-hash": "5d8f7c9b4", "app": "web", **(labels or {})},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f7c9b4", "uid": str(uuid.uuid4()), "controller": True}],
+            "generateName": "web-5d8f7c9b4-",
+            "labels": {"pod-template-hash": "5d8f7c9b4", "app": "web", **(labels or {})},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-5d8f7c9b4",
+                    "uid": str(uuid.uuid4()),
+                    "controller": True,
+                }
+            ],
         },
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
-                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
+                }
+            ]
+        },
     }
 
 
 @functools.cache
 def shown(store: Path) -> list[dict[str, Any]]:
     """`recommender show --format json` of the store (it is trained once)."""
-    done = subprocess.run([entry_point(), "show", "--store", str(store), "--format", "json"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [entry_point(), "show", "--store", str(store), "--format", "json"], capture_output=True, text=True, timeout=60
+    )
     recommendations: list[dict[str, Any]] = json.loads(done.stdout)["recommendations"]
     return recommendations
 
@@ -217,30 +319,56 @@ def test_opted_in_pods_get_our_requests_and_others_are_left_alone(service: Servi
         rec = target(service.store, namespace)
         requests = pod.spec.containers[0].resources.requests
         assert cpu_cores_from_quantity(requests["cpu"]) == pytest.approx(rec["cpu"]["target"], abs=0.001), namespace
-        assert memory_bytes_from_quantity(requests["memory"]) == pytest.approx(rec["memory"]["target"], rel=0.01), namespace
+        assert memory_bytes_from_quantity(requests["memory"]) == pytest.approx(rec["memory"]["target"], rel=0.01), (
+            namespace
+        )
         applied = json.loads(pod.metadata.annotations["koord-recommender.io/applied"])  # the audit annotation
         assert applied["mode"] == "Initial", (namespace, applied)
     untouched = service.core.create_namespaced_pod(ELSEWHERE, deployment_pod(ELSEWHERE))
     assert untouched.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
-    assert not {"koord-recommender.io/applied", "koord-recommender.io/changes"} & set(untouched.metadata.annotations or {})
+    assert not {"koord-recommender.io/applied", "koord-recommender.io/changes"} & set(
+        untouched.metadata.annotations or {}
+    )
 
 
 def test_sync_writes_vpa_status_with_the_sync_account(service: Service) -> None:
-    kubeconfig = token_kubeconfig(service.installed.plane, f"{RELEASE}-sync", service.installed.work / "sync.kubeconfig")
-    synced = subprocess.run([entry_point(), "sync", "--once", "--store", str(service.store), "--kubeconfig", str(kubeconfig)],
-                            capture_output=True, text=True, timeout=120)
+    kubeconfig = token_kubeconfig(
+        service.installed.plane, f"{RELEASE}-sync", service.installed.work / "sync.kubeconfig"
+    )
+    synced = subprocess.run(
+        [entry_point(), "sync", "--once", "--store", str(service.store), "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert synced.returncode == 0, synced.stderr
     vpa = service.custom.get_namespaced_custom_object(*VPA[:2], BY_VPA, VPA[2], "web")
     (container,) = vpa["status"]["recommendation"]["containerRecommendations"]
     assert container["containerName"] == "app"
-    assert cpu_cores_from_quantity(container["target"]["cpu"]) == pytest.approx(target(service.store, BY_VPA)["cpu"]["target"], abs=0.001)
+    assert cpu_cores_from_quantity(container["target"]["cpu"]) == pytest.approx(
+        target(service.store, BY_VPA)["cpu"]["target"], abs=0.001
+    )
 
 
 def test_cluster_files_lists_pods_and_nodes_with_the_serving_account(service: Service) -> None:
     kubeconfig = token_kubeconfig(service.installed.plane, RELEASE, service.installed.work / "serve-2.kubeconfig")
     pods, nodes = service.installed.work / "pods.json", service.installed.work / "nodes.json"
-    listed = subprocess.run([entry_point(), "cluster-files", "--once", "--kubeconfig", str(kubeconfig), "--pods-file", str(pods),
-                             "--nodes-file", str(nodes)], capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [
+            entry_point(),
+            "cluster-files",
+            "--once",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--pods-file",
+            str(pods),
+            "--nodes-file",
+            str(nodes),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert listed.returncode == 0, listed.stderr
     assert json.loads(nodes.read_text())["items"] == []  # no nodes in this control plane, but the list was allowed
     assert isinstance(json.loads(pods.read_text())["items"], list)

@@ -36,8 +36,14 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def files(plane: ControlPlane, tmp_path: Path) -> Iterator[ClusterFiles]:
-    watched = ClusterFiles(plane.api(), tmp_path / "pods.json", tmp_path / "nodes.json", interval_seconds=0.2,
-                           resync_seconds=3600, backoff_max_seconds=1)
+    watched = ClusterFiles(
+        plane.api(),
+        tmp_path / "pods.json",
+        tmp_path / "nodes.json",
+        interval_seconds=0.2,
+        resync_seconds=3600,
+        backoff_max_seconds=1,
+    )
     stop = threading.Event()
     thread = threading.Thread(target=watched.run, args=(stop,), daemon=True)
     thread.start()
@@ -67,8 +73,14 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 30) -> Non
 def compact(plane: ControlPlane) -> None:
     """Compact etcd's history up to its current revision (its JSON gateway), as the apiserver does every 5 minutes."""
     etcd = f"http://127.0.0.1:{plane.etcd_port}/v3/kv"
-    revision = int(httpx.post(f"{etcd}/range", json={"key": base64.b64encode(b"/").decode()}, timeout=10).json()["header"]["revision"])
-    assert httpx.post(f"{etcd}/compaction", json={"revision": revision, "physical": True}, timeout=10).status_code == 200
+    revision = int(
+        httpx.post(f"{etcd}/range", json={"key": base64.b64encode(b"/").decode()}, timeout=10).json()["header"][
+            "revision"
+        ]
+    )
+    assert (
+        httpx.post(f"{etcd}/compaction", json={"revision": revision, "physical": True}, timeout=10).status_code == 200
+    )
 
 
 def pod(name: str) -> dict[str, object]:
@@ -85,7 +97,10 @@ def test_new_pods_and_nodes_arrive_by_watch_and_a_gone_version_relists(
     eventually(lambda: "before" in names(files.pods_file), "the first list wrote the pod made before")
     core.create_node({"metadata": {"name": "watched-node"}})
     core.create_namespaced_pod("default", pod("after"))
-    eventually(lambda: "watched-node" in names(files.nodes_file) and "after" in names(files.pods_file), "the watch wrote the new node and pod")
+    eventually(
+        lambda: "watched-node" in names(files.nodes_file) and "after" in names(files.pods_file),
+        "the watch wrote the new node and pod",
+    )
     assert (files.pods.lists, files.nodes.lists) == (1, 1)  # no re-list: the watch carried them
     # A finished pod holds no resources: the field-selected watch reports it gone.
     core.patch_namespaced_pod_status("after", "default", {"status": {"phase": "Succeeded"}})

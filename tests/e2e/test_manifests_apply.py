@@ -41,4 +41,11 @@ def test_every_manifest_is_accepted_by_the_apiserver(plane: ControlPlane) -> Non
         created = resource.create(body=document, namespace=namespace, dry_run="All")
         assert created.metadata.name == document["metadata"]["name"]
         checked.append(document["kind"])
-    assert {"Deployment", "CronJob", "MutatingWebhookConfiguration", "ClusterRole", "VerticalPodAutoscaler", "Recommendation"} <= set(checked)
+    assert {
+        "Deployment",
+        "CronJob",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "VerticalPodAutoscaler",
+        "Recommendation",
+    } <= set(checked)

@@ -24,11 +24,17 @@ FAST = {"KOORD_RECOMMENDER_FORECAST__USE_STL": "false", "KOORD_RECOMMENDER_FOREC
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = tmp_path_factory.mktemp("node-store")
     usage = make_usage(workloads=2, pods=2, days=3)
-    usage = usage.assign(namespace="farm", node=usage["pod"].map({"w0-p0": "learned-a", "w0-p1": "learned-a", "w1-p0": "learned-b", "w1-p1": "learned-b"}))
+    usage = usage.assign(
+        namespace="farm",
+        node=usage["pod"].map({"w0-p0": "learned-a", "w0-p1": "learned-a", "w1-p0": "learned-b", "w1-p1": "learned-b"}),
+    )
     usage.to_csv(workdir / "usage.csv", index=False)
     done = subprocess.run(
         [entry_point(), "train", "--input", str(workdir / "usage.csv"), "--store", str(workdir / "store")],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **FAST},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **FAST},
     )
     assert done.returncode == 0, done.stderr
     return workdir / "store"
@@ -38,14 +44,29 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def core(plane: ControlPlane) -> client.CoreV1Api:
     api = client.CoreV1Api(plane.api())
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
-    for name, annotations in (("learned-a", {k.USAGE_THRESHOLDS_ANNOTATION: '{"prodUsageThresholds":{"cpu":50}}'}), ("learned-b", {}), ("stranger", {})):
-        api.create_node({"metadata": {"name": name, "annotations": annotations}})
+    for name, node_annotations in (
+        ("learned-a", {k.USAGE_THRESHOLDS_ANNOTATION: '{"prodUsageThresholds":{"cpu":50}}'}),
+        ("learned-b", {}),
+        ("stranger", {}),
+    ):
+        api.create_node({"metadata": {"name": name, "annotations": node_annotations}})
         api.patch_node_status(name, {"status": {"capacity": capacity, "allocatable": capacity}})
     return api
 
 
-def test_sync_writes_reclaim_ratios_and_usage_thresholds_on_learned_nodes(plane: ControlPlane, store: Path, core: client.CoreV1Api, cli: Runner) -> None:
-    args = ("sync", "--once", "--store", str(store), "--kubeconfig", str(plane.kubeconfig), "--reclaim-ratios", "--usage-thresholds")
+def test_sync_writes_reclaim_ratios_and_usage_thresholds_on_learned_nodes(
+    plane: ControlPlane, store: Path, core: client.CoreV1Api, cli: Runner
+) -> None:
+    args = (
+        "sync",
+        "--once",
+        "--store",
+        str(store),
+        "--kubeconfig",
+        str(plane.kubeconfig),
+        "--reclaim-ratios",
+        "--usage-thresholds",
+    )
     result = cli(*args)
     assert result.returncode == 0, result.stderr
     for name in ("learned-a", "learned-b"):
@@ -68,7 +89,9 @@ def test_sync_writes_reclaim_ratios_and_usage_thresholds_on_learned_nodes(plane:
     assert again.returncode == 0 and "0 written" in again.stderr  # nothing changed, nothing written
 
 
-def test_sync_leaves_nodes_alone_unless_asked(plane: ControlPlane, store: Path, core: client.CoreV1Api, cli: Runner) -> None:
+def test_sync_leaves_nodes_alone_unless_asked(
+    plane: ControlPlane, store: Path, core: client.CoreV1Api, cli: Runner
+) -> None:
     core.patch_node("learned-b", {"metadata": {"labels": {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.11"}}})
     result = cli("sync", "--once", "--store", str(store), "--kubeconfig", str(plane.kubeconfig))
     assert result.returncode == 0, result.stderr

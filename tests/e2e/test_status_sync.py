@@ -41,7 +41,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     usage.to_csv(workdir / "usage.csv", index=False)
     done = subprocess.run(
         [entry_point(), "train", "--input", str(workdir / "usage.csv"), "--store", str(workdir / "store")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     return workdir / "store"
@@ -55,14 +57,23 @@ def objects(plane: ControlPlane) -> client.CustomObjectsApi:
     capped = {"resourcePolicy": {"containerPolicies": [{"containerName": "*", "maxAllowed": {"cpu": "300m"}}]}}
     custom.create_namespaced_custom_object(*VPA[:2], "shop", VPA[2], vpa("web", "web", "koord-recommender", **capped))
     custom.create_namespaced_custom_object(*VPA[:2], "shop", VPA[2], vpa("api-default", "api", "default"))
-    custom.create_namespaced_custom_object(*VPA[:2], "shop", VPA[2], vpa("ghost", "no-such-workload", "koord-recommender"))
     custom.create_namespaced_custom_object(
-        *REC[:2], "shop", REC[2],
+        *VPA[:2], "shop", VPA[2], vpa("ghost", "no-such-workload", "koord-recommender")
+    )
+    custom.create_namespaced_custom_object(
+        *REC[:2],
+        "shop",
+        REC[2],
         {
             "apiVersion": "analysis.koordinator.sh/v1alpha1",
             "kind": "Recommendation",
             "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {"target": {"type": "workload", "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}},
+            "spec": {
+                "target": {
+                    "type": "workload",
+                    "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                }
+            },
         },
     )
     return custom
@@ -85,7 +96,10 @@ def test_sync_once_writes_our_vpas_and_recommendations(
     assert set(app) == {"containerName", "target", "lowerBound", "upperBound", "uncappedTarget"}
     assert cpu_cores_from_quantity(app["target"]["cpu"]) <= 0.3  # maxAllowed applied...
     assert cpu_cores_from_quantity(app["uncappedTarget"]["cpu"]) > 0.3  # ...but not to the uncapped target
-    assert {c["type"]: c["status"] for c in web["conditions"]} == {"RecommendationProvided": "True", "LowConfidence": "False"}
+    assert {c["type"]: c["status"] for c in web["conditions"]} == {
+        "RecommendationProvided": "True",
+        "LowConfidence": "False",
+    }
     assert "status" not in get(objects, VPA, "api-default")  # another recommender's VPA is left alone
     ghost = get(objects, VPA, "ghost")["status"]
     assert ghost["conditions"][0]["status"] == "False" and "recommendation" not in ghost
@@ -103,7 +117,9 @@ def test_the_sync_loop_answers_a_new_vpa_within_seconds(
 ) -> None:
     process = subprocess.Popen(
         [entry_point(), "sync", "--store", str(store), "--kubeconfig", str(plane.kubeconfig), "--resync", "300s"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     try:
         time.sleep(2)

@@ -30,26 +30,38 @@ def samples(first_day: float, days: float, cpu: float, memory: float, seed: int)
     """One pod's minute samples with some spread (the `group` column as the estimator takes it)."""
     rng = np.random.default_rng(seed)
     times = np.arange(START + first_day * DAY, START + (first_day + days) * DAY, 60)
-    return pd.DataFrame({
-        "group": '["legacy", "web", "app"]', "pod": "web-1", "timestamp": times,
-        "cpu_cores": np.round(cpu * rng.uniform(0.5, 1.5, times.size), 3), "memory_bytes": memory * rng.uniform(0.8, 1.2, times.size),
-    })
+    return pd.DataFrame(
+        {
+            "group": '["legacy", "web", "app"]',
+            "pod": "web-1",
+            "timestamp": times,
+            "cpu_cores": np.round(cpu * rng.uniform(0.5, 1.5, times.size), 3),
+            "memory_bytes": memory * rng.uniform(0.8, 1.2, times.size),
+        }
+    )
 
 
 def vpa_checkpoint(name: str, container: str, status: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint object as VPA's recommender writes it (no labels of ours)."""
     return {
-        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscalerCheckpoint",
+        "apiVersion": "autoscaling.k8s.io/v1",
+        "kind": "VerticalPodAutoscalerCheckpoint",
         "metadata": {"name": f"{name}-{container}", "namespace": NS},
-        "spec": {"vpaObjectName": name, "containerName": container}, "status": status,
+        "spec": {"vpaObjectName": name, "containerName": container},
+        "status": status,
     }
 
 
 def vpa(name: str, workload: str) -> dict[str, Any]:
     return {
-        "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": name, "namespace": NS},
-        "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
-                 "recommenders": [{"name": "koord-recommender"}], "updatePolicy": {"updateMode": "Off"}},
+        "apiVersion": "autoscaling.k8s.io/v1",
+        "kind": "VerticalPodAutoscaler",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
+            "recommenders": [{"name": "koord-recommender"}],
+            "updatePolicy": {"updateMode": "Off"},
+        },
     }
 
 
@@ -80,13 +92,20 @@ def test_vpa_checkpoint_round_trips_and_warm_starts_as_the_samples(custom: clien
 def store(tmp_path_factory: pytest.TempPathFactory, custom: client.CustomObjectsApi) -> Path:
     """A model of the `vpa` policy trained on days 3-5; a VPA checkpoint of days 0-3 (twice the CPU) for `web`."""
     workdir = tmp_path_factory.mktemp("vpa-store")
-    recent = pd.concat([
-        samples(3, 2, 0.4, 3e8, seed=2),
-        samples(3, 2, 0.3, 2e8, seed=3).assign(group='["legacy", "api", "app"]', pod="api-1"),
-    ], ignore_index=True)
+    recent = pd.concat(
+        [
+            samples(3, 2, 0.4, 3e8, seed=2),
+            samples(3, 2, 0.3, 2e8, seed=3).assign(group='["legacy", "api", "app"]', pod="api-1"),
+        ],
+        ignore_index=True,
+    )
     keys = recent["group"].str.extract(r'\["(?P<namespace>[^"]+)", "(?P<workload>[^"]+)", "(?P<container>[^"]+)"\]')
     recent.drop(columns="group").join(keys).to_csv(workdir / "usage.csv", index=False)
-    history = VpaRecommender().fit(samples(0, 3, 0.8, 6e8, seed=1)).checkpoint('["legacy", "web", "app"]', START + 3 * DAY + 1)
+    history = (
+        VpaRecommender()
+        .fit(samples(0, 3, 0.8, 6e8, seed=1))
+        .checkpoint('["legacy", "web", "app"]', START + 3 * DAY + 1)
+    )
     custom.create_namespaced_custom_object(*CHECKPOINT[:2], NS, CHECKPOINT[2], vpa_checkpoint("web", "app", history))
     return workdir
 
@@ -96,7 +115,9 @@ def test_sync_warm_starts_the_vpa_policy_from_the_cluster_checkpoint(
 ) -> None:
     trained = cli("train", "--input", str(store / "usage.csv"), "--store", str(store / "store"), env=VPA_POLICY)
     assert trained.returncode == 0, trained.stderr
-    result = cli("sync", "--once", "--store", str(store / "store"), "--kubeconfig", str(plane.kubeconfig), env=VPA_POLICY)
+    result = cli(
+        "sync", "--once", "--store", str(store / "store"), "--kubeconfig", str(plane.kubeconfig), env=VPA_POLICY
+    )
     assert result.returncode == 0, result.stderr
     status = custom.get_namespaced_custom_object(*VPA[:2], NS, VPA[2], "web")["status"]
     written = status["recommendation"]["containerRecommendations"][0]
@@ -108,7 +129,8 @@ def test_sync_warm_starts_the_vpa_policy_from_the_cluster_checkpoint(
     assert warm.cpu is not None and warm.memory is not None and learned.cpu is not None
     for field, attribute in (("target", "target"), ("lowerBound", "lower_bound"), ("upperBound", "upper_bound")):
         assert written[field] == {
-            "cpu": vpa_cpu_quantity(getattr(warm.cpu, attribute)), "memory": vpa_memory_quantity(getattr(warm.memory, attribute))
+            "cpu": vpa_cpu_quantity(getattr(warm.cpu, attribute)),
+            "memory": vpa_memory_quantity(getattr(warm.memory, attribute)),
         }
     assert warm.cpu.target > learned.cpu.target  # the history's busier days count, as they do for VPA
     listed = custom.list_namespaced_custom_object(*CHECKPOINT[:2], NS, CHECKPOINT[2])["items"]

@@ -18,7 +18,12 @@ pytestmark = pytest.mark.e2e
 def test_vpa_policy_equals_vpas_own_code_on_the_bundled_trace() -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "vpa_crosscheck.py"), str(BUNDLED), "--ooms", "20"],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "google-2019: 4 of 4 workload containers equal on all six values; largest difference 0" in done.stdout, done.stdout
+    assert "google-2019: 4 of 4 workload containers equal on all six values; largest difference 0" in done.stdout, (
+        done.stdout
+    )

@@ -4,7 +4,8 @@ kube-controller-manager, kube-scheduler, etcd) with our service on 127.0.0.1 ove
 - A Deployment's pods, created by the controller-manager in a namespace labelled for it, are stored with our
   requests, proportional limits and our audit annotation; one in an unlabelled namespace is left alone; a VPA naming
   us with updateMode Off leaves its pods alone, one with Initial sizes them, and an HPA on CPU keeps CPU ours to
-  leave (the service watches namespaces, VPAs and HPAs on this apiserver); a koord-batch pod gets Koordinator's batch resources; with our service stopped, pods are still
+  leave (the service watches namespaces, VPAs and HPAs on this apiserver); a koord-batch pod gets Koordinator's batch
+  resources; with our service stopped, pods are still
   created unchanged (fail open).
 - kube-scheduler, with us registered as an extender, binds a new pod to the node whose pods' forecast peak over
   the next hours is lowest, although that node's pods use more CPU on average.
@@ -17,11 +18,10 @@ import json
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -30,12 +30,12 @@ import pandas as pd
 import pytest
 from kubernetes import client
 
+from recommender.mutation import APPLIED_ANNOTATION
+from recommender.optin import MODE_KEY
 from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantity
 from tests.conftest import entry_point
 from tests.e2e.conftest import _binaries
 from tests.integration.server import serving, tls_files
-from recommender.mutation import APPLIED_ANNOTATION
-from recommender.optin import MODE_KEY
 from tests.support.control_plane import ControlPlane, crd_files
 
 pytestmark = pytest.mark.e2e
@@ -52,11 +52,21 @@ def usage_frame(now: int) -> pd.DataFrame:
 
     def add(namespace: str, workload: str, container: str, pods: int, cpu: np.ndarray, memory: float) -> None:
         for p in range(pods):
-            rows.append(pd.DataFrame({
-                "timestamp": times, "namespace": namespace, "workload": workload, "pod": f"{workload}-{p}",
-                "container": container, "cpu_cores": cpu, "memory_bytes": memory,
-                "cpu_limit_cores": 4.0, "memory_limit_bytes": 4 * 2**30,
-            }))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "timestamp": times,
+                        "namespace": namespace,
+                        "workload": workload,
+                        "pod": f"{workload}-{p}",
+                        "container": container,
+                        "cpu_cores": cpu,
+                        "memory_bytes": memory,
+                        "cpu_limit_cores": 4.0,
+                        "memory_limit_bytes": 4 * 2**30,
+                    }
+                )
+            )
 
     add("shop", "web", "app", 2, 0.4 + 0.1 * np.sin(2 * np.pi * phase / DAY), 600 * 2**20)
     add("shop", "night-owl", "main", 2, np.where((phase >= 1 * HOUR) & (phase < 5 * HOUR), 3.0, 0.3), 300 * 2**20)
@@ -89,7 +99,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     usage_frame(now).to_csv(work / "usage.csv", index=False)
     trained = subprocess.run(
         [entry_point(), "train", "--input", str(work / "usage.csv"), "--store", str(work / "store")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert trained.returncode == 0, trained.stderr
     _, cert, key, ca_file = tls_files(work)
@@ -106,7 +118,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     verify = ssl.create_default_context(cafile=str(ca_file))
     plane = ControlPlane(binaries, work / "plane")
     # The webhook learns namespace labels, VPAs and HPAs from this apiserver (it retries until the plane is up).
-    env |= {"KOORD_RECOMMENDER_WEBHOOK__KUBECONFIG": str(plane.kubeconfig), "KOORD_RECOMMENDER_WEBHOOK__BACKOFF_MAX_SECONDS": "2"}
+    env |= {
+        "KOORD_RECOMMENDER_WEBHOOK__KUBECONFIG": str(plane.kubeconfig),
+        "KOORD_RECOMMENDER_WEBHOOK__BACKOFF_MAX_SECONDS": "2",
+    }
     service_stack = ExitStack()
     service = service_stack.enter_context(serving(work / "store", work, tls=(cert, key), verify=verify, env=env))
     ca_data = base64.b64encode(ca_file.read_bytes()).decode()
@@ -114,26 +129,45 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         plane.start(
             controller_manager=True,
             scheduler_config={
-                "extenders": [{
-                    "urlPrefix": f"{service}/scheduler", "filterVerb": "filter", "prioritizeVerb": "prioritize",
-                    "weight": 100, "enableHTTPS": True, "tlsConfig": {"caData": ca_data}, "nodeCacheCapable": False,
-                    "ignorable": False, "httpTimeout": "5s",
-                }]
+                "extenders": [
+                    {
+                        "urlPrefix": f"{service}/scheduler",
+                        "filterVerb": "filter",
+                        "prioritizeVerb": "prioritize",
+                        "weight": 100,
+                        "enableHTTPS": True,
+                        "tlsConfig": {"caData": ca_data},
+                        "nodeCacheCapable": False,
+                        "ignorable": False,
+                        "httpTimeout": "5s",
+                    }
+                ]
             },
         )
         api = plane.api()
-        client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration({
-            "metadata": {"name": "koord-recommender"},
-            "webhooks": [{
-                "name": "pods.koord-recommender.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                "failurePolicy": "Ignore", "timeoutSeconds": 3,
-                "clientConfig": {"url": f"{service}/mutate", "caBundle": ca_data},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
-                "namespaceSelector": {
-                    "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
-                },
-            }],
-        })
+        client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
+            {
+                "metadata": {"name": "koord-recommender"},
+                "webhooks": [
+                    {
+                        "name": "pods.koord-recommender.io",
+                        "admissionReviewVersions": ["v1"],
+                        "sideEffects": "None",
+                        "failurePolicy": "Ignore",
+                        "timeoutSeconds": 3,
+                        "clientConfig": {"url": f"{service}/mutate", "caBundle": ca_data},
+                        "rules": [
+                            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                        ],
+                        "namespaceSelector": {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+                            ]
+                        },
+                    }
+                ],
+            }
+        )
         core = client.CoreV1Api(api)
         for namespace in ("shop", "batch"):
             core.create_namespace({"metadata": {"name": namespace, "labels": {MODE_KEY: "Initial"}}})
@@ -142,16 +176,39 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         plane.install_crds(crd_files())
         custom = client.CustomObjectsApi(api)
         for workload, mode in (("frozen", "Off"), ("sized", "Initial"), ("scaled", "Initial")):
-            custom.create_namespaced_custom_object("autoscaling.k8s.io", "v1", "vpa", "verticalpodautoscalers", {
-                "apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"name": workload},
-                "spec": {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
-                         "recommenders": [{"name": "koord-recommender"}], "updatePolicy": {"updateMode": mode}},
-            })
-        client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler("vpa", {
-            "metadata": {"name": "scaled"},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "scaled"}, "minReplicas": 2, "maxReplicas": 4,
-                     "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]},
-        })
+            custom.create_namespaced_custom_object(
+                "autoscaling.k8s.io",
+                "v1",
+                "vpa",
+                "verticalpodautoscalers",
+                {
+                    "apiVersion": "autoscaling.k8s.io/v1",
+                    "kind": "VerticalPodAutoscaler",
+                    "metadata": {"name": workload},
+                    "spec": {
+                        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
+                        "recommenders": [{"name": "koord-recommender"}],
+                        "updatePolicy": {"updateMode": mode},
+                    },
+                },
+            )
+        client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(
+            "vpa",
+            {
+                "metadata": {"name": "scaled"},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "scaled"},
+                    "minReplicas": 2,
+                    "maxReplicas": 4,
+                    "metrics": [
+                        {
+                            "type": "Resource",
+                            "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}},
+                        }
+                    ],
+                },
+            },
+        )
         client.SchedulingV1Api(api).create_priority_class({"metadata": {"name": "koord-batch"}, "value": 5000})
         time.sleep(2)  # the webhook configuration reaches the apiserver's informer
         wait_for_watches(service, verify)
@@ -168,7 +225,11 @@ def wait_for_watches(service: str, verify: ssl.SSLContext, timeout: float = 60) 
     held: dict[str, float] = {}
     while time.monotonic() < deadline:
         text = httpx.get(f"{service}/metrics", verify=verify, timeout=5).text
-        held = {line.split('"')[1]: float(line.split()[-1]) for line in text.splitlines() if line.startswith("koord_recommender_watch_objects{")}
+        held = {
+            line.split('"')[1]: float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("koord_recommender_watch_objects{")
+        }
         if all(held.get(kind) == count for kind, count in expected.items()) and held.get("namespaces", 0) >= 4:
             return
         time.sleep(0.5)
@@ -184,10 +245,18 @@ def deployment(name: str, container: str, namespace: str = "shop", replicas: int
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"containers": [{
-                    "name": container, "image": "registry.example/app:1",
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
-                }]},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": container,
+                            "image": "registry.example/app:1",
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1Gi"},
+                                "limits": {"cpu": "2", "memory": "2Gi"},
+                            },
+                        }
+                    ]
+                },
             },
         },
     }
@@ -204,9 +273,17 @@ def pods_of(cluster: Cluster, namespace: str, app: str, count: int, timeout: flo
 
 
 def recommended(cluster: Cluster, namespace: str, workload: str) -> dict[str, Any]:
-    shown = subprocess.run([entry_point(), "show", "--store", str(cluster.pods_file.parent / "store"), "--format", "json"],
-                           capture_output=True, text=True, timeout=60)
-    return next(r for r in json.loads(shown.stdout)["recommendations"] if (r["namespace"], r["workload"]) == (namespace, workload))
+    shown = subprocess.run(
+        [entry_point(), "show", "--store", str(cluster.pods_file.parent / "store"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return next(
+        r
+        for r in json.loads(shown.stdout)["recommendations"]
+        if (r["namespace"], r["workload"]) == (namespace, workload)
+    )
 
 
 def test_deployment_pods_are_stored_with_our_requests(cluster: Cluster) -> None:
@@ -214,7 +291,10 @@ def test_deployment_pods_are_stored_with_our_requests(cluster: Cluster) -> None:
     rec = recommended(cluster, "shop", "web")
     for pod in pods_of(cluster, "shop", "web", 2):
         resources = pod.spec.containers[0].resources
-        cpu, memory = cpu_cores_from_quantity(resources.requests["cpu"]), memory_bytes_from_quantity(resources.requests["memory"])
+        cpu, memory = (
+            cpu_cores_from_quantity(resources.requests["cpu"]),
+            memory_bytes_from_quantity(resources.requests["memory"]),
+        )
         assert cpu == pytest.approx(rec["cpu"]["target"], abs=0.001)
         assert memory == pytest.approx(rec["memory"]["target"], rel=0.01)
         # Limits keep the original limit/request ratio (2x), as VPA does.
@@ -239,8 +319,13 @@ def test_a_vpa_naming_us_decides_by_its_update_mode_and_an_hpa_keeps_its_resourc
     assert APPLIED_ANNOTATION not in (frozen.metadata.annotations or {})
     rec = recommended(cluster, "vpa", "sized")
     sized = pods_of(cluster, "vpa", "sized", 1)[0]
-    assert cpu_cores_from_quantity(sized.spec.containers[0].resources.requests["cpu"]) == pytest.approx(rec["cpu"]["target"], abs=0.001)
-    assert json.loads(sized.metadata.annotations[APPLIED_ANNOTATION])["source"] == "VerticalPodAutoscaler vpa/sized (updateMode Initial)"
+    assert cpu_cores_from_quantity(sized.spec.containers[0].resources.requests["cpu"]) == pytest.approx(
+        rec["cpu"]["target"], abs=0.001
+    )
+    assert (
+        json.loads(sized.metadata.annotations[APPLIED_ANNOTATION])["source"]
+        == "VerticalPodAutoscaler vpa/sized (updateMode Initial)"
+    )
     # The HPA scales `scaled` on CPU: only memory is ours to set.
     scaled = pods_of(cluster, "vpa", "scaled", 1)[0]
     requests = scaled.spec.containers[0].resources.requests
@@ -269,38 +354,75 @@ def test_the_scheduler_binds_where_the_forecast_peak_is_lowest(cluster: Cluster)
     while time.monotonic() < deadline and cluster.core.list_namespaced_pod("shop", label_selector="app=web").items:
         time.sleep(0.5)
     assert not cluster.core.list_namespaced_pod("shop", label_selector="app=web").items
-    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "e2e",
-             "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "e2e",
+        "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     # 12 cores: night-owl's peak keeps node-a under the 65 % filter threshold, so the scores decide.
     capacity = {"cpu": "12", "memory": "64Gi", "pods": "110"}
     for name in ("node-a", "node-b"):
         cluster.core.create_node(node(name))
-        cluster.core.patch_node_status(name, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}})
+        cluster.core.patch_node_status(
+            name, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}}
+        )
         # The apiserver taints new nodes not-ready; without kubelets (and the node lifecycle controller) we lift it.
         cluster.core.patch_node(name, {"spec": {"taints": None}})
     # Bare pods named after their workload (generateName), placed by hand: no owner for the garbage collector to
     # miss, and the same workload resolution the webhook and the extender use for any pod.
     for workload, host in (("night-owl", "node-a"), ("day-sleeper", "node-b")):
         for _ in range(2):
-            cluster.core.create_namespaced_pod("shop", {
-                "metadata": {"generateName": f"{workload}-", "labels": {"role": "existing"}},
-                "spec": {"nodeName": host, "containers": [{"name": "main", "image": "registry.example/app:1",
-                                                           "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
-            })
+            cluster.core.create_namespaced_pod(
+                "shop",
+                {
+                    "metadata": {"generateName": f"{workload}-", "labels": {"role": "existing"}},
+                    "spec": {
+                        "nodeName": host,
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.example/app:1",
+                                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                            }
+                        ],
+                    },
+                },
+            )
     # The serving Deployment's sidecar keeps these files fresh; one pass of the same command here.
     written = subprocess.run(
-        [entry_point(), "cluster-files", "--once", "--kubeconfig", str(cluster.plane.kubeconfig),
-         "--pods-file", str(cluster.pods_file), "--nodes-file", str(cluster.nodes_file)],
-        capture_output=True, text=True, timeout=60,
+        [
+            entry_point(),
+            "cluster-files",
+            "--once",
+            "--kubeconfig",
+            str(cluster.plane.kubeconfig),
+            "--pods-file",
+            str(cluster.pods_file),
+            "--nodes-file",
+            str(cluster.nodes_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert written.returncode == 0, written.stderr
     assert "2 nodes" in written.stderr
     # The new pod belongs to a workload we know (a pod we know nothing of gets a neutral answer everywhere).
     newcomer = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": "newcomer", "namespace": "shop", "generateName": "web-", "labels": {"role": "new"}},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1",
-                                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                }
+            ]
+        },
     }
     # The service re-reads those files on its next poll (5 s): ask it directly until it has (bounded).
     by_node: dict[str, int] = {}

@@ -6,6 +6,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,17 +39,36 @@ def tls_files(directory: Path, name: str = "tls") -> tuple[trustme.CA, Path, Pat
     return ca, cert, key, ca_file
 
 
+def fake_apiserver_command(api: str, cert: Path, key: Path) -> list[str]:
+    """uvicorn serving `tests.fake_apiserver` (TokenReview, SubjectAccessReview, pod lists) over TLS at `api`."""
+    port = api.rsplit(":", 1)[1]
+    tls = ["--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    return [sys.executable, "-m", "uvicorn", "tests.fake_apiserver:app", "--port", port, *tls]
+
+
 @contextmanager
 def started(
-    command: list[str], base: str, *, cwd: Path, verify: ssl.SSLContext | str | bool = True, env: dict[str, str] | None = None,
-    ready_path: str = "/readyz", ready_status: int = 200, wait_seconds: float = 30,
+    command: list[str],
+    base: str,
+    *,
+    cwd: Path,
+    verify: ssl.SSLContext | str | bool = True,
+    env: dict[str, str] | None = None,
+    ready_path: str = "/readyz",
+    ready_status: int = 200,
+    wait_seconds: float = 30,
 ) -> Iterator[IO[bytes]]:
     """Run `command` until the block ends (terminate, then kill); first wait, at most 10 polls a second for
     `wait_seconds`, until `base + ready_path` answers `ready_status`. Its logs go to the file yielded (a pipe
     nobody reads would fill and block it)."""
-    logs = tempfile.TemporaryFile()
+    logs = tempfile.TemporaryFile()  # noqa: SIM115 - open as long as the server it logs
     process = subprocess.Popen(
-        command, cwd=cwd, stdout=logs, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        command,
+        cwd=cwd,
+        stdout=logs,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     try:
         deadline = time.monotonic() + wait_seconds
@@ -79,8 +99,14 @@ def started(
 
 @contextmanager
 def serving(
-    store: Path, cwd: Path, *, tls: tuple[Path, Path] | None = None, verify: ssl.SSLContext | bool = True,
-    env: dict[str, str] | None = None, ready_status: int = 200, port: int | None = None,
+    store: Path,
+    cwd: Path,
+    *,
+    tls: tuple[Path, Path] | None = None,
+    verify: ssl.SSLContext | bool = True,
+    env: dict[str, str] | None = None,
+    ready_status: int = 200,
+    port: int | None = None,
 ) -> Iterator[str]:
     """The base URL of a running `recommender serve` over `store` (on `port`, else a free one)."""
     port = port or free_port()

@@ -36,7 +36,9 @@ def test_protocol_on_a_small_fleet(small_usage: Path) -> None:
         assert ours.samples == 3 * 2 * 3 * 288  # days x workloads x pods x steps
         assert ours.violation < 0.05
         # A daily cycle with little noise: the seasonal line beats every flat baseline at a matched 1 %.
-        flat_best = min(resource[m].lines["short_term"].matched[0].overprovision for m in ("vpa", "krr_simple", "koordinator_mid"))
+        flat_best = min(
+            resource[m].lines["short_term"].matched[0].overprovision for m in ("vpa", "krr_simple", "koordinator_mid")
+        )
         assert ours.matched[0].overprovision < flat_best
     shares = [result.scores[p]["cpu"]["ours"].lines["short_term"].samples for p in ("validation", "held_out")]
     assert sum(shares) == scores["cpu"]["ours"].lines["short_term"].samples and all(shares)

@@ -51,7 +51,9 @@ def test_show_filters_and_writes_every_format_with_the_same_totals(cli: Runner, 
     usage["cpu_limit_cores"] = usage["workload"].map({"w0": None, "w1": 4.0})
     usage["memory_request_bytes"] = 3e9
     usage.loc[usage["workload"] == "w1", "namespace"] = "other"
-    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(tmp_path / "usage.csv", index=False)
+    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(
+        tmp_path / "usage.csv", index=False
+    )
     assert cli("train", "--input", "usage.csv", "--store", "store").returncode == 0
     payload = json.loads(cli("show", "--store", "store", "--format", "json").stdout)
     rows = {w["workload"]: w for w in payload["overview"]["workloads"]}
@@ -59,22 +61,37 @@ def test_show_filters_and_writes_every_format_with_the_same_totals(cli: Runner, 
     assert rows["w0"]["cpu_cores"]["current_request"] == 2.0 and rows["w1"]["cpu_cores"]["current_request"] == 0.5
     assert rows["w0"]["replicas"] == 2
     assert rows["w0"]["cpu_cores"]["difference"] == pytest.approx(2.0 - targets["w0"]["cpu"]["target"])
-    assert rows["w0"]["cpu_cores"]["difference_all_replicas"] == pytest.approx(2 * rows["w0"]["cpu_cores"]["difference"])
+    assert rows["w0"]["cpu_cores"]["difference_all_replicas"] == pytest.approx(
+        2 * rows["w0"]["cpu_cores"]["difference"]
+    )
     cluster = payload["overview"]["cluster"]
     assert cluster["memory_request_bytes"] == pytest.approx(6e9) and cluster["memory_recommended_bytes"] > 1e9
     assert cluster["cpu_request_cores_all_replicas"] == pytest.approx(5.0)
     assert set(payload["overview"]["namespaces"]) == {"ns", "other"}
     # Filters: the totals are those of what is shown.
     only = json.loads(cli("show", "--store", "store", "--format", "json", "--namespace", "oth*").stdout)
-    assert [r["workload"] for r in only["recommendations"]] == ["w1"] and set(only["overview"]["namespaces"]) == {"other"}
-    assert json.loads(cli("show", "--store", "store", "--format", "json", "-w", "w0").stdout)["overview"]["cluster"]["containers"] == 1
+    assert [r["workload"] for r in only["recommendations"]] == ["w1"] and set(only["overview"]["namespaces"]) == {
+        "other"
+    }
+    assert (
+        json.loads(cli("show", "--store", "store", "--format", "json", "-w", "w0").stdout)["overview"]["cluster"][
+            "containers"
+        ]
+        == 1
+    )
     missing = cli("show", "--store", "store", "--namespace", "nowhere")
-    assert missing.returncode == 4 and "no workload of version" in missing.stderr and "--namespace nowhere" in missing.stderr
+    assert (
+        missing.returncode == 4
+        and "no workload of version" in missing.stderr
+        and "--namespace nowhere" in missing.stderr
+    )
     # YAML is the JSON document; CSV a row a container; HTML one page with nothing to fetch.
     assert yaml.safe_load(cli("show", "--store", "store", "--format", "yaml").stdout) == payload
     table = list(csv.DictReader(io.StringIO(cli("show", "--store", "store", "--format", "csv").stdout)))
     assert [r["workload"] for r in table] == ["w0", "w1"] and float(table[0]["cpu_request_cores"]) == 2.0
-    assert float(table[0]["cpu_difference_cores_all_replicas"]) == pytest.approx(rows["w0"]["cpu_cores"]["difference_all_replicas"])
+    assert float(table[0]["cpu_difference_cores_all_replicas"]) == pytest.approx(
+        rows["w0"]["cpu_cores"]["difference_all_replicas"]
+    )
     written = cli("show", "--store", "store", "--format", "html", "--output", "report.html")
     assert written.returncode == 0 and "wrote html of 2 containers to report.html" in written.stderr
     page = (tmp_path / "report.html").read_text()
@@ -94,12 +111,18 @@ def test_help_shows_every_default_and_environment_variable(cli: Runner) -> None:
         text = cli(command, "--help").stdout
         # Rich markup once ate bracketed text: "Listen address ." with the default gone.
         assert not re.search(r"\w \.(\s|$)", text), text
-        assert squeezed("[default: model-store; env KOORD_RECOMMENDER_STORE__PATH]") in help_of(command) or command in ("demo", "cluster-files")
+        assert squeezed("[default: model-store; env KOORD_RECOMMENDER_STORE__PATH]") in help_of(command) or command in (
+            "demo",
+            "cluster-files",
+        )
     serve = help_of("serve")
     assert squeezed("Listen address. [default: 127.0.0.1; env KOORD_RECOMMENDER_SERVE__HOST]") in serve
     assert squeezed("TCP port. [default: 8080; env KOORD_RECOMMENDER_SERVE__PORT]") in serve
     train = help_of("train")
-    assert squeezed("[default: 14d; env KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS]") in train and "[default:24h]" in train
+    assert (
+        squeezed("[default: 14d; env KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS]") in train
+        and "[default:24h]" in train
+    )
     assert squeezed("[default: 8080; env KOORD_RECOMMENDER_SERVE__PORT]") in help_of("demo")
     assert "anchors.md" not in cli("backtest", "--help").stdout
 
@@ -107,13 +130,17 @@ def test_help_shows_every_default_and_environment_variable(cli: Runner) -> None:
 def test_long_commands_print_progress_lines_when_not_on_a_terminal(cli: Runner, usage_csv: Path) -> None:
     trained = cli("train", "--input", str(usage_csv), "--store", "store")
     lines = [line for line in trained.stderr.splitlines() if PROGRESS.match(line)]
-    assert len(lines) >= 4 and lines[0].endswith(")") and "reading" in lines[0] and "publishing" in lines[-1], trained.stderr
+    assert len(lines) >= 4 and lines[0].endswith(")") and "reading" in lines[0] and "publishing" in lines[-1], (
+        trained.stderr
+    )
     assert re.search(r"\d\d:\d\d:\d\d done in \d+\.\d s", trained.stderr)
 
 
 def test_recommend_contract_on_bundled_data(cli: Runner, tmp_path: Path) -> None:
     as_of = 1557900000  # 2019-05-15: two of the four jobs have history before it
-    result = cli("recommend", "--input", str(BUNDLED), "--as-of", str(as_of), "--horizon", "24h", "--output", "out.json")
+    result = cli(
+        "recommend", "--input", str(BUNDLED), "--as-of", str(as_of), "--horizon", "24h", "--output", "out.json"
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["as_of"] == as_of and out["horizon_seconds"] == 86400 and out["step_seconds"] == 300
@@ -151,7 +178,9 @@ def test_bad_input_is_a_clear_error_and_keeps_the_store(cli: Runner, tmp_path: P
     assert cli("train", "--input", str(usage_csv), "--store", "store").returncode == 0
     latest = (tmp_path / "store" / "latest").read_text()
     bad = tmp_path / "bad.csv"
-    bad.write_text("timestamp,namespace,workload,pod,container,cpu_cores,memory_bytes\n1,ns,w,p,c,1,1\n2,ns,w,p,c,lots,1\n")
+    bad.write_text(
+        "timestamp,namespace,workload,pod,container,cpu_cores,memory_bytes\n1,ns,w,p,c,1,1\n2,ns,w,p,c,lots,1\n"
+    )
     result = cli("train", "--input", str(bad), "--store", "store")
     assert result.returncode == 2
     assert "bad.csv, line 3, column 'cpu_cores'" in result.stderr
@@ -174,7 +203,9 @@ def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "job-113812204462" in result.stdout and "CPU x replicas" in result.stdout
     # The 2019 trace is moved at load to end now (said so), the bundled file stays as it is.
-    assert re.search(r"timestamps moved \+\d+\.\d days at load so the data ends now; the file is unchanged", result.stdout)
+    assert re.search(
+        r"timestamps moved \+\d+\.\d days at load so the data ends now; the file is unchanged", result.stdout
+    )
     assert int(pd.read_csv(BUNDLED, usecols=["timestamp"])["timestamp"].max()) < 1_600_000_000
     status = json.loads(cli("show", "--store", "demo/store", "--format", "json").stdout)
     assert abs(status["as_of"] - time.time()) < 900
@@ -206,7 +237,9 @@ def test_incremental_training_from_files(cli: Runner, tmp_path: Path) -> None:
     again = cli("train", "--input", "all.csv", "--store", "inc", "--incremental")
     assert again.returncode == 2 and "has no rows after" in again.stderr
     assert cli("train", "--input", "all.csv", "--store", "full").returncode == 0
-    inc, full = (json.loads(cli("show", "--store", s, "--format", "json").stdout)["recommendations"] for s in ("inc", "full"))
+    inc, full = (
+        json.loads(cli("show", "--store", s, "--format", "json").stdout)["recommendations"] for s in ("inc", "full")
+    )
     for a, b in zip(inc, full):
         assert a["cpu"]["target"] == pytest.approx(b["cpu"]["target"])
         assert a["memory"]["upper_bound"] == pytest.approx(b["memory"]["upper_bound"])
@@ -244,10 +277,13 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 @pytest.mark.parametrize(
     ("name", "command"),
-    [(name, "train") for name in ("truncated.csv.gz", "quote.csv", "header.csv", "millis.csv")] + [("truncated.csv.gz", "recommend")],
+    [(name, "train") for name in ("truncated.csv.gz", "quote.csv", "header.csv", "millis.csv")]
+    + [("truncated.csv.gz", "recommend")],
 )
-def test_hostile_files_are_one_line_errors_with_the_bad_input_code(cli: Runner, tmp_path: Path, name: str, command: str) -> None:
-    path, expected = _bad_files(tmp_path)[name]
+def test_hostile_files_are_one_line_errors_with_the_bad_input_code(
+    cli: Runner, tmp_path: Path, name: str, command: str
+) -> None:
+    _path, expected = _bad_files(tmp_path)[name]
     args = ["--store", "store"] if command == "train" else ["--as-of", "1800000000", "--output", "out.json"]
     result = cli(command, "--input", name, *args)
     assert result.returncode == 2, result.stderr

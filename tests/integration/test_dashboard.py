@@ -28,8 +28,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 WAIT_MS = 15_000
 #: Two bundled workloads placed on one node, for the node page.
@@ -41,19 +47,28 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model store trained on the bundled trace, and the cluster files of one node running two of its pods."""
     directory = tmp_path_factory.mktemp("dashboard")
     trained = subprocess.run(
-        [entry_point(), "train", "--input", str(BUNDLED), "--store", "store"], cwd=directory, capture_output=True, text=True,
-        timeout=300, stdin=subprocess.DEVNULL,
+        [entry_point(), "train", "--input", str(BUNDLED), "--store", "store"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
     )
     assert trained.returncode == 0, trained.stderr
     nodes = {"items": [{"metadata": {"name": "node-a"}, "status": {"allocatable": {"cpu": "16", "memory": "64Gi"}}}]}
-    pods = {"items": [
-        {
-            "metadata": {"namespace": "google-2019", "name": name, "generateName": workload + "-"},
-            "spec": {"nodeName": "node-a", "containers": [{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
-            "status": {"phase": "Running"},
-        }
-        for workload, name in PODS_ON_NODE
-    ]}
+    pods = {
+        "items": [
+            {
+                "metadata": {"namespace": "google-2019", "name": name, "generateName": workload + "-"},
+                "spec": {
+                    "nodeName": "node-a",
+                    "containers": [{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+                },
+                "status": {"phase": "Running"},
+            }
+            for workload, name in PODS_ON_NODE
+        ]
+    }
     (directory / "nodes.json").write_text(json.dumps(nodes))
     (directory / "pods.json").write_text(json.dumps(pods))
     return directory
@@ -79,7 +94,11 @@ def browser() -> Iterator[Any]:
 
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=executable, args=CHROMIUM_ARGS, headless=True, viewport={"width": 1400, "height": 1000},
+            profile,
+            executable_path=executable,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
         )
         context.set_default_timeout(WAIT_MS)
         try:
@@ -124,15 +143,24 @@ def test_root_redirects_to_the_dashboard_and_its_files_are_served(base: str) -> 
 
 def test_show_and_the_dashboard_agree_on_the_savings(base: str, workdir: Path) -> None:
     """One computation for both: the dashboard's overview and `show --format json` on the same store."""
-    shown = subprocess.run([entry_point(), "show", "--store", "store", "--format", "json"], cwd=workdir, capture_output=True,
-                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+    shown = subprocess.run(
+        [entry_point(), "show", "--store", "store", "--format", "json"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert shown.returncode == 0, shown.stderr
     ours = json.loads(shown.stdout)["overview"]
     dashboard = httpx.get(base + "/api/v1/overview", timeout=10).json()
     assert ours["cluster"] == dashboard["cluster"] and ours["namespaces"] == dashboard["namespaces"]
     assert ours["workloads"] == dashboard["workloads"]
     # The bundled trace sets limits only: the request is the limit, the memory totals are not zero.
-    assert dashboard["cluster"]["memory_request_bytes"] > 10 * 2**30 and dashboard["cluster"]["cpu_request_cores_all_replicas"] > 0
+    assert (
+        dashboard["cluster"]["memory_request_bytes"] > 10 * 2**30
+        and dashboard["cluster"]["cpu_request_cores_all_replicas"] > 0
+    )
 
 
 def test_status_and_overview(base: str) -> None:
@@ -150,7 +178,9 @@ def test_status_and_overview(base: str) -> None:
     assert row["cpu_cores"]["current_request"] == first["current"]["cpu_limit_cores"]
     assert row["cpu_cores"]["difference"] == pytest.approx(first["current"]["cpu_limit_cores"] - first["cpu"]["target"])
     assert (row["kubernetes_qos"], row["qos_class"], row["priority_class"]) == ("Guaranteed", "LSR", "koord-prod")
-    assert body["cluster"]["cpu_request_cores"] == pytest.approx(sum(r["current"]["cpu_limit_cores"] for r in recommendations["recommendations"]))
+    assert body["cluster"]["cpu_request_cores"] == pytest.approx(
+        sum(r["current"]["cpu_limit_cores"] for r in recommendations["recommendations"])
+    )
     assert list(body["namespaces"]) == ["google-2019"]
     again = httpx.get(base + "/api/v1/overview", headers={"If-None-Match": overview.headers["etag"]}, timeout=10)
     assert again.status_code == 304
@@ -168,7 +198,14 @@ def test_overview_lists_the_workloads_and_filters_change_the_list(page: Any, bas
     shown = {rows.nth(i).get_attribute("data-workload") for i in range(rows.count())}
     assert shown == {f"{w['namespace']}/{w['workload']}/{w['container']}" for w in overview["workloads"]}
     # Sorted by CPU that would be freed, most first.
-    freed = [next(w for w in overview["workloads"] if f"{w['namespace']}/{w['workload']}/{w['container']}" == rows.nth(i).get_attribute("data-workload"))["cpu_cores"]["difference"] for i in range(4)]
+    freed = [
+        next(
+            w
+            for w in overview["workloads"]
+            if f"{w['namespace']}/{w['workload']}/{w['container']}" == rows.nth(i).get_attribute("data-workload")
+        )["cpu_cores"]["difference"]
+        for i in range(4)
+    ]
     assert freed == sorted(freed, reverse=True)
     assert page.locator("#banner[data-kind=stale]").is_visible()  # the 2019 trace is years old
     assert "4 of 4" in page.locator("[data-testid=row-count]").inner_text()
@@ -200,7 +237,9 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
     busiest = max(listed, key=lambda r: r["history"]["samples"])
     namespace, workload = busiest["namespace"], busiest["workload"]
     open_view(page, base + "/ui/")
-    page.locator(f"[data-testid=workload-rows] tr[data-workload='{namespace}/{workload}/{busiest['container']}'] a").click()
+    page.locator(
+        f"[data-testid=workload-rows] tr[data-workload='{namespace}/{workload}/{busiest['container']}'] a"
+    ).click()
     page.wait_for_url(f"**/ui/#/workload/{namespace}/{workload}")
     page.wait_for_selector("#view[data-ready=true]")
     rec = httpx.get(f"{base}/api/v1/recommendations/{namespace}/{workload}", timeout=10).json()[0]
@@ -216,10 +255,17 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
             assert len(path.get_attribute("d") or "") > 10, series
         # The usage line has a point per observed step (one move or line command each).
         usage = svg.locator("path[data-series=usage]").get_attribute("d") or ""
-        assert usage.count("L") + usage.count("M") == sum(v is not None for v in rec["history"]["recent_cpu_cores" if i == 0 else "recent_memory_bytes"])
-        colors = {s: svg.locator(f"path[data-series={s}]").get_attribute("stroke") for s in ("limit", "usage", "short_term", "long_term")}
+        assert usage.count("L") + usage.count("M") == sum(
+            v is not None for v in rec["history"]["recent_cpu_cores" if i == 0 else "recent_memory_bytes"]
+        )
+        colors = {
+            s: svg.locator(f"path[data-series={s}]").get_attribute("stroke")
+            for s in ("limit", "usage", "short_term", "long_term")
+        }
         assert colors == {"limit": "#8c8c8c", "usage": "#d62728", "short_term": "#08306b", "long_term": "#6baed6"}
-        svg.hover(position={"x": box["width"] * 0.3, "y": box["height"] / 2})  # in the observed day: the values read off
+        svg.hover(
+            position={"x": box["width"] * 0.3, "y": box["height"] / 2}
+        )  # in the observed day: the values read off
         assert "usage" in page.locator(".readout").nth(i).inner_text()
     # The snippet is YAML of a pod template with the service's own quantities (the trace has no kind: a Deployment's path).
     snippet = yaml.safe_load(page.locator("[data-testid=yaml]").inner_text())
@@ -231,7 +277,11 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
     assert str(container["resources"]["limits"]["cpu"]) == cpu_quantity(rec["cpu"]["target"])
     models = page.locator("[data-testid=models]").inner_text()
     quality = rec["cpu"]["models"]["quality"]["short_term"]
-    assert quality["cost"] is not None and f"{quality['cost']:.3g}" in models and f"{quality['next_best_cost']:.3g}" in models
+    assert (
+        quality["cost"] is not None
+        and f"{quality['cost']:.3g}" in models
+        and f"{quality['next_best_cost']:.3g}" in models
+    )
     chosen = rec["cpu"]["models"]["short_term"].split(" ")[0]
     assert chosen in models and "cost=" not in models
     recommendation = page.locator("[data-testid=recommendation]").inner_text()
@@ -258,7 +308,12 @@ def test_node_page_draws_its_lines_and_what_the_api_adds(page: Any, base: str) -
         assert len(svg.locator("path[data-series=short_term]").get_attribute("d") or "") > 10
         assert svg.locator("path[data-series=allocatable]").count() == 1
         # Lines the node API may add (limit, usage, long-term reservation, system usage) are drawn when present.
-        for key, series in (("limit", "limit"), ("usage", "usage"), ("long_term_reservation", "long_term"), ("system_usage", "system")):
+        for key, series in (
+            ("limit", "limit"),
+            ("usage", "usage"),
+            ("long_term_reservation", "long_term"),
+            ("system_usage", "system"),
+        ):
             value = lines[resource].get(key)
             present = value is not None and value != []
             assert svg.locator(f"path[data-series={series}]").count() == (1 if present else 0), key
@@ -272,7 +327,10 @@ def test_node_page_draws_its_lines_and_what_the_api_adds(page: Any, base: str) -
 
 def test_token_is_asked_for_kept_for_the_tab_and_sent(page: Any, workdir: Path) -> None:
     (workdir / "token").write_text("s3cret\n")
-    env = {"KOORD_RECOMMENDER_AUTH__TOKEN_FILE": str(workdir / "token"), "KOORD_RECOMMENDER_SERVE__STALE_MODEL_AGE_SECONDS": str(10**10)}
+    env = {
+        "KOORD_RECOMMENDER_AUTH__TOKEN_FILE": str(workdir / "token"),
+        "KOORD_RECOMMENDER_SERVE__STALE_MODEL_AGE_SECONDS": str(10**10),
+    }
     with serving(Path("store"), workdir, env=env) as url:
         open_view(page, url + "/ui/")
         assert page.locator("[data-testid=state-unauthorized]").is_visible()
@@ -299,8 +357,12 @@ def test_no_model_is_a_clear_state(page: Any, tmp_path: Path) -> None:
         shot(page, "no-model")
 
 
-@pytest.mark.parametrize(("path", "rendered"), [("/docs", ".swagger-ui .information-container .title"), ("/redoc", "redoc h1")])
-def test_the_api_docs_render_with_nothing_fetched_from_elsewhere(page: Any, base: str, path: str, rendered: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "rendered"), [("/docs", ".swagger-ui .information-container .title"), ("/redoc", "redoc h1")]
+)
+def test_the_api_docs_render_with_nothing_fetched_from_elsewhere(
+    page: Any, base: str, path: str, rendered: str
+) -> None:
     """Swagger UI and ReDoc load their scripts, style and icon from the service itself (air-gapped clusters): every
     request the page makes goes to 127.0.0.1, and one that would leave is aborted and fails the test."""
     elsewhere: list[str] = []

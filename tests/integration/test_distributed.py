@@ -56,7 +56,9 @@ def client() -> Iterator[Client]:
     # One death per task is enough to call it failed (keeps the failure tests short), and a worker holds one task
     # at a time, so a death counts against the task that caused it only, not against one queued behind it.
     with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster:
+        with LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+        ) as cluster:
             with Client(cluster) as client:
                 yield client
 
@@ -91,7 +93,11 @@ def test_partitions_share_the_fleet_calibration_and_the_per_container_models(tmp
             assert ours[resource]["upper_bound"] >= ours[resource]["target"] >= ours[resource]["lower_bound"]
     for resource in ("cpu", "memory"):
         for line in ("short_term", "target", "long_term"):
-            factors = {round(r[resource]["models"]["quality"][line]["calibration_factor"], 4) for r in mine if line in r[resource]["models"]["quality"]}
+            factors = {
+                round(r[resource]["models"]["quality"][line]["calibration_factor"], 4)
+                for r in mine
+                if line in r[resource]["models"]["quality"]
+            }
             assert len(factors) <= 1, (resource, line, factors)
 
 
@@ -128,7 +134,7 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
     assert store.latest_name() == tolerated.version
     assert tolerated.row_counts["failed_partitions"] == 1
     assert len(tolerated.skipped) == 1
-    (workload, why), = tolerated.skipped.items()
+    ((workload, why),) = tolerated.skipped.items()
     assert workload.startswith("google-2019/") and why.startswith("partition 1 (")
     assert len(store.load().recommendations.recommendations) == 3
 
@@ -136,19 +142,42 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
 def test_a_stopped_workers_run_leaves_nothing_after_the_next_run(tmp_path: Path, usage_csv: Path) -> None:
     """`train --workers 1` killed with -9 (driver and workers) once its partitions are on the store: the next run
     removes the whole incoming version, partition files and all (issue 13)."""
-    command = [entry_point(), "train", "--input", str(BUNDLED), "--store", "store", "--workers", "1", "--partition-containers", "1"]
-    run = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = [
+        entry_point(),
+        "train",
+        "--input",
+        str(BUNDLED),
+        "--store",
+        "store",
+        "--workers",
+        "1",
+        "--partition-containers",
+        "1",
+    ]
+    run = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     versions = tmp_path / "store" / "versions"
     try:
         deadline = time.monotonic() + 120
-        while not list(versions.glob(".incoming-*/work/part-*.parquet")) and run.poll() is None and time.monotonic() < deadline:
+        while (
+            not list(versions.glob(".incoming-*/work/part-*.parquet"))
+            and run.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
     assert run.returncode == -signal.SIGKILL, "the run ended before it could be stopped"
     assert list(versions.glob(".incoming-*/work/part-*.parquet"))
-    after = subprocess.run([entry_point(), "train", "--input", str(usage_csv), "--store", "store"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    after = subprocess.run(
+        [entry_point(), "train", "--input", str(usage_csv), "--store", "store"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert after.returncode == 0, after.stderr
     assert "left by a run that stopped before publishing it" in after.stderr
     assert [p.name for p in versions.iterdir()] == [ModelStore(tmp_path / "store").latest_name()]

@@ -10,7 +10,6 @@ import json
 import socket
 import ssl
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -25,11 +24,13 @@ import httpx
 import pytest
 import schemathesis
 import trustme
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from recommender import koordinator as k
 from tests import fake_apiserver, k8s
-from tests.integration.server import free_port, serving, started, tls_files
+from tests.integration.server import fake_apiserver_command, free_port, serving, started, tls_files
 from tests.integration.test_serving_tls import train, trusting, usage
 
 pytestmark = pytest.mark.integration
@@ -98,7 +99,11 @@ def rig(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
 
 
 def review_of(containers: int, padding: int = 0) -> dict[str, Any]:
-    pod = k8s.pod("deployment", "web", [k8s.container(f"c{i}", {"requests": {"cpu": "1", "memory": "1Gi"}}) for i in range(containers)])
+    pod = k8s.pod(
+        "deployment",
+        "web",
+        [k8s.container(f"c{i}", {"requests": {"cpu": "1", "memory": "1Gi"}}) for i in range(containers)],
+    )
     if padding:
         pod["metadata"].setdefault("annotations", {})["padding"] = "x" * padding
     return k8s.review(pod, "ns")
@@ -166,7 +171,9 @@ def test_slow_connections_are_closed_and_probes_answer_meanwhile(rig: Rig) -> No
             if i % 3 == 1:  # slow headers: the request line, then nothing
                 sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
             elif i % 3 == 2:  # slow body: complete headers, 10 of 1,000 bytes
-                sock.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"a\": 12345")
+                sock.sendall(
+                    b'POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"a": 12345'
+                )
         with rig.client() as client:
             started_at = time.perf_counter()
             assert client.get("/healthz").status_code == 200
@@ -204,7 +211,11 @@ def test_probes_and_small_reviews_are_not_delayed_by_a_heavy_review(rig: Rig) ->
     with rig.client() as heavy_client, rig.client() as client:
         small = small_review()
         client.get("/healthz"), client.post("/mutate", json=small)  # connections open before timing
-        worker = threading.Thread(target=lambda: done.append(timed(lambda: allowed(heavy_client.post("/mutate", json=heavy), heavy["request"]["uid"]))))
+        worker = threading.Thread(
+            target=lambda: done.append(
+                timed(lambda: allowed(heavy_client.post("/mutate", json=heavy), heavy["request"]["uid"]))
+            )
+        )
         worker.start()
         time.sleep(0.2)
         probes, reviews = [], []
@@ -233,11 +244,16 @@ def test_overload_fails_open(rig: Rig) -> None:
 
 
 def test_a_pod_with_too_many_containers_is_admitted_unchanged(store: Path, tmp_path: Path) -> None:
-    with start(store, tmp_path, {"KOORD_RECOMMENDER_SERVE__MAX_REVIEW_CONTAINERS": "10"}) as rig, rig.client() as client:
+    with (
+        start(store, tmp_path, {"KOORD_RECOMMENDER_SERVE__MAX_REVIEW_CONTAINERS": "10"}) as rig,
+        rig.client() as client,
+    ):
         crowded, fine = review_of(11), review_of(10)
         answer = allowed(client.post("/mutate", json=crowded), crowded["request"]["uid"])
         assert "patch" not in answer and "11 containers, more than 10" in answer["warnings"][0]
-        assert "more than" not in " ".join(allowed(client.post("/mutate", json=fine), fine["request"]["uid"]).get("warnings", []))
+        assert "more than" not in " ".join(
+            allowed(client.post("/mutate", json=fine), fine["request"]["uid"]).get("warnings", [])
+        )
 
 
 # ---- the extender never answers 5xx, never closes the connection ---------------------------------------------
@@ -248,8 +264,16 @@ UNJUDGEABLE = [
     {"Pod": {}, "Nodes": {"items": [{"metadata": "n1"}]}},
     {"Pod": {}, "Nodes": {"items": [{**NODE, "metadata": {"name": "n1", "annotations": ["a"]}}]}},
     {"Pod": {}, "Nodes": {"items": [{**NODE, "metadata": {"name": "n1", "annotations": True}}]}},
-    {"Pod": {}, "Nodes": {"items": [{**NODE, "metadata": {"name": "n1", "annotations": {k.USAGE_THRESHOLDS_ANNOTATION: 5}}}]}},
-    {"Pod": {}, "Nodes": {"items": [{**NODE, "metadata": {"name": "n1", "annotations": {k.USAGE_THRESHOLDS_ANNOTATION: "[1]"}}}]}},
+    {
+        "Pod": {},
+        "Nodes": {"items": [{**NODE, "metadata": {"name": "n1", "annotations": {k.USAGE_THRESHOLDS_ANNOTATION: 5}}}]},
+    },
+    {
+        "Pod": {},
+        "Nodes": {
+            "items": [{**NODE, "metadata": {"name": "n1", "annotations": {k.USAGE_THRESHOLDS_ANNOTATION: "[1]"}}}]
+        },
+    },
     {"Pod": {"metadata": "x", "spec": 3}, "NodeNames": ["busy"]},
     {"Pod": {}, "Nodes": {"items": [{"metadata": {"name": "n1"}, "status": {"allocatable": 7}}]}},
     [],
@@ -285,17 +309,37 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=10,
 )
-annotations = json_values | st.dictionaries(st.sampled_from([k.USAGE_THRESHOLDS_ANNOTATION, "other"]), json_values | st.text(max_size=20))
-nodes = st.fixed_dictionaries(
-    {"metadata": json_values | st.fixed_dictionaries({"name": st.text(max_size=5)}, optional={"annotations": annotations})},
-    optional={"status": json_values | st.fixed_dictionaries({"allocatable": json_values | st.fixed_dictionaries(
-        {"cpu": json_values | st.sampled_from(["4", "-1", "1e400", "x"]), "memory": json_values | st.sampled_from(["8Gi", "0"])})})},
+annotations = json_values | st.dictionaries(
+    st.sampled_from([k.USAGE_THRESHOLDS_ANNOTATION, "other"]), json_values | st.text(max_size=20)
 )
-extender_args = json_values | st.fixed_dictionaries({}, optional={
-    "Pod": json_values | st.just(k8s.pod("deployment", "web", [k8s.container("main", None)])),
-    "Nodes": json_values | st.fixed_dictionaries({"items": json_values | st.lists(nodes, max_size=3)}),
-    "NodeNames": json_values | st.lists(st.text(max_size=5), max_size=3),
-})
+nodes = st.fixed_dictionaries(
+    {
+        "metadata": json_values
+        | st.fixed_dictionaries({"name": st.text(max_size=5)}, optional={"annotations": annotations})
+    },
+    optional={
+        "status": json_values
+        | st.fixed_dictionaries(
+            {
+                "allocatable": json_values
+                | st.fixed_dictionaries(
+                    {
+                        "cpu": json_values | st.sampled_from(["4", "-1", "1e400", "x"]),
+                        "memory": json_values | st.sampled_from(["8Gi", "0"]),
+                    }
+                )
+            }
+        )
+    },
+)
+extender_args = json_values | st.fixed_dictionaries(
+    {},
+    optional={
+        "Pod": json_values | st.just(k8s.pod("deployment", "web", [k8s.container("main", None)])),
+        "Nodes": json_values | st.fixed_dictionaries({"items": json_values | st.lists(nodes, max_size=3)}),
+        "NodeNames": json_values | st.lists(st.text(max_size=5), max_size=3),
+    },
+)
 
 
 class KeptConnection:
@@ -368,7 +412,12 @@ def test_every_route_but_probes_and_machine_consumers_needs_the_token(rig: Rig) 
     with rig.client() as client:
         spec = client.get("/openapi.json", headers=token).json()
         routes = [(path, method.upper()) for path, operations in spec["paths"].items() for method in operations]
-        routes += [("/openapi.json", "GET"), ("/docs", "GET"), ("/redoc", "GET"), ("/docs/assets/swagger-ui.css", "GET")]
+        routes += [
+            ("/openapi.json", "GET"),
+            ("/docs", "GET"),
+            ("/redoc", "GET"),
+            ("/docs/assets/swagger-ui.css", "GET"),
+        ]
         assert {"/metrics", "/api/v1/overview", "/api/v1/status", "/api/v1/nodes"} <= {p for p, _ in routes}
         checked = 0
         for path, method in routes:
@@ -421,8 +470,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     workdir = tmp_path_factory.mktemp("api")
     ca, cert, key, ca_file = tls_files(workdir, "api")
     api = f"https://127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "uvicorn", "tests.fake_apiserver:app", "--port", api.rsplit(":", 1)[1],
-               "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    command = fake_apiserver_command(api, cert, key)
     with started(command, api, cwd=Path(__file__).resolve().parents[2], verify=trusting(ca), ready_path="/reviews"):
         yield api, ca, ca_file
 
@@ -436,8 +484,12 @@ def token_review_env(api_server: tuple[str, trustme.CA, Path], tmp_path: Path, *
     """The environment of a server checking tokens with the fake API server, plus `auth` settings (AUTH__ names)."""
     api, _, ca_file = api_server
     (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
-    base = {"TOKEN_REVIEW": "true", "API_SERVER_URL": api, "API_SERVER_CA_FILE": str(ca_file),
-            "SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token")}
+    base = {
+        "TOKEN_REVIEW": "true",
+        "API_SERVER_URL": api,
+        "API_SERVER_CA_FILE": str(ca_file),
+        "SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token"),
+    }
     return {f"KOORD_RECOMMENDER_AUTH__{name}": value for name, value in {**base, **auth}.items()}
 
 
@@ -446,11 +498,16 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
 ) -> None:
     api, api_ca, _ = api_server
     env = token_review_env(
-        api_server, tmp_path, AUDIENCES=json.dumps(["koord-recommender"]), ALLOWED_GROUPS=json.dumps(["ops"]),
-        AUTHORIZATION_PATH="/koord-recommender/read", TOKEN_REVIEW_RATE_PER_SECOND="10",
+        api_server,
+        tmp_path,
+        AUDIENCES=json.dumps(["koord-recommender"]),
+        ALLOWED_GROUPS=json.dumps(["ops"]),
+        AUTHORIZATION_PATH="/koord-recommender/read",
+        TOKEN_REVIEW_RATE_PER_SECOND="10",
     )
     with start(store, tmp_path, env) as rig:
         with rig.client() as client:
+
             def get(token: str) -> int:
                 return client.get("/api/v1/status", headers={"Authorization": f"Bearer {token}"}).status_code
 
@@ -459,7 +516,9 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
                 assert get(refused) == 401, refused
             time.sleep(1.1)  # the bucket refills
             before = reviews(api, api_ca)
-            assert [get("bogus") for _ in range(5)] == [401] * 5 and [get(fake_apiserver.USER_TOKEN) for _ in range(3)] == [200] * 3
+            assert [get("bogus") for _ in range(5)] == [401] * 5 and [
+                get(fake_apiserver.USER_TOKEN) for _ in range(3)
+            ] == [200] * 3
             assert reviews(api, api_ca) == before + 1  # refusals are cached too; the accepted token already was
             time.sleep(1.1)
             statuses = [get(f"bogus-{uuid.uuid4()}") for _ in range(30)]
@@ -467,16 +526,25 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
             assert reviews(api, api_ca) <= before + 1 + 13  # 10 a second, a burst of 10
 
 
-def test_slow_token_reviews_do_not_starve_probes(store: Path, tmp_path: Path, api_server: tuple[str, trustme.CA, Path]) -> None:
+def test_slow_token_reviews_do_not_starve_probes(
+    store: Path, tmp_path: Path, api_server: tuple[str, trustme.CA, Path]
+) -> None:
     env = token_review_env(api_server, tmp_path, TOKEN_REVIEW_RATE_PER_SECOND="100", TOKEN_REVIEW_CONCURRENCY="64")
     with start(store, tmp_path, env) as rig:
-        with rig.client(limits=httpx.Limits(max_connections=80)) as client, rig.client() as prober, ThreadPoolExecutor(60) as pool:
+        with (
+            rig.client(limits=httpx.Limits(max_connections=80)) as client,
+            rig.client() as prober,
+            ThreadPoolExecutor(60) as pool,
+        ):
+
             def get(token: str) -> int:
                 return client.get("/api/v1/recommendations", headers={"Authorization": f"Bearer {token}"}).status_code
 
             prober.get("/healthz")  # its connection is open before the crowd's 60 handshakes
             slow = [pool.submit(get, f"slow-{i}") for i in range(60)]
             time.sleep(0.5)
-            probes = [timed(lambda: prober.get(path).raise_for_status()) for _ in range(5) for path in ("/healthz", "/readyz")]
+            probes = [
+                timed(lambda: prober.get(path).raise_for_status()) for _ in range(5) for path in ("/healthz", "/readyz")
+            ]
             assert max(probes) < 0.5, probes
             assert {f.result(timeout=60) for f in slow} <= {401}

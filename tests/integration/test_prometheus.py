@@ -99,8 +99,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     victim = usage[usage["workload"] == "web"].iloc[len(usage[usage["workload"] == "web"]) // 2]
     kill_time = int(victim["timestamp"]) - 30
     pd.DataFrame(
-        [{"timestamp": kill_time, "namespace": victim["namespace"], "workload": "web", "pod": victim["pod"],
-          "container": "main", "memory_bytes": usage[usage["pod"] == victim["pod"]]["memory_limit_bytes"].iloc[-1]}]
+        [
+            {
+                "timestamp": kill_time,
+                "namespace": victim["namespace"],
+                "workload": "web",
+                "pod": victim["pod"],
+                "container": "main",
+                "memory_bytes": usage[usage["pod"] == victim["pod"]]["memory_limit_bytes"].iloc[-1],
+            }
+        ]
     ).to_csv(workdir / "oom.csv", index=False)
     write_openmetrics(
         usage, kinds, workdir / "metrics.om", oom_kills=[OOMKill(victim["namespace"], victim["pod"], "main", kill_time)]
@@ -140,7 +148,17 @@ def trained_alike(cluster: Cluster, cli: Runner, tmp_path: Path, env: dict[str, 
     """Train from the file and from Prometheus (with `env`); assert the same recommendations within one histogram
     bucket; return the Prometheus version's manifest."""
     as_of = str(cluster.as_of)
-    from_file = cli("train", "--input", str(cluster.usage_csv), "--oom-events", str(cluster.oom_csv), "--store", "file", "--as-of", as_of)
+    from_file = cli(
+        "train",
+        "--input",
+        str(cluster.usage_csv),
+        "--oom-events",
+        str(cluster.oom_csv),
+        "--store",
+        "file",
+        "--as-of",
+        as_of,
+    )
     assert from_file.returncode == 0, from_file.stderr
     from_prom = cli("train", "--prometheus-url", cluster.server.url, "--store", "prom", "--as-of", as_of, env=env)
     assert from_prom.returncode == 0, from_prom.stderr
@@ -148,7 +166,9 @@ def trained_alike(cluster: Cluster, cli: Runner, tmp_path: Path, env: dict[str, 
     shown = {}
     for store in ("file", "prom"):
         result = cli("show", "--store", store, "--format", "json")
-        shown[store] = {(r["namespace"], r["workload"], r["container"]): r for r in json.loads(result.stdout)["recommendations"]}
+        shown[store] = {
+            (r["namespace"], r["workload"], r["container"]): r for r in json.loads(result.stdout)["recommendations"]
+        }
     assert shown["file"].keys() == shown["prom"].keys()
     assert (WEIRD_NAMESPACE, WEIRD_WORKLOAD, "main") in shown["prom"]
     for key, expected in shown["file"].items():
@@ -162,7 +182,9 @@ def trained_alike(cluster: Cluster, cli: Runner, tmp_path: Path, env: dict[str, 
         assert got["history"]["oom_kills"] == expected["history"]["oom_kills"]
         assert got["history"]["samples"] == expected["history"]["samples"]
     assert sum(r["history"]["oom_kills"] for r in shown["prom"].values()) == 1
-    manifest: dict[str, Any] = json.loads(next((tmp_path / "prom" / "versions").iterdir()).joinpath("manifest.json").read_text())
+    manifest: dict[str, Any] = json.loads(
+        next((tmp_path / "prom" / "versions").iterdir()).joinpath("manifest.json").read_text()
+    )
     assert manifest["source"] == cluster.server.url
     assert manifest["row_counts"]["oom_events"] == 1
     return manifest
@@ -173,7 +195,9 @@ def test_prometheus_and_file_give_the_same_recommendations(cluster: Cluster, cli
     assert manifest["read_metrics"]["queries"] <= 13
 
 
-def test_small_streamed_batches_give_the_file_paths_recommendations(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+def test_small_streamed_batches_give_the_file_paths_recommendations(
+    cluster: Cluster, cli: Runner, tmp_path: Path
+) -> None:
     """Answers cut to 1,000 points: every namespace its own batch, the 4 days of each read in two ranges or more, each
     answer decoded as it streams and dropped once its batch's rows are made; the result is the file path's."""
     env = {**PROMETHEUS_ENV, "KOORD_RECOMMENDER_PROMETHEUS__MAX_POINTS_PER_QUERY": "1000"}
@@ -201,7 +225,15 @@ def test_prometheus_killed_mid_run_keeps_the_last_good_version(cluster: Cluster,
     try:
         env = {**PROMETHEUS_ENV, "KOORD_RECOMMENDER_PROMETHEUS__CONCURRENCY": "1"}
         result = cli(
-            "train", "--prometheus-url", victim.url, "--store", "store", "--as-of", str(cluster.as_of), env=env, timeout=120
+            "train",
+            "--prometheus-url",
+            victim.url,
+            "--store",
+            "store",
+            "--as-of",
+            str(cluster.as_of),
+            env=env,
+            timeout=120,
         )
     finally:
         killer.join(timeout=70)
@@ -228,15 +260,33 @@ def test_entry_point_is_installed() -> None:
 
 def test_incremental_training_reads_only_the_new_day(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
     day_before = str(cluster.as_of - DAY)
-    first = cli("train", "--prometheus-url", cluster.server.url, "--store", "inc", "--as-of", day_before, env=PROMETHEUS_ENV)
+    first = cli(
+        "train", "--prometheus-url", cluster.server.url, "--store", "inc", "--as-of", day_before, env=PROMETHEUS_ENV
+    )
     assert first.returncode == 0, first.stderr
     more = cli(
-        "train", "--prometheus-url", cluster.server.url, "--store", "inc", "--as-of", str(cluster.as_of), "--incremental",
+        "train",
+        "--prometheus-url",
+        cluster.server.url,
+        "--store",
+        "inc",
+        "--as-of",
+        str(cluster.as_of),
+        "--incremental",
         env=PROMETHEUS_ENV,
     )
     assert more.returncode == 0, more.stderr
     assert "continued from" in more.stderr
-    full = cli("train", "--prometheus-url", cluster.server.url, "--store", "full", "--as-of", str(cluster.as_of), env=PROMETHEUS_ENV)
+    full = cli(
+        "train",
+        "--prometheus-url",
+        cluster.server.url,
+        "--store",
+        "full",
+        "--as-of",
+        str(cluster.as_of),
+        env=PROMETHEUS_ENV,
+    )
     assert full.returncode == 0, full.stderr
     manifests = {}
     for store in ("inc", "full"):
@@ -247,14 +297,21 @@ def test_incremental_training_reads_only_the_new_day(cluster: Cluster, cli: Runn
     assert manifests["inc"]["read_metrics"]["bytes"] < 0.6 * manifests["full"]["read_metrics"]["bytes"]
     assert manifests["inc"]["data_window"]["first_sample"] == manifests["full"]["data_window"]["first_sample"]
     shown = {
-        store: {(r["namespace"], r["workload"]): r for r in json.loads(cli("show", "--store", store, "--format", "json").stdout)["recommendations"]}
+        store: {
+            (r["namespace"], r["workload"]): r
+            for r in json.loads(cli("show", "--store", store, "--format", "json").stdout)["recommendations"]
+        }
         for store in ("inc", "full")
     }
     assert shown["inc"].keys() == shown["full"].keys()
     for key, expected in shown["full"].items():
         for resource in ("cpu", "memory"):
             for field in ("target", "upper_bound", "long_term"):
-                assert shown["inc"][key][resource][field] == pytest.approx(expected[resource][field], rel=0.06), (key, resource, field)
+                assert shown["inc"][key][resource][field] == pytest.approx(expected[resource][field], rel=0.06), (
+                    key,
+                    resource,
+                    field,
+                )
 
 
 @pytest.mark.slow
@@ -274,7 +331,9 @@ def test_distributed_read_by_namespace_gives_the_same_version(cluster: Cluster, 
     for store in ("single", "spread"):
         name = (tmp_path / store / "latest").read_text().strip()
         versions[store] = tmp_path / store / "versions" / name
-    spread_set, single_set = (json.loads((versions[s] / "recommendations.json").read_bytes()) for s in ("spread", "single"))
+    spread_set, single_set = (
+        json.loads((versions[s] / "recommendations.json").read_bytes()) for s in ("spread", "single")
+    )
     # Not yet in distributed runs (README, Scale out): node lines and workload kinds; everything else is identical.
     assert single_set.pop("nodes") and spread_set.pop("nodes") == []
     assert {r.pop("kind") for r in single_set["recommendations"]} - {None}
@@ -286,7 +345,9 @@ def test_distributed_read_by_namespace_gives_the_same_version(cluster: Cluster, 
             kept[resource] = {k: rec[resource][k] for k in ("levels", "stale", "limit_floor")}
         return kept
 
-    assert [per_container(r) for r in spread_set["recommendations"]] == [per_container(r) for r in single_set["recommendations"]]
+    assert [per_container(r) for r in spread_set["recommendations"]] == [
+        per_container(r) for r in single_set["recommendations"]
+    ]
     manifest = json.loads((versions["spread"] / "manifest.json").read_text())
     assert manifest["row_counts"]["partitions"] == 6 and manifest["row_counts"]["failed_partitions"] == 0
     assert manifest["row_counts"]["oom_events"] == 1 and manifest["read_metrics"]["queries"] > 0

@@ -44,7 +44,7 @@ def placed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int
     usage["priority_class"] = usage["pod"].map({p: "koord-batch" if p == pods[-1] else "koord-prod" for p in pods})
     usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"])
     usage.to_csv(workdir / "usage.csv", index=False)
-    kinds = {(ns, w): "StatefulSet" for ns, w in usage[["namespace", "workload"]].drop_duplicates().itertuples(index=False)}
+    kinds = dict.fromkeys(usage[["namespace", "workload"]].drop_duplicates().itertuples(index=False), "StatefulSet")
     write_openmetrics(usage, kinds, workdir / "metrics.om", decoys=False)
     server = PrometheusServer(workdir / "metrics.om", workdir).start()
     try:
@@ -65,12 +65,16 @@ def test_the_read_carries_node_and_priority_class(placed: tuple[Path, int, Prome
     assert got["priority_class"].to_dict() == expected["priority_class"].to_dict()
 
 
-def test_prometheus_and_file_give_the_same_node_lines(placed: tuple[Path, int, PrometheusServer], cli: Runner, tmp_path: Path) -> None:
+def test_prometheus_and_file_give_the_same_node_lines(
+    placed: tuple[Path, int, PrometheusServer], cli: Runner, tmp_path: Path
+) -> None:
     usage_csv, as_of, server = placed
     env = FAST
     from_file = cli("train", "--input", str(usage_csv), "--store", "file", "--as-of", str(as_of), env=env)
     assert from_file.returncode == 0, from_file.stderr
-    from_prometheus = cli("train", "--prometheus-url", server.url, "--store", "prom", "--as-of", str(as_of), "--history", "4d", env=env)
+    from_prometheus = cli(
+        "train", "--prometheus-url", server.url, "--store", "prom", "--as-of", str(as_of), "--history", "4d", env=env
+    )
     assert from_prometheus.returncode == 0, from_prometheus.stderr
     shown = {}
     for store in ("file", "prom"):
@@ -81,7 +85,9 @@ def test_prometheus_and_file_give_the_same_node_lines(placed: tuple[Path, int, P
     for name, node in shown["file"].items():
         other = shown["prom"][name]
         assert {p["pod"] for p in node["pods"]} == {p["pod"] for p in other["pods"]}
-        assert all(p["priority_class"] == "koord-prod" for p in other["pods"])  # the batch pod borrows: not reserved for
+        assert all(
+            p["priority_class"] == "koord-prod" for p in other["pods"]
+        )  # the batch pod borrows: not reserved for
         for resource in ("cpu", "memory"):
             # Prometheus' rate() and max_over_time() smooth a step's value a little; the pooled lines still agree.
             np.testing.assert_allclose(other[resource]["short_term"], node[resource]["short_term"], rtol=0.25)

@@ -52,6 +52,7 @@ def test_not_ready_without_a_model(tmp_path: Path) -> None:
         review = k8s.review(k8s.pod("deployment", "w0", [k8s.container("main", None)]), "ns")
         answer = httpx.post(base + "/mutate", json=review).json()["response"]
         assert answer == {
-            "uid": review["request"]["uid"], "allowed": True,
+            "uid": review["request"]["uid"],
+            "allowed": True,
             "warnings": ["koord-recommender: no model version loaded, pod admitted unchanged"],
         }

@@ -13,7 +13,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,9 @@ import pandas as pd
 import pytest
 import schemathesis
 import trustme
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from recommender import koordinator as k
 from recommender.mutation import APPLIED_ANNOTATION
@@ -37,14 +38,24 @@ from tests.integration.server import serving
 pytestmark = pytest.mark.integration
 NAMES = {"w0": "web", "w1": "db", "w2": "nightly", "w3": "etl", "w4": "crunch"}
 TOKEN = "s3cr3t-token"
-PROFILES = [{"name": "batch", "namespaces": ["ns"], "selector": {"tier": "batch"}, "qos_class": "BE", "priority_class_name": "koord-batch"}]
+PROFILES = [
+    {
+        "name": "batch",
+        "namespaces": ["ns"],
+        "selector": {"tier": "batch"},
+        "qos_class": "BE",
+        "priority_class_name": "koord-batch",
+    }
+]
 
 
 def usage(end: int) -> pd.DataFrame:
     frame = make_usage(workloads=5, pods=2, days=3, start=end - 3 * DAY)
     frame["workload"] = frame["workload"].map(NAMES)
     sidecar = frame[frame["workload"] == "web"].assign(container="istio-proxy", cpu_cores=lambda f: f["cpu_cores"] / 10)
-    return pd.concat([frame, sidecar], ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
+    return pd.concat([frame, sidecar], ignore_index=True).sort_values(
+        ["namespace", "workload", "pod", "container", "timestamp"]
+    )
 
 
 def train(usage_frame: pd.DataFrame, workdir: Path, store: Path, *extra: str) -> None:
@@ -52,7 +63,10 @@ def train(usage_frame: pd.DataFrame, workdir: Path, store: Path, *extra: str) ->
     usage_frame.to_csv(path, index=False)
     done = subprocess.run(
         [entry_point(), "train", "--input", str(path), "--store", str(store), *extra],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
 
@@ -85,7 +99,9 @@ class Server:
     cert_file: Path
     key_file: Path
 
-    def mutate(self, pod: dict[str, Any], namespace: str = "ns", dry_run: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    def mutate(
+        self, pod: dict[str, Any], namespace: str = "ns", dry_run: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the AdmissionReview answer, the pod after its patch)."""
         response = self.client.post("/mutate", json=k8s.review(pod, namespace, dry_run))
         assert response.status_code == 200
@@ -114,7 +130,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     web = k8s.pod("deployment", "web", [k8s.container("main", {"requests": {"cpu": "1"}})])
     pods = [k8s.running(web, "ns", "busy", f"web-{i}") for i in range(4)]
     (workdir / "pods.json").write_text(json.dumps(k8s.listing("PodList", pods)))
-    nodes = [k8s.node("busy", cpu="8"), k8s.node("idle", cpu="8"), k8s.node("strict", cpu="8", annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"cpu": 1}'})]
+    nodes = [
+        k8s.node("busy", cpu="8"),
+        k8s.node("idle", cpu="8"),
+        k8s.node("strict", cpu="8", annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"cpu": 1}'}),
+    ]
     (workdir / "nodes.json").write_text(json.dumps(k8s.listing("NodeList", nodes)))
     env = {
         "KOORD_RECOMMENDER_SERVE__STORE_POLL_SECONDS": "0.3",
@@ -132,7 +152,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             yield Server(base, client, workdir, store, ca, cert_file, key_file)
 
 
-@pytest.mark.parametrize(("owner", "workload"), [("deployment", "web"), ("statefulset", "db"), ("cronjob", "nightly"), ("job", "etl"), ("bare", "crunch")])
+@pytest.mark.parametrize(
+    ("owner", "workload"),
+    [("deployment", "web"), ("statefulset", "db"), ("cronjob", "nightly"), ("job", "etl"), ("bare", "crunch")],
+)
 def test_webhook_resolves_each_controller_and_sets_requests(server: Server, owner: str, workload: str) -> None:
     pod = k8s.pod(owner, workload, [k8s.container("main", k8s.RESOURCE_SHAPES["both"])])
     answer, patched = server.mutate(pod)
@@ -146,9 +169,15 @@ def test_webhook_resolves_each_controller_and_sets_requests(server: Server, owne
 @pytest.mark.parametrize("shape", sorted(k8s.RESOURCE_SHAPES))
 def test_webhook_patches_every_resources_shape(server: Server, shape: str) -> None:
     original = k8s.RESOURCE_SHAPES[shape]
-    pod = k8s.pod("deployment", "web", [k8s.container("main", original)], init_containers=[
-        k8s.container("istio-proxy", original, restartPolicy="Always"), k8s.container("unknown-init", original),
-    ])
+    pod = k8s.pod(
+        "deployment",
+        "web",
+        [k8s.container("main", original)],
+        init_containers=[
+            k8s.container("istio-proxy", original, restartPolicy="Always"),
+            k8s.container("unknown-init", original),
+        ],
+    )
     _, patched = server.mutate(pod)
     cpu, memory = server.target("web")
     main = patched["spec"]["containers"][0]["resources"]
@@ -186,8 +215,14 @@ def test_dry_run_gets_the_same_patch(server: Server) -> None:
         (b"{}", "malformed AdmissionReview"),
         (b'{"request": {"uid": 5}}', "malformed AdmissionReview"),
         (b'{"request": {"uid": "u", "operation": "DELETE", "kind": {"kind": "Pod"}, "object": {}}}', "only pod CREATE"),
-        (b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": "x"}}}', "no recommendation"),
-        (b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": {"containers": ["x"]}}}}', "internal error"),
+        (
+            b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": "x"}}}',
+            "no recommendation",
+        ),
+        (
+            b'{"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": {"spec": {"containers": ["x"]}}}}',
+            "internal error",
+        ),
     ],
 )
 def test_webhook_fails_open(server: Server, body: bytes, warning: str) -> None:
@@ -200,7 +235,7 @@ def test_webhook_fails_open(server: Server, body: bytes, warning: str) -> None:
 
 
 def test_unknown_workload_is_admitted_unchanged(server: Server) -> None:
-    answer, patched = server.mutate(k8s.pod("deployment", "stranger", [k8s.container("main", None)]))
+    answer, _patched = server.mutate(k8s.pod("deployment", "stranger", [k8s.container("main", None)]))
     assert "patch" not in answer and "no recommendation" in answer["warnings"][0]
 
 
@@ -211,7 +246,21 @@ json_values = st.recursive(
 )
 
 
-@given(body=st.fixed_dictionaries({"request": st.fixed_dictionaries({"uid": st.just("u"), "operation": st.just("CREATE"), "kind": st.just({"kind": "Pod"}), "object": json_values})}) | json_values)
+@given(
+    body=st.fixed_dictionaries(
+        {
+            "request": st.fixed_dictionaries(
+                {
+                    "uid": st.just("u"),
+                    "operation": st.just("CREATE"),
+                    "kind": st.just({"kind": "Pod"}),
+                    "object": json_values,
+                }
+            )
+        }
+    )
+    | json_values
+)
 @hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_no_review_is_ever_refused_or_answered_5xx(server: Server, body: Any) -> None:
     response = server.client.post("/mutate", json=body)
@@ -247,7 +296,11 @@ def test_rest_auth_etag_lines_chart_and_nodes(server: Server) -> None:
     assert server.client.get("/api/v1/recommendations", headers={"Authorization": "Bearer wrong"}).status_code == 401
     listed = server.client.get("/api/v1/recommendations", params={"workload": "web"}, headers=auth())
     assert {r["container"] for r in listed.json()["recommendations"]} == {"main", "istio-proxy"}
-    again = server.client.get("/api/v1/recommendations", params={"workload": "web"}, headers={**auth(), "If-None-Match": listed.headers["ETag"]})
+    again = server.client.get(
+        "/api/v1/recommendations",
+        params={"workload": "web"},
+        headers={**auth(), "If-None-Match": listed.headers["ETag"]},
+    )
     assert again.status_code == 304 and again.content == b""
     lines = server.client.get("/api/v1/recommendations/ns/web/main/lines", headers=auth()).json()
     assert lines["provenance"]["version"] == listed.json()["version"]
@@ -273,14 +326,30 @@ def test_metrics(server: Server) -> None:
     assert server.client.get("/metrics").status_code == 401  # every container's target is in there
     text = server.client.get("/metrics", headers=auth()).text
     assert 'koord_recommender_webhook_decisions_total{dry_run="true",outcome="patched"}' in text
-    assert 'koord_recommender_http_request_duration_seconds_bucket{le="0.005",method="POST",route="/mutate",status="200"}' in text
+    assert (
+        'koord_recommender_http_request_duration_seconds_bucket{le="0.005",method="POST",route="/mutate",status="200"}'
+        in text
+    )
     assert "koord_recommender_model_age_seconds" in text and 'koord_recommender_model_info{version="' in text
-    assert 'koord_recommender_recommendation{bound="target",container="main",namespace="ns",resource="cpu",workload="web"}' in text
+    assert (
+        'koord_recommender_recommendation{bound="target",container="main",namespace="ns",resource="cpu",workload="web"}'
+        in text
+    )
     # Usage sits below the target most of the day (target = p90 x 1.15): most relative diffs are negative.
-    below = next(float(line.split()[-1]) for line in text.splitlines()
-                 if line.startswith('koord_recommender_quality_usage_recommendation_relative_diffs_bucket{le="0.0",resource="cpu"}'))
-    total = next(float(line.split()[-1]) for line in text.splitlines()
-                 if line.startswith('koord_recommender_quality_usage_recommendation_relative_diffs_bucket{le="+Inf",resource="cpu"}'))
+    below = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(
+            'koord_recommender_quality_usage_recommendation_relative_diffs_bucket{le="0.0",resource="cpu"}'
+        )
+    )
+    total = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(
+            'koord_recommender_quality_usage_recommendation_relative_diffs_bucket{le="+Inf",resource="cpu"}'
+        )
+    )
     assert total > 0 and below / total > 0.8
 
 
@@ -331,7 +400,15 @@ def test_new_model_version_is_picked_up_without_restart(server: Server) -> None:
 
 def test_openapi_schema_fuzzed_never_5xx(server: Server) -> None:
     spec = server.client.get("/openapi.json", headers=auth()).json()
-    for path in ("/mutate", "/scheduler/filter", "/scheduler/prioritize", "/api/v1/recommendations", "/metrics", "/healthz", "/readyz"):
+    for path in (
+        "/mutate",
+        "/scheduler/filter",
+        "/scheduler/prioritize",
+        "/api/v1/recommendations",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+    ):
         assert path in spec["paths"]
     schema = schemathesis.openapi.from_dict(spec)
     ca_file = server.workdir / "ca.pem"
@@ -375,14 +452,13 @@ def test_a_model_dated_in_the_future_is_not_applied_nor_called_fresh(tmp_path: P
 
 def test_token_review_against_the_api_server(tmp_path: Path) -> None:
     from tests import fake_apiserver
-    from tests.integration.server import free_port, started, tls_files
+    from tests.integration.server import fake_apiserver_command, free_port, started, tls_files
 
     train(usage(int(time.time())), tmp_path, tmp_path / "store")
     ca, cert, key, ca_file = tls_files(tmp_path, "api")
     (tmp_path / "sa-token").write_text(fake_apiserver.SERVICE_ACCOUNT_TOKEN)
     api = f"https://127.0.0.1:{free_port()}"
-    fake = [sys.executable, "-m", "uvicorn", "tests.fake_apiserver:app", "--port", api.rsplit(":", 1)[1],
-            "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    fake = fake_apiserver_command(api, cert, key)
     env = {
         "KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW": "true",
         "KOORD_RECOMMENDER_AUTH__API_SERVER_URL": api,
@@ -390,7 +466,11 @@ def test_token_review_against_the_api_server(tmp_path: Path) -> None:
         "KOORD_RECOMMENDER_AUTH__SERVICE_ACCOUNT_TOKEN_FILE": str(tmp_path / "sa-token"),
     }
     repo = Path(__file__).resolve().parents[2]
-    with started(fake, api, cwd=repo, verify=trusting(ca), ready_path="/reviews"), serving(tmp_path / "store", tmp_path, env=env) as base:
+    with (
+        started(fake, api, cwd=repo, verify=trusting(ca), ready_path="/reviews"),
+        serving(tmp_path / "store", tmp_path, env=env) as base,
+    ):
+
         def get(token: str) -> int:
             return httpx.get(base + "/api/v1/recommendations", headers={"Authorization": f"Bearer {token}"}).status_code
 

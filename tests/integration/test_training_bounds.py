@@ -26,15 +26,17 @@ _PEAK_OF_CHILD = (
 def sparse_fleet(path: Path, workloads: int, samples: int) -> None:
     rng = np.random.default_rng(7)
     n = workloads * samples
-    frame = pd.DataFrame({
-        "timestamp": 1_700_000_000 + 300 * np.tile(np.arange(samples), workloads),
-        "namespace": "ns",
-        "workload": np.repeat([f"w{i}" for i in range(workloads)], samples),
-        "pod": np.repeat([f"w{i}-0" for i in range(workloads)], samples),
-        "container": "main",
-        "cpu_cores": rng.uniform(0.01, 1.0, n).round(3),
-        "memory_bytes": rng.uniform(1e8, 2e8, n).round(),
-    })
+    frame = pd.DataFrame(
+        {
+            "timestamp": 1_700_000_000 + 300 * np.tile(np.arange(samples), workloads),
+            "namespace": "ns",
+            "workload": np.repeat([f"w{i}" for i in range(workloads)], samples),
+            "pod": np.repeat([f"w{i}-0" for i in range(workloads)], samples),
+            "container": "main",
+            "cpu_cores": rng.uniform(0.01, 1.0, n).round(3),
+            "memory_bytes": rng.uniform(1e8, 2e8, n).round(),
+        }
+    )
     frame.to_csv(path, index=False)
 
 
@@ -49,7 +51,10 @@ def test_many_sparse_workloads_train_in_seconds_within_a_gibibyte(tmp_path: Path
     started = time.monotonic()
     probe = subprocess.run(
         [sys.executable, "-c", _PEAK_OF_CHILD, entry_point(), "train", "--input", str(data), "--store", str(store)],
-        capture_output=True, text=True, timeout=240, check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
     )
     elapsed = time.monotonic() - started
     code, peak_kib = (int(part) for part in probe.stdout.split())

@@ -2,7 +2,8 @@
 
 The recomputation reads the rules as VPA's recommender applies them to a stream of 1-minute samples: CPU samples
 as whole millicores weighing 0.1 x 2^((t - reference) / 24 h), one memory peak per pod and 24 h window (anchored at
-the pod's first sample, dated at the window's end; 0 for a window whose first sample is 0) weighing 1, the percentile at the end of the bucket where the
+the pod's first sample, dated at the window's end; 0 for a window whose first sample is 0) weighing 1, the percentile
+at the end of the bucket where the
 weight reaches p x total, + 15 %, x (1 + 0.001/days)^-2 and x (1 + 1/days), the pod minimum split over the
 containers, each step truncated to whole units. No histogram class, no state machine: sums and loops.
 """
@@ -67,7 +68,9 @@ def truncate(x: float) -> int:
 Bounds = tuple[int, int, int]
 
 
-def plain_vpa(usage: pd.DataFrame, containers_per_pod: dict[str, int], as_of: float) -> dict[str, tuple[Bounds, Bounds] | None]:
+def plain_vpa(
+    usage: pd.DataFrame, containers_per_pod: dict[str, int], as_of: float
+) -> dict[str, tuple[Bounds, Bounds] | None]:
     """Per group label, (CPU millicores, memory bytes) as (target, lower, upper); None once VPA has forgotten the
     group (its last CPU sample 8 days or more before `as_of`)."""
     out: dict[str, tuple[Bounds, Bounds] | None] = {}
@@ -106,7 +109,11 @@ def plain_vpa(usage: pd.DataFrame, containers_per_pod: dict[str, int], as_of: fl
         n = containers_per_pod[str(group)]
         cpu_min, memory_min = truncate(25 / n), truncate(262144000 / n)
         both = []
-        for weights, first, to_units, minimum in ((cpu_weights, 0.01, 1000.0, cpu_min), (memory_weights, 1e7, 1.0, memory_min)):
+        for weights, first, to_units, minimum in (
+            (cpu_weights, 0.01, 1000.0, cpu_min),
+            (memory_weights, 1e7, 1.0, memory_min),
+        ):
+
             def estimate(p: float) -> int:
                 base = truncate(percentile(weights, p, first) * to_units)
                 return base + truncate(base * 0.15)
@@ -123,7 +130,9 @@ def frames() -> list[tuple[str, pd.DataFrame]]:
     if SHARED_BITBRAINS.exists():
         bitbrains = pd.read_csv(SHARED_BITBRAINS, engine="pyarrow")
         first = bitbrains["timestamp"].min()
-        keep = bitbrains["workload"].isin(sorted(bitbrains["workload"].unique())[:30]) & (bitbrains["timestamp"] < first + 10 * DAY)
+        keep = bitbrains["workload"].isin(sorted(bitbrains["workload"].unique())[:30]) & (
+            bitbrains["timestamp"] < first + 10 * DAY
+        )
         found.append(("bitbrains-aug, 30 VMs x 10 days", bitbrains[keep].reset_index(drop=True)))
     return found
 

@@ -54,7 +54,10 @@ class ControlPlane:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ca = CertificateAuthority(workdir / "pki")
         self.serving = self.ca.issue(
-            "apiserver", common_name="kube-apiserver", dns=("localhost", "kubernetes", "kubernetes.default"), ips=("127.0.0.1",)
+            "apiserver",
+            common_name="kube-apiserver",
+            dns=("localhost", "kubernetes", "kubernetes.default"),
+            ips=("127.0.0.1",),
         )
         self.admin = self.ca.issue("admin", common_name="admin", organizations=("system:masters",), client=True)
         self.sa_key, self.sa_pub = service_account_keys(workdir / "pki")
@@ -66,8 +69,18 @@ class ControlPlane:
                 {
                     "apiVersion": "v1",
                     "kind": "Config",
-                    "clusters": [{"name": "e2e", "cluster": {"server": self.url, "certificate-authority": str(self.ca.cert_path)}}],
-                    "users": [{"name": "admin", "user": {"client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)}}],
+                    "clusters": [
+                        {
+                            "name": "e2e",
+                            "cluster": {"server": self.url, "certificate-authority": str(self.ca.cert_path)},
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": "admin",
+                            "user": {"client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)},
+                        }
+                    ],
                     "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
                     "current-context": "e2e",
                 }
@@ -75,7 +88,7 @@ class ControlPlane:
         )
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "wb")
+        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - open as long as the process it logs
         self.processes[name] = subprocess.Popen(
             [str(self.bin / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -95,7 +108,11 @@ class ControlPlane:
         raise RuntimeError(f"{name} not ready after {timeout} s: {(self.dir / f'{name}.log').read_text()[-3000:]}")
 
     def start(
-        self, *, controller_manager: bool = False, scheduler_config: dict[str, Any] | None = None, apiserver_args: tuple[str, ...] = ()
+        self,
+        *,
+        controller_manager: bool = False,
+        scheduler_config: dict[str, Any] | None = None,
+        apiserver_args: tuple[str, ...] = (),
     ) -> ControlPlane:
         self._spawn(
             "etcd",

@@ -24,7 +24,9 @@ PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 
 
 def _cache() -> Path:
-    return Path(os.environ.get("KOORD_E2E_CACHE", Path.home() / ".cache" / "koord-recommender")) / f"helm-v{HELM_VERSION}"
+    return (
+        Path(os.environ.get("KOORD_E2E_CACHE", Path.home() / ".cache" / "koord-recommender")) / f"helm-v{HELM_VERSION}"
+    )
 
 
 def helm_binary() -> Path:
@@ -48,7 +50,9 @@ def helm(*args: str, timeout: float = 120, home: Path | None = None) -> subproce
     env = dict(os.environ)
     if home is not None:
         env.update({f"HELM_{part}_HOME": str(home / part.lower()) for part in ("CONFIG", "CACHE", "DATA")})
-    return subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+    return subprocess.run(
+        [str(helm_binary()), *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env
+    )
 
 
 def nested(values: dict[str, Any]) -> dict[str, Any]:
@@ -71,9 +75,15 @@ def values_args(*value_files: Path, values: dict[str, Any] | None = None) -> lis
     return [*args, "--values", handle.name]
 
 
-def render(*value_files: Path, values: dict[str, Any] | None = None, release: str = "koord-recommender",
-           namespace: str = "koord-recommender") -> list[dict[str, Any]]:
+def render(
+    *value_files: Path,
+    values: dict[str, Any] | None = None,
+    release: str = "koord-recommender",
+    namespace: str = "koord-recommender",
+) -> list[dict[str, Any]]:
     """`helm template` of the chart: the objects it renders, in order."""
-    rendered = helm("template", release, str(CHART), "--namespace", namespace, *values_args(*value_files, values=values))
+    rendered = helm(
+        "template", release, str(CHART), "--namespace", namespace, *values_args(*value_files, values=values)
+    )
     assert rendered.returncode == 0, rendered.stderr
     return [d for d in yaml.safe_load_all(rendered.stdout) if d]

@@ -37,25 +37,60 @@ class OOMKill:
     timestamp: int
 
 
-def owner_series(namespace: str, workload: str, kind: str, pod: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]]:
+def owner_series(
+    namespace: str, workload: str, kind: str, pod: str
+) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]]:
     """kube_pod_owner labels of a pod, and the (metric, labels) of its owner's own owner series."""
     base = {"namespace": namespace, "pod": pod, "uid": f"uid-{abs(hash((namespace, pod))) % 10**8}"}
     if kind == "Deployment":
         replicaset = f"{workload}-5d4f8b9c7"
         return (
             {**base, "owner_kind": "ReplicaSet", "owner_name": replicaset, "owner_is_controller": "true"},
-            [("kube_replicaset_owner", {"namespace": namespace, "replicaset": replicaset, "owner_kind": "Deployment", "owner_name": workload, "owner_is_controller": "true"})],
+            [
+                (
+                    "kube_replicaset_owner",
+                    {
+                        "namespace": namespace,
+                        "replicaset": replicaset,
+                        "owner_kind": "Deployment",
+                        "owner_name": workload,
+                        "owner_is_controller": "true",
+                    },
+                )
+            ],
         )
     if kind == "CronJob":
         job = f"{workload}-28012345"
         return (
             {**base, "owner_kind": "Job", "owner_name": job, "owner_is_controller": "true"},
-            [("kube_job_owner", {"namespace": namespace, "job_name": job, "owner_kind": "CronJob", "owner_name": workload, "owner_is_controller": "true"})],
+            [
+                (
+                    "kube_job_owner",
+                    {
+                        "namespace": namespace,
+                        "job_name": job,
+                        "owner_kind": "CronJob",
+                        "owner_name": workload,
+                        "owner_is_controller": "true",
+                    },
+                )
+            ],
         )
     if kind == "Job":
         return (
             {**base, "owner_kind": "Job", "owner_name": workload, "owner_is_controller": "true"},
-            [("kube_job_owner", {"namespace": namespace, "job_name": workload, "owner_kind": "<none>", "owner_name": "<none>", "owner_is_controller": "<none>"})],
+            [
+                (
+                    "kube_job_owner",
+                    {
+                        "namespace": namespace,
+                        "job_name": workload,
+                        "owner_kind": "<none>",
+                        "owner_name": "<none>",
+                        "owner_is_controller": "<none>",
+                    },
+                )
+            ],
         )
     if kind == "Pod":
         return ({**base, "owner_kind": "<none>", "owner_name": "<none>", "owner_is_controller": "<none>"}, [])
@@ -124,13 +159,17 @@ def write_openmetrics(
                     continue
                 labels = _labels({"namespace": ns, "pod": pod, "container": container})
                 times = rows["timestamp"].to_numpy()
-                ratio = np.clip(rows["cpu_cores"].fillna(0.0).to_numpy() / rows["cpu_limit_cores"].to_numpy() - 0.5, 0, 1)
+                ratio = np.clip(
+                    rows["cpu_cores"].fillna(0.0).to_numpy() / rows["cpu_limit_cores"].to_numpy() - 0.5, 0, 1
+                )
                 periods = np.cumsum(np.full(times.size, 3000.0))
                 values = periods if metric == "periods" else np.cumsum(3000.0 * ratio)
                 for t, v in zip(times, values):
                     yield f"container_cpu_cfs_{'periods' if metric == 'periods' else 'throttled_periods'}_total{labels} {v:.1f} {t - scrape_offset}\n"
 
-        pods = usage.groupby(["namespace", "workload", "pod"], sort=False)["timestamp"].agg(["min", "max"]).reset_index()
+        pods = (
+            usage.groupby(["namespace", "workload", "pod"], sort=False)["timestamp"].agg(["min", "max"]).reset_index()
+        )
 
         def meta_times(first: int, last: int) -> np.ndarray:
             return np.unique(np.append(np.arange(first, last, META_EVERY_SECONDS), last)) - scrape_offset
@@ -150,12 +189,19 @@ def write_openmetrics(
 
         # A pod's node and PriorityClass: the usage's own columns where it has them, else spread over three nodes.
         placed = {
-            column: usage.groupby(["namespace", "pod"])[column].first().to_dict() for column in ("node", "priority_class") if column in usage
+            column: usage.groupby(["namespace", "pod"])[column].first().to_dict()
+            for column in ("node", "priority_class")
+            if column in usage
         }
 
         def info_lines() -> Iterator[str]:
             for i, (ns, _, pod, first, last) in enumerate(pods.itertuples(index=False)):
-                info = {"namespace": ns, "pod": pod, "node": placed.get("node", {}).get((ns, pod), f"node-{i % 3}"), "host_ip": "10.0.0.1"}
+                info = {
+                    "namespace": ns,
+                    "pod": pod,
+                    "node": placed.get("node", {}).get((ns, pod), f"node-{i % 3}"),
+                    "host_ip": "10.0.0.1",
+                }
                 if (ns, pod) in placed.get("priority_class", {}):
                     info["priority_class"] = placed["priority_class"][(ns, pod)]
                 labels = _labels(info)
@@ -167,7 +213,16 @@ def write_openmetrics(
                 for resource, unit, column in (("cpu", "core", column_cpu), ("memory", "byte", column_memory)):
                     if column not in rows or rows[column].isna().all():
                         continue
-                    labels = _labels({"namespace": ns, "pod": pod, "container": container, "node": "node-0", "resource": resource, "unit": unit})
+                    labels = _labels(
+                        {
+                            "namespace": ns,
+                            "pod": pod,
+                            "container": container,
+                            "node": "node-0",
+                            "resource": resource,
+                            "unit": unit,
+                        }
+                    )
                     times, values = rows["timestamp"].to_numpy(), rows[column].to_numpy()
                     for t in meta_times(int(times[0]), int(times[-1])):
                         value = values[min(np.searchsorted(times, t + scrape_offset), len(values) - 1)]
@@ -176,7 +231,11 @@ def write_openmetrics(
 
         def oom_lines(metric: str) -> Iterator[str]:
             for kill in kills:
-                rows = usage[(usage["namespace"] == kill.namespace) & (usage["pod"] == kill.pod) & (usage["container"] == kill.container)]
+                rows = usage[
+                    (usage["namespace"] == kill.namespace)
+                    & (usage["pod"] == kill.pod)
+                    & (usage["container"] == kill.container)
+                ]
                 labels = {"namespace": kill.namespace, "pod": kill.pod, "container": kill.container}
                 for t in rows["timestamp"].to_numpy() - scrape_offset:
                     if metric == "restarts":
@@ -194,7 +253,9 @@ def write_openmetrics(
         family("kube_job_owner", "gauge", owner_lines("kube_job_owner"))
         family("kube_pod_info", "gauge", info_lines())
         family("kube_pod_container_resource_limits", "gauge", resource_lines("cpu_limit_cores", "memory_limit_bytes"))
-        family("kube_pod_container_resource_requests", "gauge", resource_lines("cpu_request_cores", "memory_request_bytes"))
+        family(
+            "kube_pod_container_resource_requests", "gauge", resource_lines("cpu_request_cores", "memory_request_bytes")
+        )
         family("kube_pod_container_status_restarts", "counter", oom_lines("restarts"))
         family("kube_pod_container_status_last_terminated_reason", "gauge", oom_lines("reason"))
         out.write("# EOF\n")

@@ -18,7 +18,9 @@ def _key() -> rsa.RSAPrivateKey:
 
 
 def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,15 @@ class CertificateAuthority:
             .not_valid_before(now - dt.timedelta(hours=1))
             .not_valid_after(now + dt.timedelta(days=2))
             .add_extension(
-                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                x509.ExtendedKeyUsage(
+                    [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]
+                ),
                 critical=False,
             )
         )
-        names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns] + [
+            x509.IPAddress(ipaddress.ip_address(i)) for i in ips
+        ]
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
@@ -98,5 +104,7 @@ def service_account_keys(directory: Path) -> tuple[Path, Path]:
     key = _key()
     private, public = directory / "sa.key", directory / "sa.pub"
     private.write_bytes(_pem_key(key))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return private, public

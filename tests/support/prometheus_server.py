@@ -39,7 +39,15 @@ class PrometheusServer:
         elif openmetrics is not None:
             self.data.mkdir(parents=True, exist_ok=True)
             result = subprocess.run(
-                ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=744h", str(openmetrics), str(self.data)],
+                [
+                    "promtool",
+                    "tsdb",
+                    "create-blocks-from",
+                    "openmetrics",
+                    "--max-block-duration=744h",
+                    str(openmetrics),
+                    str(self.data),
+                ],
                 capture_output=True,
                 text=True,
                 timeout=900,
@@ -62,7 +70,7 @@ class PrometheusServer:
                 *(extra_args or []),
             ],
             stdout=subprocess.DEVNULL,
-            stderr=open(self.workdir / "prometheus.stderr", "wb"),
+            stderr=open(self.workdir / "prometheus.stderr", "wb"),  # noqa: SIM115 - open as long as Prometheus runs
             stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout

@@ -105,32 +105,63 @@ def test_bad_values_are_refused_naming_the_value(values: dict[str, Any], message
 def test_the_webhook_fails_open_and_skips_system_and_own_namespaces(default: list[dict[str, Any]]) -> None:
     webhook = one(default, "MutatingWebhookConfiguration")["webhooks"][0]
     assert webhook["failurePolicy"] == "Ignore" and webhook["sideEffects"] == "None"
-    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
     (expression,) = webhook["namespaceSelector"]["matchExpressions"]
     assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
     assert set(expression["values"]) == {"kube-system", "kube-node-lease", "koord-recommender"}
-    assert webhook["clientConfig"]["service"] == {"name": "koord-recommender", "namespace": "koord-recommender", "path": "/mutate", "port": 443}
-    custom = render(values={"webhook.namespaceSelector": {"matchLabels": {"team": "a"}}, "webhook.url": "https://10.1.2.3:8443/mutate"})
+    assert webhook["clientConfig"]["service"] == {
+        "name": "koord-recommender",
+        "namespace": "koord-recommender",
+        "path": "/mutate",
+        "port": 443,
+    }
+    custom = render(
+        values={
+            "webhook.namespaceSelector": {"matchLabels": {"team": "a"}},
+            "webhook.url": "https://10.1.2.3:8443/mutate",
+        }
+    )
     webhook = one(custom, "MutatingWebhookConfiguration")["webhooks"][0]
     assert webhook["namespaceSelector"] == {"matchLabels": {"team": "a"}}
     assert webhook["clientConfig"]["url"] == "https://10.1.2.3:8443/mutate" and "service" not in webhook["clientConfig"]
 
 
-@pytest.mark.parametrize(("values", "mode", "dry_run"), [({}, "Off", "false"), ({"webhook.mode": "Initial", "webhook.dryRun": True}, "Initial", "true")])
+@pytest.mark.parametrize(
+    ("values", "mode", "dry_run"),
+    [({}, "Off", "false"), ({"webhook.mode": "Initial", "webhook.dryRun": True}, "Initial", "true")],
+)
 def test_the_webhook_mode_reaches_the_server(values: dict[str, Any], mode: str, dry_run: str) -> None:
     serve = pod_specs(render(values=values))["koord-recommender"]["containers"][0]
     env = env_of(serve)
-    assert env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == mode and env["KOORD_RECOMMENDER_WEBHOOK__DRY_RUN"] == dry_run
+    assert (
+        env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == mode and env["KOORD_RECOMMENDER_WEBHOOK__DRY_RUN"] == dry_run
+    )
 
 
 def test_the_serving_account_may_read_namespaces_vpas_and_hpas(default: list[dict[str, Any]]) -> None:
     rules = one(default, "ClusterRole", "koord-recommender-serve")["rules"]
     granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    for group, resource in (("", "namespaces"), ("autoscaling.k8s.io", "verticalpodautoscalers"), ("autoscaling", "horizontalpodautoscalers"), ("", "pods"), ("", "nodes")):
+    for group, resource in (
+        ("", "namespaces"),
+        ("autoscaling.k8s.io", "verticalpodautoscalers"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        ("", "pods"),
+        ("", "nodes"),
+    ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= granted
     assert not {v for _, _, v in granted} & {"update", "patch", "delete", "deletecollection"}
     binding = one(default, "ClusterRoleBinding", "koord-recommender-serve")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "koord-recommender", "namespace": "koord-recommender"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "koord-recommender", "namespace": "koord-recommender"}
+    ]
     train = one(default, "ServiceAccount", "koord-recommender-train")
     assert train["automountServiceAccountToken"] is False
 
@@ -143,7 +174,12 @@ def test_a_single_node_store_keeps_its_pods_beside_serve_and_drops_the_budget(de
         term = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
         assert term["topologyKey"] == "kubernetes.io/hostname", name
         assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "serve", name
-    assert set(pod_specs(default)) == {"koord-recommender", "koord-recommender-sync", "koord-recommender-train", "koord-recommender-first-train"}
+    assert set(pod_specs(default)) == {
+        "koord-recommender",
+        "koord-recommender-sync",
+        "koord-recommender-train",
+        "koord-recommender-first-train",
+    }
     assert not by_kind(default, "PodDisruptionBudget")
     shared = render(values={"store.pvc.accessMode": "ReadWriteMany"})
     assert all("affinity" not in spec for spec in pod_specs(shared).values())
@@ -172,7 +208,11 @@ def test_training_runs_at_install_and_on_schedule(default: list[dict[str, Any]])
     assert first["spec"]["template"] == cron["spec"]["jobTemplate"]["spec"]["template"]
     assert first["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[:3] == ["train", "--prometheus-url=http://prometheus-operated.monitoring.svc:9090", "--store=/var/lib/koord-recommender/store"]
+    assert args[:3] == [
+        "train",
+        "--prometheus-url=http://prometheus-operated.monitoring.svc:9090",
+        "--store=/var/lib/koord-recommender/store",
+    ]
     assert "--incremental" in args and "--history=14d" in args
     assert cron["spec"]["schedule"] == "17 3 * * *" and cron["spec"]["concurrencyPolicy"] == "Forbid"
     upgraded = helm("template", "koord-recommender", str(CHART), "--is-upgrade", *values_args())
@@ -184,13 +224,24 @@ def test_basic_auth_and_the_extender() -> None:
     objects = render(CHART / "ci" / "extender-values.yaml")
     serve = pod_specs(objects)["koord-recommender"]
     assert [c["name"] for c in serve["containers"]] == ["serve", "cluster-files"]
-    assert env_of(serve["containers"][0])["KOORD_RECOMMENDER_EXTENDER__PODS_FILE"] == "/var/run/koord-recommender/cluster/pods.json"
+    assert (
+        env_of(serve["containers"][0])["KOORD_RECOMMENDER_EXTENDER__PODS_FILE"]
+        == "/var/run/koord-recommender/cluster/pods.json"
+    )
     train = pod_specs(objects)["koord-recommender-train"]
     env = env_of(train["containers"][0])
-    assert env["KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_USERNAME"] == {"secretKeyRef": {"name": "prometheus-basic-auth", "key": "username"}}
-    assert env["KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_PASSWORD_FILE"] == "/etc/koord-recommender/prometheus/basic-auth/password"
+    assert env["KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_USERNAME"] == {
+        "secretKeyRef": {"name": "prometheus-basic-auth", "key": "username"}
+    }
+    assert (
+        env["KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_PASSWORD_FILE"]
+        == "/etc/koord-recommender/prometheus/basic-auth/password"
+    )
     volumes = {v["name"]: v for v in train["volumes"]}
-    assert volumes["prometheus-ca"]["secret"] == {"secretName": "prometheus-tls", "items": [{"key": "ca.pem", "path": "ca.crt"}]}
+    assert volumes["prometheus-ca"]["secret"] == {
+        "secretName": "prometheus-tls",
+        "items": [{"key": "ca.pem", "path": "ca.crt"}],
+    }
     assert [c["name"] for c in pod_specs(render())["koord-recommender"]["containers"]] == ["serve"]
 
 
@@ -198,7 +249,10 @@ def test_the_service_monitor_carries_the_selected_release_label() -> None:
     objects = render(CHART / "ci" / "servicemonitor-values.yaml")
     monitor = one(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"] == {"name": "koord-recommender-metrics-token", "key": "token"}
+    assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"] == {
+        "name": "koord-recommender-metrics-token",
+        "key": "token",
+    }
     policy = one(objects, "NetworkPolicy")
     assert policy["spec"]["ingress"][0]["from"][0] == {"ipBlock": {"cidr": "10.0.0.0/24"}}
     assert not by_kind(render(), "ServiceMonitor") and not by_kind(render(), "NetworkPolicy")
@@ -218,7 +272,9 @@ def test_cert_manager_issues_and_injects_the_certificate() -> None:
     assert not by_kind(own, "Issuer") and one(own, "Certificate")["spec"]["issuerRef"]["kind"] == "ClusterIssuer"
 
 
-def test_the_self_signed_certificate_is_for_the_service_and_signed_by_the_webhook_ca(default: list[dict[str, Any]]) -> None:
+def test_the_self_signed_certificate_is_for_the_service_and_signed_by_the_webhook_ca(
+    default: list[dict[str, Any]],
+) -> None:
     secret = one(default, "Secret", "koord-recommender-tls")
     assert secret["type"] == "kubernetes.io/tls"
     leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
@@ -244,7 +300,9 @@ def test_workloads_run_hardened_with_requests_and_memory_limits(default: list[di
 def test_the_kustomize_base_is_the_chart_rendered() -> None:
     checked = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "render-base.py"), "--check", "--helm", str(helm_binary())],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert checked.returncode == 0, checked.stderr
 
@@ -254,8 +312,13 @@ def test_without_go_the_helm_build_says_so_and_exits_3(tmp_path: Path) -> None:
     if shutil.which("go", path="/usr/bin:/bin"):
         pytest.skip("Go is installed in /usr/bin here: no PATH without it to try")
     built = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build-helm.sh")], capture_output=True, text=True, timeout=60,
+        ["bash", str(REPO / "scripts" / "build-helm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KOORD_E2E_CACHE": str(tmp_path / "cache")},
     )
     assert built.returncode == 3, built.stderr
-    assert built.stderr.strip().splitlines() == ["Go is missing: install Go >= 1.26 (https://go.dev/doc/install or Debian's golang) to build helm"]
+    assert built.stderr.strip().splitlines() == [
+        "Go is missing: install Go >= 1.26 (https://go.dev/doc/install or Debian's golang) to build helm"
+    ]

@@ -31,7 +31,9 @@ def test_without_a_measurement_the_forecast_keeps_the_wider_margin() -> None:
     mixed = c.reclaimable(10.0, 1.0, 0.0, 0.0, np.array([3.0, 3.0]), np.array([2.0, NAN]), 6.0, unmeasured_margin=2.5)
     np.testing.assert_allclose(mixed, [6.0, 4.5])
     # the conservative side keeps it too: (9 - 3) and (10 - 2.5 - 6) blended half and half, unmeasured
-    assert c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, NAN, 6.0, weight=0.5, unmeasured_margin=2.5) == pytest.approx(0.5 * 4.5 + 0.5 * 1.5)
+    assert c.reclaimable(10.0, 1.0, 0.0, 0.0, 3.0, NAN, 6.0, weight=0.5, unmeasured_margin=2.5) == pytest.approx(
+        0.5 * 4.5 + 0.5 * 1.5
+    )
 
 
 def test_stale_data_decays_toward_the_request_based_value_not_to_zero() -> None:
@@ -77,7 +79,9 @@ def test_koordinator_mid_reclaims_unused_requests_capped_by_what_peaks_leave() -
     assert c.koordinator_mid(10.0, request, peak, age) == pytest.approx(3.5)
     assert c.koordinator_mid(8.0, request, peak, age) == pytest.approx(2.5)
     # a departed pod (NaN request) counts for nothing
-    assert c.koordinator_mid(10.0, np.array([4.0, NAN]), np.array([1.0, 1.0]), np.array([2 * day, 2 * day])) == pytest.approx(3.0)
+    assert c.koordinator_mid(
+        10.0, np.array([4.0, NAN]), np.array([1.0, 1.0]), np.array([2 * day, 2 * day])
+    ) == pytest.approx(3.0)
 
 
 def test_reclaim_ratio_gives_koordinator_our_headroom_over_its_live_usage() -> None:
@@ -103,7 +107,9 @@ finite = st.floats(0, 1e6, allow_nan=False)
 
 
 @given(finite, finite, finite, finite, st.floats(0, 1))
-def test_offer_is_bounded_by_room_and_never_negative(allocatable: float, reservation: float, last: float, limit: float, weight: float) -> None:
+def test_offer_is_bounded_by_room_and_never_negative(
+    allocatable: float, reservation: float, last: float, limit: float, weight: float
+) -> None:
     offer = float(c.reclaimable(allocatable, 0.0, 0.0, 0.0, reservation, last, limit, weight=weight))
     assert 0.0 <= offer <= allocatable + 1e-9
     # never more than the forecast-based value: staleness only takes room away

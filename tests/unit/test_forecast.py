@@ -84,7 +84,10 @@ def test_usage_grid_takes_the_max_per_step_and_ends_before_the_end() -> None:
 
 def test_decayed_quantile_follows_a_level_shift_that_the_flat_one_ignores() -> None:
     series = np.r_[np.ones(6 * P), np.full(P, 5.0)][None, :]
-    assert DecayedQuantileForecaster(days=7, quantile=0.5, half_life_steps=P // 2).fit(series).predict(3)[0].tolist() == [5.0] * 3
+    assert (
+        DecayedQuantileForecaster(days=7, quantile=0.5, half_life_steps=P // 2).fit(series).predict(3)[0].tolist()
+        == [5.0] * 3
+    )
     assert FlatQuantileForecaster(days=7, quantile=0.5).fit(series).predict(1)[0, 0] == 1.0
 
 
@@ -203,9 +206,15 @@ def test_calibration_shrinks_a_container_toward_its_group_and_the_group_toward_t
     assert shrink(np.array([4.0]), np.array([0.0]), np.array([2.0]), 10.0)[0] == 2.0
     assert shrink(np.array([4.0]), np.array([10.0]), np.array([1.0]), 10.0)[0] == pytest.approx(2.0)
     factors = blend_factors(
-        own=np.array([4.0, np.nan]), samples=np.array([1e9, 0.0]), groups=np.array([0, 1]),
-        group_factor=np.array([2.0, 3.0]), group_samples=np.array([0.0, 1e9]), fleet=1.5,
-        prior_samples=1e9, group_prior_samples=1e9, factor_range=(0.25, 4.0),
+        own=np.array([4.0, np.nan]),
+        samples=np.array([1e9, 0.0]),
+        groups=np.array([0, 1]),
+        group_factor=np.array([2.0, 3.0]),
+        group_samples=np.array([0.0, 1e9]),
+        fleet=1.5,
+        prior_samples=1e9,
+        group_prior_samples=1e9,
+        factor_range=(0.25, 4.0),
     )
     # container 0: half own (4), half its group, which has no samples of its own (the fleet's 1.5)
     assert factors[0] == pytest.approx(np.sqrt(4.0 * 1.5))
@@ -257,7 +266,9 @@ def test_calibration_leaves_out_containers_beyond_the_guard(poison: float) -> No
     clean[rng.random(clean.shape) < 0.02] *= 1.6  # bursts: the clean fleet's factor is well above 1
     evil = rng.uniform(0.5, 1.0, (3, 14 * P))
     evil[:, -7 * P :] *= poison  # the out-of-sample week is far from its lines
-    model = selected_forecaster(ForecastSettings(), [FlatQuantileForecaster(days=7.0, quantile=0.99)], 0.01, constant=False)
+    model = selected_forecaster(
+        ForecastSettings(), [FlatQuantileForecaster(days=7.0, quantile=0.99)], 0.01, constant=False
+    )
     alone = clone(model).fit(clean)
     mixed = clone(model).fit(np.vstack([clean, evil]))
     assert mixed.outliers_[30:].all() and not mixed.outliers_[:30].any()

@@ -83,8 +83,10 @@ def test_bad_rows_name_file_line_and_problem(tmp_path: Path, body: str, line: in
 
 
 def test_missing_column_and_empty_and_absent_files(tmp_path: Path) -> None:
-    with pytest.raises(InputFileError, match="missing required column.*memory_bytes"):
-        read_usage(write(tmp_path / "a.csv", "timestamp,namespace,workload,pod,container,cpu_cores\n1,n,w,p,c,1\n"), BOUNDS)
+    with pytest.raises(InputFileError, match=r"missing required column.*memory_bytes"):
+        read_usage(
+            write(tmp_path / "a.csv", "timestamp,namespace,workload,pod,container,cpu_cores\n1,n,w,p,c,1\n"), BOUNDS
+        )
     with pytest.raises(InputFileError, match="is empty"):
         read_usage(write(tmp_path / "b.csv", ""), BOUNDS)
     with pytest.raises(InputFileError, match="no such file"):
@@ -132,7 +134,9 @@ rows = st.lists(
 
 @given(rows)
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_any_valid_file_reads_back_exactly(tmp_path: Path, data: list[tuple[int, str, str, float | None, float | None]]) -> None:
+def test_any_valid_file_reads_back_exactly(
+    tmp_path: Path, data: list[tuple[int, str, str, float | None, float | None]]
+) -> None:
     frame = pd.DataFrame(
         [(t, ns, w, w + "-0", "main", cpu, mem) for t, ns, w, cpu, mem in data],
         columns=HEADER.split(","),
@@ -181,13 +185,19 @@ FULL_HEADER = HEADER + ",cpu_limit_cores,memory_request_bytes,cpu_throttled_frac
         ("1,ns,w,p,c,1,1,,,1.5", "cpu_throttled_fraction", "is above the ceiling of 1"),
         ("1,ns,w,p,c,NaN,1,,,", "cpu_cores", "not a finite number (a missing value is an empty cell"),
         ("1,ns,w,p,c,1,-inf,,,", "memory_bytes", "not a finite number"),
-        ("1700000000000,ns,w,p,c,1,1,,,", "timestamp", "timestamp 1700000000000 is in the future, after 2025-10-09T09:03:20+00:00"),
+        (
+            "1700000000000,ns,w,p,c,1,1,,,",
+            "timestamp",
+            "timestamp 1700000000000 is in the future, after 2025-10-09T09:03:20+00:00",
+        ),
         (f"{NOW + 601},ns,w,p,c,1,1,,,", "timestamp", "is in the future"),
         ("99999999999999999999,ns,w,p,c,1,1,,,", "timestamp", "does not fit in 64 bits"),
     ],
 )
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
-def test_impossible_values_are_refused_naming_line_and_column(tmp_path: Path, row: str, column: str, message: str, suffix: str) -> None:
+def test_impossible_values_are_refused_naming_line_and_column(
+    tmp_path: Path, row: str, column: str, message: str, suffix: str
+) -> None:
     good = "".join(f"{NOW - 300 * i},ns,w,p,c,1,1,,,\n" for i in range(1, 4))
     path = write(tmp_path / f"u{suffix}", FULL_HEADER + "\n" + good + row + "\n")
     with pytest.raises(InputFileError) as caught:
@@ -247,15 +257,21 @@ def test_a_truncated_gzip_file_names_the_line_it_breaks_at(tmp_path: Path) -> No
     path.write_bytes(data[: len(data) // 2])
     error = read_both_ways(path)
     assert error.line is not None and 2 < error.line < 3002
-    assert f"{path}, line {error.line}: cannot be read: Compressed file ended before the end-of-stream marker" in str(error)
+    assert f"{path}, line {error.line}: cannot be read: Compressed file ended before the end-of-stream marker" in str(
+        error
+    )
 
 
 def test_an_unterminated_quote_names_its_line_and_column(tmp_path: Path) -> None:
-    long = write(tmp_path / "long.csv", HEADER + "\n" + rows_text(3) + '1,"ns,w,p,c,1,1\n' + rows_text(20000, 1_710_000_000))
+    long = write(
+        tmp_path / "long.csv", HEADER + "\n" + rows_text(3) + '1,"ns,w,p,c,1,1\n' + rows_text(20000, 1_710_000_000)
+    )
     error = read_both_ways(long)
     assert (error.line, error.column) == (5, "namespace")
     assert "unterminated quote: the quoted field opened here never closes" in str(error)
-    short = write(tmp_path / "short.csv", HEADER + "\n" + rows_text(3) + '1,ns,"w,p,c,1,1\n' + rows_text(2, 1_710_000_000))
+    short = write(
+        tmp_path / "short.csv", HEADER + "\n" + rows_text(3) + '1,ns,"w,p,c,1,1\n' + rows_text(2, 1_710_000_000)
+    )
     error = read_both_ways(short)
     assert (error.line, error.column) == (5, "workload")
     assert "a quote opened on this line runs to line 7 (unterminated quote?)" in str(error)
@@ -286,7 +302,9 @@ def test_quoted_line_breaks_in_names_keep_line_numbers_right(tmp_path: Path) -> 
     duplicated = write(tmp_path / "d.csv", HEADER + "\n" + body.replace("-1", "1").replace("4,ns,w,p,c", "1,ns,w,p,c"))
     with pytest.raises(InputFileError, match=r"d\.csv, line 8: duplicate sample .* first seen at line 2"):
         read_usage(duplicated, BOUNDS)
-    many = write(tmp_path / "many.csv", HEADER + "\n" + '1,"n\ns",w,p,c,1,1\n' * 1 + rows_text(400) + "5,ns,w,p,c,-1,1\n")
+    many = write(
+        tmp_path / "many.csv", HEADER + "\n" + '1,"n\ns",w,p,c,1,1\n' * 1 + rows_text(400) + "5,ns,w,p,c,-1,1\n"
+    )
     error = read_both_ways(many)
     assert error.line == 404
 
@@ -314,7 +332,9 @@ IMPOSSIBLE = [(c, v) for c in ("cpu_cores", "memory_bytes") for v in ("-1", "inf
 
 @given(st.integers(1, 15), st.sampled_from(IMPOSSIBLE))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_an_impossible_cell_is_reported_at_its_line_and_column(tmp_path: Path, n_rows: int, cell: tuple[str, str]) -> None:
+def test_an_impossible_cell_is_reported_at_its_line_and_column(
+    tmp_path: Path, n_rows: int, cell: tuple[str, str]
+) -> None:
     column, bad = cell
     lines = [f"{1_700_000_000 + i},ns,w,p,c,1,1" for i in range(n_rows)]
     position = n_rows // 2
@@ -341,7 +361,9 @@ samples = st.lists(
 
 @given(samples)
 @settings(max_examples=150, deadline=None)
-def test_quarantine_keeps_only_possible_containers_and_names_every_other(data: list[tuple[str, float, float, int]]) -> None:
+def test_quarantine_keeps_only_possible_containers_and_names_every_other(
+    data: list[tuple[str, float, float, int]],
+) -> None:
     usage = pd.DataFrame(
         [(t, "ns", w, f"{w}-p", "main", cpu, memory) for w, cpu, memory, t in data], columns=HEADER.split(",")
     )

@@ -8,7 +8,8 @@ import json
 import threading
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from recommender.errors import OverloadedError
 from serving.isolation import WorkPool, review_uid
@@ -31,7 +32,10 @@ def test_the_uid_is_found_in_the_start_of_a_review_as_the_api_server_writes_it(p
     ("prefix", "uid"),
     [
         (b'{"request": {"uid": "u-1", "object": {"metadata": {"uid": "pod"}}}}', "u-1"),
-        (b'{"request": {"object": {"metadata": {"uid": "pod"}}, "uid": "u-1"}}', None),  # only the object's uid in reach
+        (
+            b'{"request": {"object": {"metadata": {"uid": "pod"}}, "uid": "u-1"}}',
+            None,
+        ),  # only the object's uid in reach
         (b'{"uid": "outside"}', None),
         (b'{"request": {"uid": 5}}', None),
         (b'\xff\xfe{"request": {"uid": "\xff"}}', None),

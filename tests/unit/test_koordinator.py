@@ -19,7 +19,14 @@ def with_labels(labels: dict[str, str], shape: str = "both", priority: int | Non
 
 
 @pytest.mark.parametrize(
-    ("shape", "expected"), [("guaranteed", "Guaranteed"), ("both", "Burstable"), ("absent", "BestEffort"), ("empty", "BestEffort"), ("limits-only", "Guaranteed")]
+    ("shape", "expected"),
+    [
+        ("guaranteed", "Guaranteed"),
+        ("both", "Burstable"),
+        ("absent", "BestEffort"),
+        ("empty", "BestEffort"),
+        ("limits-only", "Guaranteed"),
+    ],
 )
 def test_kubernetes_qos(shape: str, expected: str) -> None:
     assert k.kubernetes_qos(with_labels({}, shape)) == expected
@@ -54,7 +61,9 @@ def test_validator_rules() -> None:
     assert k.violations(with_labels({k.QOS_LABEL: "BE"}, priority=5000)) == []
     assert k.violations(with_labels({k.QOS_LABEL: "BE"}, priority=0)) == ["QoS BE cannot run as priority none"]
     assert k.violations(with_labels({k.QOS_LABEL: "BE"}, priority=9000)) == ["QoS BE cannot run as priority koord-prod"]
-    assert k.violations(with_labels({k.QOS_LABEL: "LSR"}, "guaranteed", 7000)) == ["QoS LSR requires koord-prod, not koord-mid"]
+    assert k.violations(with_labels({k.QOS_LABEL: "LSR"}, "guaranteed", 7000)) == [
+        "QoS LSR requires koord-prod, not koord-mid"
+    ]
     assert k.violations(with_labels({k.QOS_LABEL: "LSR"}, "guaranteed", 9000)) == []
     fractional = with_labels({k.QOS_LABEL: "LSE"}, "both", 9000)
     fractional["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1500m"
@@ -68,7 +77,11 @@ def test_extended_resources_renames_in_integer_millicores_and_copies_missing_req
     renamed = k.extended_resources({"limits": {"cpu": "1500m", "memory": "1Gi", "nvidia.com/gpu": "1"}}, k.BATCH)
     assert renamed == {
         "requests": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(1024**3)},
-        "limits": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": str(1024**3), "nvidia.com/gpu": "1"},
+        "limits": {
+            "kubernetes.io/batch-cpu": "1500",
+            "kubernetes.io/batch-memory": str(1024**3),
+            "nvidia.com/gpu": "1",
+        },
     }
     assert k.extended_resources({"requests": {"cpu": "0.25"}}, k.MID) == {"requests": {"kubernetes.io/mid-cpu": "250"}}
     assert k.extended_resources({"requests": {"cpu": "1"}}, k.PROD) == {"requests": {"cpu": "1"}}
@@ -101,7 +114,14 @@ def test_thresholds_our_writer_lowered_are_not_the_operators() -> None:
 
 @pytest.mark.parametrize(
     ("owner", "first"),
-    [("deployment", "web"), ("statefulset", "web"), ("daemonset", "web"), ("job", "web"), ("cronjob", "web"), ("bare", "web")],
+    [
+        ("deployment", "web"),
+        ("statefulset", "web"),
+        ("daemonset", "web"),
+        ("job", "web"),
+        ("cronjob", "web"),
+        ("bare", "web"),
+    ],
 )
 def test_workload_candidates_name_the_controller_first(owner: str, first: str) -> None:
     assert workload_candidates(pod(owner, "web", [container("main", None)]))[0] == first

@@ -13,7 +13,14 @@ from tests.support.control_plane import K8S_VERSION, crd_files
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 #: Kinds from CRDs: validated against the CRD's own schema when the CRDs are fetched, else in the e2e dry run.
-CRD_KINDS = {"VerticalPodAutoscaler", "Recommendation", "Certificate", "Issuer", "ServiceMonitor", "KubeSchedulerConfiguration"}
+CRD_KINDS = {
+    "VerticalPodAutoscaler",
+    "Recommendation",
+    "Certificate",
+    "Issuer",
+    "ServiceMonitor",
+    "KubeSchedulerConfiguration",
+}
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
@@ -47,7 +54,11 @@ def test_vpa_example_matches_the_vpa_crd() -> None:
         pytest.skip("VPA CRD not fetched yet (scripts/build-control-plane.sh fetches it)")
     import jsonschema
 
-    crds = [d for d in yaml.safe_load_all(files[0].read_text()) if d and d["spec"]["names"]["kind"] == "VerticalPodAutoscaler"]
+    crds = [
+        d
+        for d in yaml.safe_load_all(files[0].read_text())
+        if d and d["spec"]["names"]["kind"] == "VerticalPodAutoscaler"
+    ]
     schema = next(v for v in crds[0]["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
     jsonschema.validate(yaml.safe_load((MANIFESTS / "examples" / "vpa.yaml").read_text()), schema)
 

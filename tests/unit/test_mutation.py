@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import jsonpatch
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from recommender import koordinator as k
 from recommender.mutation import APPLIED_ANNOTATION, mutate, relevant_fields
@@ -23,10 +25,14 @@ RECS = lookup_of(
     recommendation("shop", "web", "istio-proxy", 0.1, 128 * MIB),
     recommendation("shop", "web", "migrate", 0.2, 256 * MIB),
 )
-BATCH = ColocationProfile(name="batch", namespaces=["shop"], selector={"tier": "batch"}, qos_class="BE", priority_class_name="koord-batch")
+BATCH = ColocationProfile(
+    name="batch", namespaces=["shop"], selector={"tier": "batch"}, qos_class="BE", priority_class_name="koord-batch"
+)
 
 
-def run(shape: str, webhook: WebhookSettings | None = None, labels: dict[str, str] | None = None, **kwargs: Any) -> tuple[dict[str, Any], Any]:
+def run(
+    shape: str, webhook: WebhookSettings | None = None, labels: dict[str, str] | None = None, **kwargs: Any
+) -> tuple[dict[str, Any], Any]:
     original = pod("deployment", "web", [container("main", RESOURCE_SHAPES[shape])], labels=labels, **kwargs)
     result = mutate(original, "shop", RECS.get, webhook or WebhookSettings(), "v1", ON)
     # The diff must apply to the original and give the mutated pod, and the original must be untouched.
@@ -44,7 +50,9 @@ def test_requests_get_the_target_and_limits_scale_proportionally() -> None:
     found, result = run("both")
     assert resources(found) == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
     record = json.loads(found["metadata"]["annotations"][APPLIED_ANNOTATION])
-    assert record["workload"] == "web" and record["version"] == "v1" and "main: cpu request 1 -> 500m" in record["changes"]
+    assert (
+        record["workload"] == "web" and record["version"] == "v1" and "main: cpu request 1 -> 500m" in record["changes"]
+    )
     factors = json.loads(found["metadata"]["annotations"][k.SCALING_FACTORS_ANNOTATION])
     assert factors == {"cpu": 40, "memory": 40}  # long-term 0.8 x target over the limit (2 x target)
     assert result.warnings == []
@@ -55,21 +63,34 @@ def test_every_resources_shape() -> None:
     assert resources(run("empty")[0]) == {"requests": {"cpu": "500m", "memory": "1Gi"}}
     assert resources(run("requests-only")[0]) == {"requests": {"cpu": "500m", "memory": "1Gi"}}
     # Only limits: the API server defaulted requests to the limits, so the limit follows the request (ratio 1).
-    assert resources(run("limits-only")[0]) == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "500m", "memory": "1Gi"}}
+    assert resources(run("limits-only")[0]) == {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "500m", "memory": "1Gi"},
+    }
     assert resources(run("cpu-only")[0]) == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}}
     extra = resources(run("with-extra-resource")[0])
-    assert extra == {"requests": {"cpu": "500m", "nvidia.com/gpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+    assert extra == {
+        "requests": {"cpu": "500m", "nvidia.com/gpu": "1", "memory": "1Gi"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
 
 
 def test_init_and_sidecar_containers_are_sized_and_unknown_containers_untouched() -> None:
     original = pod(
-        "deployment", "web",
+        "deployment",
+        "web",
         [container("main", None), container("unknown", {"requests": {"cpu": "3"}})],
-        init_containers=[container("migrate", None), container("istio-proxy", {"limits": {"cpu": "1"}}, restartPolicy="Always")],
+        init_containers=[
+            container("migrate", None),
+            container("istio-proxy", {"limits": {"cpu": "1"}}, restartPolicy="Always"),
+        ],
     )
     found = mutate(original, "shop", RECS.get, WebhookSettings(), "v1", ON).pod
     assert found["spec"]["initContainers"][0]["resources"] == {"requests": {"cpu": "200m", "memory": "256Mi"}}
-    assert found["spec"]["initContainers"][1]["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "100m"}}
+    assert found["spec"]["initContainers"][1]["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "100m"},
+    }
     assert found["spec"]["containers"][1] == original["spec"]["containers"][1]
 
 
@@ -77,7 +98,9 @@ def test_policies_modes_lines_bounds_and_controlled_resources() -> None:
     off = WebhookSettings(policies=[WebhookPolicy(namespace="shop", workload="w*", mode="off")])
     found, result = run("both", off)
     assert resources(found)["requests"] == {"cpu": "1", "memory": "2Gi"} and result.changes == []
-    requests_only = WebhookSettings(policies=[WebhookPolicy(mode="requests-only", line="upper_bound", controlled_resources=["cpu"])])
+    requests_only = WebhookSettings(
+        policies=[WebhookPolicy(mode="requests-only", line="upper_bound", controlled_resources=["cpu"])]
+    )
     found, _ = run("both", requests_only)
     assert resources(found) == {"requests": {"cpu": "750m", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     capped = WebhookSettings(policies=[WebhookPolicy(mode="requests-only", min_cpu_cores=3.0)])
@@ -87,7 +110,10 @@ def test_policies_modes_lines_bounds_and_controlled_resources() -> None:
     assert resources(run("requests-only", bounded)[0])["requests"] == {"cpu": "300m", "memory": "3Gi"}
     zero = pod("deployment", "web", [container("main", {"requests": {"cpu": "0"}, "limits": {"cpu": "300m"}})])
     found = mutate(zero, "shop", RECS.get, WebhookSettings(), "v1", ON).pod
-    assert resources(found) == {"requests": {"cpu": "300m", "memory": "1Gi"}, "limits": {"cpu": "300m"}}  # not above the limit
+    assert resources(found) == {
+        "requests": {"cpu": "300m", "memory": "1Gi"},
+        "limits": {"cpu": "300m"},
+    }  # not above the limit
     other = WebhookSettings(policies=[WebhookPolicy(namespace="other", mode="off")])
     assert resources(run("requests-only", other)[0])["requests"]["cpu"] == "500m"
 
@@ -115,7 +141,9 @@ def test_profile_that_koordinator_would_reject_is_dropped_but_sizing_kept() -> N
     found, result = run("both", WebhookSettings(colocation_profiles=[bad]))
     assert k.QOS_LABEL not in found["metadata"]["labels"] and "priorityClassName" not in found["spec"]
     assert resources(found)["requests"]["cpu"] == "500m"
-    assert "colocation skipped" in result.warnings[0] and "QoS BE cannot run as priority koord-prod" in result.warnings[0]
+    assert (
+        "colocation skipped" in result.warnings[0] and "QoS BE cannot run as priority koord-prod" in result.warnings[0]
+    )
 
 
 def test_sizing_that_breaks_whole_cpus_of_an_lsr_pod_is_dropped() -> None:
@@ -161,13 +189,23 @@ def any_resources(draw: st.DrawFn) -> dict[str, Any] | None:
 @hsettings(max_examples=150, deadline=None)
 def test_any_pod_gets_a_valid_pod(shapes: list[dict[str, Any] | None], mode: str, line: str, batch: bool) -> None:
     names = ["main", "istio-proxy", "other"]
-    original = pod("deployment", "web", [container(names[i], shape) for i, shape in enumerate(shapes)], labels={"tier": "batch"} if batch else None)
+    original = pod(
+        "deployment",
+        "web",
+        [container(names[i], shape) for i, shape in enumerate(shapes)],
+        labels={"tier": "batch"} if batch else None,
+    )
     webhook = WebhookSettings(policies=[WebhookPolicy(mode=mode, line=line)], colocation_profiles=[BATCH])  # type: ignore[arg-type]
     found = mutate(original, "shop", RECS.get, webhook, "v1", ON).pod
     assert jsonpatch.apply_patch(original, jsonpatch.make_patch(original, found)) == found
     # What the webhook sends: the diff of the projections, applied to the whole pod, gives the same pod.
     view = relevant_fields(original)
-    assert jsonpatch.apply_patch(original, jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1", ON).pod)) == found
+    assert (
+        jsonpatch.apply_patch(
+            original, jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1", ON).pod)
+        )
+        == found
+    )
     assert k.violations(found) == []
     for one in found["spec"]["containers"]:
         res = one.get("resources") or {}
@@ -179,7 +217,9 @@ def test_any_pod_gets_a_valid_pod(shapes: list[dict[str, Any] | None], mode: str
 
 
 def test_patch_paths_escape_slashes_and_tildes_in_keys() -> None:
-    original = pod("deployment", "web", [container("main", None)], annotations={"a~b/c": "kept"}, labels={"tier": "batch"})
+    original = pod(
+        "deployment", "web", [container("main", None)], annotations={"a~b/c": "kept"}, labels={"tier": "batch"}
+    )
     webhook = WebhookSettings(colocation_profiles=[BATCH.model_copy(update={"labels": {"team/x~y": "1"}})])
     view = relevant_fields(original)
     patch = jsonpatch.make_patch(view, mutate(view, "shop", RECS.get, webhook, "v1", ON).pod).patch
@@ -214,7 +254,12 @@ def test_a_memory_limit_never_goes_below_the_observed_peak_floor() -> None:
 def test_a_stale_recommendation_is_not_applied_and_says_why() -> None:
     rec = recommendation("shop", "web", "main", 0.5, 1 * GIB)
     assert rec.cpu is not None and rec.memory is not None
-    stale = rec.model_copy(update={"cpu": rec.cpu.model_copy(update={"stale": True}), "memory": rec.memory.model_copy(update={"stale": True})})
+    stale = rec.model_copy(
+        update={
+            "cpu": rec.cpu.model_copy(update={"stale": True}),
+            "memory": rec.memory.model_copy(update={"stale": True}),
+        }
+    )
     original = pod("deployment", "web", [container("main", RESOURCE_SHAPES["both"])])
     result = mutate(original, "shop", lookup_of(stale).get, WebhookSettings(), "v1", ON)
     assert resources(result.pod) == RESOURCE_SHAPES["both"]

@@ -10,7 +10,16 @@ import pandas as pd
 import pytest
 
 from models.nodes import NodeForecaster, rise_allowance
-from pipelines.node_backtest import MethodSummary, NodeBacktestResult, Placement, forward_max, last_measured, node_sums, outage_mask, pack_pods
+from pipelines.node_backtest import (
+    MethodSummary,
+    NodeBacktestResult,
+    Placement,
+    forward_max,
+    last_measured,
+    node_sums,
+    outage_mask,
+    pack_pods,
+)
 from recommender import colocation
 from recommender import koordinator as k
 from recommender.errors import ModelStoreError
@@ -36,11 +45,23 @@ def alternating(days: int = 4, start: int = 1_700_006_400) -> pd.DataFrame:
         ("batch", np.full(times.size, 3.0), "a", "koord-batch"),
         ("alone", np.full(times.size, 1.0), "b", "koord-prod"),
     ):
-        rows.append(pd.DataFrame({
-            "timestamp": times, "namespace": "ns", "workload": name, "pod": f"{name}-0", "container": "main",
-            "cpu_cores": cpu, "memory_bytes": 1e9, "cpu_request_cores": 2.0, "memory_request_bytes": 2e9,
-            "node": node_name, "priority_class": priority,
-        }))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "timestamp": times,
+                    "namespace": "ns",
+                    "workload": name,
+                    "pod": f"{name}-0",
+                    "container": "main",
+                    "cpu_cores": cpu,
+                    "memory_bytes": 1e9,
+                    "cpu_request_cores": 2.0,
+                    "memory_request_bytes": 2e9,
+                    "node": node_name,
+                    "priority_class": priority,
+                }
+            )
+        )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -99,20 +120,35 @@ def test_backtest_helpers() -> None:
     np.testing.assert_allclose(last, [[np.nan, 1.0, 2.0, 2.0, 2.0]])
     np.testing.assert_allclose(age, [[np.inf, 1, 1, 2, 3]])
     np.testing.assert_allclose(forward_max(np.array([[1.0, 3.0, 2.0, 0.0]]), 2), [[3.0, 3.0, 2.0, 0.0]])
-    np.testing.assert_allclose(node_sums(np.array([[1.0, np.nan], [2.0, np.nan], [5.0, 1.0]]), np.array([0, 0, 1]), 2), [[3.0, np.nan], [5.0, 1.0]])
+    np.testing.assert_allclose(
+        node_sums(np.array([[1.0, np.nan], [2.0, np.nan], [5.0, 1.0]]), np.array([0, 0, 1]), 2),
+        [[3.0, np.nan], [5.0, 1.0]],
+    )
     mask = outage_mask(10, 10_000, 0.02, seed=3)
     assert 0.01 < mask.mean() < 0.03
 
 
 def test_the_chosen_margin_is_the_smallest_as_safe_as_koordinator_on_validation_days() -> None:
     def summary(violations: int) -> MethodSummary:
-        return MethodSummary(reclaimed=1.0, reclaimed_share=0.1, violations=violations, violation_rate=0.0, zero_drops=0, mean_change=0.0)
+        return MethodSummary(
+            reclaimed=1.0, reclaimed_share=0.1, violations=violations, violation_rate=0.0, zero_drops=0, mean_change=0.0
+        )
 
     sweep = [(0.0, {"validation": summary(9)}), (0.01, {"validation": summary(3)}), (0.02, {"validation": summary(1)})]
     result = NodeBacktestResult(
-        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"), decision_days=[7], first_step=0, step_seconds=300, origin=0,
-        offered={}, summaries={"validation": {"complete": {"cpu": {"koordinator_usage": summary(3)}, "memory": {"koordinator_usage": summary(0)}}}},
-        sweeps={"cpu": {"ours_forecast_only": sweep}, "memory": {"ours_forecast_only": sweep}}, seconds=0.0,
+        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"),
+        decision_days=[7],
+        first_step=0,
+        step_seconds=300,
+        origin=0,
+        offered={},
+        summaries={
+            "validation": {
+                "complete": {"cpu": {"koordinator_usage": summary(3)}, "memory": {"koordinator_usage": summary(0)}}
+            }
+        },
+        sweeps={"cpu": {"ours_forecast_only": sweep}, "memory": {"ours_forecast_only": sweep}},
+        seconds=0.0,
     )
     assert result.chosen_margin("cpu", "ours_forecast_only") == 0.01  # 0 % had 9 violations, 1 % ties Koordinator's 3
     assert result.chosen_margin("memory", "ours_forecast_only") is None  # none as safe as Koordinator's 0
@@ -123,36 +159,79 @@ TIMELINE = Timeline(AS_OF, 300, STEPS)
 
 
 def forecast_of(last_sample: int) -> NodeForecast:
-    lines = NodeResourceLines(limit=2.0, last_usage=2.0, jump=0.5, largest_jump=0.8, recent_usage=[2.0] * 12, short_term=[3.0] * STEPS, long_term=3.5)
-    memory = NodeResourceLines(limit=2 * GIB, last_usage=GIB, jump=0.0, recent_usage=[GIB] * 12, short_term=[GIB] * STEPS, long_term=GIB)
-    return NodeForecast(node="a", last_sample=last_sample, cpu=lines, memory=memory, pods=[NodePod(namespace="ns", pod="old", workload="old", priority_class="koord-prod")])
+    lines = NodeResourceLines(
+        limit=2.0,
+        last_usage=2.0,
+        jump=0.5,
+        largest_jump=0.8,
+        recent_usage=[2.0] * 12,
+        short_term=[3.0] * STEPS,
+        long_term=3.5,
+    )
+    memory = NodeResourceLines(
+        limit=2 * GIB, last_usage=GIB, jump=0.0, recent_usage=[GIB] * 12, short_term=[GIB] * STEPS, long_term=GIB
+    )
+    return NodeForecast(
+        node="a",
+        last_sample=last_sample,
+        cpu=lines,
+        memory=memory,
+        pods=[NodePod(namespace="ns", pod="old", workload="old", priority_class="koord-prod")],
+    )
 
 
 def view(last_sample: int, old_request: str = "2") -> NodeLoads:
     pods = [
         running(pod("deployment", "old", [container("main", {"requests": {"cpu": old_request}})]), "ns", "a", "old"),
         running(pod("deployment", "new", [container("main", {"requests": {"cpu": "1"}})]), "ns", "a", "new"),
-        running(pod("deployment", "spare", [container("main", {"requests": {"cpu": "4"}})], labels={k.PRIORITY_CLASS_LABEL: k.BATCH}), "ns", "a", "spare"),
+        running(
+            pod(
+                "deployment",
+                "spare",
+                [container("main", {"requests": {"cpu": "4"}})],
+                labels={k.PRIORITY_CLASS_LABEL: k.BATCH},
+            ),
+            "ns",
+            "a",
+            "spare",
+        ),
     ]
-    return NodeLoads.build(pods, [node("a", cpu="10", memory="16Gi")], lambda key: None, TIMELINE, ExtenderSettings(), {"a": forecast_of(last_sample)})
+    return NodeLoads.build(
+        pods,
+        [node("a", cpu="10", memory="16Gi")],
+        lambda key: None,
+        TIMELINE,
+        ExtenderSettings(),
+        {"a": forecast_of(last_sample)},
+    )
 
 
 COLOCATION = ColocationSettings(
-    cpu_margin_fraction=0.1, memory_margin_fraction=0.1, cpu_forecast_only_margin_fraction=0.2, memory_forecast_only_margin_fraction=0.2,
-    cpu_reclaim_ratio_margin_fraction=0.1, memory_reclaim_ratio_margin_fraction=0.1,
+    cpu_margin_fraction=0.1,
+    memory_margin_fraction=0.1,
+    cpu_forecast_only_margin_fraction=0.2,
+    memory_forecast_only_margin_fraction=0.2,
+    cpu_reclaim_ratio_margin_fraction=0.1,
+    memory_reclaim_ratio_margin_fraction=0.1,
 )
 
 
 def test_node_view_starts_from_the_pooled_forecast_and_adds_pods_placed_since() -> None:
     loads = view(AS_OF)
     cpu, _ = loads.node_line("a")
-    assert cpu[0] == pytest.approx(3.0 + 1.0 + 4.0)  # extender load: pooled line + the new pod's request + the batch pod's
+    assert cpu[0] == pytest.approx(
+        3.0 + 1.0 + 4.0
+    )  # extender load: pooled line + the new pod's request + the batch pod's
     reserved, _ = loads.node_line("a", high_priority=True)
     assert reserved[0] == pytest.approx(3.0 + 1.0)  # the batch pod borrows: it is not in the reservation
     state = loads.states["a"]
     assert state.limit["cpu"] == 3.0  # high-priority requests now: old 2 + new 1 (the batch pod borrows)
     assert state.long_term["cpu"] == pytest.approx(3.5 + 1.0)
-    assert {p.pod: p.priority_class for p in state.pods} == {"old": "koord-prod", "new": "koord-prod", "spare": "koord-batch"}
+    assert {p.pod: p.priority_class for p in state.pods} == {
+        "old": "koord-prod",
+        "new": "koord-prod",
+        "spare": "koord-batch",
+    }
 
 
 def test_reclaimable_now_fresh_and_stale() -> None:
@@ -161,7 +240,12 @@ def test_reclaimable_now_fresh_and_stale() -> None:
     # room = 10 - 1; the high-priority line over the window is 4 (pooled 3 + new pod 1)
     assert fresh.batch == pytest.approx(5.0)
     assert fresh.mid == pytest.approx(9.0 - 4.5)
-    assert fresh.koordinator == {"usage": pytest.approx(4.0), "request": pytest.approx(3.0), "max_usage_request": pytest.approx(3.0), "mid": 0.0}
+    assert fresh.koordinator == {
+        "usage": pytest.approx(4.0),
+        "request": pytest.approx(3.0),
+        "max_usage_request": pytest.approx(3.0),
+        "mid": 0.0,
+    }
     # within the forecast's horizon a stale measurement only stops flooring the offer: a rise to 9 measured then
     # would cap batch at 0 while fresh; an hour later the forecast alone carries it, with the forecast-only margin
     # (20 % of 10): 10 - 2 - 4
@@ -183,15 +267,26 @@ def test_reclaimable_now_fresh_and_stale() -> None:
 def test_node_metadata_for_koordinator() -> None:
     loads = view(AS_OF)
     settings = COLOCATION.model_copy(update={"write_reclaim_ratios": True, "write_usage_thresholds": True})
-    existing = node("a", cpu="10", memory="16Gi", annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"prodUsageThresholds": {"cpu": 50}}'})
+    existing = node(
+        "a",
+        cpu="10",
+        memory="16Gi",
+        annotations={k.USAGE_THRESHOLDS_ANNOTATION: '{"prodUsageThresholds": {"cpu": 50}}'},
+    )
     found = node_metadata(loads, existing, AS_OF + 60, settings, ExtenderSettings())
     assert found is not None
     labels, annotations = found
     # flat forecast: headroom = reclaim-ratio margin 1 + the largest rise of the week 0.8 (not the p99 0.5) of capacity 10
-    assert labels == {colocation.NODE_RECLAIM_LABEL["cpu"]: "0.82", colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]]}
+    assert labels == {
+        colocation.NODE_RECLAIM_LABEL["cpu"]: "0.82",
+        colocation.NODE_RECLAIM_LABEL["memory"]: labels[colocation.NODE_RECLAIM_LABEL["memory"]],
+    }
     written = json.loads(annotations[k.USAGE_THRESHOLDS_ANNOTATION])
     # the forecast peak 4 is 2 cores above the usage 2: 65 % - 20 %
-    assert written == {"prodUsageThresholds": {"cpu": 50}, "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]}}
+    assert written == {
+        "prodUsageThresholds": {"cpu": 50},
+        "usageThresholds": {"cpu": 45, "memory": written["usageThresholds"]["memory"]},
+    }
     assert node_metadata(loads, node("elsewhere"), AS_OF, settings, ExtenderSettings()) is None
     # a version stored before largest_jump existed: the rise allowance stands in for it
     assert loads.states["a"].forecast is not None and loads.states["a"].forecast.cpu is not None
@@ -205,13 +300,18 @@ def test_written_thresholds_are_not_counted_twice_by_the_extender() -> None:
     must keep judging against the operator's threshold, and a second pass must not lower it again."""
     settings = COLOCATION.model_copy(update={"write_usage_thresholds": True})
     operator = {k.USAGE_THRESHOLDS_ANNOTATION: '{"usageThresholds": {"cpu": 60}}'}
-    first = node_metadata(view(AS_OF), node("a", cpu="10", memory="16Gi", annotations=operator), AS_OF + 60, settings, ExtenderSettings())
+    first = node_metadata(
+        view(AS_OF), node("a", cpu="10", memory="16Gi", annotations=operator), AS_OF + 60, settings, ExtenderSettings()
+    )
     assert first is not None
     _, written = first
     # the operator's 60 % minus the rise 4 - 2 = 2 cores of 10 (20 %); memory from the default 95 % minus the new
     # pod's default 200 MiB of 16 GiB (1.2 %)
     assert json.loads(written[k.USAGE_THRESHOLDS_ANNOTATION])["usageThresholds"] == {"cpu": 40, "memory": 94}
-    assert json.loads(written[k.WRITTEN_THRESHOLDS_ANNOTATION]) == {"written": {"cpu": 40, "memory": 94}, "operator": {"cpu": 60.0}}
+    assert json.loads(written[k.WRITTEN_THRESHOLDS_ANNOTATION]) == {
+        "written": {"cpu": 40, "memory": 94},
+        "operator": {"cpu": 60.0},
+    }
     patched = node("a", cpu="10", memory="16Gi", annotations=written)
     capacity = node_capacity(patched, ExtenderSettings())
     assert capacity is not None and (capacity.cpu_threshold_percent, capacity.memory_threshold_percent) == (60.0, 95.0)
@@ -225,7 +325,9 @@ def test_training_with_placement_stores_and_continues_the_node_model(tmp_path: P
     from recommender.settings import Settings, StoreSettings
 
     usage = alternating(days=4)
-    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(tmp_path / "usage.csv", index=False)
+    usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(
+        tmp_path / "usage.csv", index=False
+    )
     settings = Settings(forecast=FAST, store=StoreSettings(path=tmp_path / "store"))
     cut = int(usage["timestamp"].min()) + 3 * DAY
     first = train_from_file(tmp_path / "usage.csv", settings, as_of=cut)

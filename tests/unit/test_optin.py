@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from recommender import optin
 from recommender.mutation import APPLIED_ANNOTATION, WOULD_APPLY_ANNOTATION, mutate
@@ -17,26 +19,49 @@ from tests.k8s import RESOURCE_SHAPES, container, pod
 from tests.recs import lookup_of, recommendation
 
 NAME = "koord-recommender"
-RECS = lookup_of(recommendation("shop", "web", "main", 0.5, 1 * GIB), recommendation("shop", "web", "sidecar", 0.1, 128 * MIB))
+RECS = lookup_of(
+    recommendation("shop", "web", "main", 0.5, 1 * GIB), recommendation("shop", "web", "sidecar", 0.1, 128 * MIB)
+)
 
 
 def web(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     shape = RESOURCE_SHAPES["both"]
-    return pod("deployment", "web", [container("main", shape), container("sidecar", shape)], labels=labels, annotations=annotations)
+    return pod(
+        "deployment",
+        "web",
+        [container("main", shape), container("sidecar", shape)],
+        labels=labels,
+        annotations=annotations,
+    )
 
 
-def vpa(name: str = "web", recommenders: list[str] | None = None, update_mode: str | None = "Initial",
-        kind: str = "Deployment", target: str = "web", **spec: Any) -> dict[str, Any]:
+def vpa(
+    name: str = "web",
+    recommenders: list[str] | None = None,
+    update_mode: str | None = "Initial",
+    kind: str = "Deployment",
+    target: str = "web",
+    **spec: Any,
+) -> dict[str, Any]:
     found: dict[str, Any] = {"targetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target}, **spec}
     if recommenders is not None:
         found["recommenders"] = [{"name": r} for r in recommenders]
     if update_mode is not None:
         found["updatePolicy"] = {"updateMode": update_mode}
-    return {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler", "metadata": {"namespace": "shop", "name": name}, "spec": found}
+    return {
+        "apiVersion": "autoscaling.k8s.io/v1",
+        "kind": "VerticalPodAutoscaler",
+        "metadata": {"namespace": "shop", "name": name},
+        "spec": found,
+    }
 
 
 def hpa(metrics: list[dict[str, Any]] | None, target: str = "web") -> dict[str, Any]:
-    spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}, "minReplicas": 1, "maxReplicas": 5}
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        "minReplicas": 1,
+        "maxReplicas": 5,
+    }
     if metrics is not None:
         spec["metrics"] = metrics
     return {"metadata": {"namespace": "shop", "name": "web"}, "spec": spec}
@@ -47,12 +72,19 @@ def resource_metric(name: str, kind: str = "Resource") -> dict[str, Any]:
     return {"type": kind, field: {"name": name, "target": {"type": "Utilization", "averageUtilization": 70}}}
 
 
-def decide(p: dict[str, Any], labels: dict[str, str] | None = None, vpas: list[Any] | None = None,
-           hpas: list[Any] | None = None, default: optin.Mode = "Off") -> OptIn:
+def decide(
+    p: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    vpas: list[Any] | None = None,
+    hpas: list[Any] | None = None,
+    default: optin.Mode = "Off",
+) -> OptIn:
     return optin.decide(p, labels or {}, vpas or [], hpas or [], default, NAME)
 
 
-def sized(p: dict[str, Any], decision: OptIn, webhook: WebhookSettings | None = None) -> tuple[dict[str, Any], dict[str, Any], Any]:
+def sized(
+    p: dict[str, Any], decision: OptIn, webhook: WebhookSettings | None = None
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """(main's resources, sidecar's resources, the mutation) of `p` under `decision`."""
     result = mutate(p, "shop", RECS.get, webhook or WebhookSettings(), "v1", decision)
     containers = result.pod["spec"]["containers"]
@@ -70,7 +102,9 @@ def test_nothing_is_sized_by_default() -> None:
 
 def test_precedence_pod_label_then_vpa_then_namespace_then_default() -> None:
     ours = vpa(recommenders=[NAME], update_mode="Off")
-    assert decide(web(labels={MODE_KEY: "Initial"}), {MODE_KEY: "Off"}, [ours]).source == f"pod label {MODE_KEY}=Initial"
+    assert (
+        decide(web(labels={MODE_KEY: "Initial"}), {MODE_KEY: "Off"}, [ours]).source == f"pod label {MODE_KEY}=Initial"
+    )
     assert decide(web(annotations={MODE_KEY: "auto"}), {}, [ours]).mode == "Auto"
     assert decide(web(), {MODE_KEY: "Initial"}, [ours]).source == "VerticalPodAutoscaler shop/web (updateMode Off)"
     assert decide(web(), {MODE_KEY: "Initial"}).source == f"namespace label {MODE_KEY}=Initial"
@@ -78,7 +112,14 @@ def test_precedence_pod_label_then_vpa_then_namespace_then_default() -> None:
 
 
 def test_vpa_update_modes_map_to_ours_and_the_unset_mode_is_auto() -> None:
-    expected = {"Off": "Off", "Initial": "Initial", "Recreate": "Auto", "Auto": "Auto", "InPlaceOrRecreate": "Auto", None: "Auto"}
+    expected = {
+        "Off": "Off",
+        "Initial": "Initial",
+        "Recreate": "Auto",
+        "Auto": "Auto",
+        "InPlaceOrRecreate": "Auto",
+        None: "Auto",
+    }
     for update_mode, mode in expected.items():
         assert decide(web(), vpas=[vpa(recommenders=[NAME], update_mode=update_mode)]).mode == mode
     odd = decide(web(), vpas=[vpa(recommenders=[NAME], update_mode="Sometimes")])
@@ -98,29 +139,54 @@ def test_bad_values_are_ignored_with_a_warning() -> None:
     assert decision.mode == "Initial" and "'yes' is not one of Off, Initial, Auto" in decision.warnings[0]
     decision = decide(web(), {MODE_KEY: "sometimes"})
     assert decision.mode == "Off" and "namespace label" in decision.warnings[0]
-    bad = vpa(recommenders=[NAME], resourcePolicy={"containerPolicies": [{"containerName": "main", "minAllowed": {"cpu": "lots"}}]})
+    bad = vpa(
+        recommenders=[NAME],
+        resourcePolicy={"containerPolicies": [{"containerName": "main", "minAllowed": {"cpu": "lots"}}]},
+    )
     decision = decide(web(), vpas=[bad])
-    assert decision.mode == "Off" and "containerPolicies[0].minAllowed.cpu: 'lots' is not a quantity" in decision.warnings[0]
+    assert (
+        decision.mode == "Off"
+        and "containerPolicies[0].minAllowed.cpu: 'lots' is not a quantity" in decision.warnings[0]
+    )
 
 
 def test_vpa_container_policies_bound_and_exclude_containers() -> None:
-    policies = {"containerPolicies": [
-        {"containerName": "main", "minAllowed": {"cpu": "800m"}, "maxAllowed": {"memory": "768Mi"}, "controlledValues": "RequestsOnly"},
-        {"containerName": "*", "mode": "Off"},
-    ]}
+    policies = {
+        "containerPolicies": [
+            {
+                "containerName": "main",
+                "minAllowed": {"cpu": "800m"},
+                "maxAllowed": {"memory": "768Mi"},
+                "controlledValues": "RequestsOnly",
+            },
+            {"containerName": "*", "mode": "Off"},
+        ]
+    }
     main, sidecar, result = sized(web(), decide(web(), vpas=[vpa(recommenders=[NAME], resourcePolicy=policies)]))
     assert main == {"requests": {"cpu": "800m", "memory": "768Mi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     assert sidecar == RESOURCE_SHAPES["both"]
     record = json.loads(result.pod["metadata"]["annotations"][APPLIED_ANNOTATION])
-    assert record["mode"] == "Initial" and record["source"].startswith("VerticalPodAutoscaler shop/web") and record["version"] == "v1"
+    assert (
+        record["mode"] == "Initial"
+        and record["source"].startswith("VerticalPodAutoscaler shop/web")
+        and record["version"] == "v1"
+    )
     only_memory = {"containerPolicies": [{"containerName": "*", "controlledResources": ["memory"]}]}
-    main, _, _ = sized(web(), decide(web(labels={MODE_KEY: "Initial"}), vpas=[vpa(recommenders=[NAME], update_mode="Off", resourcePolicy=only_memory)]))
+    main, _, _ = sized(
+        web(),
+        decide(
+            web(labels={MODE_KEY: "Initial"}),
+            vpas=[vpa(recommenders=[NAME], update_mode="Off", resourcePolicy=only_memory)],
+        ),
+    )
     assert main["requests"] == {"cpu": "1", "memory": "1Gi"}  # the pod label sets the mode, the VPA still bounds it
 
 
 def test_an_hpa_on_cpu_or_memory_keeps_that_resource_unchanged() -> None:
     assert optin.hpa_resources([hpa(None)], [("Deployment", "web")]) == {"cpu"}  # an HPA's default metric
-    assert optin.hpa_resources([hpa([resource_metric("memory", "ContainerResource")])], [("Deployment", "web")]) == {"memory"}
+    assert optin.hpa_resources([hpa([resource_metric("memory", "ContainerResource")])], [("Deployment", "web")]) == {
+        "memory"
+    }
     assert optin.hpa_resources([hpa([{"type": "External", "external": {}}])], [("Deployment", "web")]) == frozenset()
     assert optin.hpa_resources([hpa(None, target="db")], [("Deployment", "web")]) == frozenset()
     decision = decide(web(labels={MODE_KEY: "Initial"}), hpas=[hpa([resource_metric("cpu")])])
@@ -133,7 +199,10 @@ def test_dry_run_only_annotates_what_would_change() -> None:
     main, _, result = sized(web(), OptIn("Initial", "test"), WebhookSettings(dry_run=True))
     assert main == RESOURCE_SHAPES["both"]
     record = json.loads(result.pod["metadata"]["annotations"][WOULD_APPLY_ANNOTATION])
-    assert "main: cpu request 1 -> 500m" in record["changes"] and APPLIED_ANNOTATION not in result.pod["metadata"]["annotations"]
+    assert (
+        "main: cpu request 1 -> 500m" in record["changes"]
+        and APPLIED_ANNOTATION not in result.pod["metadata"]["annotations"]
+    )
     again = mutate(result.pod, "shop", RECS.get, WebhookSettings(dry_run=True), "v2", OptIn("Initial", "test"))
     assert again.pod == result.pod and again.changes == []
 
@@ -159,12 +228,18 @@ def situations(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str], list[An
     labels = {MODE_KEY: v} if (v := draw(values)) is not None else {}
     annotations = {MODE_KEY: v} if (v := draw(values)) is not None else {}
     vpas = [
-        vpa(name=f"v{i}", recommenders=draw(st.sampled_from([[], [NAME], ["other"], [NAME, "other"]])),
-            update_mode=draw(update_modes), target=draw(st.sampled_from(["web", "db"])))
+        vpa(
+            name=f"v{i}",
+            recommenders=draw(st.sampled_from([[], [NAME], ["other"], [NAME, "other"]])),
+            update_mode=draw(update_modes),
+            target=draw(st.sampled_from(["web", "db"])),
+        )
         for i in range(draw(st.integers(0, 2)))
     ]
-    hpas = [hpa(draw(st.sampled_from([None, [resource_metric("cpu")], [resource_metric("memory")], []])))
-            for _ in range(draw(st.integers(0, 1)))]
+    hpas = [
+        hpa(draw(st.sampled_from([None, [resource_metric("cpu")], [resource_metric("memory")], []])))
+        for _ in range(draw(st.integers(0, 1)))
+    ]
     namespace = {MODE_KEY: v} if (v := draw(values)) is not None else {}
     return web(labels, annotations), namespace, vpas, hpas, draw(st.sampled_from(optin.MODES))
 

@@ -5,27 +5,60 @@ from __future__ import annotations
 import pytest
 
 from recommender.overview import overview
+from recommender.resources import (
+    CurrentResources,
+    History,
+    Peak,
+    RecommendationSet,
+    ResourceRecommendation,
+    WorkloadRecommendation,
+)
 from recommender.settings import OverviewSettings
-from recommender.resources import CurrentResources, History, Peak, RecommendationSet, ResourceRecommendation, WorkloadRecommendation
-
 
 SETTINGS = OverviewSettings()
 
 
 def _line(target: float) -> ResourceRecommendation:
     return ResourceRecommendation(
-        target=target, lower_bound=target / 2, upper_bound=target * 2, uncapped_target=target,
-        short_term=[target] * 3, long_term=target, peak=Peak(value=target, at=0),
+        target=target,
+        lower_bound=target / 2,
+        upper_bound=target * 2,
+        uncapped_target=target,
+        short_term=[target] * 3,
+        long_term=target,
+        peak=Peak(value=target, at=0),
     )
 
 
-def _rec(namespace: str, workload: str, container: str, cpu: float, memory: float, current: CurrentResources,
-         recent_cpu: list[float | None] | None = None, recent_memory: list[float | None] | None = None,
-         oom_kills: int = 0, replicas: int | None = None) -> WorkloadRecommendation:
+def _rec(
+    namespace: str,
+    workload: str,
+    container: str,
+    cpu: float,
+    memory: float,
+    current: CurrentResources,
+    recent_cpu: list[float | None] | None = None,
+    recent_memory: list[float | None] | None = None,
+    oom_kills: int = 0,
+    replicas: int | None = None,
+) -> WorkloadRecommendation:
     return WorkloadRecommendation(
-        namespace=namespace, workload=workload, container=container, cpu=_line(cpu), memory=_line(memory), current=current,
-        history=History(first_sample=0, last_sample=100, pods=3, replicas=replicas, samples=10, recent_cpu_cores=recent_cpu or [],
-                        recent_memory_bytes=recent_memory or [], oom_kills=oom_kills),
+        namespace=namespace,
+        workload=workload,
+        container=container,
+        cpu=_line(cpu),
+        memory=_line(memory),
+        current=current,
+        history=History(
+            first_sample=0,
+            last_sample=100,
+            pods=3,
+            replicas=replicas,
+            samples=10,
+            recent_cpu_cores=recent_cpu or [],
+            recent_memory_bytes=recent_memory or [],
+            oom_kills=oom_kills,
+        ),
     )
 
 
@@ -34,11 +67,14 @@ def _set(*recs: WorkloadRecommendation) -> RecommendationSet:
 
 
 def test_difference_uses_the_request_else_the_limit_and_totals_add_up() -> None:
-    result = overview(_set(
-        _rec("a", "web", "main", 1.0, 2e9, CurrentResources(cpu_request_cores=1.5, memory_request_bytes=1e9)),
-        _rec("a", "db", "main", 2.0, 4e9, CurrentResources(cpu_limit_cores=3.0, memory_limit_bytes=5e9)),
-        _rec("b", "job", "main", 0.5, 1e9, CurrentResources()),
-    ), SETTINGS)
+    result = overview(
+        _set(
+            _rec("a", "web", "main", 1.0, 2e9, CurrentResources(cpu_request_cores=1.5, memory_request_bytes=1e9)),
+            _rec("a", "db", "main", 2.0, 4e9, CurrentResources(cpu_limit_cores=3.0, memory_limit_bytes=5e9)),
+            _rec("b", "job", "main", 0.5, 1e9, CurrentResources()),
+        ),
+        SETTINGS,
+    )
     web, db, job = result.workloads
     assert web.cpu_cores.difference == pytest.approx(0.5) and web.memory_bytes.difference == pytest.approx(-1e9)
     assert db.cpu_cores.current_request == 3.0 and db.memory_bytes.difference == pytest.approx(1e9)
@@ -53,13 +89,18 @@ def test_difference_uses_the_request_else_the_limit_and_totals_add_up() -> None:
 
 def test_qos_is_the_pods_over_all_containers_with_koordinators_defaults() -> None:
     guaranteed = CurrentResources(cpu_limit_cores=1.0, memory_limit_bytes=1e9)
-    burstable = CurrentResources(cpu_request_cores=0.5, memory_request_bytes=1e9, cpu_limit_cores=1.0, memory_limit_bytes=1e9)
-    result = overview(_set(
-        _rec("a", "g", "main", 1, 1e9, guaranteed),
-        _rec("a", "mixed", "main", 1, 1e9, guaranteed),
-        _rec("a", "mixed", "sidecar", 1, 1e9, burstable),
-        _rec("a", "be", "main", 1, 1e9, CurrentResources()),
-    ), SETTINGS)
+    burstable = CurrentResources(
+        cpu_request_cores=0.5, memory_request_bytes=1e9, cpu_limit_cores=1.0, memory_limit_bytes=1e9
+    )
+    result = overview(
+        _set(
+            _rec("a", "g", "main", 1, 1e9, guaranteed),
+            _rec("a", "mixed", "main", 1, 1e9, guaranteed),
+            _rec("a", "mixed", "sidecar", 1, 1e9, burstable),
+            _rec("a", "be", "main", 1, 1e9, CurrentResources()),
+        ),
+        SETTINGS,
+    )
     got = {(w.workload, w.container): (w.kubernetes_qos, w.qos_class, w.priority_class) for w in result.workloads}
     assert got[("g", "main")] == ("Guaranteed", "LSR", "koord-prod")
     # One Burstable container makes the whole pod Burstable.
@@ -69,14 +110,26 @@ def test_qos_is_the_pods_over_all_containers_with_koordinators_defaults() -> Non
 
 def test_risks_name_ooms_usage_above_request_and_throttling_in_order() -> None:
     current = CurrentResources(cpu_request_cores=1.0, memory_request_bytes=1e9, cpu_throttled_fraction=0.2)
-    risky = _rec("a", "w", "main", 0.5, 0.5e9, current, recent_cpu=[0.5, 1.5, None, 0.5], recent_memory=[2e9, 0.5e9], oom_kills=2)
-    calm = _rec("a", "calm", "main", 0.5, 0.5e9, CurrentResources(cpu_request_cores=1.0, memory_request_bytes=1e9),
-                recent_cpu=[0.5], recent_memory=[0.5e9])
+    risky = _rec(
+        "a", "w", "main", 0.5, 0.5e9, current, recent_cpu=[0.5, 1.5, None, 0.5], recent_memory=[2e9, 0.5e9], oom_kills=2
+    )
+    calm = _rec(
+        "a",
+        "calm",
+        "main",
+        0.5,
+        0.5e9,
+        CurrentResources(cpu_request_cores=1.0, memory_request_bytes=1e9),
+        recent_cpu=[0.5],
+        recent_memory=[0.5e9],
+    )
     rows = overview(_set(risky, calm), SETTINGS).workloads
     assert rows[0].memory_bytes.usage_above_request_fraction == 0.5
     assert rows[0].cpu_cores.usage_above_request_fraction == pytest.approx(1 / 3)  # missing steps do not count
     assert rows[0].risks == [
-        "2 OOM kills", "memory above request 50% of the last day", "CPU throttled in 20% of periods",
+        "2 OOM kills",
+        "memory above request 50% of the last day",
+        "CPU throttled in 20% of periods",
         "CPU above request 33% of the last day",
     ]
     assert rows[1].risks == [] and overview(_set(risky, calm), SETTINGS).cluster.at_risk == 1
@@ -87,12 +140,17 @@ def test_risks_name_ooms_usage_above_request_and_throttling_in_order() -> None:
 def test_small_differences_are_no_risk_and_the_thresholds_are_settings() -> None:
     """The issue's case: a 14 Mi shortfall on 2 Gi, a stray sample above the request, a little throttling."""
     gib, mib = 2.0**30, 2.0**20
-    current = CurrentResources(cpu_request_cores=1.0, memory_request_bytes=2 * gib - 14 * mib, cpu_throttled_fraction=0.01)
+    current = CurrentResources(
+        cpu_request_cores=1.0, memory_request_bytes=2 * gib - 14 * mib, cpu_throttled_fraction=0.01
+    )
     calm = _rec("a", "w", "main", 1.0, 2 * gib, current, recent_cpu=[0.5] * 199 + [1.2])
     assert overview(_set(calm), SETTINGS).workloads[0].risks == []
-    strict = OverviewSettings(risk_shortfall_fraction=0.0, risk_usage_above_request_share=0.0, risk_throttled_fraction=0.0)
+    strict = OverviewSettings(
+        risk_shortfall_fraction=0.0, risk_usage_above_request_share=0.0, risk_throttled_fraction=0.0
+    )
     assert overview(_set(calm), strict).workloads[0].risks == [
-        "CPU throttled in 1% of periods", "CPU above request under 1% of the last day",
+        "CPU throttled in 1% of periods",
+        "CPU above request under 1% of the last day",
         "memory request under 1% below the recommendation",
     ]
 
@@ -101,16 +159,42 @@ def test_the_issues_cases_against_the_request_per_replica_and_times_replicas() -
     """A 2-core request and no limit; a 500m request and a 4-core limit (against the request, not the limit);
     memory totals that are not zero; three replicas multiply the savings."""
     gib = 2.0**30
-    result = overview(_set(
-        _rec("a", "no-limit", "main", 0.5, 1 * gib, CurrentResources(cpu_request_cores=2.0, memory_request_bytes=2 * gib), replicas=3),
-        _rec("a", "big-limit", "main", 0.25, 1 * gib,
-             CurrentResources(cpu_request_cores=0.5, cpu_limit_cores=4.0, memory_request_bytes=1.5 * gib, memory_limit_bytes=4 * gib)),
-    ), SETTINGS)
+    result = overview(
+        _set(
+            _rec(
+                "a",
+                "no-limit",
+                "main",
+                0.5,
+                1 * gib,
+                CurrentResources(cpu_request_cores=2.0, memory_request_bytes=2 * gib),
+                replicas=3,
+            ),
+            _rec(
+                "a",
+                "big-limit",
+                "main",
+                0.25,
+                1 * gib,
+                CurrentResources(
+                    cpu_request_cores=0.5,
+                    cpu_limit_cores=4.0,
+                    memory_request_bytes=1.5 * gib,
+                    memory_limit_bytes=4 * gib,
+                ),
+            ),
+        ),
+        SETTINGS,
+    )
     no_limit, big_limit = result.workloads
-    assert no_limit.cpu_cores.difference == pytest.approx(1.5) and no_limit.cpu_cores.difference_all_replicas == pytest.approx(4.5)
+    assert no_limit.cpu_cores.difference == pytest.approx(
+        1.5
+    ) and no_limit.cpu_cores.difference_all_replicas == pytest.approx(4.5)
     assert big_limit.cpu_cores.difference == pytest.approx(0.25) and big_limit.replicas == 1
     totals = result.cluster
     assert (totals.cpu_request_cores, totals.cpu_recommended_cores) == pytest.approx((2.5, 0.75))
-    assert (totals.cpu_request_cores_all_replicas, totals.cpu_recommended_cores_all_replicas) == pytest.approx((6.5, 1.75))
+    assert (totals.cpu_request_cores_all_replicas, totals.cpu_recommended_cores_all_replicas) == pytest.approx(
+        (6.5, 1.75)
+    )
     assert totals.memory_difference_bytes == pytest.approx(1.5 * gib)
     assert totals.memory_difference_bytes_all_replicas == pytest.approx(3.5 * gib)

@@ -21,7 +21,9 @@ ratios = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(ratios, st.integers(1, 199), st.floats(0.5, 0.999))
-def test_merged_sketches_equal_the_whole_and_its_quantile_is_close_above(values: list[float], cut: int, q: float) -> None:
+def test_merged_sketches_equal_the_whole_and_its_quantile_is_close_above(
+    values: list[float], cut: int, q: float
+) -> None:
     data = np.asarray(values)
     whole = ratio_sketch(data)
     merged = merge_sketches([ratio_sketch(data[:cut]), ratio_sketch(data[cut:])])
@@ -41,7 +43,15 @@ def test_median_of_counts_is_numpys_median(steps: list[int]) -> None:
     assert median_of_counts(values[:0], counts[:0], default=60.0) == 60.0
 
 
-@given(st.dictionaries(st.tuples(st.sampled_from(["a", "a b", "a\"", "ns", "é"]), st.text(min_size=1, max_size=4)), st.integers(1, 5), min_size=1, max_size=30), st.integers(1, 8))
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from(["a", "a b", 'a"', "ns", "é"]), st.text(min_size=1, max_size=4)),
+        st.integers(1, 5),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(1, 8),
+)
 def test_partitions_hold_whole_workloads_in_label_order(containers: dict[tuple[str, str], int], size: int) -> None:
     partitions = plan_partitions(containers, size)
     flat = [w for p in partitions for w in p.workloads]
@@ -49,7 +59,10 @@ def test_partitions_hold_whole_workloads_in_label_order(containers: dict[tuple[s
     assert all(p.containers <= size or len(p.workloads) == 1 for p in partitions)
     # Concatenating the partitions' sorted container labels gives the fleet's sorted labels.
     labels = [group_label(ns, wl, f"c{i}") for ns, wl in flat for i in range(containers[(ns, wl)])]
-    per_partition = [sorted(group_label(ns, wl, f"c{i}") for ns, wl in p.workloads for i in range(containers[(ns, wl)])) for p in partitions]
+    per_partition = [
+        sorted(group_label(ns, wl, f"c{i}") for ns, wl in p.workloads for i in range(containers[(ns, wl)]))
+        for p in partitions
+    ]
     assert [label for part in per_partition for label in part] == sorted(labels)
 
 

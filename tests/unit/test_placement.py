@@ -29,7 +29,12 @@ RECS = lookup_of(
 
 
 def placed(workload: str, node_name: str, index: int) -> dict[str, object]:
-    return running(pod("deployment", workload, [container("main", {"requests": {"cpu": "1"}})]), "ns", node_name, f"{workload}-{index}")
+    return running(
+        pod("deployment", workload, [container("main", {"requests": {"cpu": "1"}})]),
+        "ns",
+        node_name,
+        f"{workload}-{index}",
+    )
 
 
 def loads(nodes: list[dict[str, object]]) -> NodeLoads:
@@ -81,7 +86,9 @@ def test_unknown_nodes_and_unknown_pods_get_neutral_answers() -> None:
 
 
 def test_placed_pods_without_recommendation_count_their_request_or_the_defaults() -> None:
-    requested = running(pod("bare", "stranger", [container("main", {"requests": {"cpu": "2", "memory": "1Gi"}})]), "ns", "m", "s")
+    requested = running(
+        pod("bare", "stranger", [container("main", {"requests": {"cpu": "2", "memory": "1Gi"}})]), "ns", "m", "s"
+    )
     empty = running(pod("bare", "nothing", [container("main", None)]), "ns", "m", "n")
     memory = NodeLoads.build([requested, empty], [node("m", cpu="16", memory="4Gi")], RECS.get, TIMELINE, SETTINGS)
     found = judge(memory, INCOMING, ["m"], {}, RECS.get, SETTINGS, AS_OF)

@@ -14,8 +14,14 @@ MIB = 1024.0**2
 def bounds(p50: float, p90: float, p95: float, days: float, containers: float = 1, **policy: float):  # type: ignore[no-untyped-def]
     settings = PolicySettings(**policy)
     return request_bounds(
-        np.array([p50]), np.array([p90]), np.array([p95]), np.array([days]), np.array([containers]),
-        pod_minimum=0.025, min_allowed=settings.min_allowed_cpu_cores, max_allowed=settings.max_allowed_cpu_cores,
+        np.array([p50]),
+        np.array([p90]),
+        np.array([p95]),
+        np.array([days]),
+        np.array([containers]),
+        pod_minimum=0.025,
+        min_allowed=settings.min_allowed_cpu_cores,
+        max_allowed=settings.max_allowed_cpu_cores,
         policy=settings,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import socket
 import tempfile
 import threading
@@ -18,11 +19,16 @@ from pipelines.prometheus import PrometheusClient, time_chunks
 from recommender.errors import PrometheusError
 from recommender.settings import PrometheusSettings
 
-VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"a": "b"}, "value": [1, "2.5"]}]}}
+VECTOR = {
+    "status": "success",
+    "data": {"resultType": "vector", "result": [{"metric": {"a": "b"}, "value": [1, "2.5"]}]},
+}
 
 
 def client(handler, **overrides) -> PrometheusClient:  # type: ignore[no-untyped-def]
-    settings = PrometheusSettings(url="http://prom.test", retries=2, backoff_initial_seconds=0.001, backoff_max_seconds=0.01, **overrides)
+    settings = PrometheusSettings(
+        url="http://prom.test", retries=2, backoff_initial_seconds=0.001, backoff_max_seconds=0.01, **overrides
+    )
     return PrometheusClient(settings, transport=httpx.MockTransport(handler))
 
 
@@ -34,7 +40,7 @@ def test_chunks_cover_the_range_within_the_points_limit(start: int, length: int,
     # Prometheus evaluates at chunk_start + k x step <= chunk_end: together exactly the whole range's points.
     points = [t for a, b in chunks for t in range(a, b + 1, step)]
     assert points[0] == start and points[-1] == start + (length // step) * step
-    assert len(points) == length // step + 1 and all(b - a == step for a, b in zip(points, points[1:]))
+    assert len(points) == length // step + 1 and all(b - a == step for a, b in itertools.pairwise(points))
     assert all((b - a) // step + 1 <= max_points for a, b in chunks)
 
 
@@ -57,8 +63,10 @@ def test_query_goes_in_the_post_body_with_auth_and_headers(tmp_path) -> None:  #
     assert request.headers["X-Scope-OrgID"] == "team-a"
 
 
-@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=":\r\n"), min_size=1, max_size=20),
-       st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=40))
+@given(
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=":\r\n"), min_size=1, max_size=20),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=40),
+)
 @settings(deadline=None, max_examples=30)
 def test_basic_auth_sends_the_user_and_the_password_file(username: str, password: str) -> None:
     seen: list[httpx.Request] = []
@@ -80,8 +88,14 @@ def test_basic_auth_sends_the_user_and_the_password_file(username: str, password
     ("overrides", "message"),
     [
         ({"basic_auth_username": "u"}, "needs both basic_auth_username and basic_auth_password_file"),
-        ({"basic_auth_username": "u", "basic_auth_password_file": "/nonexistent/password"}, "cannot read basic-auth password file /nonexistent/password"),
-        ({"basic_auth_username": "u", "basic_auth_password_file": "/dev/null", "bearer_token": "t"}, "either a bearer token or basic authentication"),
+        (
+            {"basic_auth_username": "u", "basic_auth_password_file": "/nonexistent/password"},
+            "cannot read basic-auth password file /nonexistent/password",
+        ),
+        (
+            {"basic_auth_username": "u", "basic_auth_password_file": "/dev/null", "bearer_token": "t"},
+            "either a bearer token or basic authentication",
+        ),
     ],
 )
 def test_basic_auth_misconfigurations_are_one_line(overrides: dict[str, str], message: str) -> None:
@@ -127,7 +141,9 @@ def test_retries_are_bounded() -> None:
 def test_garbage_answers_are_clear() -> None:
     with client(lambda r: httpx.Response(200, text="<html>")) as prom, pytest.raises(PrometheusError, match="not JSON"):
         prom.query("up", at=1)
-    with client(lambda r: httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})) as prom:
+    with client(
+        lambda r: httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+    ) as prom:
         with pytest.raises(PrometheusError, match="expected a vector"):
             prom.query("up", at=1)
 
@@ -152,7 +168,10 @@ def test_a_silent_server_times_out() -> None:
     thread.start()
     try:
         settings = PrometheusSettings(
-            url=f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_seconds=0.5, retries=1, backoff_initial_seconds=0.01
+            url=f"http://127.0.0.1:{listener.getsockname()[1]}",
+            timeout_seconds=0.5,
+            retries=1,
+            backoff_initial_seconds=0.01,
         )
         with PrometheusClient(settings) as prom, pytest.raises(PrometheusError, match="ReadTimeout"):
             prom.query("up", at=1)

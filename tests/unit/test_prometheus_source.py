@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -29,7 +30,7 @@ def matrix(namespace: str, column: str) -> dict[str, object]:
 
 
 def handler(request: httpx.Request) -> httpx.Response:
-    form = {k: v for k, v in parse_qs(request.content.decode()).items()}
+    form = dict(parse_qs(request.content.decode()).items())
     path = request.url.path
     if path.endswith("/series"):
         match = form["match[]"][0]
@@ -37,11 +38,25 @@ def handler(request: httpx.Request) -> httpx.Response:
             data = [{"namespace": ns, "pod": pod, "container": "main"} for ns, pods in PODS.items() for pod in pods]
         elif match.startswith("kube_pod_owner"):
             data = [
-                {"namespace": "a", "pod": PODS["a"][0], "owner_kind": "ReplicaSet", "owner_name": "a-web-5d4f8b9c7", "owner_is_controller": "true"},
-                {"namespace": "b", "pod": "b-batch-1", "owner_kind": "Job", "owner_name": "b-batch", "owner_is_controller": "true"},
+                {
+                    "namespace": "a",
+                    "pod": PODS["a"][0],
+                    "owner_kind": "ReplicaSet",
+                    "owner_name": "a-web-5d4f8b9c7",
+                    "owner_is_controller": "true",
+                },
+                {
+                    "namespace": "b",
+                    "pod": "b-batch-1",
+                    "owner_kind": "Job",
+                    "owner_name": "b-batch",
+                    "owner_is_controller": "true",
+                },
             ]
         elif match.startswith("kube_replicaset_owner"):
-            data = [{"namespace": "a", "replicaset": "a-web-5d4f8b9c7", "owner_kind": "Deployment", "owner_name": "web"}]
+            data = [
+                {"namespace": "a", "replicaset": "a-web-5d4f8b9c7", "owner_kind": "Deployment", "owner_name": "web"}
+            ]
         else:
             data = []
         return httpx.Response(200, json={"status": "success", "data": data})
@@ -68,7 +83,12 @@ def test_a_failed_batch_is_skipped_by_name_and_the_rest_is_read() -> None:
 # -- quarantine of impossible samples (issue 13) ---------------------------------------------------------------------
 
 STEP, START = 300, 1_699_999_800  # on the 5-minute grid, where Prometheus answers a range query
-POISONED = {"web-1": {}, "bad-1": {"cpu": (100, "1e300")}, "neg-1": {"memory": (7, "-5")}, "inf-1": {"cpu": (3, "+Inf")}}
+POISONED = {
+    "web-1": {},
+    "bad-1": {"cpu": (100, "1e300")},
+    "neg-1": {"memory": (7, "-5")},
+    "inf-1": {"cpu": (3, "+Inf")},
+}
 
 
 def poisoned(request: httpx.Request) -> httpx.Response:
@@ -76,7 +96,11 @@ def poisoned(request: httpx.Request) -> httpx.Response:
     form = parse_qs(request.content.decode())
     if request.url.path.endswith("/series"):
         match = form["match[]"][0]
-        data = [{"namespace": "a", "pod": p, "container": "main"} for p in POISONED] if match.startswith("container_memory") else []
+        data = (
+            [{"namespace": "a", "pod": p, "container": "main"} for p in POISONED]
+            if match.startswith("container_memory")
+            else []
+        )
         return httpx.Response(200, json={"status": "success", "data": data})
     query = form["query"][0]
     if not request.url.path.endswith("/query_range"):
@@ -118,6 +142,7 @@ def test_a_container_with_an_impossible_sample_is_quarantined_by_name_and_never_
 
 # -- batch sizing by the points an answer holds (issue 17) ------------------------------------------------------------
 
+
 @given(
     st.dictionaries(st.text(min_size=1, max_size=6), st.integers(1, 6000), min_size=1, max_size=40),
     st.integers(1, 11000),
@@ -125,7 +150,9 @@ def test_a_container_with_an_impossible_sample_is_quarantined_by_name_and_never_
     st.integers(1, 6000),
 )
 @settings(max_examples=300, deadline=None)
-def test_batches_cover_every_namespace_once_within_both_budgets(counts: dict[str, int], steps: int, max_points: int, max_series: int) -> None:
+def test_batches_cover_every_namespace_once_within_both_budgets(
+    counts: dict[str, int], steps: int, max_points: int, max_series: int
+) -> None:
     batches = plan_batches(counts, steps, max_points, max_series)
     assert sorted(ns for b in batches for ns in b.namespaces) == sorted(counts)
     for batch in batches:
@@ -137,14 +164,16 @@ def test_batches_cover_every_namespace_once_within_both_budgets(counts: dict[str
         assert batch.containers * batch.steps_per_query <= max_points or batch.steps_per_query == 1
         assert batch.containers * steps <= max_points or alone
     # Next fit: two neighbours never fit one budget together, so at most twice the perfect packing.
-    for a, b in zip(batches, batches[1:]):
+    for a, b in itertools.pairwise(batches):
         together = a.containers + b.containers
         assert together > max_series or together * steps > max_points
 
 
 def test_a_fleet_of_1000_containers_x_14_days_costs_at_most_50_queries() -> None:
     counts = {f"team-{i}": 250 for i in range(4)}
-    batches = plan_batches(counts, 14 * 288 + 1, PrometheusSettings().max_points_per_query, PrometheusSettings().max_series_per_query)
+    batches = plan_batches(
+        counts, 14 * 288 + 1, PrometheusSettings().max_points_per_query, PrometheusSettings().max_series_per_query
+    )
     # Each namespace alone, its 14 days in ranges of 1,200 steps: 4 per line, CPU and memory, and one throttling.
     per_batch = [2 * -(-(14 * 288 + 1) // b.steps_per_query) + 1 for b in batches]
     assert len(batches) == 4 and sum(per_batch) + 8 <= 50

@@ -68,7 +68,9 @@ def test_any_valid_answer_in_any_chunks_decodes_as_the_naive_decoder(answer: tup
 
 @given(answers(), st.data())
 @settings(max_examples=100, deadline=None)
-def test_a_cut_answer_is_a_one_line_error_naming_the_query(answer: tuple[bytes, list[bytes]], data: st.DataObject) -> None:
+def test_a_cut_answer_is_a_one_line_error_naming_the_query(
+    answer: tuple[bytes, list[bytes]], data: st.DataObject
+) -> None:
     text, _ = answer
     cut = data.draw(st.integers(0, len(text) - 1))
     with pytest.raises(PrometheusError) as raised:
@@ -79,9 +81,18 @@ def test_a_cut_answer_is_a_one_line_error_naming_the_query(answer: tuple[bytes, 
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
-        (b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"lots"]]}]}}', "not a [time"),
-        (b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"],[3]]}]}}', "not a [time"),
-        (b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":"x","values":[]}]}}', "not valid JSON"),
+        (
+            b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"lots"]]}]}}',
+            "not a [time",
+        ),
+        (
+            b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"],[3]]}]}}',
+            "not a [time",
+        ),
+        (
+            b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":"x","values":[]}]}}',
+            "not valid JSON",
+        ),
         (b'{"status":"success","data":{"resultType":"matrix","result":[7]}}', "unexpected '7'"),
         (b'{"status":"error","errorType":"bad_data","error":"parse error"}', "unexpected answer"),
         (b'{"status":"success","data":{"resultType":"vector","result":[]}}', "expected a matrix"),
@@ -118,6 +129,8 @@ def test_a_truncated_range_answer_over_http_names_the_query() -> None:
 
     settings_ = PrometheusSettings(url="http://prom.test", retries=0)
     with PrometheusClient(settings_, transport=httpx.MockTransport(handler)) as prom:
-        with pytest.raises(PrometheusError, match=r"^query_range up: the answer ended after \d+ bytes, inside its result"):
+        with pytest.raises(
+            PrometheusError, match=r"^query_range up: the answer ended after \d+ bytes, inside its result"
+        ):
             prom.query_range("up", 0, 600, 300)
     assert prom.stats.queries == 1 and prom.stats.bytes == len(body)

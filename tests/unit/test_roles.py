@@ -24,7 +24,9 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def extras() -> dict[str, list[str]]:
-    optional: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    optional: dict[str, list[str]] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
     return optional
 
 
@@ -35,7 +37,9 @@ def test_the_serving_role_imports_no_training_dask_or_plotting_library() -> None
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     assert loaded.returncode == 0, loaded.stderr
-    assert not HEAVY & set(loaded.stdout.split()), "serving imported " + ", ".join(sorted(HEAVY & set(loaded.stdout.split())))
+    assert not HEAVY & set(loaded.stdout.split()), "serving imported " + ", ".join(
+        sorted(HEAVY & set(loaded.stdout.split()))
+    )
 
 
 def test_every_heavy_library_belongs_to_an_extra_that_declares_it() -> None:
@@ -46,20 +50,37 @@ def test_every_heavy_library_belongs_to_an_extra_that_declares_it() -> None:
         distribution = {"sklearn": "scikit-learn", "scipy": "scikit-learn"}.get(module, module.replace("_", "-"))
         assert re.search(rf"(^|\s){re.escape(distribution)}[>=\[]", names[extra]), f"{module}: not in the {extra} extra"
     core = " ".join(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
-    assert not any(re.search(rf"(^|\s){m}[>=]", core) for m in ("pandas", "scikit-learn", "pyarrow", "matplotlib", "dask", "statsmodels", "fastapi"))
+    assert not any(
+        re.search(rf"(^|\s){m}[>=]", core)
+        for m in ("pandas", "scikit-learn", "pyarrow", "matplotlib", "dask", "statsmodels", "fastapi")
+    )
 
 
 @pytest.mark.parametrize(
     ("blocked", "command", "message"),
     [
-        ("pyarrow", ["train", "--input", "usage.csv"], "recommender train needs pyarrow, which is not installed here: pip install 'koord-recommender[train]'"),
-        ("pandas", ["demo", "--no-serve"], "recommender demo needs pandas, which is not installed here: pip install 'koord-recommender[all]'"),
-        ("fastapi", ["serve"], "recommender serve needs fastapi, which is not installed here: pip install 'koord-recommender[serve]'"),
+        (
+            "pyarrow",
+            ["train", "--input", "usage.csv"],
+            "recommender train needs pyarrow, which is not installed here: pip install 'koord-recommender[train]'",
+        ),
+        (
+            "pandas",
+            ["demo", "--no-serve"],
+            "recommender demo needs pandas, which is not installed here: pip install 'koord-recommender[all]'",
+        ),
+        (
+            "fastapi",
+            ["serve"],
+            "recommender serve needs fastapi, which is not installed here: pip install 'koord-recommender[serve]'",
+        ),
     ],
 )
 def test_a_command_without_its_extra_says_which_to_install(blocked: str, command: list[str], message: str) -> None:
-    ran = run_python(f"import sys; sys.modules[{blocked!r}] = None; sys.argv = ['recommender', *{command!r}];"
-                     "from recommender.cli import main; main()")
+    ran = run_python(
+        f"import sys; sys.modules[{blocked!r}] = None; sys.argv = ['recommender', *{command!r}];"
+        "from recommender.cli import main; main()"
+    )
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.strip().splitlines() == [f"error: {message}"]
 
@@ -68,8 +89,12 @@ def test_a_chart_route_without_matplotlib_answers_501_naming_the_extra(tmp_path:
     from tests.conftest import entry_point, make_usage
 
     make_usage(workloads=1, days=2).to_csv(tmp_path / "usage.csv", index=False)
-    trained = subprocess.run([entry_point(), "train", "--input", str(tmp_path / "usage.csv"), "--store", str(tmp_path / "store")],
-                             capture_output=True, text=True, timeout=300)
+    trained = subprocess.run(
+        [entry_point(), "train", "--input", str(tmp_path / "usage.csv"), "--store", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert trained.returncode == 0, trained.stderr
     ran = run_python(
         "import sys; sys.modules['matplotlib'] = None\n"
@@ -83,7 +108,10 @@ def test_a_chart_route_without_matplotlib_answers_501_naming_the_extra(tmp_path:
         "print(lines.status_code, chart.status_code, chart.json()['detail'])\n"
     )
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == "200 501 chart.png needs matplotlib, which is not installed here: pip install 'koord-recommender[charts]'"
+    assert (
+        ran.stdout.strip()
+        == "200 501 chart.png needs matplotlib, which is not installed here: pip install 'koord-recommender[charts]'"
+    )
 
 
 def test_the_dockerfile_builds_one_image_per_role_from_a_pinned_base() -> None:

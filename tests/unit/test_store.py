@@ -45,13 +45,20 @@ def test_publish_then_load(tmp_path: Path, fitted: WorkloadRecommender) -> None:
     assert not list((tmp_path / "versions").glob(".incoming-*"))
 
 
-def test_recommendations_are_written_byte_for_byte_as_one_dump_without_holding_it(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+def test_recommendations_are_written_byte_for_byte_as_one_dump_without_holding_it(
+    tmp_path: Path, fitted: WorkloadRecommender
+) -> None:
     store = ModelStore(tmp_path)
     usage = make_usage(workloads=2, pods=1, days=1).assign(node="n1")
     with_nodes = fitted.predict().model_copy(update={"nodes": NodeForecaster().fit(usage).predict()})
     assert with_nodes.nodes
     name = store.publish(
-        with_nodes, fitted, source="test", parameters={}, row_counts={"usage_rows": 1}, fit_metrics={},
+        with_nodes,
+        fitted,
+        source="test",
+        parameters={},
+        row_counts={"usage_rows": 1},
+        fit_metrics={},
         data_window=DataWindow(first_sample=0, last_sample=1, as_of=2),
     ).version
     written = (tmp_path / "versions" / name / "recommendations.json").read_bytes()
@@ -187,10 +194,15 @@ def leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in [*root.glob(".*.tmp"), *root.glob(".publishing"), *(root / "versions").glob(".*")])
 
 
-def test_a_killed_writers_incoming_version_goes_at_the_next_run(tmp_path: Path, fitted: WorkloadRecommender, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_killed_writers_incoming_version_goes_at_the_next_run(
+    tmp_path: Path, fitted: WorkloadRecommender, caplog: pytest.LogCaptureFixture
+) -> None:
     first = publish(ModelStore(tmp_path), fitted)
     killed_writer(tmp_path, "hold")
-    assert [p.name.startswith(".incoming-") for p in (tmp_path / "versions").glob(".*")] == [True, True]  # its directory and lock
+    assert [p.name.startswith(".incoming-") for p in (tmp_path / "versions").glob(".*")] == [
+        True,
+        True,
+    ]  # its directory and lock
     with caplog.at_level(logging.WARNING, logger="models.store"):
         second = publish(ModelStore(tmp_path), fitted)
     assert leftovers(tmp_path) == [] and ModelStore(tmp_path).versions() == [first, second]
@@ -221,8 +233,12 @@ def test_a_running_writers_version_is_left_alone(tmp_path: Path, fitted: Workloa
     assert leftovers(tmp_path) == []
 
 
-def test_an_unlocked_incoming_version_goes_at_once_not_after_an_hour(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+def test_an_unlocked_incoming_version_goes_at_once_not_after_an_hour(
+    tmp_path: Path, fitted: WorkloadRecommender
+) -> None:
     (tmp_path / "versions" / ".incoming-20260101T000000000000Z-abcdef" / "work").mkdir(parents=True)
-    (tmp_path / "versions" / ".incoming-20260101T000000000000Z-abcdef" / "work" / "part-00000.parquet").write_bytes(b"x" * 1000)
+    (tmp_path / "versions" / ".incoming-20260101T000000000000Z-abcdef" / "work" / "part-00000.parquet").write_bytes(
+        b"x" * 1000
+    )
     publish(ModelStore(tmp_path), fitted)
     assert leftovers(tmp_path) == []

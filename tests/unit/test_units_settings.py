@@ -17,7 +17,9 @@ from recommender.units import (
 )
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("24h", 86400), ("90m", 5400), ("7d", 604800), ("300", 300), ("1w", 604800)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("24h", 86400), ("90m", 5400), ("7d", 604800), ("300", 300), ("1w", 604800)]
+)
 def test_durations(text: str, seconds: int) -> None:
     assert parse_duration_seconds(text) == seconds
 

@@ -67,9 +67,22 @@ FOUR = [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0), (4.0, 4.0)]
 @pytest.mark.parametrize(
     ("samples", "percentile", "expected"),
     [
-        ([], -0.5, 0.0), ([], 0.0, 0.0), ([], 0.5, 0.0), ([], 1.0, 0.0), ([], 1.5, 0.0),
-        (FOUR, 0.0, 2), (FOUR, 0.1, 2), (FOUR, 0.2, 3), (FOUR, 0.3, 3), (FOUR, 0.4, 4), (FOUR, 0.5, 4),
-        (FOUR, 0.6, 4), (FOUR, 0.7, 5), (FOUR, 0.8, 5), (FOUR, 0.9, 5), (FOUR, 1.0, 5),
+        ([], -0.5, 0.0),
+        ([], 0.0, 0.0),
+        ([], 0.5, 0.0),
+        ([], 1.0, 0.0),
+        ([], 1.5, 0.0),
+        (FOUR, 0.0, 2),
+        (FOUR, 0.1, 2),
+        (FOUR, 0.2, 3),
+        (FOUR, 0.3, 3),
+        (FOUR, 0.4, 4),
+        (FOUR, 0.5, 4),
+        (FOUR, 0.6, 4),
+        (FOUR, 0.7, 5),
+        (FOUR, 0.8, 5),
+        (FOUR, 0.9, 5),
+        (FOUR, 1.0, 5),
     ],
 )
 def test_histogram_percentiles(samples: list[tuple[float, float]], percentile: float, expected: float) -> None:
@@ -173,7 +186,9 @@ def test_checkpoint_of_boundary_weights_does_not_load_empty() -> None:
         *[([(i, i, T0) for i in range(1, 5)], p, e) for p, e in ((0.0, 2), (0.1, 2), (0.2, 3), (0.5, 4), (0.7, 5))],
     ],
 )
-def test_decaying_histogram_percentiles(samples: list[tuple[float, float, float]], percentile: float, expected: float) -> None:
+def test_decaying_histogram_percentiles(
+    samples: list[tuple[float, float, float]], percentile: float, expected: float
+) -> None:
     assert decaying(samples).percentile(percentile) == pytest.approx(expected, rel=1e-15)
 
 
@@ -190,14 +205,21 @@ def test_decaying_checkpoint_keeps_the_reference() -> None:
     assert h.reference is not None and saved["referenceTimestamp"] == "2009-02-18T04:00:00Z"
     assert saved["bucketWeights"] and saved["totalWeight"] > 0
     loaded = decaying([])
-    loaded.load_checkpoint({"totalWeight": 6.0, "bucketWeights": {"0": 1}, "referenceTimestamp": "2018-01-02T03:04:05Z"})
+    loaded.load_checkpoint(
+        {"totalWeight": 6.0, "bucketWeights": {"0": 1}, "referenceTimestamp": "2018-01-02T03:04:05Z"}
+    )
     assert not loaded.is_empty() and loaded.reference == 1514862245.0
 
 
 @pytest.mark.parametrize(
     ("t", "unit", "expected"),
-    [(T0, DAY, 1234569600.0), (T0, HOUR, 1234569600.0), (43200.0, DAY, 86400.0), (43199.0, DAY, 0.0),
-     (T0, 7 * HOUR, 1234566000.0)],  # Go rounds to multiples since its zero time (epoch-based: 1234573200), halves up
+    [
+        (T0, DAY, 1234569600.0),
+        (T0, HOUR, 1234569600.0),
+        (43200.0, DAY, 86400.0),
+        (43199.0, DAY, 0.0),
+        (T0, 7 * HOUR, 1234566000.0),
+    ],  # Go rounds to multiples since its zero time (epoch-based: 1234573200), halves up
 )
 def test_reference_rounding_is_go_time_round(t: float, unit: float, expected: float) -> None:
     assert go_round(t, unit) == expected
@@ -229,22 +251,40 @@ NINE_EVERY_TWO_MINUTES = [(i * 120.0, 1000) for i in range(9)]
     ],
 )
 def test_confidence_multiplier(
-    samples: list[tuple[float, int]], interval: float, multiplier: float, exponent: float,
-    cpu_millicores_in: int, memory_bytes_in: int, cpu: int, memory: int,
+    samples: list[tuple[float, int]],
+    interval: float,
+    multiplier: float,
+    exponent: float,
+    cpu_millicores_in: int,
+    memory_bytes_in: int,
+    cpu: int,
+    memory: int,
 ) -> None:
     days = confidence(state(samples), interval)
     factor = confidence_factor(multiplier, exponent, days)
     assert (scale_amount(cpu_millicores_in, factor), scale_amount(memory_bytes_in, factor)) == (cpu, memory)
 
 
-@pytest.mark.parametrize(("samples", "interval", "expected"), [(NINE_EVERY_TWO_MINUTES, DAY, 0.00625), (NINE_EVERY_TWO_MINUTES, 1080.0, 0.5), ([], DAY, 0.0)])
-def test_confidence_counts_one_sample_a_minute(samples: list[tuple[float, int]], interval: float, expected: float) -> None:
+@pytest.mark.parametrize(
+    ("samples", "interval", "expected"),
+    [(NINE_EVERY_TWO_MINUTES, DAY, 0.00625), (NINE_EVERY_TWO_MINUTES, 1080.0, 0.5), ([], DAY, 0.0)],
+)
+def test_confidence_counts_one_sample_a_minute(
+    samples: list[tuple[float, int]], interval: float, expected: float
+) -> None:
     assert confidence(state(samples), interval) == expected
 
 
 @pytest.mark.parametrize(
     ("history_seconds", "lower_factor", "upper_factor"),
-    [(0, 0.0, math.inf), (300, 0.603, 289.0), (1800, 0.910, 49.0), (3600, 0.954, 25.0), (DAY, 0.998, 2.0), (7 * DAY, 0.9997, 8 / 7)],
+    [
+        (0, 0.0, math.inf),
+        (300, 0.603, 289.0),
+        (1800, 0.910, 49.0),
+        (3600, 0.954, 25.0),
+        (DAY, 0.998, 2.0),
+        (7 * DAY, 0.9997, 8 / 7),
+    ],
 )
 def test_bound_factors_from_history(history_seconds: float, lower_factor: float, upper_factor: float) -> None:
     """VPA's documented factors: none -> x0 / x+Inf, 5 min -> x0.6, 30 min -> x0.9, 1 h -> x0.95, 24 h -> x2."""
@@ -263,13 +303,18 @@ def test_margin_truncates_after_each_step(cores: float, fraction: float, expecte
     assert base + scale_amount(base, fraction) == expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [(-1.0, 0), (12.9, 12), (1e15, 10**14), (math.inf, 10**14), (math.nan, -(2**63))])
+@pytest.mark.parametrize(
+    ("value", "expected"), [(-1.0, 0), (12.9, 12), (1e15, 10**14), (math.inf, 10**14), (math.nan, -(2**63))]
+)
 def test_resource_amount_conversion(value: float, expected: int) -> None:
     assert amount(value) == expected
 
 
 def test_percentile_estimator_reads_the_histograms() -> None:
-    cpu, memory = histogram([(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)], CPU, 1e-4), histogram([(1e9, 1), (2e9, 1), (3e9, 1)], MEMORY, 1e-4)
+    cpu, memory = (
+        histogram([(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)], CPU, 1e-4),
+        histogram([(1e9, 1), (2e9, 1), (3e9, 1)], MEMORY, 1e-4),
+    )
     assert cpu_millicores(cpu.percentile(0.2)) / 1000 == pytest.approx(1.0, rel=0.05)
     assert amount(memory.percentile(0.5)) == pytest.approx(2e9, rel=0.05)
 
@@ -298,7 +343,13 @@ def test_upper_bound_of_a_single_sample_is_vpas_maximum() -> None:
 
 def usage(rows: list[tuple[float, float, float]], pod: str = "p", group: str = "g") -> pd.DataFrame:
     return pd.DataFrame(
-        {"group": group, "pod": pod, "timestamp": [r[0] for r in rows], "cpu_cores": [r[1] for r in rows], "memory_bytes": [r[2] for r in rows]}
+        {
+            "group": group,
+            "pod": pod,
+            "timestamp": [r[0] for r in rows],
+            "cpu_cores": [r[1] for r in rows],
+            "memory_bytes": [r[2] for r in rows],
+        }
     )
 
 
@@ -372,8 +423,12 @@ def test_container_samples_go_to_the_histograms_and_bad_ones_are_refused() -> No
     c, cpu, memory = recording()
     step = DAY / 2
     accepted = [
-        c.add_cpu(3140, T0), c.add_memory(5, T0), c.add_cpu(6280, T0 + step), c.add_memory(10, T0 + step),
-        c.add_cpu(1570, T0 + 2 * step), c.add_memory(2, T0 + 2 * step),
+        c.add_cpu(3140, T0),
+        c.add_memory(5, T0),
+        c.add_cpu(6280, T0 + step),
+        c.add_memory(10, T0 + step),
+        c.add_cpu(1570, T0 + 2 * step),
+        c.add_memory(2, T0 + 2 * step),
     ]
     refused = [c.add_cpu(1000, T0 + 2 * step), c.add_cpu(-1000, T0 + 4 * step), c.add_memory(-1000, T0 + 4 * step)]
     assert accepted == [True] * 6 and refused == [False] * 3
@@ -394,22 +449,31 @@ def test_memory_sample_at_the_same_time_is_taken_an_older_one_refused() -> None:
         ([], [(T0, 1000 * MIB)], [True], [("add", 1200 * MIB, 1, T0 + DAY)]),  # x1.2
         ([], [(T0, 1 * MIB)], [True], [("add", 101 * MIB, 1, T0 + DAY)]),  # at least +100 MiB
         (  # smaller OOMs do not push the value further; a larger one does
-            [], [(T0, 1000 * MIB), (T0, 999 * MIB), (T0, 999 * MIB), (T0, 2000 * MIB)], [True] * 4,
+            [],
+            [(T0, 1000 * MIB), (T0, 999 * MIB), (T0, 999 * MIB), (T0, 2000 * MIB)],
+            [True] * 4,
             [("add", 1200 * MIB, 1, T0 + DAY), ("subtract", 1200 * MIB, 1, T0 + DAY), ("add", 2400 * MIB, 1, T0 + DAY)],
         ),
         (  # the window's usage peak above the request is what gets bumped
-            [(T0, 3000 * MIB)], [(T0, 1000 * MIB)], [True],
+            [(T0, 3000 * MIB)],
+            [(T0, 1000 * MIB)],
+            [True],
             [("add", 3000 * MIB, 1, T0 + DAY), ("subtract", 3000 * MIB, 1, T0 + DAY), ("add", 3600 * MIB, 1, T0 + DAY)],
         ),
         ([(T0, 1000 * MIB)], [(T0 - 30 * HOUR, 1000 * MIB)], [False], [("add", 1000 * MIB, 1, T0 + DAY)]),  # too old
         (  # in a later window: bumped from the last peak seen, dated at the new window's end
-            [(T0, 2000 * MIB)], [(T0 + 2 * DAY, 1000 * MIB)], [True],
+            [(T0, 2000 * MIB)],
+            [(T0 + 2 * DAY, 1000 * MIB)],
+            [True],
             [("add", 2000 * MIB, 1, T0 + DAY), ("add", 2400 * MIB, 1, T0 + 3 * DAY)],
         ),
     ],
 )
 def test_oom_kills(
-    before: list[tuple[float, int]], ooms: list[tuple[float, int]], results: list[bool], calls: list[tuple[str, float, float, float]]
+    before: list[tuple[float, int]],
+    ooms: list[tuple[float, int]],
+    results: list[bool],
+    calls: list[tuple[str, float, float, float]],
 ) -> None:
     c, _, memory = recording()
     for t, value in before:
@@ -422,7 +486,9 @@ def test_oom_kills(
 
 
 def test_refused_samples_are_skipped_one_by_one_and_counted() -> None:
-    model = VpaRecommender().fit(usage([(0.0, 1.0, 1e9), (0.0, 2.0, 2e9), (60.0, math.nan, 3e9), (120.0, 0.5, math.nan)]))
+    model = VpaRecommender().fit(
+        usage([(0.0, 1.0, 1e9), (0.0, 2.0, 2e9), (60.0, math.nan, 3e9), (120.0, 0.5, math.nan)])
+    )
     assert model.skipped_["cpu not after the previous sample"] == 1  # the second CPU sample at t=0
     assert model.merged("g").samples == 2  # type: ignore[union-attr]
     later = model.partial_fit(usage([(30.0, 1.0, 1e9)]))  # older than what the pod already gave
@@ -446,7 +512,9 @@ def test_oom_events_bump_from_the_request() -> None:
     found = with_oom.recommend("g", 1, DAY)
     assert found is not None and found[1].target >= 1.2e9  # max(1e9 + 100 MiB, 1e9 x 1.2), + margin
     old = ooms.assign(timestamp=-2 * DAY)
-    assert VpaRecommender().fit(usage(rows), oom_events=old).skipped_["oom older than its window"] == 0  # before any sample: taken
+    assert (
+        VpaRecommender().fit(usage(rows), oom_events=old).skipped_["oom older than its window"] == 0
+    )  # before any sample: taken
 
 
 # --- checkpoints: round trip within the integer scaling's precision ---
@@ -479,7 +547,13 @@ def test_aggregate_checkpoint_times_and_counts_round_trip(first: int, count: int
 def test_warm_start_from_a_checkpoint_recommends_as_the_samples_did() -> None:
     rng = np.random.default_rng(1)
     times = np.arange(0, 4 * DAY, 60.0)
-    rows = list(zip(times.tolist(), np.round(rng.uniform(0.1, 1.5, times.size), 3).tolist(), rng.uniform(2e8, 9e8, times.size).tolist()))
+    rows = list(
+        zip(
+            times.tolist(),
+            np.round(rng.uniform(0.1, 1.5, times.size), 3).tolist(),
+            rng.uniform(2e8, 9e8, times.size).tolist(),
+        )
+    )
     direct = VpaRecommender().fit(usage(rows))
     now = 6 * DAY  # every memory window has closed: the checkpoint holds all the peaks
     warm = VpaRecommender().fit(usage([]))
@@ -501,10 +575,21 @@ def tidy(workloads: dict[str, float], days: float = 2.0) -> pd.DataFrame:
     times = np.arange(START, START + days * DAY, 60.0)
     for name, cores in workloads.items():
         namespace, workload = name.split("/")
-        frames.append(pd.DataFrame({
-            "timestamp": times, "namespace": namespace, "workload": workload, "pod": f"{workload}-1", "container": "app",
-            "cpu_cores": cores, "memory_bytes": 5e8, "cpu_request_cores": 1.0, "cpu_limit_cores": 2.0,
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "timestamp": times,
+                    "namespace": namespace,
+                    "workload": workload,
+                    "pod": f"{workload}-1",
+                    "container": "app",
+                    "cpu_cores": cores,
+                    "memory_bytes": 5e8,
+                    "cpu_request_cores": 1.0,
+                    "cpu_limit_cores": 2.0,
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -517,15 +602,25 @@ START = 1_700_006_400.0
         ([], "forecast", {"legacy/a": "forecast", "shop/b": "forecast"}),
         ([], "vpa", {"legacy/a": "vpa", "shop/b": "vpa"}),
         ([{"namespace": "leg*", "policy": "vpa"}], "forecast", {"legacy/a": "vpa", "shop/b": "forecast"}),
-        ([{"namespace": "shop", "workload": "b", "policy": "forecast"}, {"policy": "vpa"}], "forecast", {"legacy/a": "vpa", "shop/b": "forecast"}),
+        (
+            [{"namespace": "shop", "workload": "b", "policy": "forecast"}, {"policy": "vpa"}],
+            "forecast",
+            {"legacy/a": "vpa", "shop/b": "forecast"},
+        ),
     ],
 )
-def test_the_policy_is_chosen_per_namespace_and_workload(rules: list[dict[str, str]], default: str, expected: dict[str, str]) -> None:
+def test_the_policy_is_chosen_per_namespace_and_workload(
+    rules: list[dict[str, str]], default: str, expected: dict[str, str]
+) -> None:
     from models.workload import WorkloadRecommender
     from recommender.settings import ForecastSettings, PolicySettings
 
     policy = PolicySettings.model_validate({"request_policy": default, "request_policy_rules": rules})
-    result = WorkloadRecommender(policy=policy, forecast=ForecastSettings(enabled=False)).fit(tidy({"legacy/a": 0.0125, "shop/b": 0.3})).predict()
+    result = (
+        WorkloadRecommender(policy=policy, forecast=ForecastSettings(enabled=False))
+        .fit(tidy({"legacy/a": 0.0125, "shop/b": 0.3}))
+        .predict()
+    )
     got = {f"{r.namespace}/{r.workload}": r.cpu.policy for r in result.recommendations if r.cpu is not None}
     assert got == expected
     for rec in result.recommendations:
@@ -542,14 +637,25 @@ def test_status_writer_writes_vpa_values_as_vpa_does() -> None:
 
     def resource(value: float, policy: str) -> ResourceRecommendation:
         return ResourceRecommendation(
-            target=value, lower_bound=value, upper_bound=value, uncapped_target=value, short_term=[value], long_term=value,
-            peak=Peak(value=value, at=0), policy=policy,  # type: ignore[arg-type]
+            target=value,
+            lower_bound=value,
+            upper_bound=value,
+            uncapped_target=value,
+            short_term=[value],
+            long_term=value,
+            peak=Peak(value=value, at=0),
+            policy=policy,  # type: ignore[arg-type]
         )
 
     def status(policy: str) -> dict[str, Any]:
         rec = WorkloadRecommendation(
-            namespace="legacy", workload="a", container="app", cpu=resource(0.0125, policy), memory=resource(131072000.5, policy),
-            current=CurrentResources(), history=History(first_sample=0, last_sample=2 * 86400, pods=1, samples=10),
+            namespace="legacy",
+            workload="a",
+            container="app",
+            cpu=resource(0.0125, policy),
+            memory=resource(131072000.5, policy),
+            current=CurrentResources(),
+            history=History(first_sample=0, last_sample=2 * 86400, pods=1, samples=10),
         )
         vpa = {"spec": {"targetRef": {"kind": "Deployment", "name": "a"}}}
         found: dict[str, Any] = vpa_status([rec], vpa, "v1")["recommendation"]["containerRecommendations"][0]["target"]
@@ -577,4 +683,8 @@ def test_dropping_samples_below_the_window_peak_changes_nothing(draws: list[tupl
     for moment, _, value in _peak_candidates(events, fast):
         fast.add_memory(value, moment)
     assert fast_memory.calls == full_memory.calls
-    assert (fast.window_end, fast.memory_peak, fast.last_memory) == (full.window_end, full.memory_peak, full.last_memory)
+    assert (fast.window_end, fast.memory_peak, fast.last_memory) == (
+        full.window_end,
+        full.memory_peak,
+        full.last_memory,
+    )

@@ -13,8 +13,7 @@ from sklearn.exceptions import NotFittedError
 from models.histogram import DecayingHistogram
 from models.reservation import PercentileReservation, SeasonalMaxReservation
 from models.workload import WorkloadRecommender
-from recommender.settings import ForecastSettings
-from recommender.settings import PolicySettings
+from recommender.settings import ForecastSettings, PolicySettings
 from tests.conftest import make_usage
 
 
@@ -64,13 +63,22 @@ def test_no_recommendation_for_a_resource_below_the_sample_minimum() -> None:
     rec = model.partial_fit(more).predict().recommendations[0]
     assert rec.cpu is not None and rec.history is not None and rec.history.cpu_samples == 13
     thirteen = make_usage(workloads=1, pods=1, days=1).iloc[:13]
-    assert WorkloadRecommender(policy=PolicySettings(min_samples=20)).fit(thirteen).predict().recommendations[0].cpu is None
+    assert (
+        WorkloadRecommender(policy=PolicySettings(min_samples=20)).fit(thirteen).predict().recommendations[0].cpu
+        is None
+    )
 
 
 def test_policy_settings_are_used() -> None:
     usage = make_usage(workloads=1, pods=1, days=2)
     plain = WorkloadRecommender().fit(usage).predict().recommendations[0].cpu
-    capped = WorkloadRecommender(policy=PolicySettings(max_allowed_cpu_cores=0.1)).fit(usage).predict().recommendations[0].cpu
+    capped = (
+        WorkloadRecommender(policy=PolicySettings(max_allowed_cpu_cores=0.1))
+        .fit(usage)
+        .predict()
+        .recommendations[0]
+        .cpu
+    )
     assert plain is not None and capped is not None
     assert capped.target == 0.1 and capped.uncapped_target == pytest.approx(plain.target)
 
@@ -78,7 +86,13 @@ def test_policy_settings_are_used() -> None:
 def test_oom_events_raise_memory() -> None:
     usage = make_usage(workloads=1, pods=1, days=2)
     oom = pd.DataFrame(
-        {"timestamp": [int(usage["timestamp"].max())], "namespace": "ns", "workload": "w0", "pod": "w0-p0", "container": "main"}
+        {
+            "timestamp": [int(usage["timestamp"].max())],
+            "namespace": "ns",
+            "workload": "w0",
+            "pod": "w0-p0",
+            "container": "main",
+        }
     )
     plain = WorkloadRecommender().fit(usage).predict().recommendations[0].memory
     bumped = WorkloadRecommender().fit(usage, oom_events=oom).predict().recommendations[0].memory
@@ -90,7 +104,9 @@ def test_oom_kills_are_counted_per_container_and_continued() -> None:
     usage = make_usage(workloads=2, pods=1, days=2)
     end = int(usage["timestamp"].max())
     kill = {"namespace": "ns", "workload": "w0", "pod": "w0-p0", "container": "main"}
-    model = WorkloadRecommender().fit(usage, oom_events=pd.DataFrame([{"timestamp": end - 600, **kill}, {"timestamp": end, **kill}]))
+    model = WorkloadRecommender().fit(
+        usage, oom_events=pd.DataFrame([{"timestamp": end - 600, **kill}, {"timestamp": end, **kill}])
+    )
     counts = {r.workload: r.history.oom_kills for r in model.predict().recommendations if r.history}
     assert counts == {"w0": 2, "w1": 0}
     later = make_usage(workloads=2, pods=1, days=0.5, start=end + 300)
@@ -100,7 +116,13 @@ def test_oom_kills_are_counted_per_container_and_continued() -> None:
 
 def test_a_model_stored_before_oom_counts_loads_with_one_kill_per_known_group() -> None:
     usage = make_usage(workloads=2, pods=1, days=1)
-    kill = {"timestamp": int(usage["timestamp"].max()), "namespace": "ns", "workload": "w1", "pod": "w1-p0", "container": "main"}
+    kill = {
+        "timestamp": int(usage["timestamp"].max()),
+        "namespace": "ns",
+        "workload": "w1",
+        "pod": "w1-p0",
+        "container": "main",
+    }
     model = WorkloadRecommender().fit(usage, oom_events=pd.DataFrame([kill, kill]))
     old_state = model.__getstate__()
     old_state["oom_groups_"] = np.asarray(old_state.pop("oom_kills_").index, dtype=str)
@@ -198,9 +220,13 @@ def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
     which level each line was built for, and the default level stays for the others."""
     usage = make_usage(workloads=2, pods=1, days=10)
     loose = usage.assign(namespace="batch")
-    both = pd.concat([usage, loose], ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
+    both = pd.concat([usage, loose], ignore_index=True).sort_values(
+        ["namespace", "workload", "pod", "container", "timestamp"]
+    )
     settings = ForecastSettings(target_violation_overrides={"batch": 0.05})
-    recs = {(r.namespace, r.workload): r for r in WorkloadRecommender(forecast=settings).fit(both).predict().recommendations}
+    recs = {
+        (r.namespace, r.workload): r for r in WorkloadRecommender(forecast=settings).fit(both).predict().recommendations
+    }
     strict, relaxed = recs[("ns", "w0")].cpu, recs[("batch", "w0")].cpu
     assert strict is not None and relaxed is not None and strict.levels is not None and relaxed.levels is not None
     assert strict.levels.short_term == strict.levels.target == strict.levels.long_term == 0.01
@@ -216,4 +242,3 @@ def test_memory_request_stays_within_the_week_peak_and_the_limit_above_it() -> N
     assert memory.target <= peak * 1.15 + 1e-6
     assert memory.limit_floor == pytest.approx(peak * 1.15)
     assert memory.limit is not None and memory.limit >= memory.limit_floor and memory.limit_rule is not None
-
