@@ -39,12 +39,12 @@ import posixpath
 import secrets
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import fsspec
 import joblib
@@ -66,6 +66,9 @@ RECOMMENDATIONS = "recommendations.json"
 MODEL = "model.joblib"
 NODE_MODEL = "nodes.joblib"
 PARTITION_MODELS = "models"
+#: Scratch files of a distributed run inside its incoming version (partition inputs, intermediate models), removed
+#: at the commit.
+WORK = "work"
 INCOMING_PREFIX = ".incoming-"
 LOCK_SUFFIX = ".lock"
 PUBLISH_LOCK = ".publish.lock"
@@ -236,6 +239,116 @@ class IncomingVersion:
         self.entries[filename] = self.files.put_model(self.path_of(filename), model)
 
 
+@dataclass(frozen=True)
+class PartitionFiles:
+    """Where one partition's task reads and writes inside a version being written: URLs, so a worker on another
+    machine reaches them. Tasks use these methods; the layout stays the store's."""
+
+    input: str
+    fitted: str
+    recommendations: str
+    model: str
+
+    def open_input(self, mode: str) -> IO[bytes]:
+        """The partition's input rows (written by the driver, read by the fit task)."""
+        files = StoreFiles(self.input)
+        handle: IO[bytes] = files.fs.open(files.root, mode)
+        return handle
+
+    def write_fitted(self, model: Any) -> None:
+        """The model between the two phases (uncompressed: it is read back once, soon)."""
+        files = StoreFiles(self.fitted)
+        files.put_model(files.root, model, compress=0, create_parents=False)
+
+    def take_fitted(self) -> Any:
+        """The model between the phases, removed from the store as it is read."""
+        files = StoreFiles(self.fitted)
+        model = joblib.load(io.BytesIO(files.read(files.root)))
+        files.remove(files.root)
+        return model
+
+    def write_results(self, fragment: bytes, model: Any) -> tuple[FileEntry, FileEntry]:
+        """The partition's recommendations (a fragment of the version's JSON) and its final model, with their
+        checksums for the driver to check at the commit."""
+        out, final = StoreFiles(self.recommendations), StoreFiles(self.model)
+        return out.put(out.root, fragment, create_parents=False), final.put_model(
+            final.root, model, create_parents=False
+        )
+
+
+class VersionWriter:
+    """The one way to write a model version (`with store.writer() as w: ...; w.commit(...)`): files go in through
+    these methods, `commit` publishes; leaving the block without a commit, or with an error, removes what was written
+    and leaves `latest` as it was."""
+
+    def __init__(self, store: ModelStore, incoming: IncomingVersion) -> None:
+        self._store = store
+        self._incoming = incoming
+        self._partitioned = False
+        self.done = False
+
+    @property
+    def name(self) -> str:
+        return self._incoming.name
+
+    def _open(self) -> IncomingVersion:
+        if self.done:
+            raise ModelStoreError(f"version {self.name} is already committed or abandoned: nothing more can be written")
+        return self._incoming
+
+    def write_recommendations(self, recommendations: RecommendationSet) -> None:
+        """The version's recommendations, written one recommendation at a time (10,000 containers' JSON is 100 MB,
+        and twice that as one str and bytes)."""
+        chunks = (r.model_dump_json().encode() for r in recommendations.recommendations)
+        self._open().put_chunks(RECOMMENDATIONS, recommendation_set_chunks(recommendations, chunks))
+
+    def write_model(self, model: WorkloadRecommender) -> None:
+        self._open().put_model(MODEL, model)
+
+    def write_node_model(self, model: NodeForecaster) -> None:
+        self._open().put_model(NODE_MODEL, model)
+
+    def partition(self, index: int) -> PartitionFiles:
+        """The files of partition `index` of a distributed run (its scratch files are removed at the commit)."""
+        incoming = self._open()
+        if not self._partitioned:
+            for directory in (WORK, PARTITION_MODELS):
+                incoming.files.fs.makedirs(incoming.path_of(directory), exist_ok=True)
+            self._partitioned = True
+        stem = f"part-{index:05d}"
+        return PartitionFiles(
+            input=incoming.url_of(f"{WORK}/{stem}.parquet"),
+            fitted=incoming.url_of(f"{WORK}/{stem}.joblib"),
+            recommendations=incoming.url_of(f"{WORK}/{stem}.json"),
+            model=incoming.url_of(f"{PARTITION_MODELS}/{stem}.joblib"),
+        )
+
+    def collect_partitions(self, header: RecommendationSet, written: Mapping[int, tuple[FileEntry, FileEntry]]) -> None:
+        """The partitions' recommendations, in index order, streamed into the version's one file under `header`'s
+        fields, and their models recorded; each file is checked against what its task reported writing."""
+        incoming = self._open()
+
+        def fragments() -> Iterator[bytes]:
+            for index in sorted(written):
+                data = incoming.files.read(incoming.path_of(f"{WORK}/part-{index:05d}.json"))
+                if FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data)) != written[index][0]:
+                    raise ModelStoreError(f"{self.partition(index).recommendations}: changed after its task wrote it")
+                yield data
+
+        incoming.put_chunks(RECOMMENDATIONS, recommendation_set_chunks(header, fragments()))
+        for index in sorted(written):
+            incoming.entries[f"{PARTITION_MODELS}/part-{index:05d}.joblib"] = written[index][1]
+
+    def commit(self, **manifest_fields: Any) -> Manifest:
+        """Publish the version (the fields are the manifest's: source, parameters, row_counts, fit_metrics,
+        data_window and the optional ones of `Manifest`)."""
+        incoming = self._open()
+        if self._partitioned:
+            incoming.files.remove(incoming.path_of(WORK))
+        self.done = True
+        return self._store._commit(incoming, **manifest_fields)
+
+
 class ModelStore:
     """Publish and load model versions under one directory or fsspec URL."""
 
@@ -269,9 +382,8 @@ class ModelStore:
             return None
         return name or None
 
-    def begin(self) -> IncomingVersion:
-        """Start a version (name sorting by creation time), after removing what killed runs left; write its files,
-        then `commit` or `abort` it."""
+    def _begin(self) -> IncomingVersion:
+        """Start a version (name sorting by creation time), after removing what killed runs left."""
         self.files.fs.makedirs(self.versions_dir, exist_ok=True)
         if not self.files.local:
             self._remove_stale_incoming()
@@ -290,7 +402,7 @@ class ModelStore:
     def _new_name() -> str:
         return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ") + "-" + secrets.token_hex(3)
 
-    def abort(self, incoming: IncomingVersion) -> None:
+    def _abort(self, incoming: IncomingVersion) -> None:
         self.files.remove(incoming.path)
         incoming.release()
 
@@ -341,7 +453,7 @@ class ModelStore:
                 Path(lock_path).unlink(missing_ok=True)
                 os.close(fd)
 
-    def commit(
+    def _commit(
         self,
         incoming: IncomingVersion,
         *,
@@ -377,7 +489,7 @@ class ModelStore:
             self.files.put(incoming.path_of(MANIFEST), manifest.model_dump_json(indent=2).encode())
             self.files.sync_directory(incoming.path)
         except BaseException:
-            self.abort(incoming)
+            self._abort(incoming)
             raise
         try:
             with self._publish_lock():
@@ -400,11 +512,22 @@ class ModelStore:
                 self.files.fs.mv(incoming.path, final, recursive=True)
             self.files.sync_directory(self.versions_dir)
         except BaseException:
-            self.abort(incoming)
+            self._abort(incoming)
             raise
         self.files.put(posixpath.join(self.root, "latest"), (incoming.name + "\n").encode())
         if self.files.local:
             self.files.remove(publishing)
+
+    @contextmanager
+    def writer(self) -> Iterator[VersionWriter]:
+        """A new version to write (see `VersionWriter`); removed unless committed inside the block."""
+        writer = VersionWriter(self, self._begin())
+        try:
+            yield writer
+        finally:
+            if not writer.done:
+                writer.done = True
+                self._abort(writer._incoming)
 
     def publish(
         self,
@@ -413,20 +536,14 @@ class ModelStore:
         node_model: NodeForecaster | None = None,
         **manifest_fields: Any,
     ) -> Manifest:
-        """Write a new single-process version (with the node model when the usage said where pods ran) and move
-        `latest` to it (the fields are those of `commit`)."""
-        incoming = self.begin()
-        try:
-            # One recommendation at a time: 10,000 containers' JSON is 100 MB, and twice that as one str and bytes.
-            chunks = (r.model_dump_json().encode() for r in recommendations.recommendations)
-            incoming.put_chunks(RECOMMENDATIONS, recommendation_set_chunks(recommendations, chunks))
-            incoming.put_model(MODEL, model)
+        """A single-process version in one call: the recommendations, the model and (when the usage said where pods
+        ran) the node model, committed with the manifest's fields."""
+        with self.writer() as writer:
+            writer.write_recommendations(recommendations)
+            writer.write_model(model)
             if node_model is not None:
-                incoming.put_model(NODE_MODEL, node_model)
-        except BaseException:
-            self.abort(incoming)
-            raise
-        return self.commit(incoming, **manifest_fields)
+                writer.write_node_model(node_model)
+            return writer.commit(**manifest_fields)
 
     def _prune(self, keep: str) -> None:
         names = self.versions()

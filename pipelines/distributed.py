@@ -31,8 +31,6 @@ names of its workloads; within `scale.failure_tolerance_fraction` the rest is pu
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
 import resource
@@ -43,23 +41,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import joblib
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client, Future, LocalCluster
 
-from models.store import (
-    PARTITION_MODELS,
-    RECOMMENDATIONS,
-    DataWindow,
-    FileEntry,
-    IncomingVersion,
-    Manifest,
-    ModelStore,
-    StoreFiles,
-)
+from models.store import DataWindow, FileEntry, Manifest, ModelStore, PartitionFiles, VersionWriter
 from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
 from pipelines.ingest import SampleBounds, iter_usage_batches, read_oom_events
 from pipelines.prometheus import PrometheusClient
@@ -67,12 +55,11 @@ from pipelines.prometheus_source import PrometheusSource
 from pipelines.train import prometheus_window, tidy_prometheus_usage
 from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
 from recommender.progress import Step, quiet
-from recommender.resources import RecommendationSet, recommendation_set_chunks
+from recommender.resources import RecommendationSet
 from recommender.settings import ScaleSettings, Settings
 from recommender.text import printable
 
 log = logging.getLogger(__name__)
-WORK = "work"
 WorkloadName = tuple[str, str]
 
 
@@ -113,16 +100,6 @@ class Partition:
         span = f"{first[0]}/{first[1]}" + (f" .. {last[0]}/{last[1]}" if len(self.workloads) > 1 else "")
         unit = "namespaces" if first[1] == "*" else "workloads"
         return f"partition {self.index} ({span}, {len(self.workloads)} {unit})"
-
-    def files(self, incoming: IncomingVersion) -> dict[str, str]:
-        """Where this partition's input, intermediate model, recommendations and final model live (URLs)."""
-        stem = f"part-{self.index:05d}"
-        return {
-            "input": incoming.url_of(f"{WORK}/{stem}.parquet"),
-            "fitted": incoming.url_of(f"{WORK}/{stem}.joblib"),
-            "recommendations": incoming.url_of(f"{WORK}/{stem}.json"),
-            "model": incoming.url_of(f"{PARTITION_MODELS}/{stem}.joblib"),
-        }
 
 
 def _label_prefix(workload: WorkloadName) -> str:
@@ -182,13 +159,12 @@ def inventory(input_path: Path, as_of: int | None, bounds: SampleBounds) -> File
 
 
 def split_file(
-    input_path: Path, partitions: list[Partition], incoming: IncomingVersion, as_of: int | None, bounds: SampleBounds
+    input_path: Path, partitions: list[Partition], version: VersionWriter, as_of: int | None, bounds: SampleBounds
 ) -> None:
     """Second streaming pass: each partition's rows into its own Parquet file on the store."""
     index = pd.MultiIndex.from_tuples([w for p in partitions for w in p.workloads], names=["namespace", "workload"])
     owner = np.concatenate([np.full(len(p.workloads), p.index) for p in partitions])
     writers: dict[int, tuple[Any, pq.ParquetWriter]] = {}
-    files = incoming.files
     try:
         for batch in iter_usage_batches(input_path, bounds):
             if as_of is not None:
@@ -202,7 +178,7 @@ def split_file(
                     continue
                 part = int(target[rows[0]])
                 if part not in writers:
-                    handle = files.fs.open(incoming.path_of(f"{WORK}/part-{part:05d}.parquet"), "wb")
+                    handle = version.partition(part).open_input("wb")
                     writers[part] = (handle, pq.ParquetWriter(handle, table.schema))
                 writers[part][1].write_table(table.take(pa.array(rows)))
     finally:
@@ -211,10 +187,9 @@ def split_file(
             handle.close()
 
 
-def _read_partition(url: str, source: str) -> pd.DataFrame:
+def _read_partition(files: PartitionFiles, source: str) -> pd.DataFrame:
     """A partition's rows, sorted as `read_usage` sorts them, refusing duplicate samples as it does."""
-    files = StoreFiles(url)
-    with files.fs.open(files.root, "rb") as handle:
+    with files.open_input("rb") as handle:
         usage: pd.DataFrame = pq.read_table(handle).to_pandas()
     key = ["namespace", "workload", "pod", "container", "timestamp"]
     duplicated = usage.duplicated(subset=key).to_numpy()
@@ -259,7 +234,7 @@ class PartitionResult:
 
 def fit_partition(
     partition: Partition,
-    files: dict[str, str],
+    files: PartitionFiles,
     settings: Settings,
     data_end: int,
     oom_events: pd.DataFrame | None,
@@ -267,12 +242,11 @@ def fit_partition(
 ) -> PartitionFit:
     """Phase 1 (a task): fit a partition and keep the fitted model on the store; return its fleet statistics."""
     started = time.perf_counter()
-    usage = _read_partition(files["input"], source)
+    usage = _read_partition(files, source)
     model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, settings.forecast).fit(
         usage, oom_events=oom_events, data_end=data_end
     )
-    fitted = StoreFiles(files["fitted"])
-    fitted.put_model(fitted.root, model, compress=0, create_parents=False)
+    files.write_fitted(model)
     return PartitionFit(
         index=partition.index,
         statistics=model.fleet_statistics(),
@@ -285,18 +259,14 @@ def fit_partition(
 
 
 def finish_partition(
-    partition: Partition, files: dict[str, str], fleet: FleetStatistics, as_of: int | None, horizon_seconds: int
+    partition: Partition, files: PartitionFiles, fleet: FleetStatistics, as_of: int | None, horizon_seconds: int
 ) -> PartitionResult:
     """Phase 2 (a task): calibrate a partition's model with the fleet, predict, and write the model and the
     recommendations (as a fragment of the fleet's JSON) to the store."""
-    fitted = StoreFiles(files["fitted"])
-    model = joblib.load(io.BytesIO(fitted.read(fitted.root))).calibrate_with_fleet(fleet)
+    model = files.take_fitted().calibrate_with_fleet(fleet)
     recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
     fragment = b",".join(r.model_dump_json().encode() for r in recommendations.recommendations)
-    out, final = StoreFiles(files["recommendations"]), StoreFiles(files["model"])
-    written = out.put(out.root, fragment, create_parents=False)
-    model_entry = final.put_model(final.root, model, create_parents=False)
-    fitted.remove(fitted.root)
+    written, model_entry = files.write_results(fragment, model)
     return PartitionResult(
         index=partition.index,
         containers=len(recommendations.recommendations),
@@ -353,7 +323,7 @@ class _Job:
 
     client: Client
     store: ModelStore
-    incoming: IncomingVersion
+    version: VersionWriter
     settings: Settings
     partitions: list[Partition]
     source: str
@@ -366,25 +336,12 @@ class _Job:
         return self.client.submit(
             function,
             partition,
-            partition.files(self.incoming),
+            self.version.partition(index),
             *args,
             retries=self.settings.scale.retries,
             pure=False,
-            key=f"{phase}-{self.incoming.name}-{index}",
+            key=f"{phase}-{self.version.name}-{index}",
         )
-
-
-@contextmanager
-def _incoming_version(store: ModelStore) -> Iterator[IncomingVersion]:
-    """A new incoming version with its work and model directories; removed if anything fails before the commit."""
-    incoming = store.begin()
-    try:
-        for directory in (WORK, PARTITION_MODELS):
-            incoming.files.fs.makedirs(incoming.path_of(directory), exist_ok=True)
-        yield incoming
-    except BaseException:
-        store.abort(incoming)
-        raise
 
 
 def train_distributed(
@@ -410,11 +367,11 @@ def train_distributed(
         )
     partitions = plan_partitions(found.containers, settings.scale.partition_containers)
     oom = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
-    with _incoming_version(store) as incoming:
+    with store.writer() as version:
         job = _Job(
             client,
             store,
-            incoming,
+            version,
             settings,
             partitions,
             str(input_path),
@@ -423,7 +380,7 @@ def train_distributed(
             time.monotonic() + settings.scale.timeout_seconds,
         )
         step(f"splitting {found.rows:,} rows into {len(partitions)} partitions on {store}")
-        split_file(input_path, partitions, incoming, as_of, bounds)
+        split_file(input_path, partitions, version, as_of, bounds)
         return _fit_and_publish(job, [p.index for p in partitions], found.last_sample, oom, {}, None, step)
 
 
@@ -437,7 +394,7 @@ class PartitionRead:
 
 
 def read_prometheus_partition(
-    partition: Partition, files: dict[str, str], settings: Settings, start: int, end: int
+    partition: Partition, files: PartitionFiles, settings: Settings, start: int, end: int
 ) -> PartitionRead:
     """Phase 0 for Prometheus (a task): read a partition's namespaces (every query scoped to them) and write its
     rows to the store; a namespace batch that fails after the client's retries fails the task."""
@@ -452,8 +409,7 @@ def read_prometheus_partition(
     usage, quarantined = tidy_prometheus_usage(
         read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time())
     )
-    out = StoreFiles(files["input"])
-    with out.fs.open(out.root, "wb") as handle:
+    with files.open_input("wb") as handle:
         pq.write_table(pa.Table.from_pandas(usage, preserve_index=False), handle)
     return PartitionRead(partition.index, int(usage["timestamp"].max()), read.oom_events, costs, quarantined)
 
@@ -474,11 +430,11 @@ def train_distributed_prometheus(
     partitions = plan_partitions(
         {(namespace, "*"): n for namespace, n in counts.items()}, settings.scale.partition_containers
     )
-    with _incoming_version(store) as incoming:
+    with store.writer() as version:
         job = _Job(
             client,
             store,
-            incoming,
+            version,
             settings,
             partitions,
             str(prom.url),
@@ -555,7 +511,7 @@ def _fit_and_publish(
         0 if oom is None else len(oom),
         quarantined or {},
     )
-    return _commit(job.client, job.store, job.incoming, run, fit_seconds, read_metrics)
+    return _commit(job.client, job.version, run, fit_seconds, read_metrics)
 
 
 def _oom_of(oom: pd.DataFrame | None, partition: Partition) -> pd.DataFrame | None:
@@ -584,43 +540,21 @@ class _Run:
 
 def _commit(
     client: Client,
-    store: ModelStore,
-    incoming: IncomingVersion,
+    version: VersionWriter,
     run: _Run,
     fit_seconds: float,
     read_metrics: dict[str, float] | None,
 ) -> Manifest:
-    """Stream the partitions' recommendations into one file, check every file the workers wrote, and commit."""
+    """Stream the partitions' recommendations into one file (each checked against what its task wrote), and commit."""
     order = sorted(run.results)
     first = run.results[order[0]]
-
-    def fragments() -> Iterator[bytes]:
-        for index in order:
-            path = incoming.path_of(f"{WORK}/part-{index:05d}.json")
-            data = incoming.files.read(path)
-            if FileEntry(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data)) != FileEntry(
-                **run.results[index].recommendations
-            ):
-                raise DistributedTrainingError(
-                    {run.partitions[index].name: f"{path} changed after its task wrote it"}, len(run.partitions), 0.0
-                )
-            yield data
-
-    incoming.entries[RECOMMENDATIONS] = incoming.files.put_chunks(
-        incoming.path_of(RECOMMENDATIONS),
-        recommendation_set_chunks(
-            RecommendationSet(
-                as_of=first.as_of,
-                horizon_seconds=run.horizon_seconds,
-                step_seconds=first.step_seconds,
-                recommendations=[],
-            ),
-            fragments(),
-        ),
+    header = RecommendationSet(
+        as_of=first.as_of, horizon_seconds=run.horizon_seconds, step_seconds=first.step_seconds, recommendations=[]
     )
-    for index in order:
-        incoming.entries[f"{PARTITION_MODELS}/part-{index:05d}.joblib"] = FileEntry(**run.results[index].model)
-    incoming.files.remove(incoming.path_of(WORK))
+    version.collect_partitions(
+        header,
+        {i: (FileEntry(**run.results[i].recommendations), FileEntry(**run.results[i].model)) for i in order},
+    )
     skipped = {
         f"{namespace}/{workload}": f"{p.name} failed: {run.failed[p.name]}"
         for p in run.partitions
@@ -629,8 +563,7 @@ def _commit(
     }
     workers = client.run(_peak_rss_mib)
     fits = [run.fits[i] for i in order]
-    return store.commit(
-        incoming,
+    return version.commit(
         source=run.source,
         parameters=run.settings.model_dump(mode="json", include={"histogram", "policy", "reservation", "forecast"}),
         row_counts={

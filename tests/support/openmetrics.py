@@ -108,7 +108,12 @@ def write_openmetrics(
 ) -> int:
     """Write the OpenMetrics file; returns the number of samples. `kinds` maps (namespace, workload) -> kind."""
     usage = usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"])
-    groups = list(usage.groupby(["namespace", "workload", "pod", "container"], sort=False))
+    groups = [
+        ((str(ns), str(workload), str(pod), str(container)), rows)
+        for (ns, workload, pod, container), rows in usage.groupby(
+            ["namespace", "workload", "pod", "container"], sort=False
+        )
+    ]
     kills = list(oom_kills)
     count = 0
     with open(path, "w", encoding="utf-8") as out:

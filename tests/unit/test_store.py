@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from models.nodes import NodeForecaster
-from models.store import PUBLISHING, DataWindow, ModelStore
+from models.store import PUBLISHING, DataWindow, FileEntry, ModelStore
 from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
+from recommender.resources import RecommendationSet
 from tests.conftest import make_usage
 
 
@@ -145,13 +146,51 @@ def test_an_fsspec_store_publishes_loads_and_prunes(fitted: WorkloadRecommender)
 def test_an_aborted_version_leaves_latest_and_no_leftovers(tmp_path: Path, fitted: WorkloadRecommender) -> None:
     store = ModelStore(tmp_path)
     first = publish(store, fitted)
-    incoming = store.begin()
-    incoming.put("recommendations.json", b"[]")
-    store.abort(incoming)
+    with pytest.raises(RuntimeError), store.writer() as writer:
+        writer.write_recommendations(EMPTY)
+        writer.write_model(fitted)
+        raise RuntimeError("the run fails before its commit")
     assert store.latest_name() == first and store.versions() == [first]
     assert not list((tmp_path / "versions").glob(".incoming-*"))
-    with pytest.raises(FileNotFoundError):
-        incoming.files.put(incoming.path_of("late.json"), b"{}", create_parents=False)
+    with pytest.raises(ModelStoreError, match="nothing more can be written"):
+        writer.write_recommendations(EMPTY)
+    with store.writer() as left:  # left without a commit: removed as well
+        left.write_recommendations(EMPTY)
+    assert store.versions() == [first] and not list((tmp_path / "versions").glob(".incoming-*"))
+
+
+EMPTY = RecommendationSet(as_of=0, horizon_seconds=86400, step_seconds=300, recommendations=[])
+
+
+def test_a_partition_file_changed_after_its_task_wrote_it_fails_the_commit(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    with (
+        pytest.raises(ModelStoreError, match=r"part-00001\.json: changed after its task wrote it"),
+        store.writer() as w,
+    ):
+        written = {i: w.partition(i).write_results(b'{"i": %d}' % i, {"model": i}) for i in (0, 1)}
+        Path(w.partition(1).recommendations.removeprefix("file://")).write_bytes(b'{"i": 9}')
+        w.collect_partitions(EMPTY, written)
+    assert store.versions() == [] and not list((tmp_path / "versions").glob(".incoming-*"))
+
+
+def test_partitions_collect_into_one_version_without_scratch_files(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    with store.writer() as w:
+        written = {i: w.partition(i).write_results(b'{"i": %d}' % i, {"model": i}) for i in (1, 0)}
+        assert isinstance(written[0][0], FileEntry)
+        w.collect_partitions(EMPTY, written)
+        name = w.commit(
+            source="test",
+            parameters={},
+            row_counts={},
+            fit_metrics={},
+            data_window=DataWindow(first_sample=0, last_sample=1, as_of=2),
+        ).version
+    version = tmp_path / "versions" / name
+    assert sorted(p.name for p in (version / "models").iterdir()) == ["part-00000.joblib", "part-00001.joblib"]
+    assert not (version / "work").exists()
+    assert (version / "recommendations.json").read_bytes().count(b'"i"') == 2
 
 
 # -- leftovers of stopped runs (issue 13) ----------------------------------------------------------------------------
@@ -161,9 +200,12 @@ import os, signal, sys, time
 from models.store import DataWindow, ModelStore
 import recommender.atomic
 
+from recommender.resources import RecommendationSet
+
 store = ModelStore(sys.argv[1])
-incoming = store.begin()
-incoming.put("recommendations.json", b"{}")
+context = store.writer()  # kept: a collected context would remove the version
+writer = context.__enter__()
+writer.write_recommendations(RecommendationSet(as_of=0, horizon_seconds=86400, step_seconds=300, recommendations=[]))
 if sys.argv[2] == "hold":
     print("ready", flush=True)
     time.sleep(120)
@@ -176,7 +218,7 @@ def die_at_latest(source, destination):
 
 recommender.atomic.os.replace = die_at_latest
 window = DataWindow(first_sample=0, last_sample=1, as_of=2)
-store.commit(incoming, source="killed", parameters={}, row_counts={}, fit_metrics={}, data_window=window)
+writer.commit(source="killed", parameters={}, row_counts={}, fit_metrics={}, data_window=window)
 """
 
 
@@ -225,11 +267,10 @@ def test_a_writer_killed_while_moving_latest_leaves_nothing_published_or_tempora
 
 
 def test_a_running_writers_version_is_left_alone(tmp_path: Path, fitted: WorkloadRecommender) -> None:
-    running = ModelStore(tmp_path).begin()
-    running.put("recommendations.json", b"{}")
-    publish(ModelStore(tmp_path), fitted)
-    assert Path(running.path_of("recommendations.json")).is_file()
-    ModelStore(tmp_path).abort(running)
+    with ModelStore(tmp_path).writer() as running:
+        running.write_recommendations(EMPTY)
+        publish(ModelStore(tmp_path), fitted)
+        assert (tmp_path / "versions" / f".incoming-{running.name}" / "recommendations.json").is_file()
     assert leftovers(tmp_path) == []
 
 
