@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recommender.cli import bundled_dataset
+from cli.main import bundled_dataset
 from recommender.errors import EXTRA_OF_MODULE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def extras() -> dict[str, list[str]]:
 
 def test_the_serving_role_imports_no_training_dask_or_plotting_library() -> None:
     loaded = run_python(
-        "import sys, serving.app, serving.controllers.status, serving.controllers.cluster_view, serving.controllers.nodes, recommender.cli;"
+        "import sys, serving.app, serving.controllers.status, serving.controllers.cluster_view, serving.controllers.nodes, cli.main;"
         "app = serving.app.create_app(__import__('recommender.settings', fromlist=['Settings']).Settings());"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
@@ -79,7 +79,7 @@ def test_every_heavy_library_belongs_to_an_extra_that_declares_it() -> None:
 def test_a_command_without_its_extra_says_which_to_install(blocked: str, command: list[str], message: str) -> None:
     ran = run_python(
         f"import sys; sys.modules[{blocked!r}] = None; sys.argv = ['recommender', *{command!r}];"
-        "from recommender.cli import main; main()"
+        "from cli.main import main; main()"
     )
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr.strip().splitlines() == [f"error: {message}"]
@@ -134,10 +134,10 @@ def test_the_image_puts_the_demo_data_where_an_install_finds_it() -> None:
     assert target == "/usr/local/share/koord-recommender/google-2019"  # sys.prefix of the image's Python is /usr/local
     assert (REPO / source / "usage.csv.gz").exists() and bundled_dataset() == REPO / source / "usage.csv.gz"
     located = run_python(
-        "import sys, pathlib, tempfile, recommender.cli as cli\n"
+        "import sys, pathlib, tempfile, cli.main as cli\n"
         "prefix = pathlib.Path(tempfile.mkdtemp()); data = prefix / 'share/koord-recommender/google-2019'\n"
         "data.mkdir(parents=True); (data / 'usage.csv.gz').write_bytes(b'x'); sys.prefix = str(prefix)\n"
-        "cli.__file__ = str(prefix / 'lib/site-packages/recommender/cli.py')\n"
+        "cli.__file__ = str(prefix / 'lib/site-packages/cli/main.py')\n"
         "print(cli.bundled_dataset() == data / 'usage.csv.gz')"
     )
     assert located.stdout.strip() == "True", located.stderr
