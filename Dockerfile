@@ -18,6 +18,7 @@ COPY recommender recommender
 COPY models models
 COPY pipelines pipelines
 COPY serving serving
+COPY presentation presentation
 COPY cli cli
 RUN pip install --no-cache-dir --prefix=/install -c constraints.txt ".[${ROLE}]"
 

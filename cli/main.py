@@ -495,8 +495,8 @@ def show(
     """Print the latest model version's recommendations and what they would save against current requests: the
     dashboard's numbers, per replica and times replicas, with totals per namespace and overall."""
     from models.store import ModelStore
-    from recommender import report
-    from recommender.overview import overview
+    from presentation import report
+    from presentation.overview import overview
 
     settings = _settings(store={"path": store})
     loaded = ModelStore(settings.store.path, settings.store.retention_versions).load()
@@ -779,9 +779,9 @@ def demo(
     """The main job end to end: train on real data, show what would be saved, chart the four lines, serve the dashboard."""
     from models.store import ModelStore
     from pipelines.train import train_from_file
-    from recommender import report
-    from recommender.charts import four_lines_figure, save_png
-    from recommender.overview import overview
+    from presentation import report
+    from presentation.charts import four_lines_figure, save_png
+    from presentation.overview import overview
 
     source = input or bundled_dataset()
     settings = _settings(store={"path": workdir / "store"}, serve={"port": port})

@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 
 from models.metrics import overprovision, usage_to_line_ratio
 from pipelines.backtest import DAY, LINES, RESOURCES, BacktestResult, Fleet, MethodScores
+from presentation.charts import save_png
 from recommender.atomic import atomic_write_text
-from recommender.charts import save_png
 
 LINE_TITLES = {"short_term": "short-term", "request": "request", "long_term": "long-term"}
 

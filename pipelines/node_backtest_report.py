@@ -10,8 +10,8 @@ from matplotlib.figure import Figure
 
 from pipelines.backtest import RESOURCES
 from pipelines.node_backtest import BATCH_METHODS, MID_METHODS, SWEEP_PARTS, NodeBacktestResult, Offered, summarize
+from presentation.charts import save_png
 from recommender.atomic import atomic_write_text
-from recommender.charts import save_png
 from recommender.units import GIB
 
 UNIT = {"cpu": ("core-h", 1.0), "memory": ("GiB-h", GIB)}

@@ -23,7 +23,7 @@ for role in ${ROLES:-serve train dask all}; do
     serve) check="import serving.app, serving.controllers.status, serving.controllers.cluster_view" ;;
     train) check="import pipelines.train, pipelines.prometheus" ;;
     dask) check="import pipelines.distributed" ;;
-    all) check="import pipelines.distributed, serving.app, recommender.charts" ;;
+    all) check="import pipelines.distributed, serving.app, presentation.charts" ;;
   esac
   (cd "$work" && "$work/$role/bin/python" -c "$check") >&2
   echo "| $role | \`.[$role]\` | $size | $packages | \`$check\` |"

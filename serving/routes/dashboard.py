@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field
 
 from models.store import DataWindow
-from recommender.overview import Overview, overview
+from presentation.overview import Overview, overview
 from recommender.resources import model_age_problem
 from recommender.settings import OverviewSettings
 from serving.routes.auth import require_token

@@ -40,9 +40,9 @@ def json_body(description: str, properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def charts() -> ModuleType:
-    """`recommender.charts`, imported when a PNG is first asked for: matplotlib is the `charts` extra, which the
+    """`presentation.charts`, imported when a PNG is first asked for: matplotlib is the `charts` extra, which the
     serving image may leave out (the route then answers 501 naming it)."""
     try:
-        return importlib.import_module("recommender.charts")
+        return importlib.import_module("presentation.charts")
     except ModuleNotFoundError as error:
         raise missing_extra(error, "chart.png") or error from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recommender.overview import overview
+from presentation.overview import overview
 from recommender.resources import (
     CurrentResources,
     History,

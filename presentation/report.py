@@ -1,4 +1,4 @@
-"""What `recommender show` writes: the overview (the dashboard's own computation, `recommender.overview`) of the
+"""What `recommender show` writes: the overview (the dashboard's own computation, `presentation.overview`) of the
 chosen workloads as a table, JSON, YAML, CSV or a self-contained HTML report.
 
 Every format carries the same numbers: per container the current request (the limit only where there is no
@@ -21,7 +21,7 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from recommender.overview import Overview, Totals, WorkloadSummary, overview
+from presentation.overview import Overview, Totals, WorkloadSummary, overview
 from recommender.resources import RecommendationSet
 from recommender.settings import OverviewSettings
 from recommender.text import printable
