@@ -206,7 +206,7 @@ def timed(call: Callable[[], Any]) -> float:
 
 
 def test_probes_and_small_reviews_are_not_delayed_by_a_heavy_review(rig: Rig) -> None:
-    heavy = review_of(16_000)  # about 3.4 MB
+    heavy = review_of(18_500)  # about 4.1 MB: nearly as heavy as the 4 MiB webhook body limit allows
     done: list[float] = []
     with rig.client() as heavy_client, rig.client() as client:
         small = small_review()
@@ -217,7 +217,7 @@ def test_probes_and_small_reviews_are_not_delayed_by_a_heavy_review(rig: Rig) ->
             )
         )
         worker.start()
-        time.sleep(0.2)
+        time.sleep(0.1)
         probes, reviews = [], []
         for _ in range(100):
             if not worker.is_alive():
@@ -226,7 +226,8 @@ def test_probes_and_small_reviews_are_not_delayed_by_a_heavy_review(rig: Rig) ->
             reviews.append(timed(lambda: allowed(client.post("/mutate", json=small), small["request"]["uid"])))
             time.sleep(0.02)
         worker.join(timeout=60)
-    assert done and done[0] > 0.5, f"the heavy review took {done}: not heavy enough to tell"
+    # On a fast machine the review takes a third of a second; below that a wait for it could not be told from noise.
+    assert done and done[0] > 0.3, f"the heavy review took {done}: not heavy enough to tell"
     # Relative to the heavy review (on the event loop they waited for all of it) and robust to a loaded machine: none
     # waits half of it, and most are answered at once.
     assert len(probes) >= 3, (done, probes, reviews)
