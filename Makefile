@@ -46,7 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench recommend
 
 docs: $(STAMP)
-	$(BIN)/python -c "from recommender.settings import markdown_reference; open('docs/configuration.md', 'w').write(markdown_reference())"
+	$(BIN)/python -c "from cli.settings import markdown_reference; open('docs/configuration.md', 'w').write(markdown_reference())"
 bench-serving: $(STAMP)
 	$(BIN)/python -m bench serving --requests 3000
 

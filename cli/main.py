@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from cli.settings import Settings
 from recommender import __version__
 from recommender.atomic import atomic_write_text
 from recommender.errors import (
@@ -34,7 +35,6 @@ from recommender.errors import (
     UnknownWorkloadError,
     missing_extra,
 )
-from recommender.settings import Settings
 from recommender.text import printable
 from recommender.units import (
     cpu_cores_from_quantity,

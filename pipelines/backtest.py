@@ -36,9 +36,9 @@ from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
 from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
+from pipelines.settings import TrainingSettings
 from recommender.arrays import FloatArray
 from recommender.progress import Step, quiet
-from recommender.settings import Settings
 
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
@@ -136,7 +136,7 @@ def selected_lines(
 
 
 def _baselines(
-    fleet: Fleet, settings: Settings, decision_days: list[int], step: Step
+    fleet: Fleet, settings: TrainingSettings, decision_days: list[int], step: Step
 ) -> dict[str, dict[str, FloatArray]]:
     """VPA target (the `vpa` request policy: VPA's recommender exactly), Koordinator mid and the foundation's
     short-term line at each decision, from the real estimators."""
@@ -196,7 +196,7 @@ def _finite(values: FloatArray) -> FloatArray:
     return result
 
 
-def decide(fleet: Fleet, settings: Settings, step: Step = quiet) -> tuple[list[int], dict[str, Decisions]]:
+def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tuple[list[int], dict[str, Decisions]]:
     """Every method's lines at every decision day (days with at least one container of >= 7 days of history)."""
     per_day = fleet.steps_per_day
     forecast = settings.forecast
@@ -321,7 +321,7 @@ class BacktestResult:
     candidate_names: dict[str, list[str]]
 
 
-def run_backtest(path: Path, settings: Settings, step: Step = quiet) -> tuple[Fleet, BacktestResult]:
+def run_backtest(path: Path, settings: TrainingSettings, step: Step = quiet) -> tuple[Fleet, BacktestResult]:
     """The whole protocol on one usage file."""
     started = time.perf_counter()
     step(f"reading {path}")

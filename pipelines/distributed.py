@@ -52,11 +52,11 @@ from models.workload import FleetStatistics, WorkloadRecommender, summarize_sele
 from pipelines.ingest import SampleBounds, iter_usage_batches, read_oom_events
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
+from pipelines.settings import ScaleSettings, TrainingSettings
 from pipelines.train import prometheus_window, tidy_prometheus_usage
 from recommender.errors import ConfigurationError, DistributedTrainingError, InputFileError, PartialDataError
 from recommender.progress import Step, quiet
 from recommender.resources import RecommendationSet
-from recommender.settings import ScaleSettings, Settings
 from recommender.text import printable
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class PartitionResult:
 def fit_partition(
     partition: Partition,
     files: PartitionFiles,
-    settings: Settings,
+    settings: TrainingSettings,
     data_end: int,
     oom_events: pd.DataFrame | None,
     source: str,
@@ -324,7 +324,7 @@ class _Job:
     client: Client
     store: ModelStore
     version: VersionWriter
-    settings: Settings
+    settings: TrainingSettings
     partitions: list[Partition]
     source: str
     as_of: int | None
@@ -347,7 +347,7 @@ class _Job:
 def train_distributed(
     client: Client,
     input_path: Path,
-    settings: Settings,
+    settings: TrainingSettings,
     *,
     as_of: int | None = None,
     oom_events_path: Path | None = None,
@@ -394,7 +394,7 @@ class PartitionRead:
 
 
 def read_prometheus_partition(
-    partition: Partition, files: PartitionFiles, settings: Settings, start: int, end: int
+    partition: Partition, files: PartitionFiles, settings: TrainingSettings, start: int, end: int
 ) -> PartitionRead:
     """Phase 0 for Prometheus (a task): read a partition's namespaces (every query scoped to them) and write its
     rows to the store; a namespace batch that fails after the client's retries fails the task."""
@@ -415,7 +415,12 @@ def read_prometheus_partition(
 
 
 def train_distributed_prometheus(
-    client: Client, settings: Settings, *, as_of: int | None = None, horizon_seconds: int = 86400, step: Step = quiet
+    client: Client,
+    settings: TrainingSettings,
+    *,
+    as_of: int | None = None,
+    horizon_seconds: int = 86400,
+    step: Step = quiet,
 ) -> Manifest:
     """Read Prometheus in partitions of whole namespaces (one task each, no process holding the fleet's samples),
     then fit and publish as for a file. A partition that cannot be read counts against the failure tolerance."""
@@ -527,7 +532,7 @@ def _oom_of(oom: pd.DataFrame | None, partition: Partition) -> pd.DataFrame | No
 class _Run:
     """What a distributed run gathered, for its manifest."""
 
-    settings: Settings
+    settings: TrainingSettings
     partitions: list[Partition]
     fits: dict[int, PartitionFit]
     results: dict[int, PartitionResult]

@@ -30,8 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from pipelines.settings import IngestSettings
 from recommender.errors import InputFileError
-from recommender.settings import IngestSettings
 from recommender.text import printable
 
 log = logging.getLogger(__name__)

@@ -47,10 +47,10 @@ from models.nodes import rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
+from pipelines.settings import TrainingSettings
 from recommender import colocation
 from recommender.arrays import FloatArray, IntArray
 from recommender.progress import Step, quiet
-from recommender.settings import Settings
 
 BATCH_METHODS = (
     "ours",
@@ -267,7 +267,7 @@ class NodeBacktestResult:
 
 
 def _forecast_lines(
-    grid: FloatArray, settings: Settings, decision_days: list[int], per_day: int, step: Step, resource: str
+    grid: FloatArray, settings: TrainingSettings, decision_days: list[int], per_day: int, step: Step, resource: str
 ) -> tuple[FloatArray, FloatArray]:
     """Our day-ahead short-term lines (days x nodes x steps) and long-term values (days x nodes) on the node grid."""
     forecast = settings.forecast
@@ -331,7 +331,7 @@ def _koordinator_mid(
 
 def run_node_backtest(
     path: Path,
-    settings: Settings,
+    settings: TrainingSettings,
     node_size: dict[str, float],
     seed: int = 0,
     outage_fraction: float = 0.02,

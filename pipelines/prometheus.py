@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from pipelines.settings import PrometheusSettings
 from recommender.arrays import FloatArray
 from recommender.errors import PrometheusError
-from recommender.settings import PrometheusSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -23,9 +23,9 @@ import pandas as pd
 
 from pipelines import promql
 from pipelines.prometheus import Labels, PrometheusClient
+from pipelines.settings import PrometheusSettings
 from recommender.errors import PrometheusError
 from recommender.progress import Step
-from recommender.settings import PrometheusSettings
 
 log = logging.getLogger(__name__)
 NO_OWNER = "<none>"

@@ -15,10 +15,10 @@ from models.workload import WorkloadRecommender
 from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usage
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
+from pipelines.settings import TrainingSettings
 from recommender.errors import InputFileError, PartialDataError, PrometheusError
 from recommender.progress import Step, quiet
 from recommender.resources import RecommendationSet
-from recommender.settings import Settings
 
 #: `end_at` shifts by whole steps of the tidy format, so samples keep their place on the 5-minute grid.
 SHIFT_STEP_SECONDS = 300
@@ -39,7 +39,9 @@ def has_placement(usage: pd.DataFrame) -> bool:
     return "node" in usage.columns and bool(usage["node"].notna().any())
 
 
-def fit_nodes(usage: pd.DataFrame, settings: Settings, resume: NodeForecaster | None = None) -> NodeForecaster | None:
+def fit_nodes(
+    usage: pd.DataFrame, settings: TrainingSettings, resume: NodeForecaster | None = None
+) -> NodeForecaster | None:
     """The node model on usage with placement (continued from `resume`); None when the usage has no placement."""
     if not has_placement(usage):
         return resume
@@ -68,7 +70,7 @@ def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step
 
 def fit_history(
     usage: pd.DataFrame,
-    settings: Settings,
+    settings: TrainingSettings,
     as_of: int | None,
     horizon_seconds: int,
     oom_events: pd.DataFrame | None = None,
@@ -122,7 +124,7 @@ def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], 
 
 
 def recommend_from_file(
-    input_path: Path, as_of: int, horizon_seconds: int, settings: Settings, step: Step = quiet
+    input_path: Path, as_of: int, horizon_seconds: int, settings: TrainingSettings, step: Step = quiet
 ) -> RecommendationSet:
     """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it."""
     usage = load_history(input_path, as_of, SampleBounds.at(settings.ingest, time.time()), step)
@@ -131,7 +133,7 @@ def recommend_from_file(
 
 def train_from_file(
     input_path: Path,
-    settings: Settings,
+    settings: TrainingSettings,
     *,
     as_of: int | None = None,
     oom_events_path: Path | None = None,
@@ -185,7 +187,7 @@ class _Parent:
     node_model: NodeForecaster | None
 
 
-def _parent(settings: Settings, incremental: bool) -> _Parent | None:
+def _parent(settings: TrainingSettings, incremental: bool) -> _Parent | None:
     """The latest verified version to continue from, or None for a full fit (none asked for, or none yet)."""
     if not incremental:
         return None
@@ -197,7 +199,7 @@ def _parent(settings: Settings, incremental: bool) -> _Parent | None:
 
 
 def train_from_prometheus(
-    settings: Settings,
+    settings: TrainingSettings,
     *,
     as_of: int | None = None,
     allow_partial: bool = False,
@@ -254,7 +256,7 @@ def train_from_prometheus(
     return manifest, costs
 
 
-def prometheus_window(settings: Settings, as_of: int | None) -> tuple[int, int]:
+def prometheus_window(settings: TrainingSettings, as_of: int | None) -> tuple[int, int]:
     """First and last step (Unix seconds) of the `history_seconds` read before `as_of` (default: now)."""
     prom = settings.prometheus
     end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
@@ -262,7 +264,7 @@ def prometheus_window(settings: Settings, as_of: int | None) -> tuple[int, int]:
 
 
 def tidy_prometheus_usage(
-    usage: pd.DataFrame, settings: Settings, start: int, end: int, bounds: SampleBounds
+    usage: pd.DataFrame, settings: TrainingSettings, start: int, end: int, bounds: SampleBounds
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """The rows (each with a sample, sorted as a usage file is: `PrometheusSource.read` gives them so) without the
     workload containers quarantined for an impossible sample (returned by name, with why); an error when none."""
@@ -273,7 +275,7 @@ def tidy_prometheus_usage(
 
 
 def _publish(
-    settings: Settings,
+    settings: TrainingSettings,
     result: TrainingResult,
     usage: pd.DataFrame,
     source: str,

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from presentation.settings import OverviewSettings
 from recommender.koordinator import default_priority_class, koordinator_qos, kubernetes_qos
 from recommender.resources import RecommendationSet, ResourceRecommendation, WorkloadRecommendation
-from recommender.settings import OverviewSettings
 
 
 class ResourceComparison(BaseModel):

@@ -22,8 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from presentation.overview import Overview, Totals, WorkloadSummary, overview
+from presentation.settings import OverviewSettings
 from recommender.resources import RecommendationSet
-from recommender.settings import OverviewSettings
 from recommender.text import printable
 from recommender.units import GIB
 

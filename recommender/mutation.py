@@ -23,7 +23,7 @@ from recommender.identity import WorkloadKey
 from recommender.optin import OptIn
 from recommender.owners import workload_candidates
 from recommender.resources import ResourceRecommendation, WorkloadRecommendation
-from recommender.settings import ColocationProfile, WebhookPolicy, WebhookSettings
+from recommender.settings import ColocationProfile, MutationSettings, WebhookPolicy
 from recommender.units import cpu_cores_from_quantity, cpu_quantity, memory_bytes_from_quantity, memory_quantity
 
 #: The audit record on every pod we change: version, mode, source of the opt-in, what changed.
@@ -90,7 +90,7 @@ def _clamp(value: float, low: float | None, high: float | None) -> float:
     return value
 
 
-def policy_for(settings: WebhookSettings, namespace: str, workload: str) -> WebhookPolicy:
+def policy_for(settings: MutationSettings, namespace: str, workload: str) -> WebhookPolicy:
     """The first rule matching the namespace and workload, else the default rule."""
     for policy in settings.policies:
         if fnmatch.fnmatchcase(namespace, policy.namespace) and fnmatch.fnmatchcase(workload, policy.workload):
@@ -188,7 +188,7 @@ def _matches(profile: ColocationProfile, namespace: str, labels: Mapping[str, An
     )
 
 
-def _colocate(pod: dict[str, Any], namespace: str, settings: WebhookSettings, result: Mutation) -> None:
+def _colocate(pod: dict[str, Any], namespace: str, settings: MutationSettings, result: Mutation) -> None:
     """Apply matching colocation profiles in name order, then rename resources for batch/mid pods."""
     metadata = pod.setdefault("metadata", {})
     for profile in sorted(settings.colocation_profiles, key=lambda p: p.name):
@@ -238,7 +238,7 @@ def _scaling_factors(result: Mutation, pod: Mapping[str, Any]) -> dict[str, int]
 
 
 def mutate(
-    pod: Mapping[str, Any], namespace: str, lookup: Lookup, settings: WebhookSettings, version: str, optin: OptIn
+    pod: Mapping[str, Any], namespace: str, lookup: Lookup, settings: MutationSettings, version: str, optin: OptIn
 ) -> Mutation:
     """The mutated pod (in dry-run: the pod with only the would-apply record). Never raises on odd pods it
     understands; callers fail open on anything else."""
@@ -277,7 +277,7 @@ def _mutate(
     pod: Mapping[str, Any],
     namespace: str,
     lookup: Lookup,
-    settings: WebhookSettings,
+    settings: MutationSettings,
     version: str,
     optin: OptIn,
     *,

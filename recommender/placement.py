@@ -28,7 +28,7 @@ from recommender import colocation, koordinator
 from recommender.identity import WorkloadKey
 from recommender.owners import workload_candidates
 from recommender.resources import NodeForecast, NodePod, WorkloadRecommendation
-from recommender.settings import ColocationSettings, ExtenderSettings
+from recommender.settings import ColocationSettings, PlacementSettings
 from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantity
 
 Lookup = Callable[[WorkloadKey], WorkloadRecommendation | None]
@@ -59,7 +59,7 @@ class NodeCapacity:
     memory_threshold_percent: float
 
 
-def node_capacity(node: Mapping[str, Any], settings: ExtenderSettings) -> NodeCapacity | None:
+def node_capacity(node: Mapping[str, Any], settings: PlacementSettings) -> NodeCapacity | None:
     """Allocatable and thresholds of a v1.Node; None when it says no allocatable CPU or memory."""
     try:
         allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -93,7 +93,7 @@ def _running_containers(pod: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
 
 
 def pod_lines(
-    pod: Mapping[str, Any], lookup: Lookup, timeline: Timeline, settings: ExtenderSettings
+    pod: Mapping[str, Any], lookup: Lookup, timeline: Timeline, settings: PlacementSettings
 ) -> tuple[Matrix, Matrix, bool]:
     """(cpu cores, memory bytes, whether anything was learned) lines of one pod: learned short-term lines, else its
     request, else the defaults."""
@@ -133,7 +133,7 @@ class PodTotals:
     long_term: dict[str, float]
 
 
-def pod_totals(pod: Mapping[str, Any], lookup: Lookup, settings: ExtenderSettings) -> PodTotals:
+def pod_totals(pod: Mapping[str, Any], lookup: Lookup, settings: PlacementSettings) -> PodTotals:
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace") or "")
     workloads = workload_candidates(pod)
@@ -218,7 +218,7 @@ class NodeLoads:
         nodes: Sequence[Mapping[str, Any]],
         lookup: Lookup,
         timeline: Timeline,
-        settings: ExtenderSettings,
+        settings: PlacementSettings,
         forecasts: Mapping[str, NodeForecast] | None = None,
     ) -> NodeLoads:
         """`forecasts`: the model's pooled node lines; a node's row starts from them and adds only pods not in them."""
@@ -358,7 +358,7 @@ def node_reclaimable(
 
 
 def node_metadata(
-    loads: NodeLoads, node: Mapping[str, Any], now: float, settings: ColocationSettings, extender: ExtenderSettings
+    loads: NodeLoads, node: Mapping[str, Any], now: float, settings: ColocationSettings, extender: PlacementSettings
 ) -> tuple[dict[str, str], dict[str, str]] | None:
     """The labels and annotations Koordinator already reads that we want on a node the model learned (None for others).
 
@@ -456,7 +456,7 @@ def judge(
     node_names: Sequence[str],
     given: Mapping[str, NodeCapacity],
     lookup: Lookup,
-    settings: ExtenderSettings,
+    settings: PlacementSettings,
     now: float,
 ) -> Judgement:
     """Filter and score every candidate node; capacity from the call (`given`) wins over the node list we read.
@@ -496,7 +496,7 @@ def judge(
     )
 
 
-def neutral(node_names: Sequence[str], settings: ExtenderSettings) -> Judgement:
+def neutral(node_names: Sequence[str], settings: PlacementSettings) -> Judgement:
     """Every node passes with the neutral score."""
     unknown = [float("nan")] * len(node_names)
     return Judgement(

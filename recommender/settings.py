@@ -1,21 +1,20 @@
-"""Settings, grouped by concern. Every constant the recommender uses lives here, with its unit, default and reason.
+"""The domain's settings groups: the parameters the core's rules and the models compute with, each field with its
+unit, default and reason.
 
-Values come from (highest first) explicit arguments, environment variables `KOORD_RECOMMENDER_<GROUP>__<FIELD>`
-(for example `KOORD_RECOMMENDER_POLICY__SAFETY_MARGIN_FRACTION=0.2`), then the defaults below. A `Settings`
-object is built once at the edge (CLI, app factory) and passed down; nothing reads it from a global.
+Each layer keeps its own groups beside it (`models/settings.py`, `pipelines/settings.py`, `serving/settings.py`,
+`presentation/settings.py`) and takes only what it needs; the root `Settings` (`cli/settings.py`) is assembled from
+them at the composition root and read once from the environment (`KOORD_RECOMMENDER_<GROUP>__<FIELD>`), then passed
+down. Nothing reads settings from a global.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, model_validator
 
-from recommender.units import GIB, MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
+from recommender.units import MIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 
 class HistogramSettings(BaseModel):
@@ -298,331 +297,6 @@ class ForecastSettings(BaseModel):
         )
 
 
-class IngestSettings(BaseModel):
-    """Physical bounds every sample must meet before anything learns from it (docs/input-validation.md): a file
-    breaking them is refused, a Prometheus container breaking them is quarantined."""
-
-    max_cpu_cores: float = Field(
-        2048.0,
-        gt=0,
-        description="Largest CPU usage, request or limit of one container sample, cores. 2048: above the "
-        "largest single machines sold (about 1,920 vCPUs), so only a unit error (millicores, core-seconds) or a "
-        "corrupt counter reaches it.",
-    )
-    max_memory_bytes: float = Field(
-        32 * 1024 * GIB,
-        gt=0,
-        description="Largest memory usage, request or limit of one container sample, bytes. "
-        "32 TiB: the largest single machines sold, for the same reason.",
-    )
-    future_tolerance_seconds: float = Field(
-        600.0,
-        ge=0,
-        description="How far past the run's clock a sample's timestamp may be, seconds (10 minutes: clock "
-        "skew between nodes, Prometheus and us). Later ones are refused: a timestamp in milliseconds or a broken clock "
-        "would otherwise move the data's end years ahead and hide stale models.",
-    )
-
-
-class StoreSettings(BaseModel):
-    """Where model versions live and how many are kept."""
-
-    path: str = Field(
-        "model-store",
-        description="The model store: a directory (a mounted volume shared by training and serving replicas) or an fsspec "
-        "URL such as s3://bucket/prefix (needs that file system's fsspec package, e.g. s3fs).",
-    )
-    retention_versions: int = Field(
-        10, ge=1, description="Published versions kept; older ones are deleted after a publish."
-    )
-
-    @field_validator("path", mode="before")
-    @classmethod
-    def _path_as_text(cls, value: object) -> object:
-        """A local path is given as a Path by callers and the CLI; the store takes any URL as text."""
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-class ScaleSettings(BaseModel):
-    """Training on a Dask cluster: workloads in partitions, each read and fitted by one task (README "Scale out")."""
-
-    scheduler_address: str | None = Field(
-        None,
-        description="Address of a running Dask scheduler, e.g. tcp://dask-scheduler:8786. Unset (and workers 0): "
-        "train in this process.",
-    )
-    workers: int = Field(
-        0,
-        ge=0,
-        description="Without a scheduler address: start a local Dask cluster of this many worker processes (0: none).",
-    )
-    threads_per_worker: int = Field(
-        1,
-        ge=1,
-        description="Threads of each local worker: one, since fitting holds the GIL most of the time.",
-    )
-    partition_containers: int = Field(
-        500,
-        ge=1,
-        description="Workload containers per partition (a task's unit of work and memory); whole workloads stay "
-        "together, a bigger one is a partition alone.",
-    )
-    failure_tolerance_fraction: float = Field(
-        0.0,
-        ge=0,
-        lt=1,
-        description="Share of partitions that may still fail after retries with the version published "
-        "anyway (their workloads are named in the manifest's `skipped`). 0: any failure stops the publish.",
-    )
-    retries: int = Field(
-        2,
-        ge=0,
-        description="Retries of a failed partition task; a worker that dies mid-task has its tasks rerun elsewhere "
-        "as well (up to Dask's distributed.scheduler.allowed-failures).",
-    )
-    timeout_seconds: float = Field(
-        6 * SECONDS_PER_HOUR,
-        gt=0,
-        description="The whole distributed run gives up after this long, seconds (6 h).",
-    )
-
-
-class ServeSettings(BaseModel):
-    """The HTTP service."""
-
-    host: str = Field("127.0.0.1", description="Address to listen on; loopback unless you mean to expose it.")
-    port: int = Field(8080, ge=0, le=65535, description="TCP port (0 picks a free one).")
-    tls_cert_file: Path | None = Field(
-        None, description="PEM certificate; with the key, serve HTTPS (webhooks need it)."
-    )
-    tls_key_file: Path | None = Field(None, description="PEM private key of the certificate.")
-    store_poll_seconds: float = Field(
-        5.0,
-        gt=0,
-        description="How often the store's `latest` pointer is checked for a new version, seconds (one small read).",
-    )
-    tls_poll_seconds: float = Field(
-        10.0,
-        gt=0,
-        description="How often the certificate and key files are checked for a change, seconds (cert-manager rotates them in place).",
-    )
-    stale_model_age_seconds: int = Field(
-        2 * SECONDS_PER_DAY,
-        gt=0,
-        description="The dashboard and /api/v1/status call a model stale when its decision time is older than this, "
-        "seconds (a daily training run has then been missed).",
-    )
-    webhook_max_body_bytes: int = Field(
-        4 * MIB,
-        gt=0,
-        description="Largest AdmissionReview read, bytes (4 MiB: the API server sends at most about 3 MB, "
-        "an object and its old version). A larger one is admitted unchanged with a warning when its uid can be read, else 413.",
-    )
-    extender_max_body_bytes: int = Field(
-        32 * MIB,
-        gt=0,
-        description="Largest scheduler extender call read, bytes (32 MiB: 5,000 full v1.Node objects of "
-        "about 5 KB each with room to spare). A larger one gets an ignorable Error answer.",
-    )
-    max_body_bytes: int = Field(
-        64 * 1024,
-        gt=0,
-        description="Largest body of every other route, bytes (64 KiB: the REST API and the dashboard only read).",
-    )
-    max_header_bytes: int = Field(
-        64 * 1024,
-        gt=0,
-        description="Largest request line and headers of one request, bytes (64 KiB, above any bearer token); more closes the connection.",
-    )
-    header_timeout_seconds: float = Field(
-        5.0,
-        gt=0,
-        description="A request's line and headers must arrive within this long of its first byte (or of the "
-        "connection's opening), seconds; otherwise the connection is closed (slowloris).",
-    )
-    read_timeout_seconds: float = Field(
-        15.0,
-        gt=0,
-        description="A request's whole body must arrive within this long of its first byte, seconds "
-        "(a 4 MiB review takes milliseconds inside a cluster); otherwise the connection is closed.",
-    )
-    keep_alive_timeout_seconds: int = Field(
-        5,
-        ge=1,
-        description="An idle keep-alive connection is closed after this long, seconds (uvicorn's default).",
-    )
-    worker_threads: int = Field(
-        2,
-        ge=1,
-        le=64,
-        description="Threads for CPU-heavy work (large reviews, extender calls, charts), off the event loop "
-        "that answers probes and small reviews.",
-    )
-    max_queued_work: int = Field(
-        16,
-        ge=1,
-        description="Heavy requests waiting for or running on those threads at most; beyond it the webhook "
-        "admits unchanged with an overload warning, the extender answers neutrally and charts answer 503.",
-    )
-    switch_interval_seconds: float = Field(
-        0.0005,
-        gt=0,
-        description="Python's thread switch interval while serving, seconds (the interpreter's default is "
-        "0.005): how long the event loop may wait for the interpreter lock held by a worker thread, each time it needs it.",
-    )
-    inline_review_containers: int = Field(
-        32,
-        ge=0,
-        description="A review of at most this many containers (and at most 64 KiB) is decided on the event loop "
-        "(about a millisecond); larger ones go to the worker threads.",
-    )
-    max_review_containers: int = Field(
-        256,
-        ge=1,
-        description="A pod with more containers (and init containers) than this is admitted unchanged with a "
-        "warning instead of being sized: it bounds what one review can cost (about 0.1 ms a container) far above any real pod.",
-    )
-    client_ca_file: Path | None = Field(
-        None,
-        description="PEM CA bundle: when set, /mutate and /scheduler/* answer 403 unless the client presents a "
-        "certificate it signed (the API server's webhook client certificate, the scheduler's extender tlsConfig); "
-        "other routes do not ask for one. Unset: rely on the NetworkPolicy in manifests/base.",
-    )
-    client_names: list[str] = Field(
-        [],
-        description="Common names a client certificate must have for /mutate and /scheduler/* (JSON list); empty: any "
-        "certificate client_ca_file signed.",
-    )
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> ServeSettings:
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file go together")
-        return self
-
-
-class PrometheusSettings(BaseModel):
-    """Reading usage from Prometheus (or Thanos, Mimir, VictoriaMetrics): what to ask, and how gently."""
-
-    url: str | None = Field(
-        None, description="Base URL, e.g. http://prometheus:9090 (with any path prefix). Unset: read files."
-    )
-    history_seconds: int = Field(
-        14 * SECONDS_PER_DAY, gt=0, description="How far back to read, seconds (14 days, like KRR)."
-    )
-    step_seconds: int = Field(
-        300, gt=0, description="Resolution of the usage read, seconds (5 minutes, the tidy format's)."
-    )
-    cpu_rate_window_seconds: int = Field(
-        300, gt=0, description="Window of rate() over the CPU counter, seconds; must span at least two scrapes."
-    )
-    memory_window_seconds: int = Field(
-        300, gt=0, description="Window of max_over_time() over the working set, seconds, so peaks between steps count."
-    )
-    max_points_per_series: int = Field(
-        10000, gt=0, le=11000, description="Points per series per query_range; Prometheus refuses more than 11,000."
-    )
-    max_series_per_query: int = Field(
-        5000,
-        gt=0,
-        description="Namespaces are batched into one query up to this many containers, to bound each answer.",
-    )
-    max_points_per_query: int = Field(
-        300_000,
-        gt=0,
-        description=(
-            "Points (containers x steps) one usage answer may hold, 300,000 by default (about 11 MB of JSON): "
-            "namespaces are batched, and a big namespace's range split in time, to stay under it. Prometheus holds "
-            "an answer's points and its JSON while it evaluates and encodes it (measured: about 190 bytes a point "
-            "at its peak), so this bounds its memory per query (x `concurrency`), and ours per batch."
-        ),
-    )
-    concurrency: int = Field(2, gt=0, le=32, description="Queries in flight at once: be kind to a shared Prometheus.")
-    timeout_seconds: float = Field(120.0, gt=0, description="Per-query timeout, seconds (also sent to Prometheus).")
-    retries: int = Field(
-        4, ge=0, description="Retries of a query on connection errors, 5xx and 429; never on other 4xx."
-    )
-    backoff_initial_seconds: float = Field(0.5, gt=0, description="First retry delay, seconds; grows x2 with jitter.")
-    backoff_max_seconds: float = Field(20.0, gt=0, description="Longest retry delay, seconds.")
-    bearer_token: SecretStr | None = Field(None, description="Bearer token sent as Authorization.")
-    bearer_token_file: Path | None = Field(None, description="File holding the bearer token, re-read for every run.")
-    basic_auth_username: str | None = Field(
-        None,
-        description="User name for HTTP basic authentication (with basic_auth_password_file; not with a bearer token).",
-    )
-    basic_auth_password_file: Path | None = Field(
-        None, description="File holding the basic-authentication password (a mounted Secret), re-read for every run."
-    )
-    ca_file: Path | None = Field(None, description="PEM bundle of CAs to verify Prometheus' TLS certificate.")
-    client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS.")
-    client_key_file: Path | None = Field(None, description="PEM private key of the client certificate.")
-    insecure_skip_verify: bool = Field(False, description="Do not verify TLS certificates (testing only).")
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        description='Extra HTTP headers, e.g. {"X-Scope-OrgID": "team-a"} for Mimir/Cortex tenants.',
-    )
-    extra_labels: dict[str, str] = Field(
-        default_factory=dict, description='Label matchers added to every series, e.g. {"cluster": "prod"}.'
-    )
-    namespace_label: str = Field("namespace", description="Label holding the namespace.")
-    pod_label: str = Field("pod", description="Label holding the pod name.")
-    container_label: str = Field("container", description="Label holding the container name.")
-    node_label: str = Field("node", description="Label of kube_pod_info holding the node name.")
-    ignored_containers: list[str] = Field(
-        default_factory=lambda: ["", "POD"],
-        description="Container label values that are not workload containers (pause, pod totals).",
-    )
-    cpu_usage_metric: str = Field(
-        "container_cpu_usage_seconds_total", description="cAdvisor CPU counter, core-seconds."
-    )
-    memory_metric: str = Field("container_memory_working_set_bytes", description="cAdvisor working set, bytes.")
-    cpu_throttled_periods_metric: str = Field(
-        "container_cpu_cfs_throttled_periods_total", description="cAdvisor throttled periods."
-    )
-    cpu_periods_metric: str = Field("container_cpu_cfs_periods_total", description="cAdvisor CFS periods.")
-    pod_owner_metric: str = Field("kube_pod_owner", description="kube-state-metrics pod owner.")
-    replicaset_owner_metric: str = Field("kube_replicaset_owner", description="kube-state-metrics ReplicaSet owner.")
-    job_owner_metric: str = Field("kube_job_owner", description="kube-state-metrics Job owner (CronJob).")
-    pod_info_metric: str = Field("kube_pod_info", description="kube-state-metrics pod info (node).")
-    requests_metric: str = Field("kube_pod_container_resource_requests", description="kube-state-metrics requests.")
-    limits_metric: str = Field("kube_pod_container_resource_limits", description="kube-state-metrics limits.")
-    terminated_reason_metric: str = Field(
-        "kube_pod_container_status_last_terminated_reason", description="kube-state-metrics last termination reason."
-    )
-    restarts_metric: str = Field("kube_pod_container_status_restarts_total", description="kube-state-metrics restarts.")
-
-    @model_validator(mode="after")
-    def _client_pair(self) -> PrometheusSettings:
-        if (self.client_cert_file is None) != (self.client_key_file is None):
-            raise ValueError("client_cert_file and client_key_file go together")
-        return self
-
-
-class SyncSettings(BaseModel):
-    """Writing recommendations into VerticalPodAutoscaler and Koordinator Recommendation statuses."""
-
-    recommender_name: str = Field(
-        "koord-recommender", description="VPAs whose spec.recommenders names this are ours; others are left alone."
-    )
-    kubeconfig: Path | None = Field(
-        None, description="Kubeconfig file; unset: in-cluster service account, then ~/.kube/config."
-    )
-    resync_seconds: float = Field(60.0, gt=0, description="Full resync period, seconds; watches fill the time between.")
-    vpa: bool = Field(True, description="Write VerticalPodAutoscaler statuses.")
-    koordinator: bool = Field(True, description="Write Koordinator Recommendation statuses.")
-    backoff_max_seconds: float = Field(60.0, gt=0, description="Longest wait after an API error, seconds.")
-    read_vpa_checkpoints: bool = Field(
-        True,
-        description="Warm-start the `vpa` policy of the VPAs naming us from the VerticalPodAutoscalerCheckpoints "
-        "another recommender (the VPA's) left for them, as VPA does at start: read-only, keeps a cluster's history.",
-    )
-    write_vpa_checkpoints: bool = Field(
-        False,
-        description="Write VerticalPodAutoscalerCheckpoints of the `vpa` policy's state for the VPAs naming us, "
-        "so a VPA recommender can continue from it; never over a checkpoint another writer owns (opt-in: off).",
-    )
-
-
 class WebhookPolicy(BaseModel):
     """How the admission webhook sizes the containers of matching workloads (the first matching rule wins)."""
 
@@ -681,8 +355,9 @@ class ColocationProfile(BaseModel):
     annotations: dict[str, str] = Field({}, description="Annotations to add.")
 
 
-class WebhookSettings(BaseModel):
-    """The mutating admission webhook (POST /mutate). It always allows the pod; these shape the patch."""
+class MutationSettings(BaseModel):
+    """What the admission webhook's pod mutation (`recommender.mutation`, `recommender.optin`) decides with: it always
+    allows the pod; these shape the patch. `serving.settings.WebhookSettings` adds how the service watches the cluster."""
 
     policies: list[WebhookPolicy] = Field(
         [],
@@ -715,36 +390,12 @@ class WebhookSettings(BaseModel):
         description="Only annotate what would change (koord-recommender.io/would-apply), never change resources: "
         "for trying the webhook on a live cluster.",
     )
-    watch_api: Literal["auto", "on", "off"] = Field(
-        "auto",
-        description="Learn namespace labels, VerticalPodAutoscalers and HorizontalPodAutoscalers from the "
-        "Kubernetes API (list + watch). auto: when running in a cluster or `kubeconfig` is set; off: only the pod's "
-        "own label or annotation and `default_mode` apply.",
-    )
-    kubeconfig: Path | None = Field(
-        None, description="Kubeconfig for those watches; unset: in-cluster service account."
-    )
-    resync_seconds: float = Field(
-        300.0,
-        gt=0,
-        description="Full re-list of namespaces, VPAs and HPAs, seconds; watches carry the changes between.",
-    )
-    backoff_max_seconds: float = Field(
-        30.0, gt=0, description="Longest wait before retrying a failed list or watch, seconds."
-    )
 
 
-class ExtenderSettings(BaseModel):
-    """The scheduler extender (POST /scheduler/filter, /scheduler/prioritize): placement on forecast load."""
+class PlacementSettings(BaseModel):
+    """What placement on forecast load (`recommender.placement`) judges nodes with. `serving.settings.ExtenderSettings`
+    adds where the scheduler extender reads the cluster from."""
 
-    pods_file: Path | None = Field(
-        None,
-        description="Where pods run: `kubectl get pods -A -o json` output, re-read when it changes; none: nodes count as empty.",
-    )
-    nodes_file: Path | None = Field(
-        None,
-        description="Node allocatable and annotations: `kubectl get nodes -o json`; needed for nodeCacheCapable (name-only) calls.",
-    )
     cpu_threshold_percent: float = Field(
         65.0,
         gt=0,
@@ -765,23 +416,6 @@ class ExtenderSettings(BaseModel):
     )
     neutral_score: int = Field(
         5, ge=0, le=10, description="Score of a node we know nothing about (0-10): neither preferred nor avoided."
-    )
-    files_interval_seconds: float = Field(
-        5.0,
-        gt=0,
-        description="`recommender cluster-files`: after a watched change the files are rewritten at most this "
-        "often, seconds (changes in between are written together).",
-    )
-    files_resync_seconds: float = Field(
-        600.0,
-        gt=0,
-        description="`recommender cluster-files`: full re-list of pods and nodes, seconds; watches carry "
-        "every change in between.",
-    )
-    files_backoff_max_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="`recommender cluster-files`: longest wait before retrying a failed list or watch, seconds.",
     )
 
 
@@ -917,141 +551,3 @@ class ResourceColocation:
     reclaim_ratio_margin_fraction: float
     jump_quantile: float
     koordinator_reclaim_percent: float
-
-
-class AuthSettings(BaseModel):
-    """Optional bearer-token authentication of everything that reveals a recommendation: /api/v1, /metrics, /docs,
-    /openapi.json; the webhook and extender rely on mutual TLS (serve.client_ca_file) or a NetworkPolicy."""
-
-    token_file: Path | None = Field(
-        None,
-        description="File holding a static bearer token; re-read when it changes. With neither this nor token_review the REST API is open.",
-    )
-    token_review: bool = Field(
-        False,
-        description="Also accept any token the API server authenticates (TokenReview, authentication.k8s.io/v1); for running in a cluster.",
-    )
-    api_server_url: str = Field(
-        "https://kubernetes.default.svc", description="API server for TokenReview (in-cluster address)."
-    )
-    api_server_ca_file: Path = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
-        description="CA that signed the API server's certificate (in-cluster path).",
-    )
-    service_account_token_file: Path = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
-        description="Our own credentials for creating TokenReviews (in-cluster path; needs RBAC create on tokenreviews).",
-    )
-    token_review_cache_seconds: float = Field(
-        60.0,
-        ge=0,
-        description="How long an accepted token is reused without asking again, seconds (one API call per token per minute).",
-    )
-    token_review_failure_cache_seconds: float = Field(
-        10.0,
-        ge=0,
-        description="How long a refused token is refused without asking again, seconds (bogus tokens cost one call each per 10 s).",
-    )
-    token_review_cache_entries: int = Field(
-        10_000, ge=1, description="Tokens remembered at most (accepted and refused); the oldest is forgotten first."
-    )
-    token_review_rate_per_second: float = Field(
-        10.0,
-        gt=0,
-        description="TokenReview (and SubjectAccessReview) calls per second at most, with a burst of as many; "
-        "a token that would need one beyond it gets 429 (the API server is shared).",
-    )
-    token_review_concurrency: int = Field(
-        4,
-        ge=1,
-        description="TokenReview calls in flight at once; they run on the event loop, never on the threads probes need.",
-    )
-    token_review_timeout_seconds: float = Field(
-        2.0, gt=0, description="Timeout of one TokenReview call, seconds; a timeout refuses (not cached)."
-    )
-    audiences: list[str] = Field(
-        [],
-        description="Audiences sent with each TokenReview (JSON list); the token must be valid for one of them. Empty: the API server's own.",
-    )
-    allowed_groups: list[str] = Field(
-        [],
-        description="With TokenReview: the authenticated user must be in one of these groups (JSON list); empty: any group.",
-    )
-    authorization_path: str | None = Field(
-        None,
-        description="With TokenReview: the user must also be allowed `get` on this non-resource URL by a "
-        "SubjectAccessReview (grant it with a ClusterRole's nonResourceURLs), e.g. /koord-recommender/read. Unset: no check.",
-    )
-
-
-class OverviewSettings(BaseModel):
-    """What `recommender show` and the dashboard count as a risk: only differences that matter are flagged."""
-
-    risk_shortfall_fraction: float = Field(
-        0.10,
-        ge=0,
-        description="A request below the recommendation is a risk only when short by more than this share "
-        "of the recommendation (10 %: VPA's updater leaves requests within 10 % of the target alone; a 14 Mi shortfall "
-        "on 2 Gi is no risk).",
-    )
-    risk_usage_above_request_share: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="Usage above the request is a risk only in more than this share of the last "
-        "day's steps (1 %: about 15 minutes at 5-minute steps, more than one stray sample).",
-    )
-    risk_throttled_fraction: float = Field(
-        0.05,
-        ge=0,
-        le=1,
-        description="CPU throttling is a risk only in more than this share of CFS periods (5 %).",
-    )
-
-
-class Settings(BaseSettings):
-    """All settings, one group per concern."""
-
-    model_config = SettingsConfigDict(env_prefix="KOORD_RECOMMENDER_", env_nested_delimiter="__", extra="forbid")
-
-    histogram: HistogramSettings = HistogramSettings()
-    policy: PolicySettings = PolicySettings()
-    reservation: ReservationSettings = ReservationSettings()
-    forecast: ForecastSettings = ForecastSettings()
-    ingest: IngestSettings = IngestSettings()
-    store: StoreSettings = StoreSettings()
-    scale: ScaleSettings = ScaleSettings()
-    serve: ServeSettings = ServeSettings()
-    webhook: WebhookSettings = WebhookSettings()
-    extender: ExtenderSettings = ExtenderSettings()
-    colocation: ColocationSettings = ColocationSettings()
-    auth: AuthSettings = AuthSettings()
-    prometheus: PrometheusSettings = PrometheusSettings()
-    sync: SyncSettings = SyncSettings()
-    overview: OverviewSettings = OverviewSettings()
-
-
-def markdown_reference() -> str:
-    """docs/configuration.md, generated from the fields above so the two cannot drift (`make docs`)."""
-    lines = [
-        "# Configuration",
-        "",
-        "Generated from `recommender/settings.py` by `make docs`; do not edit by hand.",
-        "",
-        "Every setting has a default (VPA's or Koordinator's where one exists) and can be overridden by an environment",
-        "variable `KOORD_RECOMMENDER_<GROUP>__<FIELD>` (upper case), for example",
-        "`KOORD_RECOMMENDER_POLICY__SAFETY_MARGIN_FRACTION=0.2`; dictionaries and lists are given as JSON. Command-line",
-        "flags win over the environment. Invalid values stop the command with a clear message (exit code 2). The",
-        "parameters a model version was trained with are recorded in its `manifest.json`.",
-        "",
-    ]
-    for group, field in Settings.model_fields.items():
-        model = field.annotation
-        assert isinstance(model, type) and issubclass(model, BaseModel)
-        lines += [f"## `{group}`: {(model.__doc__ or '').strip().splitlines()[0]}", ""]
-        lines += ["| environment variable | default | meaning |", "|---|---|---|"]
-        for name, info in model.model_fields.items():
-            default = info.get_default(call_default_factory=True)
-            lines.append(f"| `KOORD_RECOMMENDER_{group.upper()}__{name.upper()}` | `{default}` | {info.description} |")
-        lines.append("")
-    return "\n".join(lines)

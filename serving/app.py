@@ -24,7 +24,6 @@ from fastapi.staticfiles import StaticFiles
 from models.store import ModelStore
 from recommender import __version__
 from recommender.errors import RecommenderError
-from recommender.settings import Settings
 from serving.cluster import ClusterView
 from serving.isolation import BodyLimit, WorkPool
 from serving.kube import api_client
@@ -32,6 +31,7 @@ from serving.kube_watch import OptInSources
 from serving.metrics import Metrics
 from serving.routes import dashboard, docs, extender, health, metrics, nodes, recommendations, webhook
 from serving.routes.auth import TokenReviewer, authenticators
+from serving.settings import ServingSettings
 from serving.state import ServiceState
 from serving.tls import CertificateReloader
 
@@ -87,7 +87,7 @@ async def _every(seconds: float, check: Callable[[], Any]) -> None:
             log.exception("background reload failed; keeping what is loaded")
 
 
-def opt_in_sources(settings: Settings) -> OptInSources | None:
+def opt_in_sources(settings: ServingSettings) -> OptInSources | None:
     """The watches of namespaces, VPAs and HPAs the webhook's opt-in reads, when `webhook.watch_api` asks for them
     (auto: in a cluster, or with a kubeconfig); None: only pod labels and the default mode apply."""
     webhook = settings.webhook
@@ -97,7 +97,7 @@ def opt_in_sources(settings: Settings) -> OptInSources | None:
     return OptInSources(api_client(webhook.kubeconfig), webhook) if wanted else None
 
 
-def create_app(settings: Settings, tls: CertificateReloader | None = None) -> FastAPI:
+def create_app(settings: ServingSettings, tls: CertificateReloader | None = None) -> FastAPI:
     """Build the service over the model store named in `settings.store`; `tls` rotates the serving certificate."""
     state = ServiceState(ModelStore(settings.store.path, settings.store.retention_versions))
     cluster = ClusterView(settings.extender)

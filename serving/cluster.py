@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from recommender.placement import NodeLoads
-from recommender.settings import ExtenderSettings
+from serving.settings import ExtenderSettings
 from serving.state import DEFAULT_TIMELINE, Snapshot, timeline_of
 
 log = logging.getLogger(__name__)

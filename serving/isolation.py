@@ -25,7 +25,7 @@ from starlette.requests import Request
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from recommender.errors import OverloadedError, RequestTooLargeError
-from recommender.settings import ServeSettings
+from serving.settings import ServeSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

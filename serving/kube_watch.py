@@ -22,8 +22,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from recommender.settings import WebhookSettings
 from serving.kube import api_message
+from serving.settings import WebhookSettings
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]

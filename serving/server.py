@@ -8,14 +8,14 @@ import sys
 
 import uvicorn
 
-from recommender.settings import Settings
 from serving.app import create_app
 from serving.isolation import guarded_protocol
 from serving.logs import LOG_CONFIG
+from serving.settings import ServingSettings
 from serving.tls import CertificateReloader
 
 
-def run(settings: Settings) -> None:
+def run(settings: ServingSettings) -> None:
     """Serve until interrupted; HTTPS when a certificate and key are configured; logs as JSON lines."""
     serve = settings.serve
     tls = None

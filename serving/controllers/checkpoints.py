@@ -21,9 +21,9 @@ from models.store import ModelStore
 from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
 from recommender.resources import WorkloadRecommendation
-from recommender.settings import SyncSettings
 from serving.controllers.status import SyncReport
 from serving.kube import api_message
+from serving.settings import SyncSettings
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)

@@ -15,16 +15,16 @@ from kubernetes.client.exceptions import ApiException
 
 from recommender.errors import KubernetesError
 from recommender.placement import NodeLoads, node_metadata
-from recommender.settings import Settings
 from serving.controllers.status import SyncReport
 from serving.kube import api_message
+from serving.settings import ServingSettings
 from serving.state import ServiceState, timeline_of
 
 
 class NodeColocationSync:
     """One pass over the nodes: `sync_once(report)` adds each node written, unchanged or failed to `report`."""
 
-    def __init__(self, api: client.ApiClient, state: ServiceState, settings: Settings) -> None:
+    def __init__(self, api: client.ApiClient, state: ServiceState, settings: ServingSettings) -> None:
         self.core = client.CoreV1Api(api)
         self.state = state
         self.settings = settings

@@ -21,8 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from recommender.cluster_status import koordinator_status, same_status, vpa_status
 from recommender.errors import KubernetesError, ModelStoreError
 from recommender.resources import WorkloadRecommendation
-from recommender.settings import SyncSettings
 from serving.kube import api_message
+from serving.settings import SyncSettings
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import httpx
 from fastapi import HTTPException, Request
 
 from recommender.errors import ClientCertificateError, RateLimitedError
-from recommender.settings import AuthSettings, ServeSettings
+from serving.settings import AuthSettings, ServeSettings
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 
 from models.store import DataWindow
 from presentation.overview import Overview, overview
+from presentation.settings import OverviewSettings
 from recommender.resources import model_age_problem
-from recommender.settings import OverviewSettings
 from serving.routes.auth import require_token
 from serving.routes.deps import service_state, snapshot
 from serving.state import ServiceState, Snapshot

@@ -23,12 +23,12 @@ from starlette.requests import ClientDisconnect
 
 from recommender.errors import OverloadedError, RequestTooLargeError
 from recommender.placement import Judgement, NodeCapacity, judge, neutral, node_capacity
-from recommender.settings import ExtenderSettings
 from serving.cluster import ClusterView
 from serving.isolation import WorkPool, read_body
 from serving.metrics import Metrics
 from serving.routes.auth import require_client_certificate
 from serving.routes.deps import json_body
+from serving.settings import ExtenderSettings
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)

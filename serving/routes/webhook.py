@@ -31,12 +31,12 @@ from recommender.errors import OverloadedError, RequestTooLargeError
 from recommender.mutation import mutate, relevant_fields
 from recommender.optin import OptIn
 from recommender.resources import model_age_problem
-from recommender.settings import Settings
 from serving.isolation import PREFIX_BYTES, WorkPool, read_body, review_uid
 from serving.kube_watch import OptInSources
 from serving.metrics import Metrics
 from serving.routes.auth import require_client_certificate
 from serving.routes.deps import json_body
+from serving.settings import ServingSettings
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,9 @@ class Answer:
     hpa_refused: list[str] = field(default_factory=list)
 
 
-def opt_in(pod: Mapping[str, Any], namespace: str, settings: Settings, sources: OptInSources | None) -> OptIn | str:
+def opt_in(
+    pod: Mapping[str, Any], namespace: str, settings: ServingSettings, sources: OptInSources | None
+) -> OptIn | str:
     """The pod's opt-in, from the cluster caches when they run; a warning instead when they are not synced yet."""
     if sources is None:
         labels: dict[str, str] = {}
@@ -104,7 +106,7 @@ def opt_in(pod: Mapping[str, Any], namespace: str, settings: Settings, sources: 
 
 
 def decide(
-    request: Mapping[str, Any], state: ServiceState, settings: Settings, sources: OptInSources | None, now: float
+    request: Mapping[str, Any], state: ServiceState, settings: ServingSettings, sources: OptInSources | None, now: float
 ) -> Answer:
     """The answer to one review's request (uid left to the caller); raises only on bugs (the route catches them)."""
     pod = request.get("object")
@@ -152,7 +154,7 @@ def _containers(review: Mapping[str, Any] | None) -> int:
 def answer(
     parsed: tuple[str, Mapping[str, Any] | None, str],
     state: ServiceState,
-    settings: Settings,
+    settings: ServingSettings,
     sources: OptInSources | None,
     now: float,
 ) -> Answer:
@@ -178,7 +180,7 @@ async def _decided(body: bytes, request: Request) -> Answer:
     """Small reviews are decided on the event loop (about a millisecond); large ones on the worker threads, and
     when those are all taken the pod is admitted unchanged at once."""
     state: ServiceState = request.app.state.service
-    settings: Settings = request.app.state.settings
+    settings: ServingSettings = request.app.state.settings
     sources: OptInSources | None = request.app.state.opt_in_sources
     pool: WorkPool = request.app.state.work_pool
     now = time.time()

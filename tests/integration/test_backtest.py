@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli.settings import Settings
 from pipelines.backtest import METHODS, run_backtest
-from recommender.settings import Settings
 from tests.conftest import Runner, make_usage
 
 pytestmark = pytest.mark.integration

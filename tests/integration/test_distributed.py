@@ -17,11 +17,11 @@ import dask
 import pytest
 from distributed import Client, LocalCluster, WorkerPlugin
 
+from cli.settings import Settings
 from models.store import ModelStore
 from pipelines.distributed import train_distributed
 from pipelines.train import train_from_file
 from recommender.errors import DistributedTrainingError
-from recommender.settings import Settings
 from tests.conftest import BUNDLED, entry_point
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -23,7 +23,7 @@ import pytest
 from models.histogram import ExponentialBuckets
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
-from recommender.settings import PrometheusSettings
+from pipelines.settings import PrometheusSettings
 from tests.conftest import BUNDLED, Runner, entry_point
 from tests.support.openmetrics import OOMKill, write_openmetrics
 from tests.support.prometheus_server import PrometheusServer, binaries_present, free_port

@@ -13,7 +13,7 @@ import pytest
 
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
-from recommender.settings import PrometheusSettings
+from pipelines.settings import PrometheusSettings
 from tests.conftest import BUNDLED, Runner
 from tests.integration.test_prometheus import PROMETHEUS_ENV
 from tests.support.openmetrics import write_openmetrics

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.ingest import SampleBounds, iter_usage_batches, quarantine, read_oom_events, read_usage
+from pipelines.settings import IngestSettings
 from recommender.errors import InputFileError
-from recommender.settings import IngestSettings
 from tests.conftest import make_usage
 
 #: The run's clock of these tests: samples up to 10 minutes after it are accepted.

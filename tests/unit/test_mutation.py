@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from recommender import koordinator as k
 from recommender.mutation import APPLIED_ANNOTATION, mutate, relevant_fields
 from recommender.optin import OptIn
-from recommender.settings import ColocationProfile, WebhookPolicy, WebhookSettings
+from recommender.settings import ColocationProfile, WebhookPolicy
 from recommender.units import GIB, MIB, cpu_cores_from_quantity, memory_bytes_from_quantity
+from serving.settings import WebhookSettings
 from tests.k8s import RESOURCE_SHAPES, container, pod
 from tests.recs import lookup_of, recommendation
 

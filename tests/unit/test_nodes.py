@@ -25,8 +25,9 @@ from recommender import koordinator as k
 from recommender.errors import ModelStoreError
 from recommender.placement import NodeLoads, Timeline, node_capacity, node_metadata, node_reclaimable
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
-from recommender.settings import ColocationSettings, ExtenderSettings, ForecastSettings
+from recommender.settings import ColocationSettings, ForecastSettings
 from recommender.units import GIB
+from serving.settings import ExtenderSettings
 from tests.k8s import container, node, pod, running
 from tests.recs import STEPS
 
@@ -320,9 +321,10 @@ def test_written_thresholds_are_not_counted_twice_by_the_extender() -> None:
 
 
 def test_training_with_placement_stores_and_continues_the_node_model(tmp_path: Path) -> None:
+    from cli.settings import Settings
+    from models.settings import StoreSettings
     from models.store import ModelStore
     from pipelines.train import train_from_file
-    from recommender.settings import Settings, StoreSettings
 
     usage = alternating(days=4)
     usage.sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from recommender import optin
 from recommender.mutation import APPLIED_ANNOTATION, WOULD_APPLY_ANNOTATION, mutate
 from recommender.optin import MODE_KEY, OptIn
-from recommender.settings import WebhookPolicy, WebhookSettings
+from recommender.settings import WebhookPolicy
 from recommender.units import GIB, MIB
+from serving.settings import WebhookSettings
 from tests.k8s import RESOURCE_SHAPES, container, pod
 from tests.recs import lookup_of, recommendation
 

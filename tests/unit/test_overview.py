@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from presentation.overview import overview
+from presentation.settings import OverviewSettings
 from recommender.resources import (
     CurrentResources,
     History,
@@ -13,7 +14,6 @@ from recommender.resources import (
     ResourceRecommendation,
     WorkloadRecommendation,
 )
-from recommender.settings import OverviewSettings
 
 SETTINGS = OverviewSettings()
 

@@ -6,8 +6,8 @@ import pytest
 
 from recommender import koordinator as k
 from recommender.placement import NodeLoads, Timeline, judge, node_capacity
-from recommender.settings import ExtenderSettings
 from recommender.units import GIB
+from serving.settings import ExtenderSettings
 from tests.k8s import container, node, pod, running
 from tests.recs import STEPS, lookup_of, recommendation
 

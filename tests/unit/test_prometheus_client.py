@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.prometheus import PrometheusClient, time_chunks
+from pipelines.settings import PrometheusSettings
 from recommender.errors import PrometheusError
-from recommender.settings import PrometheusSettings
 
 VECTOR = {
     "status": "success",

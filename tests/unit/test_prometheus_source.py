@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cli.settings import Settings
 from models.store import ModelStore
 from pipelines import train
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource, plan_batches
-from recommender.settings import PrometheusSettings, Settings
+from pipelines.settings import PrometheusSettings
 
 PODS = {"a": ["a-web-5d4f8b9c7-x1x1x"], "b": ["b-batch-1"]}
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.prometheus import MatrixDecoder, PrometheusClient, decode_matrix
+from pipelines.settings import PrometheusSettings
 from recommender.errors import PrometheusError
-from recommender.settings import PrometheusSettings
 
 QUERY = 'query_range rate(x{namespace="a"}[5m])'
 label_names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True)

@@ -48,8 +48,9 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
 
 
 def test_a_broken_latest_keeps_the_loaded_version_and_is_not_retried(tmp_path: Path, usage_csv: Path) -> None:
+    from cli.settings import Settings
+    from models.settings import StoreSettings
     from pipelines.train import train_from_file
-    from recommender.settings import Settings, StoreSettings
 
     settings = Settings(store=StoreSettings(path=tmp_path / "store"))
     first = train_from_file(usage_csv, settings)
@@ -66,8 +67,8 @@ def test_a_broken_latest_keeps_the_loaded_version_and_is_not_retried(tmp_path: P
 def test_cluster_view_rebuilds_when_its_files_change_and_survives_bad_ones(tmp_path: Path) -> None:
     import json
 
-    from recommender.settings import ExtenderSettings
     from serving.cluster import ClusterView
+    from serving.settings import ExtenderSettings
     from tests import k8s
 
     nodes = tmp_path / "nodes.json"
@@ -88,8 +89,8 @@ def test_a_replica_on_an_fsspec_store_picks_up_new_versions(usage_csv: Path) -> 
 
     import fsspec
 
+    from cli.settings import Settings
     from pipelines.train import train_from_file
-    from recommender.settings import Settings
 
     settings = Settings(store={"path": "memory://replica-" + secrets.token_hex(4)})
     try:

@@ -33,7 +33,7 @@ def extras() -> dict[str, list[str]]:
 def test_the_serving_role_imports_no_training_dask_or_plotting_library() -> None:
     loaded = run_python(
         "import sys, serving.app, serving.controllers.status, serving.controllers.cluster_view, serving.controllers.nodes, cli.main;"
-        "app = serving.app.create_app(__import__('recommender.settings', fromlist=['Settings']).Settings());"
+        "app = serving.app.create_app(__import__('cli.settings', fromlist=['Settings']).Settings());"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     assert loaded.returncode == 0, loaded.stderr
@@ -99,7 +99,7 @@ def test_a_chart_route_without_matplotlib_answers_501_naming_the_extra(tmp_path:
     ran = run_python(
         "import sys; sys.modules['matplotlib'] = None\n"
         "from fastapi.testclient import TestClient\n"
-        "from recommender.settings import Settings\n"
+        "from cli.settings import Settings\n"
         "from serving.app import create_app\n"
         f"settings = Settings(store={{'path': {str(tmp_path / 'store')!r}}})\n"
         "with TestClient(create_app(settings)) as client:\n"

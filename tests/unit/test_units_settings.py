@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.settings import ColocationSettings, Settings
+from cli.settings import Settings
+from recommender.settings import ColocationSettings
 from recommender.units import (
     cpu_cores_from_quantity,
     cpu_millicores,
@@ -59,6 +60,24 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.histogram.cpu_half_life_seconds == 86400
 
 
+def test_the_root_settings_are_each_layers_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One object from the environment serves every layer, and a group split between the core and serving (the
+    webhook's mutation rules and its watches) still reads both halves from the same variables."""
+    from models.settings import ModelSettings
+    from pipelines.settings import TrainingSettings
+    from recommender.settings import MutationSettings
+    from serving.settings import ServingSettings
+
+    monkeypatch.setenv("KOORD_RECOMMENDER_WEBHOOK__DRY_RUN", "true")
+    monkeypatch.setenv("KOORD_RECOMMENDER_WEBHOOK__RESYNC_SECONDS", "7")
+    monkeypatch.setenv("KOORD_RECOMMENDER_EXTENDER__NEUTRAL_SCORE", "3")
+    settings = Settings()
+    assert isinstance(settings, TrainingSettings) and isinstance(settings, ServingSettings)
+    assert isinstance(settings, ModelSettings) and isinstance(settings.webhook, MutationSettings)
+    assert settings.webhook.dry_run and settings.webhook.resync_seconds == 7
+    assert settings.extender.neutral_score == 3
+
+
 def test_settings_reject_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KOORD_RECOMMENDER_POLICY__TARGET_PERCENTILE", "1.5")
     with pytest.raises(ValueError):
@@ -68,7 +87,7 @@ def test_settings_reject_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_configuration_doc_is_generated_from_the_settings() -> None:
     from pathlib import Path
 
-    from recommender.settings import markdown_reference
+    from cli.settings import markdown_reference
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     assert text == markdown_reference(), "docs/configuration.md is stale: run `make docs`"

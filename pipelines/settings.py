@@ -1,0 +1,190 @@
+"""The pipelines' settings: reading usage (files, Prometheus), training at scale, and `TrainingSettings`, the one
+group training, `recommend` and the backtests take (the root settings are one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+
+from models.settings import ModelSettings, StoreSettings
+from recommender.settings import ColocationSettings
+from recommender.units import GIB, SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+
+class IngestSettings(BaseModel):
+    """Physical bounds every sample must meet before anything learns from it (docs/input-validation.md): a file
+    breaking them is refused, a Prometheus container breaking them is quarantined."""
+
+    max_cpu_cores: float = Field(
+        2048.0,
+        gt=0,
+        description="Largest CPU usage, request or limit of one container sample, cores. 2048: above the "
+        "largest single machines sold (about 1,920 vCPUs), so only a unit error (millicores, core-seconds) or a "
+        "corrupt counter reaches it.",
+    )
+    max_memory_bytes: float = Field(
+        32 * 1024 * GIB,
+        gt=0,
+        description="Largest memory usage, request or limit of one container sample, bytes. "
+        "32 TiB: the largest single machines sold, for the same reason.",
+    )
+    future_tolerance_seconds: float = Field(
+        600.0,
+        ge=0,
+        description="How far past the run's clock a sample's timestamp may be, seconds (10 minutes: clock "
+        "skew between nodes, Prometheus and us). Later ones are refused: a timestamp in milliseconds or a broken clock "
+        "would otherwise move the data's end years ahead and hide stale models.",
+    )
+
+
+class ScaleSettings(BaseModel):
+    """Training on a Dask cluster: workloads in partitions, each read and fitted by one task (README "Scale out")."""
+
+    scheduler_address: str | None = Field(
+        None,
+        description="Address of a running Dask scheduler, e.g. tcp://dask-scheduler:8786. Unset (and workers 0): "
+        "train in this process.",
+    )
+    workers: int = Field(
+        0,
+        ge=0,
+        description="Without a scheduler address: start a local Dask cluster of this many worker processes (0: none).",
+    )
+    threads_per_worker: int = Field(
+        1,
+        ge=1,
+        description="Threads of each local worker: one, since fitting holds the GIL most of the time.",
+    )
+    partition_containers: int = Field(
+        500,
+        ge=1,
+        description="Workload containers per partition (a task's unit of work and memory); whole workloads stay "
+        "together, a bigger one is a partition alone.",
+    )
+    failure_tolerance_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of partitions that may still fail after retries with the version published "
+        "anyway (their workloads are named in the manifest's `skipped`). 0: any failure stops the publish.",
+    )
+    retries: int = Field(
+        2,
+        ge=0,
+        description="Retries of a failed partition task; a worker that dies mid-task has its tasks rerun elsewhere "
+        "as well (up to Dask's distributed.scheduler.allowed-failures).",
+    )
+    timeout_seconds: float = Field(
+        6 * SECONDS_PER_HOUR,
+        gt=0,
+        description="The whole distributed run gives up after this long, seconds (6 h).",
+    )
+
+
+class PrometheusSettings(BaseModel):
+    """Reading usage from Prometheus (or Thanos, Mimir, VictoriaMetrics): what to ask, and how gently."""
+
+    url: str | None = Field(
+        None, description="Base URL, e.g. http://prometheus:9090 (with any path prefix). Unset: read files."
+    )
+    history_seconds: int = Field(
+        14 * SECONDS_PER_DAY, gt=0, description="How far back to read, seconds (14 days, like KRR)."
+    )
+    step_seconds: int = Field(
+        300, gt=0, description="Resolution of the usage read, seconds (5 minutes, the tidy format's)."
+    )
+    cpu_rate_window_seconds: int = Field(
+        300, gt=0, description="Window of rate() over the CPU counter, seconds; must span at least two scrapes."
+    )
+    memory_window_seconds: int = Field(
+        300, gt=0, description="Window of max_over_time() over the working set, seconds, so peaks between steps count."
+    )
+    max_points_per_series: int = Field(
+        10000, gt=0, le=11000, description="Points per series per query_range; Prometheus refuses more than 11,000."
+    )
+    max_series_per_query: int = Field(
+        5000,
+        gt=0,
+        description="Namespaces are batched into one query up to this many containers, to bound each answer.",
+    )
+    max_points_per_query: int = Field(
+        300_000,
+        gt=0,
+        description=(
+            "Points (containers x steps) one usage answer may hold, 300,000 by default (about 11 MB of JSON): "
+            "namespaces are batched, and a big namespace's range split in time, to stay under it. Prometheus holds "
+            "an answer's points and its JSON while it evaluates and encodes it (measured: about 190 bytes a point "
+            "at its peak), so this bounds its memory per query (x `concurrency`), and ours per batch."
+        ),
+    )
+    concurrency: int = Field(2, gt=0, le=32, description="Queries in flight at once: be kind to a shared Prometheus.")
+    timeout_seconds: float = Field(120.0, gt=0, description="Per-query timeout, seconds (also sent to Prometheus).")
+    retries: int = Field(
+        4, ge=0, description="Retries of a query on connection errors, 5xx and 429; never on other 4xx."
+    )
+    backoff_initial_seconds: float = Field(0.5, gt=0, description="First retry delay, seconds; grows x2 with jitter.")
+    backoff_max_seconds: float = Field(20.0, gt=0, description="Longest retry delay, seconds.")
+    bearer_token: SecretStr | None = Field(None, description="Bearer token sent as Authorization.")
+    bearer_token_file: Path | None = Field(None, description="File holding the bearer token, re-read for every run.")
+    basic_auth_username: str | None = Field(
+        None,
+        description="User name for HTTP basic authentication (with basic_auth_password_file; not with a bearer token).",
+    )
+    basic_auth_password_file: Path | None = Field(
+        None, description="File holding the basic-authentication password (a mounted Secret), re-read for every run."
+    )
+    ca_file: Path | None = Field(None, description="PEM bundle of CAs to verify Prometheus' TLS certificate.")
+    client_cert_file: Path | None = Field(None, description="PEM client certificate for mutual TLS.")
+    client_key_file: Path | None = Field(None, description="PEM private key of the client certificate.")
+    insecure_skip_verify: bool = Field(False, description="Do not verify TLS certificates (testing only).")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description='Extra HTTP headers, e.g. {"X-Scope-OrgID": "team-a"} for Mimir/Cortex tenants.',
+    )
+    extra_labels: dict[str, str] = Field(
+        default_factory=dict, description='Label matchers added to every series, e.g. {"cluster": "prod"}.'
+    )
+    namespace_label: str = Field("namespace", description="Label holding the namespace.")
+    pod_label: str = Field("pod", description="Label holding the pod name.")
+    container_label: str = Field("container", description="Label holding the container name.")
+    node_label: str = Field("node", description="Label of kube_pod_info holding the node name.")
+    ignored_containers: list[str] = Field(
+        default_factory=lambda: ["", "POD"],
+        description="Container label values that are not workload containers (pause, pod totals).",
+    )
+    cpu_usage_metric: str = Field(
+        "container_cpu_usage_seconds_total", description="cAdvisor CPU counter, core-seconds."
+    )
+    memory_metric: str = Field("container_memory_working_set_bytes", description="cAdvisor working set, bytes.")
+    cpu_throttled_periods_metric: str = Field(
+        "container_cpu_cfs_throttled_periods_total", description="cAdvisor throttled periods."
+    )
+    cpu_periods_metric: str = Field("container_cpu_cfs_periods_total", description="cAdvisor CFS periods.")
+    pod_owner_metric: str = Field("kube_pod_owner", description="kube-state-metrics pod owner.")
+    replicaset_owner_metric: str = Field("kube_replicaset_owner", description="kube-state-metrics ReplicaSet owner.")
+    job_owner_metric: str = Field("kube_job_owner", description="kube-state-metrics Job owner (CronJob).")
+    pod_info_metric: str = Field("kube_pod_info", description="kube-state-metrics pod info (node).")
+    requests_metric: str = Field("kube_pod_container_resource_requests", description="kube-state-metrics requests.")
+    limits_metric: str = Field("kube_pod_container_resource_limits", description="kube-state-metrics limits.")
+    terminated_reason_metric: str = Field(
+        "kube_pod_container_status_last_terminated_reason", description="kube-state-metrics last termination reason."
+    )
+    restarts_metric: str = Field("kube_pod_container_status_restarts_total", description="kube-state-metrics restarts.")
+
+    @model_validator(mode="after")
+    def _client_pair(self) -> PrometheusSettings:
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("client_cert_file and client_key_file go together")
+        return self
+
+
+class TrainingSettings(ModelSettings):
+    """What training, `recommend` and the backtests read: the model parameters, the input's bounds and sources, the
+    store and (for node lines) the colocation rules."""
+
+    ingest: IngestSettings = IngestSettings()
+    store: StoreSettings = StoreSettings()
+    scale: ScaleSettings = ScaleSettings()
+    colocation: ColocationSettings = ColocationSettings()
+    prometheus: PrometheusSettings = PrometheusSettings()
