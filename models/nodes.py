@@ -17,16 +17,19 @@ from typing import Any, Self
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import require_columns
 from models.forecast import nan_quantile, usage_grid
-from models.workload import USAGE_COLUMNS, fit_resource_forecast
+from models.migration import migrate_node_state
+from models.pods import USAGE_COLUMNS
+from models.settings import ModelSettings
+from models.workload import FleetForecaster
 from recommender import koordinator
 from recommender.arrays import FloatArray, IntArray
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
-from recommender.settings import ForecastSettings
+from recommender.settings import ColocationSettings
 
 RESOURCE_COLUMNS = {
     "cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"),
@@ -85,7 +88,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
 
     def __init__(
         self,
-        forecast: ForecastSettings | None = None,
+        forecast: FleetForecaster | None = None,
         step_seconds: int = 300,
         alive_seconds: int = 3600,
         cpu_jump_quantile: float = 0.99,
@@ -97,9 +100,25 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         self.cpu_jump_quantile = cpu_jump_quantile
         self.memory_jump_quantile = memory_jump_quantile
 
+    @classmethod
+    def from_settings(cls, settings: ModelSettings, colocation: ColocationSettings) -> NodeForecaster:
+        """The node model of these settings: the workloads' forecast parameters and step, Koordinator's rise rules."""
+        return cls(
+            FleetForecaster.from_settings(settings.forecast),
+            step_seconds=settings.reservation.step_seconds,
+            cpu_jump_quantile=colocation.cpu_jump_quantile,
+            memory_jump_quantile=colocation.memory_jump_quantile,
+        )
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(migrate_node_state(state, FleetForecaster.from_settings))
+
+    def _forecaster(self) -> FleetForecaster:
+        return self.forecast if self.forecast is not None else FleetForecaster()
+
     def _steps(self) -> int:
-        settings = self.forecast or ForecastSettings()
-        return (settings.selection_days + settings.history_days + 1) * (SECONDS_PER_DAY // self.step_seconds)
+        forecaster = self._forecaster()
+        return (forecaster.selection_days + forecaster.history_days + 1) * (SECONDS_PER_DAY // self.step_seconds)
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
         require_columns(X, (*USAGE_COLUMNS, "node"), type(self).__name__)
@@ -142,9 +161,9 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         return self._fit_forecasts()
 
     def _fit_forecasts(self) -> Self:
-        settings = self.forecast or ForecastSettings()
-        self.cpu_forecast_ = fit_resource_forecast(self.cpu_grid_, settings, self.grid_end_)
-        self.memory_forecast_ = fit_resource_forecast(self.memory_grid_, settings, self.grid_end_)
+        forecaster = self._forecaster()
+        self.cpu_forecast_ = clone(forecaster).fit(self.cpu_grid_, grid_end=self.grid_end_).forecast_
+        self.memory_forecast_ = clone(forecaster).fit(self.memory_grid_, grid_end=self.grid_end_).forecast_
         return self
 
     def _grid(self, usage: pd.DataFrame, resource: str, nodes: pd.Index, end: int) -> FloatArray:

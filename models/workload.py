@@ -1,20 +1,26 @@
 """The composite estimator: everything we learn about a fleet of workload containers from tidy usage.
 
 `WorkloadRecommender.fit(usage)` takes a tidy usage frame (the columns of the shared data format) and fits, per
-(namespace, workload, container) with pods pooled:
+(namespace, workload, container) with pods pooled, six sub-estimators given as its parameters (unfitted templates,
+cloned at each fit, as scikit-learn's meta-estimators do):
 - VPA's CPU histogram and memory-peak histogram (request target and bounds),
-- Koordinator's mid rule for the long-term reservation,
-- the seasonal-max short-term reservation (and, from it, the peak forecast).
-`predict(as_of, horizon_seconds)` turns them into a `RecommendationSet`, the JSON contract of the project.
+- Koordinator's mid rule for the long-term reservation, per resource,
+- the seasonal-max short-term reservation (and, from it, the peak forecast),
+- the `vpa` request policy (`VpaRecommender`),
+and per resource the selected, calibrated forecasts of a `FleetForecaster`. The request sizing's parameters are
+its own scalars. `predict(as_of, horizon_seconds)` turns them into a `RecommendationSet`, the JSON contract of the
+project (`models.recommendation` builds the API objects; `models.pods` keeps the pod and OOM bookkeeping).
+`from_settings` builds one from the settings groups in one call, as the pipelines do.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -38,56 +44,38 @@ from models.ensemble import (
 )
 from models.forecast import STEPS_PER_DAY, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
+from models.migration import migrate_workload_state
+from models.pods import (
+    CURRENT_COLUMNS,
+    SAMPLE_COLUMNS,
+    USAGE_COLUMNS,
+    Sketch,
+    describe_workloads,
+    group_label,
+    merge_pod_states,
+    oom_counts,
+    oom_frame,
+    pod_states,
+    sample_steps,
+    with_group_labels,
+)
+from models.recommendation import ResourceLines, floats_or_none, sizer, with_vpa
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
+from models.settings import ModelSettings
 from models.vpa import VpaRecommender
 from recommender.arrays import FloatArray, IntArray
-from recommender.identity import KEY_COLUMNS
-from recommender.policy import RequestBounds, request_bounds, request_policy_for, with_target
+from recommender.policy import request_policy_for
 from recommender.resources import (
     CurrentResources,
     History,
     LineLevels,
-    LineModels,
     LineQuality,
-    Peak,
     RecommendationSet,
     ResourceRecommendation,
     WorkloadRecommendation,
 )
-from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, ReservationSettings
-
-USAGE_COLUMNS = ("timestamp", "namespace", "workload", "pod", "container", "cpu_cores", "memory_bytes")
-#: Per resource, the pod-state column counting its known samples (`PolicySettings.min_samples` reads it).
-SAMPLE_COLUMNS = {"cpu_samples": "cpu_cores", "memory_samples": "memory_bytes"}
-CURRENT_COLUMNS = (
-    "cpu_request_cores",
-    "cpu_limit_cores",
-    "memory_request_bytes",
-    "memory_limit_bytes",
-    "cpu_throttled_fraction",
-)
-
-
-def group_label(namespace: str, workload: str, container: str) -> str:
-    """Unambiguous string label of a workload container (names may hold any character)."""
-    return json.dumps([namespace, workload, container], ensure_ascii=False)
-
-
-def with_group_labels(usage: pd.DataFrame) -> pd.DataFrame:
-    """The usage frame with a `group` column of labels, computed once per distinct key."""
-    # Factorizing each column, then the combined integer code, is far cheaper than hashing string triples.
-    per_column = [pd.factorize(usage[column]) for column in KEY_COLUMNS]
-    sizes = [max(len(uniques), 1) for _, uniques in per_column]
-    combined = np.zeros(len(usage), dtype=np.int64)
-    for (codes, _), size in zip(per_column, sizes):
-        combined = combined * size + codes
-    group_codes, distinct = pd.factorize(combined)
-    parts = []
-    for (_, uniques), size in zip(reversed(per_column), reversed(sizes)):
-        parts.append(np.asarray(uniques, dtype=object)[distinct % size])
-        distinct = distinct // size
-    labels = [group_label(str(ns), str(wl), str(ct)) for ct, wl, ns in zip(*parts)]
-    return usage.assign(group=pd.Categorical.from_codes(group_codes, categories=pd.Index(labels, dtype=object)))
+from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, RequestPolicyRule
+from recommender.units import MIB
 
 
 @dataclass(frozen=True)
@@ -135,11 +123,7 @@ class ResourceForecast:
         return f"{names[choice]} {scored} x{model.factors_[group]:.3g}"
 
 
-Sketch = tuple[IntArray, IntArray]
 LINES = ("short_term", "request", "long_term")
-#: A pod counts as a current replica when its newest sample is at most this much older than its workload's newest,
-#: seconds: three 5-minute steps, so one missed scrape does not drop it and a pod replaced an hour ago is not counted.
-REPLICA_WINDOW_SECONDS = 900
 #: The long-term line holds for a week: its candidates are scored on the week after each origin.
 LONG_TERM_DAYS = 7
 
@@ -247,13 +231,12 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
     )
 
 
-def level_key(settings: ForecastSettings, label: str) -> str:
+def level_key(label: str, overrides: dict[str, float], defaults: tuple[float, float, float]) -> str:
     """The risk levels of a group's three lines as a key, `"short/request/long"`: an override for its workload
-    (`namespace/workload`) or namespace, else the settings' per-line levels."""
+    (`namespace/workload`) or namespace, else the per-line `defaults`."""
     namespace, workload, _ = json.loads(label)
-    override = settings.target_violation_overrides
-    level = override.get(f"{namespace}/{workload}", override.get(namespace))
-    levels = [level] * 3 if level is not None else [settings.target_for(line) for line in LINES]
+    level = overrides.get(f"{namespace}/{workload}", overrides.get(namespace))
+    levels = [level] * 3 if level is not None else list(defaults)
     return "/".join(f"{value:g}" for value in levels)
 
 
@@ -261,77 +244,263 @@ def parse_level_key(key: str) -> tuple[float, ...]:
     return tuple(float(part) for part in key.split("/"))
 
 
-def _buckets(hist: HistogramSettings, resource: str) -> dict[str, float]:
-    """VPA's bucket layout and empty-bucket threshold of one resource, as histogram estimator parameters."""
-    first, top = (
-        (hist.cpu_first_bucket_cores, hist.cpu_max_cores)
-        if resource == "cpu"
-        else (hist.memory_first_bucket_bytes, hist.memory_max_bytes)
-    )
-    return {
-        "first_bucket_size": first,
-        "max_value": top,
-        "bucket_growth_ratio": hist.bucket_growth_ratio,
-        "epsilon": hist.epsilon,
-    }
+class FleetForecaster(BaseEstimator):  # type: ignore[misc]
+    """The forecasts of one resource over a fleet's usage grid (rows: workload containers, or nodes' pooled usage):
+    candidates built for each line's risk level, chosen and calibrated on rolling origins (`fit_resource_forecast`).
+
+    Its parameters are the `ForecastSettings` fields that shape the forecasts (see there for units, defaults and
+    reasons), as scalars so `set_params` and `clone` reach them; `fit(grid, grid_end=...)` keeps the fitted lines in
+    `forecast_` (a `ResourceForecast`)."""
+
+    def __init__(
+        self,
+        short_term_target_violation: float = 0.01,
+        request_target_violation: float = 0.01,
+        long_term_target_violation: float = 0.01,
+        selection_days: int = 7,
+        history_days: int = 14,
+        selection_groups: int = 3,
+        group_min_gain: float = 0.1,
+        group_min_containers: int = 20,
+        fairness_tolerance: float = 1.0,
+        calibration_prior_samples: float = 1e9,
+        group_prior_samples: float = 1e9,
+        calibration_factor_min: float = 0.25,
+        calibration_factor_max: float = 4.0,
+        seasonal_days: int = 7,
+        narrow_window_steps: int = 3,
+        wide_window_steps: int = 12,
+        recent_window_steps: int = 12,
+        cold_start_factor: float = 1.5,
+        stale_after_seconds: float = 3 * 86400.0,
+        peak_quantile: float = 0.55,
+        use_stl: bool = False,
+    ) -> None:
+        self.short_term_target_violation = short_term_target_violation
+        self.request_target_violation = request_target_violation
+        self.long_term_target_violation = long_term_target_violation
+        self.selection_days = selection_days
+        self.history_days = history_days
+        self.selection_groups = selection_groups
+        self.group_min_gain = group_min_gain
+        self.group_min_containers = group_min_containers
+        self.fairness_tolerance = fairness_tolerance
+        self.calibration_prior_samples = calibration_prior_samples
+        self.group_prior_samples = group_prior_samples
+        self.calibration_factor_min = calibration_factor_min
+        self.calibration_factor_max = calibration_factor_max
+        self.seasonal_days = seasonal_days
+        self.narrow_window_steps = narrow_window_steps
+        self.wide_window_steps = wide_window_steps
+        self.recent_window_steps = recent_window_steps
+        self.cold_start_factor = cold_start_factor
+        self.stale_after_seconds = stale_after_seconds
+        self.peak_quantile = peak_quantile
+        self.use_stl = use_stl
+
+    @classmethod
+    def from_settings(cls, forecast: ForecastSettings) -> FleetForecaster:
+        return cls(**{name: getattr(forecast, name) for name in cls._get_param_names()})
+
+    def settings(self) -> ForecastSettings:
+        """These parameters as the settings group the candidate and selection builders (`models.ensemble`) read."""
+        return ForecastSettings(**self.get_params())
+
+    def levels(self) -> tuple[float, float, float]:
+        """The risk levels of the short-term, request and long-term lines."""
+        return self.short_term_target_violation, self.request_target_violation, self.long_term_target_violation
+
+    def fit(self, X: FloatArray, y: Any = None, grid_end: int = 0) -> Self:
+        """`X`: a (rows x 5-minute steps) usage grid whose last column ends at `grid_end` (Unix seconds)."""
+        self.forecast_ = fit_resource_forecast(X, self.settings(), grid_end)
+        return self
 
 
 def vpa_estimator(hist: HistogramSettings, policy: PolicySettings) -> VpaRecommender:
     """The `vpa` request policy's estimator with these settings (VPA's own defaults unless overridden)."""
     return VpaRecommender(
-        cpu_first_bucket_cores=hist.cpu_first_bucket_cores,
-        cpu_max_cores=hist.cpu_max_cores,
-        memory_first_bucket_bytes=hist.memory_first_bucket_bytes,
-        memory_max_bytes=hist.memory_max_bytes,
-        bucket_growth_ratio=hist.bucket_growth_ratio,
-        epsilon=hist.epsilon,
-        cpu_half_life_seconds=hist.cpu_half_life_seconds,
-        memory_half_life_seconds=hist.memory_half_life_seconds,
-        cpu_sample_weight=hist.cpu_sample_weight,
-        memory_peak_weight=hist.memory_peak_weight,
-        memory_aggregation_interval_seconds=hist.memory_aggregation_interval_seconds,
-        memory_aggregation_interval_count=hist.memory_aggregation_interval_count,
-        oom_min_bump_bytes=hist.oom_min_bump_bytes,
-        oom_bump_ratio=hist.oom_bump_ratio,
-        target_percentile=policy.target_percentile,
-        lower_bound_percentile=policy.lower_bound_percentile,
-        upper_bound_percentile=policy.upper_bound_percentile,
-        safety_margin_fraction=policy.safety_margin_fraction,
-        lower_bound_confidence_multiplier=policy.lower_bound_confidence_multiplier,
-        lower_bound_confidence_exponent=policy.lower_bound_confidence_exponent,
-        upper_bound_confidence_multiplier=policy.upper_bound_confidence_multiplier,
-        upper_bound_confidence_exponent=policy.upper_bound_confidence_exponent,
-        confidence_interval_seconds=policy.confidence_interval_seconds,
-        pod_min_cpu_cores=policy.pod_min_cpu_cores,
-        pod_min_memory_bytes=policy.pod_min_memory_bytes,
+        **{
+            name: getattr(hist, name)
+            for name in VpaRecommender._get_param_names()
+            if name in HistogramSettings.model_fields
+        },
+        **{
+            name: getattr(policy, name)
+            for name in VpaRecommender._get_param_names()
+            if name in PolicySettings.model_fields
+        },
     )
 
 
+#: The `PolicySettings` fields that are `WorkloadRecommender` parameters (the `vpa` policy's confidence interval is
+#: its `VpaRecommender`'s).
+POLICY_PARAMETERS = tuple(name for name in PolicySettings.model_fields if name != "confidence_interval_seconds")
+#: The resources, and the unit in the names of their parameters and columns (`pod_min_cpu_cores`,
+#: `memory_request_bytes`), so code that loops over resources reads names, not a cpu/memory branch.
+UNITS = {"cpu": "cores", "memory": "bytes"}
+
+
+@functools.cache
+def _default_parts() -> WorkloadRecommender:
+    """The sub-estimators of the settings' defaults, for parameters left None (only ever cloned)."""
+    return WorkloadRecommender.from_settings(ModelSettings())
+
+
+def _samples(usage: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per resource, the (group, pod, timestamp, value) samples the histograms and reservations fit on."""
+    return {
+        resource: usage[["group", "pod", "timestamp"]].assign(value=usage[f"{resource}_{unit}"])
+        for resource, unit in UNITS.items()
+    }
+
+
 class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
-    """Histogram models and reservation lines for every workload container of a tidy usage frame."""
+    """Histogram models and reservation lines for every workload container of a tidy usage frame.
+
+    Parameters: the six sub-estimators (unfitted; None: the settings' defaults) and the forecaster, cloned at each
+    fit so `set_params(cpu_histogram__half_life_seconds=...)` and `clone` reach their scalars; then the forecast's
+    switches and per-workload risk levels and the request sizing (`PolicySettings`' fields, see there for units,
+    defaults and reasons). Fitted: `cpu_histogram_` ... `vpa_`, the forecasts per risk level (`cpu_forecasts_`,
+    `memory_forecasts_`), the pod and workload state (`pods_`, `workloads_`, `oom_kills_`) and the usage grids."""
 
     def __init__(
         self,
-        histogram: HistogramSettings | None = None,
-        policy: PolicySettings | None = None,
-        reservation: ReservationSettings | None = None,
-        forecast: ForecastSettings | None = None,
+        cpu_histogram: DecayingHistogram | None = None,
+        memory_histogram: MemoryPeakHistogram | None = None,
+        cpu_long_term: PercentileReservation | None = None,
+        memory_long_term: PercentileReservation | None = None,
+        short_term: SeasonalMaxReservation | None = None,
+        vpa: VpaRecommender | None = None,
+        forecast: FleetForecaster | None = None,
+        forecast_enabled: bool = True,
+        target_violation_overrides: dict[str, float] | None = None,
+        memory_peak_margin_fraction: float = 0.15,
+        request_policy: Literal["forecast", "vpa"] = "forecast",
+        request_policy_rules: list[RequestPolicyRule] | None = None,
+        target_percentile: float = 0.9,
+        lower_bound_percentile: float = 0.5,
+        upper_bound_percentile: float = 0.95,
+        safety_margin_fraction: float = 0.15,
+        lower_bound_confidence_multiplier: float = 0.001,
+        lower_bound_confidence_exponent: float = -2.0,
+        upper_bound_confidence_multiplier: float = 1.0,
+        upper_bound_confidence_exponent: float = 1.0,
+        min_confidence_days: float = 1 / 24,
+        pod_min_cpu_cores: float = 0.025,
+        pod_min_memory_bytes: float = 250 * MIB,
+        min_allowed_cpu_cores: float | None = None,
+        max_allowed_cpu_cores: float | None = None,
+        min_allowed_memory_bytes: float | None = None,
+        max_allowed_memory_bytes: float | None = None,
+        min_samples: int = 12,
     ) -> None:
-        self.histogram = histogram
-        self.policy = policy
-        self.reservation = reservation
+        self.cpu_histogram = cpu_histogram
+        self.memory_histogram = memory_histogram
+        self.cpu_long_term = cpu_long_term
+        self.memory_long_term = memory_long_term
+        self.short_term = short_term
+        self.vpa = vpa
         self.forecast = forecast
+        self.forecast_enabled = forecast_enabled
+        self.target_violation_overrides = target_violation_overrides
+        self.memory_peak_margin_fraction = memory_peak_margin_fraction
+        self.request_policy = request_policy
+        self.request_policy_rules = request_policy_rules
+        self.target_percentile = target_percentile
+        self.lower_bound_percentile = lower_bound_percentile
+        self.upper_bound_percentile = upper_bound_percentile
+        self.safety_margin_fraction = safety_margin_fraction
+        self.lower_bound_confidence_multiplier = lower_bound_confidence_multiplier
+        self.lower_bound_confidence_exponent = lower_bound_confidence_exponent
+        self.upper_bound_confidence_multiplier = upper_bound_confidence_multiplier
+        self.upper_bound_confidence_exponent = upper_bound_confidence_exponent
+        self.min_confidence_days = min_confidence_days
+        self.pod_min_cpu_cores = pod_min_cpu_cores
+        self.pod_min_memory_bytes = pod_min_memory_bytes
+        self.min_allowed_cpu_cores = min_allowed_cpu_cores
+        self.max_allowed_cpu_cores = max_allowed_cpu_cores
+        self.min_allowed_memory_bytes = min_allowed_memory_bytes
+        self.max_allowed_memory_bytes = max_allowed_memory_bytes
+        self.min_samples = min_samples
+
+    @classmethod
+    def from_settings(cls, settings: ModelSettings) -> WorkloadRecommender:
+        """The recommender of these settings groups: each resource's pair of settings becomes its sub-estimator."""
+        hist, res, forecast = settings.histogram, settings.reservation, settings.forecast
+        buckets = {"bucket_growth_ratio": hist.bucket_growth_ratio, "epsilon": hist.epsilon}
+        cpu_buckets = {**buckets, "first_bucket_size": hist.cpu_first_bucket_cores, "max_value": hist.cpu_max_cores}
+        memory_buckets = {
+            **buckets,
+            "first_bucket_size": hist.memory_first_bucket_bytes,
+            "max_value": hist.memory_max_bytes,
+        }
+        return cls(
+            cpu_histogram=DecayingHistogram(
+                **cpu_buckets, half_life_seconds=hist.cpu_half_life_seconds, sample_weight=hist.cpu_sample_weight
+            ),
+            memory_histogram=MemoryPeakHistogram(
+                **memory_buckets,
+                half_life_seconds=hist.memory_half_life_seconds,
+                peak_weight=hist.memory_peak_weight,
+                interval_seconds=hist.memory_aggregation_interval_seconds,
+                interval_count=hist.memory_aggregation_interval_count,
+                oom_min_bump_bytes=hist.oom_min_bump_bytes,
+                oom_bump_ratio=hist.oom_bump_ratio,
+            ),
+            cpu_long_term=PercentileReservation(
+                **cpu_buckets,
+                percentile=res.long_term_cpu_percentile,
+                margin_fraction=res.long_term_margin_fraction,
+                half_life_seconds=res.long_term_cpu_half_life_seconds,
+            ),
+            memory_long_term=PercentileReservation(
+                **memory_buckets,
+                percentile=res.long_term_memory_percentile,
+                margin_fraction=res.long_term_margin_fraction,
+                half_life_seconds=res.long_term_memory_half_life_seconds,
+            ),
+            short_term=SeasonalMaxReservation(
+                step_seconds=res.step_seconds,
+                recent_window_seconds=res.recent_window_seconds,
+                seasonal_days=res.seasonal_days,
+                slot_tolerance_seconds=res.slot_tolerance_seconds,
+            ),
+            vpa=vpa_estimator(hist, settings.policy),
+            forecast=FleetForecaster.from_settings(forecast),
+            forecast_enabled=forecast.enabled,
+            target_violation_overrides=dict(forecast.target_violation_overrides),
+            memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
+            **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
+        )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Models stored before OOM kills were counted kept only which groups had one: each counts as one kill.
-        if "oom_groups_" in state:
-            groups = state.pop("oom_groups_")
-            state["oom_kills_"] = pd.Series(1, index=pd.Index(groups, dtype=object), dtype=np.int64)
-        # Models stored before per-resource sample counts: every sample of a pod counted for both resources.
-        for name in ("pods_", "workloads_"):
-            if name in state and "cpu_samples" not in state[name].columns:
-                state[name] = state[name].assign(**dict.fromkeys(SAMPLE_COLUMNS, state[name]["samples"]))
-        super().__setstate__(state)
+        super().__setstate__(migrate_workload_state(state, lambda old: type(self).from_settings(old).get_params(False)))
+
+    def _part(self, name: str) -> Any:
+        """The sub-estimator parameter `name`, or the settings' default one; read it, never fit it."""
+        given = getattr(self, name)
+        return given if given is not None else getattr(_default_parts(), name)
+
+    def _forecaster(self) -> FleetForecaster:
+        forecaster: FleetForecaster = self._part("forecast")
+        return forecaster
+
+    def _step_seconds(self) -> int:
+        return int(self._part("short_term").step_seconds)
+
+    def _policy(self) -> PolicySettings:
+        """The request sizing parameters as the settings group the core's rules (`recommender.policy`) read."""
+        values = {name: getattr(self, name) for name in POLICY_PARAMETERS}
+        return PolicySettings(**{**values, "request_policy_rules": list(self.request_policy_rules or [])})
+
+    def _sizing(self, resource: str) -> tuple[float, float | None, float | None]:
+        """A resource's smallest request per pod and its allowed range (`pod_min_cpu_cores`, `min_allowed_...`)."""
+        suffix = f"{resource}_{UNITS[resource]}"
+        return (
+            getattr(self, f"pod_min_{suffix}"),
+            getattr(self, f"min_allowed_{suffix}"),
+            getattr(self, f"max_allowed_{suffix}"),
+        )
 
     def fit(
         self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None, data_end: int | None = None
@@ -342,53 +511,21 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         require_columns(X, USAGE_COLUMNS, type(self).__name__)
         if len(X) == 0:
             raise ValueError("no usage rows to learn from")
-        hist = self.histogram or HistogramSettings()
-        res = self.reservation or ReservationSettings()
         usage = with_group_labels(X)
-        cpu = usage[["group", "pod", "timestamp"]].assign(value=usage["cpu_cores"])
-        memory = usage[["group", "pod", "timestamp"]].assign(value=usage["memory_bytes"])
-
-        self.cpu_histogram_ = DecayingHistogram(
-            **_buckets(hist, "cpu"),
-            half_life_seconds=hist.cpu_half_life_seconds,
-            sample_weight=hist.cpu_sample_weight,
-        ).fit(cpu)
-        self.memory_histogram_ = MemoryPeakHistogram(
-            **_buckets(hist, "memory"),
-            half_life_seconds=hist.memory_half_life_seconds,
-            peak_weight=hist.memory_peak_weight,
-            interval_seconds=hist.memory_aggregation_interval_seconds,
-            interval_count=hist.memory_aggregation_interval_count,
-            oom_min_bump_bytes=hist.oom_min_bump_bytes,
-            oom_bump_ratio=hist.oom_bump_ratio,
-        ).fit(memory, oom_events=(oom_frame := self._oom_frame(oom_events, usage)))
+        samples = _samples(usage)
+        kills = oom_frame(oom_events, usage)
+        for resource, values in samples.items():
+            setattr(self, f"{resource}_long_term_", clone(self._part(f"{resource}_long_term")).fit(values))
+            setattr(self, f"{resource}_short_term_", clone(self._part("short_term")).fit(values))
+        self.cpu_histogram_ = clone(self._part("cpu_histogram")).fit(samples["cpu"])
+        self.memory_histogram_ = clone(self._part("memory_histogram")).fit(samples["memory"], oom_events=kills)
         # Usage under-reports what an OOM-killed container needed: its memory target never drops below VPA's bumped one.
-        self.oom_kills_ = _oom_counts(oom_frame)
-        self.cpu_long_term_ = PercentileReservation(
-            percentile=res.long_term_cpu_percentile,
-            margin_fraction=res.long_term_margin_fraction,
-            half_life_seconds=res.long_term_cpu_half_life_seconds,
-            **_buckets(hist, "cpu"),
-        ).fit(cpu)
-        self.memory_long_term_ = PercentileReservation(
-            percentile=res.long_term_memory_percentile,
-            margin_fraction=res.long_term_margin_fraction,
-            half_life_seconds=res.long_term_memory_half_life_seconds,
-            **_buckets(hist, "memory"),
-        ).fit(memory)
-        short_term = SeasonalMaxReservation(
-            step_seconds=res.step_seconds,
-            recent_window_seconds=res.recent_window_seconds,
-            seasonal_days=res.seasonal_days,
-            slot_tolerance_seconds=res.slot_tolerance_seconds,
-        )
-        self.cpu_short_term_ = short_term.fit(cpu)
-        self.memory_short_term_ = SeasonalMaxReservation(**short_term.get_params()).fit(memory)
-        self.pods_ = self._pods(usage)
-        self.workloads_ = self._describe(self.pods_)
-        self.vpa_ = vpa_estimator(hist, self.policy or PolicySettings())
+        self.oom_kills_ = oom_counts(kills)
+        self.pods_ = pod_states(usage)
+        self.workloads_ = describe_workloads(self.pods_)
+        self.vpa_ = clone(self._part("vpa"))
         self.vpa_.fit(*self._vpa_input(usage, oom_events))
-        self.sample_steps_ = self._sample_steps(usage)
+        self.sample_steps_ = sample_steps(usage)
         self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = int(usage["timestamp"].max()) if data_end is None else int(data_end)
         self.forecast_groups_ = np.asarray(
@@ -399,7 +536,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.cpu_grid_ = self._usage_grid(usage, "cpu_cores", groups)
         self.memory_grid_ = self._usage_grid(usage, "memory_bytes", groups)
         # The per-sample frames are not needed by the forecasts, which peak in memory: let them go first.
-        del usage, cpu, memory, oom_frame
+        del usage, samples, kills
         self._fit_forecasts()
         return self
 
@@ -412,31 +549,28 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if len(X) == 0:
             return self
         usage = with_group_labels(X)
-        cpu = usage[["group", "pod", "timestamp"]].assign(value=usage["cpu_cores"])
-        memory = usage[["group", "pod", "timestamp"]].assign(value=usage["memory_bytes"])
-        self.cpu_histogram_.partial_fit(cpu)
-        self.memory_histogram_.partial_fit(memory, oom_events=self._oom_frame(oom_events, usage))
-        self.cpu_long_term_.partial_fit(cpu)
-        self.memory_long_term_.partial_fit(memory)
-        self.cpu_short_term_.partial_fit(cpu)
-        self.memory_short_term_.partial_fit(memory)
-        self.pods_ = self._merge_pods(self.pods_, self._pods(usage))
-        self.workloads_ = self._describe(self.pods_)
+        samples = _samples(usage)
+        kills = oom_frame(oom_events, usage)
+        for resource, values in samples.items():
+            getattr(self, f"{resource}_long_term_").partial_fit(values)
+            getattr(self, f"{resource}_short_term_").partial_fit(values)
+        self.cpu_histogram_.partial_fit(samples["cpu"])
+        self.memory_histogram_.partial_fit(samples["memory"], oom_events=kills)
+        self.pods_ = merge_pod_states(self.pods_, pod_states(usage))
+        self.workloads_ = describe_workloads(self.pods_)
         if not hasattr(self, "vpa_"):
-            self.vpa_ = vpa_estimator(self.histogram or HistogramSettings(), self.policy or PolicySettings())
+            self.vpa_ = clone(self._part("vpa"))
         self.vpa_.partial_fit(*self._vpa_input(usage, oom_events))
         if len(usage) > 1:
-            self.sample_steps_ = self._sample_steps(usage)
+            self.sample_steps_ = sample_steps(usage)
             self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
-        self.oom_kills_ = self.oom_kills_.add(_oom_counts(self._oom_frame(oom_events, usage)), fill_value=0).astype(
-            np.int64
-        )
+        self.oom_kills_ = self.oom_kills_.add(oom_counts(kills), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
         old_groups = pd.Index(self.forecast_groups_)
         groups = old_groups.append(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))).unique()
         end = self._grid_end()
-        step = (self.reservation or ReservationSettings()).step_seconds
+        step = self._step_seconds()
         shift = max(int((end - self.grid_end_) // step), 0)
         self.grid_end_ = end
         width = self._grid_steps(groups)
@@ -510,30 +644,29 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return choices
 
     def _forecast_groups(self, groups: pd.Index) -> pd.Index:
-        """The groups of `groups` with `policy.min_samples` samples of a resource: only these are forecast, so memory
-        and time follow the containers that can get a recommendation (a group that crosses the minimum in a later
+        """The groups of `groups` with `min_samples` samples of a resource: only these are forecast, so memory and
+        time follow the containers that can get a recommendation (a group that crosses the minimum in a later
         `partial_fit` enters the grid with the samples from then on)."""
-        policy = self.policy or PolicySettings()
         counts = self.workloads_.reindex(groups)[list(SAMPLE_COLUMNS)].fillna(0).max(axis=1)
-        return groups[counts.to_numpy() >= policy.min_samples]
+        return groups[counts.to_numpy() >= self.min_samples]
 
     def _grid_end(self) -> int:
         """End of the forecast grid: the step after the newest sample."""
-        step = (self.reservation or ReservationSettings()).step_seconds
+        step = self._step_seconds()
         return (self.data_end_ // step + 1) * step
 
     def _grid_steps(self, groups: pd.Index) -> int:
         """Width of the forecast grid: the last selection + history days before `grid_end_`, cut to the whole days
         since the first sample of `groups` (a fleet with an hour of history needs a day of columns, not 22)."""
-        settings = self.forecast or ForecastSettings()
-        per_day = 86400 // (self.reservation or ReservationSettings()).step_seconds
+        forecaster = self._forecaster()
+        per_day = 86400 // self._step_seconds()
         first = self.workloads_["first_sample"].reindex(groups).min() if len(groups) else np.nan
         span_days = int(np.ceil((self.grid_end_ - first) / 86400)) if np.isfinite(first) else 1
-        return min(settings.selection_days + settings.history_days + 1, max(span_days, 1)) * per_day
+        return min(forecaster.selection_days + forecaster.history_days + 1, max(span_days, 1)) * per_day
 
     def _usage_grid(self, usage: pd.DataFrame, column: str, groups: pd.Index) -> FloatArray:
         """Per-step maxima (pods pooled) over `_grid_steps` before `grid_end_`, rows in `groups` order."""
-        step = (self.reservation or ReservationSettings()).step_seconds
+        step = self._step_seconds()
         codes = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
         return usage_grid(
             codes.astype(np.int64),
@@ -548,27 +681,33 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     def _fit_forecasts(self) -> None:
         """One forecast per resource and distinct set of risk levels (the default, and each override in use), each on
         the whole fleet's grid: the fleet chooses and calibrates at that level, its containers take the lines."""
-        settings = self.forecast or ForecastSettings()
-        self.group_levels_ = np.asarray([level_key(settings, label) for label in self.forecast_groups_], dtype=object)
+        forecaster = self._forecaster()
+        overrides = self.target_violation_overrides or {}
+        self.group_levels_ = np.asarray(
+            [level_key(label, overrides, forecaster.levels()) for label in self.forecast_groups_], dtype=object
+        )
         self.cpu_forecasts_: dict[str, ResourceForecast] = {}
         self.memory_forecasts_: dict[str, ResourceForecast] = {}
-        if not settings.enabled:
+        if not self.forecast_enabled:
             return
         # CPU and memory in two threads: the work is numpy sorting, which releases the GIL (1.7x on 2 cores).
         with ThreadPoolExecutor(max_workers=2) as pool:
             for key in sorted(set(self.group_levels_.tolist())):
-                levels = settings.model_copy(
-                    update=dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
+                levels = dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
+                cpu, memory = (
+                    pool.submit(clone(forecaster).set_params(**levels).fit, grid, grid_end=self.grid_end_)
+                    for grid in (self.cpu_grid_, self.memory_grid_)
                 )
-                cpu = pool.submit(fit_resource_forecast, self.cpu_grid_, levels, self.grid_end_)
-                memory = pool.submit(fit_resource_forecast, self.memory_grid_, levels, self.grid_end_)
-                self.cpu_forecasts_[key], self.memory_forecasts_[key] = cpu.result(), memory.result()
+                self.cpu_forecasts_[key], self.memory_forecasts_[key] = (
+                    cpu.result().forecast_,
+                    memory.result().forecast_,
+                )
 
     def vpa_groups(self, labels: Any) -> npt.NDArray[np.bool_]:
-        """Which of these group labels the `vpa` request policy sizes (`policy.request_policy` and its rules)."""
-        policy = self.policy or PolicySettings()
-        if not policy.request_policy_rules:
-            return np.full(len(labels), policy.request_policy == "vpa")
+        """Which of these group labels the `vpa` request policy sizes (`request_policy` and its rules)."""
+        if not self.request_policy_rules:
+            return np.full(len(labels), self.request_policy == "vpa")
+        policy = self._policy()
         keys = [json.loads(label) for label in labels]
         return np.array([request_policy_for(key[0], key[1], policy) == "vpa" for key in keys], dtype=np.bool_)
 
@@ -603,155 +742,29 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             events[["group", "pod", "timestamp"]].assign(request_bytes=np.nan_to_num(request_bytes, nan=0.0)),
         )
 
-    @staticmethod
-    def _oom_frame(oom_events: pd.DataFrame | None, usage: pd.DataFrame) -> pd.DataFrame | None:
-        """OOM events as memory samples; where the memory at the kill is unknown, the pod's highest seen usage."""
-        if oom_events is None or len(oom_events) == 0:
-            return None
-        events = with_group_labels(oom_events)
-        if "memory_bytes" not in events.columns:
-            events = events.assign(memory_bytes=np.nan)
-        highest = usage.groupby(["group", "pod"])["memory_bytes"].max().rename("highest")
-        events = events.join(highest, on=["group", "pod"])
-        value = events["memory_bytes"].fillna(events["highest"])
-        return events.loc[value.notna(), ["group", "pod", "timestamp"]].assign(value=value.dropna())
-
-    @staticmethod
-    def _pods(usage: pd.DataFrame) -> pd.DataFrame:
-        """Per (group, pod): first and last sample, sample count, and the last requests/limits it reported."""
-        ordered = usage.sort_values("timestamp", kind="stable")
-        grouped = ordered.groupby([ordered["group"].astype(str), "pod"], sort=False)
-        pods: pd.DataFrame = (
-            grouped["timestamp"]
-            .agg(["min", "max", "size"])
-            .set_axis(["first_sample", "last_sample", "samples"], axis=1)
-        )
-        pods = pods.join(grouped[list(SAMPLE_COLUMNS.values())].count().set_axis(list(SAMPLE_COLUMNS), axis=1))
-        present = [c for c in CURRENT_COLUMNS if c in usage.columns]
-        if present:
-            pods = pods.join(grouped[present].last())
-        for column in CURRENT_COLUMNS:
-            if column not in pods.columns:
-                pods[column] = np.nan
-        pods.index = pods.index.set_names(["group", "pod"])
-        return pods
-
-    @staticmethod
-    def _merge_pods(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-        """Pod state after more samples: widest window, summed counts, the newest non-missing requests/limits."""
-        both = old.add_suffix("_old").join(new, how="outer")
-        merged = pd.DataFrame(index=both.index)
-        merged["first_sample"] = both[["first_sample_old", "first_sample"]].min(axis=1)
-        merged["last_sample"] = both[["last_sample_old", "last_sample"]].max(axis=1)
-        for column in ("samples", *SAMPLE_COLUMNS):
-            merged[column] = both[column + "_old"].fillna(0) + both[column].fillna(0)
-        for column in CURRENT_COLUMNS:
-            merged[column] = both[column].fillna(both[column + "_old"])
-        return merged
-
-    @staticmethod
-    def _describe(pods: pd.DataFrame) -> pd.DataFrame:
-        """Per group: key columns, history window, pods, current replicas, samples, containers per pod, last
-        requests/limits."""
-        newest = pods.groupby(level="group")["last_sample"].transform("max")
-        current = (
-            (pods["last_sample"] >= newest - REPLICA_WINDOW_SECONDS)
-            .groupby(level="group", sort=True)
-            .sum()
-            .rename("replicas")
-        )
-        grouped = pods.groupby(level="group", sort=True)
-        described = (
-            grouped.agg(
-                first_sample=("first_sample", "min"),
-                last_sample=("last_sample", "max"),
-                pods=("samples", "size"),
-                samples=("samples", "sum"),
-                **{column: (column, "sum") for column in SAMPLE_COLUMNS},
-            )
-            .join(grouped[list(CURRENT_COLUMNS)].max())
-            .join(current)
-        )
-        keys = pd.DataFrame(
-            [json.loads(label) for label in described.index], columns=list(KEY_COLUMNS), index=described.index
-        )
-        described = keys.join(described)
-        containers = described.groupby(["namespace", "workload"])["container"].nunique().rename("containers_per_pod")
-        return described.join(containers, on=["namespace", "workload"])
-
-    @staticmethod
-    def _sample_steps(usage: pd.DataFrame) -> Sketch:
-        """Distinct times between consecutive samples of a pod container, seconds, and their counts: their median
-        is the sample interval (60 s, VPA's assumption, when there are none)."""
-        pods = pd.factorize(usage["pod"])[0]
-        groups = usage["group"].cat.codes.to_numpy()
-        times = usage["timestamp"].to_numpy(dtype=np.float64)
-        order = np.lexsort((times, pods, groups))
-        same = (groups[order][1:] == groups[order][:-1]) & (pods[order][1:] == pods[order][:-1])
-        steps = np.diff(times[order])[same]
-        values, counts = np.unique(steps[steps > 0].astype(np.int64), return_counts=True)
-        return values.astype(np.int64), counts.astype(np.int64)
-
     def predict(self, as_of: int | None = None, horizon_seconds: int = 86400) -> RecommendationSet:
         """Recommendations for every learned workload container at decision time `as_of` (default: data end)."""
         check_is_fitted(self, "workloads_")
-        policy = self.policy or PolicySettings()
+        policy = self._policy()
         step = self.cpu_short_term_.step_seconds
         decision = int(self.data_end_ + 1 if as_of is None else as_of)
         described = self.workloads_
         groups = described.index
         confidence = self._confidence_days(groups)
         per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
-        cpu = self._resource(
-            self.cpu_histogram_,
-            self.cpu_long_term_,
-            self.cpu_short_term_,
-            self.cpu_forecasts_,
-            groups,
-            decision,
-            horizon_seconds,
-            _sizer(
-                confidence,
-                per_pod,
-                policy.pod_min_cpu_cores,
-                policy.min_allowed_cpu_cores,
-                policy.max_allowed_cpu_cores,
-                policy,
-            ),
-        )
-        memory = self._resource(
-            self.memory_histogram_,
-            self.memory_long_term_,
-            self.memory_short_term_,
-            self.memory_forecasts_,
-            groups,
-            decision,
-            horizon_seconds,
-            _sizer(
-                confidence,
-                per_pod,
-                policy.pod_min_memory_bytes,
-                policy.min_allowed_memory_bytes,
-                policy.max_allowed_memory_bytes,
-                policy,
-            ),
-        )
-        vpa_cpu, vpa_memory = self._vpa_bounds(groups, per_pod, decision)
+        vpa = dict(zip(UNITS, self._vpa_bounds(groups, per_pod, decision)))
         now = {c: described[c].to_numpy(dtype=np.float64) for c in CURRENT_COLUMNS}
-        cpu_range, memory_range = (
-            (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
-            (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
-        )
-        cpu = [
-            _with_vpa(rec, vpa_cpu, i, cpu_range, now["cpu_request_cores"][i], now["cpu_limit_cores"][i])
-            for i, rec in enumerate(cpu)
-        ]
-        memory = [
-            _with_vpa(rec, vpa_memory, i, memory_range, now["memory_request_bytes"][i], now["memory_limit_bytes"][i])
-            for i, rec in enumerate(memory)
-        ]
-        recent_cpu = self._recent(self.cpu_short_term_, groups, decision, cpu)
-        recent_memory = self._recent(self.memory_short_term_, groups, decision, memory)
+        recs: dict[str, list[ResourceRecommendation | None]] = {}
+        recent: dict[str, list[list[float | None]]] = {}
+        for resource, unit in UNITS.items():
+            pod_minimum, *allowed = self._sizing(resource)
+            size = sizer(confidence, per_pod, pod_minimum, allowed[0], allowed[1], policy)
+            request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
+            recs[resource] = [
+                with_vpa(rec, vpa[resource], i, (allowed[0], allowed[1]), request[i], limit[i])
+                for i, rec in enumerate(self._resource(resource, groups, decision, horizon_seconds, size))
+            ]
+            recent[resource] = self._recent(getattr(self, f"{resource}_short_term_"), groups, decision, recs[resource])
         out = []
         for i, (label, row) in enumerate(described.iterrows()):
             current = {c: (None if pd.isna(row[c]) else float(row[c])) for c in CURRENT_COLUMNS}
@@ -760,8 +773,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     namespace=row["namespace"],
                     workload=row["workload"],
                     container=row["container"],
-                    cpu=cpu[i],
-                    memory=memory[i],
+                    cpu=recs["cpu"][i],
+                    memory=recs["memory"][i],
                     current=CurrentResources(**current),
                     history=History(
                         first_sample=int(row["first_sample"]),
@@ -772,8 +785,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         cpu_samples=int(row["cpu_samples"]),
                         memory_samples=int(row["memory_samples"]),
                         oom_kills=int(self.oom_kills_.get(label, 0)),
-                        recent_cpu_cores=recent_cpu[i],
-                        recent_memory_bytes=recent_memory[i],
+                        recent_cpu_cores=recent["cpu"][i],
+                        recent_memory_bytes=recent["memory"][i],
                     ),
                 )
             )
@@ -805,31 +818,16 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             groups = pd.Index([label])
             described = self.workloads_.reindex(groups)
             per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
-            cpu, memory = self._vpa_bounds(groups, per_pod, as_of)
+            bounds = dict(zip(UNITS, self._vpa_bounds(groups, per_pod, as_of)))
         finally:
             vpa.initial_.pop(label, None)
-        policy = self.policy or PolicySettings()
         now = {c: float(described[c].iloc[0]) for c in CURRENT_COLUMNS}
-        return rec.model_copy(
-            update={
-                "cpu": _with_vpa(
-                    rec.cpu,
-                    cpu,
-                    0,
-                    (policy.min_allowed_cpu_cores, policy.max_allowed_cpu_cores),
-                    now["cpu_request_cores"],
-                    now["cpu_limit_cores"],
-                ),
-                "memory": _with_vpa(
-                    rec.memory,
-                    memory,
-                    0,
-                    (policy.min_allowed_memory_bytes, policy.max_allowed_memory_bytes),
-                    now["memory_request_bytes"],
-                    now["memory_limit_bytes"],
-                ),
-            }
-        )
+        update = {}
+        for resource, unit in UNITS.items():
+            _, low, high = self._sizing(resource)
+            request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
+            update[resource] = with_vpa(getattr(rec, resource), bounds[resource], 0, (low, high), request, limit)
+        return rec.model_copy(update=update)
 
     def _vpa_bounds(self, groups: pd.Index, per_pod: FloatArray, as_of: int) -> tuple[FloatArray, FloatArray]:
         """Per group, the `vpa` policy's (target, lower, upper) of CPU in cores and memory in bytes (groups x 3): NaN
@@ -911,29 +909,23 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return out
 
     def _resource(
-        self,
-        histogram: DecayingHistogram | MemoryPeakHistogram,
-        long_term: PercentileReservation,
-        short_term: SeasonalMaxReservation,
-        forecasts: dict[str, ResourceForecast],
-        groups: pd.Index,
-        as_of: int,
-        horizon_seconds: int,
-        bounds: Any,
+        self, resource: str, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
         group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
-        policy = self.policy or PolicySettings()
-        settings = self.forecast or ForecastSettings()
+        histogram: DecayingHistogram | MemoryPeakHistogram = getattr(self, f"{resource}_histogram_")
+        long_term: PercentileReservation = getattr(self, f"{resource}_long_term_")
+        short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
         fitted = histogram.groups_
         lower, target, upper = (
             self._aligned(histogram.quantile(q), fitted, groups)
-            for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
+            for q in (self.lower_bound_percentile, self.target_percentile, self.upper_bound_percentile)
         )
         step = short_term.step_seconds
-        ours = self._forecast_lines(forecasts, groups, as_of, horizon_seconds, step)
+        ours = self._forecast_lines(getattr(self, f"{resource}_forecasts_"), groups, as_of, horizon_seconds, step)
         ours_request = ours["request"]
-        memory = histogram is self.memory_histogram_
+        # Memory is not compressible: an OOM kill outranks our request line, and the observed peak caps it.
+        memory = resource == "memory"
         oom = np.isin(np.asarray(groups, dtype=str), self.oom_kills_.index)
         if memory:
             ours_request = np.where(oom, np.nan, ours_request)
@@ -943,15 +935,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if memory:
             # A small fleet must not inflate memory: without an OOM kill, the request stays within the week's peak
             # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`).
-            peak_bound = self._observed_peak(groups) * (1.0 + settings.memory_peak_margin_fraction)
-            capped = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
-            sized_target = capped
+            peak_bound = self._observed_peak(groups) * (1.0 + self.memory_peak_margin_fraction)
+            sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)
         current = self.workloads_.reindex(groups)
         # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown".
-        known = current["memory_samples" if memory else "cpu_samples"].to_numpy(dtype=np.float64)
-        enough = known >= policy.min_samples
+        enough = current[f"{resource}_samples"].to_numpy(dtype=np.float64) >= self.min_samples
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
         position = pd.Index(short_term.groups_).get_indexer(groups)
@@ -962,51 +952,24 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         lines = np.where(stale[:, None], sized_target[:, None], lines)
         long_values = np.where(stale, sized_target, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
-        peak_values = np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"])
-        request_now = current["memory_request_bytes" if memory else "cpu_request_cores"].to_numpy(dtype=np.float64)
-        limit_now = current["memory_limit_bytes" if memory else "cpu_limit_cores"].to_numpy(dtype=np.float64)
-        result: list[ResourceRecommendation | None] = []
-        for i in range(len(groups)):
-            if np.isnan(target[i]) or not enough[i]:
-                result.append(None)
-                continue
-            drawn = {
-                "target": ours_request[i],
-                "short_term": 0.0 if has_line[i] else np.nan,
-                "long_term": ours["long_term"][i],
-            }
-            names = ours["names"][i]
-            limit, rule = recommended_limit(float(sized_target[i]), request_now[i], limit_now[i], float(peak_bound[i]))
-            result.append(
-                ResourceRecommendation(
-                    target=float(sized_target[i]),
-                    lower_bound=float(min(sized.lower_bound[i], sized_target[i])),
-                    upper_bound=float(max(sized.upper_bound[i], sized_target[i])),
-                    uncapped_target=float(sized.uncapped_target[i]),
-                    short_term=lines[i].tolist(),
-                    long_term=float(long_values[i]),
-                    peak=Peak(value=float(peak_values[i]), at=int(peak_times[i])),
-                    levels=ours["levels"][i],
-                    stale=bool(stale[i]),
-                    limit=limit,
-                    limit_rule=rule,
-                    limit_floor=float(peak_bound[i]) if np.isfinite(peak_bound[i]) else None,
-                    models=LineModels(
-                        target=names["target"] if not np.isnan(drawn["target"]) else "VPA histogram",
-                        short_term="stale: the request held flat"
-                        if stale[i]
-                        else names["short_term"]
-                        if has_line[i]
-                        else "SeasonalMaxReservation",
-                        long_term=names["long_term"] if not np.isnan(drawn["long_term"]) else "Koordinator mid",
-                        peak=names.get("peak", "max of the short-term line")
-                        if not stale[i]
-                        else "max of the short-term line",
-                        quality={line: q for line, q in ours["quality"][i].items() if not np.isnan(drawn[line])},
-                    ),
-                )
-            )
-        return result
+        unit = UNITS[resource]
+        return ResourceLines(
+            histogram_target=target,
+            enough=enough,
+            ours=ours,
+            ours_request=ours_request,
+            has_line=has_line,
+            sized=sized,
+            sized_target=sized_target,
+            peak_bound=peak_bound,
+            lines=lines,
+            long_values=long_values,
+            peak_values=np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+            peak_times=peak_times,
+            stale=stale,
+            request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
+            limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
+        ).recommendations()
 
     def _observed_peak(self, groups: pd.Index) -> FloatArray:
         """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
@@ -1029,102 +992,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         beside no recommendation (`shown`): nothing to compare it with, and 288 floats per container add up."""
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
-        return [_floats_or_none(recent[i]) if i >= 0 and rec is not None else [] for i, rec in zip(index, shown)]
-
-
-def _with_vpa(
-    rec: ResourceRecommendation | None,
-    vpa: FloatArray,
-    row: int,
-    allowed: tuple[float | None, float | None],
-    request_now: float,
-    limit_now: float,
-) -> ResourceRecommendation | None:
-    """A recommendation with its target and bounds from the `vpa` policy where it sizes this group (row of
-    `WorkloadRecommender._vpa_bounds`): clamped to the allowed range like VPA's resource policy, the uncapped target
-    before that; the memory cap and limit floor of the forecast policy do not apply. None where VPA has nothing."""
-    if rec is None or np.isnan(vpa[row, 0]):
-        return rec
-    if vpa[row, 0] < 0:
-        return None
-    target, lower, upper = (float(v) for v in vpa[row])
-    low = -np.inf if allowed[0] is None else allowed[0]
-    high = np.inf if allowed[1] is None else allowed[1]
-    capped = float(np.clip(target, low, high))
-    limit, rule = recommended_limit(capped, request_now, limit_now, np.nan)
-    models = (
-        rec.models.model_copy(
-            update={
-                "target": "VPA recommender v1.5.1",
-                "quality": {line: q for line, q in rec.models.quality.items() if line != "target"},
-            }
-        )
-        if rec.models
-        else None
-    )
-    return rec.model_copy(
-        update={
-            "target": capped,
-            "lower_bound": float(np.clip(lower, low, high)),
-            "upper_bound": float(np.clip(upper, low, high)),
-            "uncapped_target": target,
-            "policy": "vpa",
-            "models": models,
-            "limit_floor": None,
-            "limit": limit,
-            "limit_rule": rule,
-        }
-    )
-
-
-def _floats_or_none(values: FloatArray) -> list[float | None]:
-    """A row as JSON-ready floats, None for NaN (`tolist` converts in C: 288 floats x 10,000 containers add up)."""
-    return [None if v != v else v for v in values.tolist()]
+        return [floats_or_none(recent[i]) if i >= 0 and rec is not None else [] for i, rec in zip(index, shown)]
 
 
 def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits - 1}e}")
 
 
-def _oom_counts(oom_frame: pd.DataFrame | None) -> pd.Series:
-    """OOM kills per group label (only groups with at least one)."""
-    if oom_frame is None:
-        return pd.Series([], dtype=np.int64)
-    return oom_frame["group"].astype(str).value_counts().astype(np.int64)
-
-
 #: The request line's forecaster is the `request` attribute of ResourceForecast; the JSON calls that line target.
 _FORECAST_LINE = {"target": "request", "short_term": "short_term", "long_term": "long_term"}
-
-
-def recommended_limit(
-    target: float, request_now: float, limit_now: float, floor: float
-) -> tuple[float | None, str | None]:
-    """The limit we would set beside `target` and the rule that set it: scaled with the request as VPA does
-    (limit x target / request), never below the target, and for memory never below `floor` (the observed peak plus a
-    margin; NaN for CPU). None without a current limit (nothing to scale, and we never add one)."""
-    if not np.isfinite(limit_now):
-        return None, None
-    scaled = limit_now * target / request_now if np.isfinite(request_now) and request_now > 0 else limit_now
-    candidates = {"scaled with the request": scaled, "the request": target}
-    if np.isfinite(floor):
-        candidates["observed 7-day peak + margin"] = floor
-    rule = max(candidates, key=lambda name: candidates[name])
-    return float(candidates[rule]), rule
-
-
-def _sizer(
-    confidence: FloatArray,
-    per_pod: FloatArray,
-    pod_minimum: float,
-    min_allowed: float | None,
-    max_allowed: float | None,
-    policy: PolicySettings,
-) -> Callable[[FloatArray, FloatArray, FloatArray, FloatArray], RequestBounds]:
-    """VPA's bounds from histogram percentiles, with the target replaced by our request forecast where there is one."""
-
-    def size(lower: FloatArray, target: FloatArray, upper: FloatArray, forecast: FloatArray) -> RequestBounds:
-        vpa = request_bounds(lower, target, upper, confidence, per_pod, pod_minimum, min_allowed, max_allowed, policy)
-        return with_target(vpa, forecast, pod_minimum / np.maximum(per_pod, 1.0), min_allowed, max_allowed)
-
-    return size

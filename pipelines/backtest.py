@@ -34,7 +34,8 @@ from models.ensemble import (
 )
 from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
-from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
+from models.pods import group_label, with_group_labels
+from models.workload import LONG_TERM_DAYS, WorkloadRecommender
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
 from recommender.arrays import FloatArray
@@ -145,13 +146,15 @@ def _baselines(
         r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES
     }
     frame = fleet.frame
-    rules_only = settings.forecast.model_copy(update={"enabled": False})
-    vpa_policy = settings.policy.model_copy(update={"request_policy": "vpa", "request_policy_rules": []})
+    # The foundation's rules only, with every workload on the `vpa` policy.
+    baseline = WorkloadRecommender.from_settings(settings).set_params(
+        forecast_enabled=False, request_policy="vpa", request_policy_rules=[]
+    )
     for i, day in enumerate(decision_days):
         as_of = fleet.origin + day * DAY
         step(f"baselines: decision {i + 1}/{len(decision_days)}")
         history = frame[frame["timestamp"] < as_of]
-        model = WorkloadRecommender(settings.histogram, vpa_policy, settings.reservation, rules_only).fit(history)
+        model = clone(baseline).fit(history)
         recs = model.predict(as_of=as_of, horizon_seconds=DAY)
         index = fleet.groups.get_indexer(
             pd.Index([group_label(r.namespace, r.workload, r.container) for r in recs.recommendations])

@@ -243,9 +243,7 @@ def fit_partition(
     """Phase 1 (a task): fit a partition and keep the fitted model on the store; return its fleet statistics."""
     started = time.perf_counter()
     usage = _read_partition(files, source)
-    model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, settings.forecast).fit(
-        usage, oom_events=oom_events, data_end=data_end
-    )
+    model = WorkloadRecommender.from_settings(settings).fit(usage, oom_events=oom_events, data_end=data_end)
     files.write_fitted(model)
     return PartitionFit(
         index=partition.index,

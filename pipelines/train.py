@@ -47,13 +47,7 @@ def fit_nodes(
         return resume
     if resume is not None:
         return resume.partial_fit(usage)
-    col = settings.colocation
-    return NodeForecaster(
-        settings.forecast,
-        step_seconds=settings.reservation.step_seconds,
-        cpu_jump_quantile=col.cpu_jump_quantile,
-        memory_jump_quantile=col.memory_jump_quantile,
-    ).fit(usage)
+    return NodeForecaster.from_settings(settings, settings.colocation).fit(usage)
 
 
 def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step: Step = quiet) -> pd.DataFrame:
@@ -88,9 +82,7 @@ def fit_history(
     if resume is not None:
         model = resume.partial_fit(usage, oom_events=oom_events)
     else:
-        model = WorkloadRecommender(settings.histogram, settings.policy, settings.reservation, settings.forecast).fit(
-            usage, oom_events=oom_events
-        )
+        model = WorkloadRecommender.from_settings(settings).fit(usage, oom_events=oom_events)
     if has_placement(usage):
         step("fitting the node model")
     node_model = fit_nodes(usage, settings, resume_nodes)

@@ -21,7 +21,8 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from models.workload import vpa_estimator, with_group_labels  # noqa: E402
+from models.pods import with_group_labels  # noqa: E402
+from models.workload import vpa_estimator  # noqa: E402
 from recommender.settings import HistogramSettings, PolicySettings  # noqa: E402
 
 

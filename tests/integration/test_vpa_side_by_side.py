@@ -16,8 +16,8 @@ from collections import defaultdict
 import pandas as pd
 import pytest
 
-from models.workload import WorkloadRecommender, with_group_labels
-from recommender.settings import ForecastSettings, PolicySettings
+from models.pods import with_group_labels
+from models.workload import WorkloadRecommender
 from tests.conftest import BUNDLED, SHARED_BITBRAINS
 
 DAY = 86400.0
@@ -139,8 +139,7 @@ def frames() -> list[tuple[str, pd.DataFrame]]:
 
 @pytest.mark.parametrize(("name", "usage"), frames(), ids=lambda x: x if isinstance(x, str) else "")
 def test_vpa_policy_equals_vpa_rules_recomputed(name: str, usage: pd.DataFrame) -> None:
-    policy = PolicySettings(request_policy="vpa", min_samples=1)
-    model = WorkloadRecommender(policy=policy, forecast=ForecastSettings(enabled=False)).fit(usage)
+    model = WorkloadRecommender(request_policy="vpa", min_samples=1, forecast_enabled=False).fit(usage)
     as_of = int(usage["timestamp"].max()) + 1
     result = model.predict(as_of=as_of)
     labelled = with_group_labels(usage)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from models.nodes import NodeForecaster, rise_allowance
+from models.workload import FleetForecaster
 from pipelines.node_backtest import (
     MethodSummary,
     NodeBacktestResult,
@@ -68,7 +69,7 @@ def alternating(days: int = 4, start: int = 1_700_006_400) -> pd.DataFrame:
 
 def test_the_node_line_forecasts_the_pooled_sum_not_the_sum_of_peaks() -> None:
     usage = alternating()
-    found = {n.node: n for n in NodeForecaster(FAST).fit(usage).predict()}
+    found = {n.node: n for n in NodeForecaster(FleetForecaster.from_settings(FAST)).fit(usage).predict()}
     a = found["a"]
     assert a.cpu is not None and a.memory is not None
     # the two pods never peak together: the pooled line stays near 4.5 cores, far below the 8 of the two peaks
@@ -83,17 +84,17 @@ def test_the_node_line_forecasts_the_pooled_sum_not_the_sum_of_peaks() -> None:
 def test_partial_fit_slides_the_grid_to_the_new_samples() -> None:
     usage = alternating(days=4)
     end = int(usage["timestamp"].min()) + 3 * DAY
-    model = NodeForecaster(FAST).fit(usage[usage["timestamp"] < end])
+    model = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(usage[usage["timestamp"] < end])
     model.partial_fit(usage[usage["timestamp"] >= end])
     assert model.data_end_ == int(usage["timestamp"].max())
-    full = NodeForecaster(FAST).fit(usage)
+    full = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(usage)
     np.testing.assert_allclose(model.cpu_grid_, full.cpu_grid_, equal_nan=True)
 
 
 def test_a_usage_without_placement_is_a_clear_error() -> None:
     usage = alternating().assign(node=None)
     with pytest.raises(ValueError, match="with a node"):
-        NodeForecaster(FAST).fit(usage)
+        NodeForecaster(FleetForecaster.from_settings(FAST)).fit(usage)
 
 
 def test_rise_allowance_is_a_quantile_of_the_recent_rises() -> None:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from models.ensemble import SKETCH_RESOLUTION, merge_sketches, ratio_sketch, sketch_quantile
 from models.forecast import nan_quantile
-from models.workload import group_label, median_of_counts
+from models.pods import group_label
+from models.workload import median_of_counts
 from pipelines.distributed import plan_partitions
 
 ratios = st.lists(

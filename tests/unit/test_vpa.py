@@ -612,12 +612,13 @@ START = 1_700_006_400.0
 def test_the_policy_is_chosen_per_namespace_and_workload(
     rules: list[dict[str, str]], default: str, expected: dict[str, str]
 ) -> None:
+    from models.settings import ModelSettings
     from models.workload import WorkloadRecommender
     from recommender.settings import ForecastSettings, PolicySettings
 
     policy = PolicySettings.model_validate({"request_policy": default, "request_policy_rules": rules})
     result = (
-        WorkloadRecommender(policy=policy, forecast=ForecastSettings(enabled=False))
+        WorkloadRecommender.from_settings(ModelSettings(policy=policy, forecast=ForecastSettings(enabled=False)))
         .fit(tidy({"legacy/a": 0.0125, "shop/b": 0.3}))
         .predict()
     )

@@ -12,8 +12,7 @@ from sklearn.exceptions import NotFittedError
 
 from models.histogram import DecayingHistogram
 from models.reservation import PercentileReservation, SeasonalMaxReservation
-from models.workload import WorkloadRecommender
-from recommender.settings import ForecastSettings, PolicySettings
+from models.workload import FleetForecaster, WorkloadRecommender
 from tests.conftest import make_usage
 
 
@@ -63,22 +62,13 @@ def test_no_recommendation_for_a_resource_below_the_sample_minimum() -> None:
     rec = model.partial_fit(more).predict().recommendations[0]
     assert rec.cpu is not None and rec.history is not None and rec.history.cpu_samples == 13
     thirteen = make_usage(workloads=1, pods=1, days=1).iloc[:13]
-    assert (
-        WorkloadRecommender(policy=PolicySettings(min_samples=20)).fit(thirteen).predict().recommendations[0].cpu
-        is None
-    )
+    assert WorkloadRecommender(min_samples=20).fit(thirteen).predict().recommendations[0].cpu is None
 
 
 def test_policy_settings_are_used() -> None:
     usage = make_usage(workloads=1, pods=1, days=2)
     plain = WorkloadRecommender().fit(usage).predict().recommendations[0].cpu
-    capped = (
-        WorkloadRecommender(policy=PolicySettings(max_allowed_cpu_cores=0.1))
-        .fit(usage)
-        .predict()
-        .recommendations[0]
-        .cpu
-    )
+    capped = WorkloadRecommender(max_allowed_cpu_cores=0.1).fit(usage).predict().recommendations[0].cpu
     assert plain is not None and capped is not None
     assert capped.target == 0.1 and capped.uncapped_target == pytest.approx(plain.target)
 
@@ -194,8 +184,7 @@ def test_partial_fit_equals_one_fit(cut_days: float) -> None:
 
 def test_forecast_lines_far_after_the_data_keep_the_time_of_day() -> None:
     usage = make_usage(workloads=1, pods=1, days=9)
-    patient = ForecastSettings(stale_after_seconds=1000 * 86400)
-    model = WorkloadRecommender(forecast=patient).fit(usage)
+    model = WorkloadRecommender(forecast=FleetForecaster(stale_after_seconds=1000 * 86400)).fit(usage)
     end = int(usage["timestamp"].max()) + 1
     near = model.predict(as_of=end + 86400).recommendations[0].cpu
     far = model.predict(as_of=end + 400 * 86400).recommendations[0].cpu
@@ -223,10 +212,8 @@ def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
     both = pd.concat([usage, loose], ignore_index=True).sort_values(
         ["namespace", "workload", "pod", "container", "timestamp"]
     )
-    settings = ForecastSettings(target_violation_overrides={"batch": 0.05})
-    recs = {
-        (r.namespace, r.workload): r for r in WorkloadRecommender(forecast=settings).fit(both).predict().recommendations
-    }
+    model = WorkloadRecommender(target_violation_overrides={"batch": 0.05})
+    recs = {(r.namespace, r.workload): r for r in model.fit(both).predict().recommendations}
     strict, relaxed = recs[("ns", "w0")].cpu, recs[("batch", "w0")].cpu
     assert strict is not None and relaxed is not None and strict.levels is not None and relaxed.levels is not None
     assert strict.levels.short_term == strict.levels.target == strict.levels.long_term == 0.01

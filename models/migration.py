@@ -1,0 +1,49 @@
+"""Old pickles in a model store, brought to today's estimators as they load (`__setstate__`), so a store written by
+an older release keeps serving and continuing (`train --incremental`) without a retrain.
+
+Each step names the release change it undoes; the state it gets is the pickled `__dict__`, the one it returns what
+today's class would have pickled for the same fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.pods import SAMPLE_COLUMNS
+from models.settings import ModelSettings
+from recommender.settings import ForecastSettings
+
+#: The settings groups `WorkloadRecommender` took as parameters before they became scalars and sub-estimators.
+SETTINGS_PARAMETERS = ("histogram", "policy", "reservation", "forecast")
+
+
+def migrate_workload_state(
+    state: dict[str, Any], parameters: Callable[[ModelSettings], dict[str, Any]]
+) -> dict[str, Any]:
+    """A pickled `WorkloadRecommender`'s state, migrated; `parameters`: today's parameters of a settings groups' fit
+    (`WorkloadRecommender.from_settings(...).get_params(deep=False)`)."""
+    # Before OOM kills were counted only which groups had one was kept: each counts as one kill.
+    if "oom_groups_" in state:
+        groups = state.pop("oom_groups_")
+        state["oom_kills_"] = pd.Series(1, index=pd.Index(groups, dtype=object), dtype=np.int64)
+    # Before per-resource sample counts every sample of a pod counted for both resources.
+    for name in ("pods_", "workloads_"):
+        if name in state and "cpu_samples" not in state[name].columns:
+            state[name] = state[name].assign(**dict.fromkeys(SAMPLE_COLUMNS, state[name]["samples"]))
+    # Before issue 16 the parameters were the settings groups themselves (None: the defaults).
+    if "histogram" in state:
+        groups = {name: value for name in SETTINGS_PARAMETERS if (value := state.pop(name, None)) is not None}
+        state.update(parameters(ModelSettings(**groups)))
+    return state
+
+
+def migrate_node_state(state: dict[str, Any], forecaster: Callable[[ForecastSettings], Any]) -> dict[str, Any]:
+    """A pickled `NodeForecaster`'s state, migrated: before issue 16 its `forecast` parameter was the settings group
+    (`forecaster` makes today's `FleetForecaster` of it)."""
+    if isinstance(state.get("forecast"), ForecastSettings):
+        state["forecast"] = forecaster(state["forecast"])
+    return state
