@@ -660,9 +660,9 @@ def sync(
     def extra(report: SyncReport) -> None:
         if nodes.enabled():
             nodes.sync_once(report)
-        checkpoints.write(report)
+        checkpoints.write(report, syncer.vpas.values())
 
-    syncer = StatusSync(api, state, settings.sync, extra=extra, adjust=checkpoints.adjust)
+    syncer = StatusSync(api, state, settings.sync, extra=extra, adjust=checkpoints.adjust, watched=nodes.informers)
 
     def show(report: SyncReport) -> None:
         for name in report.written:

@@ -164,7 +164,7 @@ def _baselines(
             mid = np.full(len(fleet.groups), np.nan)
             short = np.full((len(fleet.groups), per_day), np.nan)
             for row, rec in zip(index, recs.recommendations):
-                res = rec.cpu if resource == "cpu" else rec.memory
+                res = getattr(rec, resource)
                 if res is not None:
                     vpa[row], mid[row], short[row] = res.target, res.long_term, res.short_term
             out[resource]["vpa"].append(vpa)

@@ -1,5 +1,6 @@
-"""List-then-watch caches of Kubernetes objects: the webhook's opt-in sources (namespaces, VerticalPodAutoscalers,
-HorizontalPodAutoscalers) and the extender sidecar's pods and nodes.
+"""List-then-watch caches of Kubernetes objects, the one way our processes read the cluster: the webhook's opt-in
+sources (namespaces, VerticalPodAutoscalers, HorizontalPodAutoscalers), the extender sidecar's pods and nodes, and the
+objects `recommender sync` writes (VPAs, Koordinator Recommendations; nodes and pods for the node writer).
 
 An `Informer` lists its kind once, then watches from the list's resourceVersion (with bookmarks, so the version stays
 fresh on a quiet kind), applying ADDED / MODIFIED / DELETED to its map. A 410 Gone (the version fell out of etcd's
@@ -22,6 +23,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from recommender.errors import KubernetesError
 from serving.kube import api_message
 from serving.settings import WebhookSettings
 
@@ -47,17 +49,20 @@ class Informer:
         resync_seconds: float,
         backoff_max_seconds: float,
         on_change: Callable[[], None] = lambda: None,
+        on_event: Callable[[str, dict[str, Any]], None] = lambda kind, obj: None,
         missing_ok: bool = False,
         **kwargs: Any,
     ) -> None:
-        """`list_call(*args, **kwargs)` lists the kind (a kubernetes client method); `missing_ok`: a 404 (the CRD
-        is not installed) counts as synced and empty instead of an error, and is asked again after the longest backoff
-        (a CRD installed after us is seen within that)."""
+        """`list_call(*args, **kwargs)` lists the kind (a kubernetes client method); `on_change` is called after
+        every list and event, `on_event(type, object)` after each ADDED, MODIFIED or DELETED the watch applied;
+        `missing_ok`: a 404 (the CRD is not installed) counts as synced and empty instead of an error, and is asked
+        again after the longest backoff (a CRD installed after us is seen within that)."""
         self.name = name
         self._call, self._args, self._kwargs = list_call, args, kwargs
         self.resync_seconds = resync_seconds
         self.backoff_max_seconds = backoff_max_seconds
         self.on_change = on_change
+        self.on_event = on_event
         self.missing_ok = missing_ok
         self.items: dict[Key, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -79,6 +84,24 @@ class Informer:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self.items.get((namespace, name))
+
+    def list_now(self) -> None:
+        """List once outside `run` (a one-shot pass): a kind that is not installed counts as empty when `missing_ok`;
+        any other failure is a KubernetesError naming the kind."""
+        try:
+            self.list_once()
+        except ApiException as error:
+            if error.status == 404 and self.missing_ok:
+                log.warning("%s: not installed in this cluster; taken as none", self.name)
+                self._missing()
+                return
+            raise KubernetesError(f"listing {self.name}: HTTP {error.status}: {api_message(error)}") from None
+
+    def _missing(self) -> None:
+        with self._lock:
+            self.items = {}
+        self.problem = None
+        self.synced.set()
 
     def list_once(self) -> None:
         """Replace the map with a fresh list and remember its resourceVersion."""
@@ -119,6 +142,7 @@ class Informer:
             if version:
                 self.resource_version = str(version)
             if event["type"] != "BOOKMARK":
+                self.on_event(event["type"], obj)
                 self.on_change()
 
     def interrupt(self) -> None:
@@ -147,10 +171,7 @@ class Informer:
                     self.resource_version = None
                     continue
                 if error.status == 404 and self.missing_ok:
-                    with self._lock:
-                        self.items = {}
-                    self.problem = None
-                    self.synced.set()
+                    self._missing()
                     log.warning(
                         "%s: not installed in this cluster; taken as none, asked again in %.0f s",
                         self.name,

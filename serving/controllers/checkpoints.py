@@ -130,18 +130,16 @@ class CheckpointBridge:
                 out.append(rec)
         return out
 
-    def write(self, report: SyncReport) -> None:
+    def write(self, report: SyncReport, vpas: list[dict[str, Any]]) -> None:
         """With `sync.write_vpa_checkpoints`: create or replace our checkpoint for each container of the VPAs naming
-        us that the `vpa` policy sizes; one another writer owns is left alone (named in `report.ignored`)."""
+        us (of `vpas`, the status writer's cache) that the `vpa` policy sizes; one another writer owns is left alone
+        (named in `report.ignored`)."""
         model = self._fitted() if self.settings.write_vpa_checkpoints else None
         if model is None:
             return
         by_key = self.state.require().by_key
-        answer = cast(
-            dict[str, Any], self.custom.list_cluster_custom_object("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
-        )
         now = time.time()
-        for vpa in answer["items"]:
+        for vpa in vpas:
             meta, spec = vpa.get("metadata") or {}, vpa.get("spec") or {}
             if self.settings.recommender_name not in [r.get("name") for r in spec.get("recommenders") or []]:
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from models.store import ModelStore
 from recommender.units import cpu_cores_from_quantity
+from serving.controllers.status import StatusSync, SyncReport
+from serving.settings import SyncSettings
+from serving.state import ServiceState
 from tests.conftest import Runner, entry_point, make_usage
 from tests.support.control_plane import ControlPlane
 
@@ -139,3 +144,47 @@ def test_sync_without_a_cluster_is_a_clear_error(store: Path, cli: Runner, tmp_p
     missing = tmp_path / "nope.kubeconfig"
     result = cli("sync", "--once", "--store", str(store), "--kubeconfig", str(missing))
     assert result.returncode == 7 and "no Kubernetes credentials" in result.stderr
+
+
+def test_the_loop_answers_both_kinds_from_the_shared_caches(
+    plane: ControlPlane, store: Path, objects: client.CustomObjectsApi
+) -> None:
+    """The status writer reads through the same informers as the webhook: one list per kind, then watches of both
+    kinds at once, so a new VPA and a new Recommendation are each answered within seconds, with no list per event."""
+    syncer = StatusSync(plane.api(), ServiceState(ModelStore(str(store))), SyncSettings(resync_seconds=300))
+    stop, reports = threading.Event(), list[SyncReport]()
+    thread = threading.Thread(target=syncer.run, args=(stop, reports.append), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert reports, "no full pass within 30 s"
+        objects.create_namespaced_custom_object(*VPA[:2], "shop", VPA[2], vpa("web-late", "web", "koord-recommender"))
+        late_rec = {
+            "apiVersion": "analysis.koordinator.sh/v1alpha1",
+            "kind": "Recommendation",
+            "metadata": {"name": "api-late", "namespace": "shop"},
+            "spec": {
+                "target": {
+                    "type": "workload",
+                    "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                }
+            },
+        }
+        objects.create_namespaced_custom_object(*REC[:2], "shop", REC[2], late_rec)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+            "recommendation" in (get(objects, VPA, "web-late").get("status") or {})
+            and "podStatus" in (get(objects, REC, "api-late").get("status") or {})
+        ):
+            time.sleep(0.5)
+        assert "recommendation" in (get(objects, VPA, "web-late").get("status") or {}), "the VPA was not answered"
+        assert "podStatus" in (get(objects, REC, "api-late").get("status") or {}), "the Recommendation was not answered"
+        assert [informer.lists for informer in syncer.informers] == [1, 1], "an event cost a list"
+        written = {name for report in reports for name in report.written}
+        assert {"VerticalPodAutoscaler shop/web-late", "Recommendation shop/api-late"} <= written
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+    assert not thread.is_alive()
