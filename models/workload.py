@@ -75,7 +75,6 @@ from recommender.resources import (
     WorkloadRecommendation,
 )
 from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, RequestPolicyRule
-from recommender.units import MIB
 
 
 @dataclass(frozen=True)
@@ -332,9 +331,10 @@ def vpa_estimator(hist: HistogramSettings, policy: PolicySettings) -> VpaRecomme
     )
 
 
-#: The `PolicySettings` fields that are `WorkloadRecommender` parameters (the `vpa` policy's confidence interval is
-#: its `VpaRecommender`'s).
-POLICY_PARAMETERS = tuple(name for name in PolicySettings.model_fields if name != "confidence_interval_seconds")
+#: The `PolicySettings` fields that are `WorkloadRecommender` parameters: the ones VPA's rules do not share. The
+#: percentiles, safety margin, confidence factors and pod minimums are VPA's, so both request policies read them from
+#: the `vpa` part (`set_params(vpa__target_percentile=0.95)`).
+POLICY_PARAMETERS = tuple(name for name in PolicySettings.model_fields if name not in VpaRecommender._get_param_names())
 #: The resources, and the unit in the names of their parameters and columns (`pod_min_cpu_cores`,
 #: `memory_request_bytes`), so code that loops over resources reads names, not a cpu/memory branch.
 UNITS = {"cpu": "cores", "memory": "bytes"}
@@ -360,8 +360,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     Parameters: the six sub-estimators (unfitted; None: the settings' defaults) and the forecaster, cloned at each
     fit so `set_params(cpu_histogram__half_life_seconds=...)` and `clone` reach their scalars; then the forecast's
     switches and per-workload risk levels and the request sizing (`PolicySettings`' fields, see there for units,
-    defaults and reasons). Fitted: `cpu_histogram_` ... `vpa_`, the forecasts per risk level (`cpu_forecasts_`,
-    `memory_forecasts_`), the pod and workload state (`pods_`, `workloads_`, `oom_kills_`) and the usage grids."""
+    defaults and reasons; the ones VPA's rules share are the `vpa` part's, read by both request policies).
+    Fitted: `cpu_histogram_` ... `vpa_`, the forecasts per risk level (`cpu_forecasts_`, `memory_forecasts_`), the
+    pod and workload state (`pods_`, `workloads_`, `oom_kills_`) and the usage grids."""
 
     def __init__(
         self,
@@ -377,17 +378,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         memory_peak_margin_fraction: float = 0.15,
         request_policy: Literal["forecast", "vpa"] = "forecast",
         request_policy_rules: list[RequestPolicyRule] | None = None,
-        target_percentile: float = 0.9,
-        lower_bound_percentile: float = 0.5,
-        upper_bound_percentile: float = 0.95,
-        safety_margin_fraction: float = 0.15,
-        lower_bound_confidence_multiplier: float = 0.001,
-        lower_bound_confidence_exponent: float = -2.0,
-        upper_bound_confidence_multiplier: float = 1.0,
-        upper_bound_confidence_exponent: float = 1.0,
         min_confidence_days: float = 1 / 24,
-        pod_min_cpu_cores: float = 0.025,
-        pod_min_memory_bytes: float = 250 * MIB,
         min_allowed_cpu_cores: float | None = None,
         max_allowed_cpu_cores: float | None = None,
         min_allowed_memory_bytes: float | None = None,
@@ -406,17 +397,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_peak_margin_fraction = memory_peak_margin_fraction
         self.request_policy = request_policy
         self.request_policy_rules = request_policy_rules
-        self.target_percentile = target_percentile
-        self.lower_bound_percentile = lower_bound_percentile
-        self.upper_bound_percentile = upper_bound_percentile
-        self.safety_margin_fraction = safety_margin_fraction
-        self.lower_bound_confidence_multiplier = lower_bound_confidence_multiplier
-        self.lower_bound_confidence_exponent = lower_bound_confidence_exponent
-        self.upper_bound_confidence_multiplier = upper_bound_confidence_multiplier
-        self.upper_bound_confidence_exponent = upper_bound_confidence_exponent
         self.min_confidence_days = min_confidence_days
-        self.pod_min_cpu_cores = pod_min_cpu_cores
-        self.pod_min_memory_bytes = pod_min_memory_bytes
         self.min_allowed_cpu_cores = min_allowed_cpu_cores
         self.max_allowed_cpu_cores = max_allowed_cpu_cores
         self.min_allowed_memory_bytes = min_allowed_memory_bytes
@@ -489,15 +470,19 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return int(self._part("short_term").step_seconds)
 
     def _policy(self) -> PolicySettings:
-        """The request sizing parameters as the settings group the core's rules (`recommender.policy`) read."""
-        values = {name: getattr(self, name) for name in POLICY_PARAMETERS}
-        return PolicySettings(**{**values, "request_policy_rules": list(self.request_policy_rules or [])})
+        """The request sizing parameters (ours and the `vpa` part's) as the settings group the core's rules
+        (`recommender.policy`) read."""
+        vpa = self._part("vpa").get_params()
+        shared = {name: vpa[name] for name in PolicySettings.model_fields if name in vpa}
+        own = {name: getattr(self, name) for name in POLICY_PARAMETERS}
+        return PolicySettings(**{**shared, **own, "request_policy_rules": list(self.request_policy_rules or [])})
 
     def _sizing(self, resource: str) -> tuple[float, float | None, float | None]:
-        """A resource's smallest request per pod and its allowed range (`pod_min_cpu_cores`, `min_allowed_...`)."""
+        """A resource's smallest request per pod (the `vpa` part's `pod_min_cpu_cores`) and its allowed range
+        (`min_allowed_cpu_cores`, ...)."""
         suffix = f"{resource}_{UNITS[resource]}"
         return (
-            getattr(self, f"pod_min_{suffix}"),
+            getattr(self._part("vpa"), f"pod_min_{suffix}"),
             getattr(self, f"min_allowed_{suffix}"),
             getattr(self, f"max_allowed_{suffix}"),
         )
@@ -917,9 +902,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         long_term: PercentileReservation = getattr(self, f"{resource}_long_term_")
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
         fitted = histogram.groups_
+        policy = self._part("vpa")
         lower, target, upper = (
             self._aligned(histogram.quantile(q), fitted, groups)
-            for q in (self.lower_bound_percentile, self.target_percentile, self.upper_bound_percentile)
+            for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
         )
         step = short_term.step_seconds
         ours = self._forecast_lines(getattr(self, f"{resource}_forecasts_"), groups, as_of, horizon_seconds, step)

@@ -38,6 +38,20 @@ def vpa(name: str, workload: str, recommender: str, **spec: Any) -> dict[str, An
     }
 
 
+def recommendation(name: str, workload: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "analysis.koordinator.sh/v1alpha1",
+        "kind": "Recommendation",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {
+            "target": {
+                "type": "workload",
+                "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload},
+            }
+        },
+    }
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = tmp_path_factory.mktemp("store")
@@ -65,22 +79,7 @@ def objects(plane: ControlPlane) -> client.CustomObjectsApi:
     custom.create_namespaced_custom_object(
         *VPA[:2], "shop", VPA[2], vpa("ghost", "no-such-workload", "koord-recommender")
     )
-    custom.create_namespaced_custom_object(
-        *REC[:2],
-        "shop",
-        REC[2],
-        {
-            "apiVersion": "analysis.koordinator.sh/v1alpha1",
-            "kind": "Recommendation",
-            "metadata": {"name": "web", "namespace": "shop"},
-            "spec": {
-                "target": {
-                    "type": "workload",
-                    "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                }
-            },
-        },
-    )
+    custom.create_namespaced_custom_object(*REC[:2], "shop", REC[2], recommendation("web", "web"))
     return custom
 
 
@@ -161,18 +160,7 @@ def test_the_loop_answers_both_kinds_from_the_shared_caches(
             time.sleep(0.2)
         assert reports, "no full pass within 30 s"
         objects.create_namespaced_custom_object(*VPA[:2], "shop", VPA[2], vpa("web-late", "web", "koord-recommender"))
-        late_rec = {
-            "apiVersion": "analysis.koordinator.sh/v1alpha1",
-            "kind": "Recommendation",
-            "metadata": {"name": "api-late", "namespace": "shop"},
-            "spec": {
-                "target": {
-                    "type": "workload",
-                    "workload": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
-                }
-            },
-        }
-        objects.create_namespaced_custom_object(*REC[:2], "shop", REC[2], late_rec)
+        objects.create_namespaced_custom_object(*REC[:2], "shop", REC[2], recommendation("api-late", "api"))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (
             "recommendation" in (get(objects, VPA, "web-late").get("status") or {})

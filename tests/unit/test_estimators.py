@@ -101,7 +101,7 @@ def test_clone_and_set_params_round_trip(cls: type[BaseEstimator]) -> None:
 def test_nested_parameters_reach_the_sub_estimators_and_the_fit() -> None:
     model = WorkloadRecommender.from_settings(ModelSettings())
     assert model.get_params()["cpu_histogram__half_life_seconds"] == 86400
-    model.set_params(cpu_histogram__half_life_seconds=3600.0, forecast__selection_days=2, pod_min_cpu_cores=0.1)
+    model.set_params(cpu_histogram__half_life_seconds=3600.0, forecast__selection_days=2, vpa__pod_min_cpu_cores=0.1)
     usage = make_usage(workloads=1, pods=1, days=3)
     fitted = model.fit(usage)
     assert fitted.cpu_histogram_.half_life_seconds == 3600.0
