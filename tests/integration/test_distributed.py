@@ -17,8 +17,8 @@ import dask
 import pytest
 from distributed import Client, LocalCluster, WorkerPlugin
 
-from models.store import ModelStore
-from pipelines.distributed import train_distributed
+from models.store import Manifest, ModelStore
+from pipelines.distributed import DaskExecutor
 from pipelines.train import train_from_file
 from recommender.errors import DistributedTrainingError
 from recommender.settings import Settings
@@ -67,6 +67,11 @@ def settings(store: Path, **scale: Any) -> Settings:
     return Settings(store={"path": store}, scale={**SCALE, **scale}, forecast={})
 
 
+def train_on(client: Client, settings: Settings) -> Manifest:
+    """The bundled slice trained on the cluster."""
+    return train_from_file(BUNDLED, settings, executor=DaskExecutor(client, settings.scale))
+
+
 def recommendations(store: ModelStore, version: str) -> bytes:
     return Path(store.root, "versions", version, "recommendations.json").read_bytes()
 
@@ -78,7 +83,7 @@ def test_partitions_share_the_fleet_calibration_and_the_per_container_models(tmp
     single = settings(tmp_path / "single")
     distributed = settings(tmp_path / "distributed")
     expected_manifest = train_from_file(BUNDLED, single)
-    got = train_distributed(client, BUNDLED, distributed)
+    got = train_on(client, distributed)
     assert got.row_counts["partitions"] == 4 and got.row_counts["failed_partitions"] == 0
     for key in ("usage_rows", "workload_containers", "pods"):
         assert got.row_counts[key] == expected_manifest.row_counts[key]
@@ -105,13 +110,13 @@ def test_worker_killed_mid_run_is_survived(tmp_path: Path, client: Client) -> No
     marker = tmp_path / "killed-once"
     client.register_plugin(KillOnFit(str(marker), index=2, every_time=False), name="kill")
     try:
-        got = train_distributed(client, BUNDLED, settings(tmp_path / "distributed"))
+        got = train_on(client, settings(tmp_path / "distributed"))
     finally:
         client.unregister_worker_plugin("kill")
     assert marker.exists(), "no worker was killed"
     assert got.row_counts["failed_partitions"] == 0
     # The rerun partition gives what an undisturbed distributed run over the same partitions gives, byte for byte.
-    expected = train_distributed(client, BUNDLED, settings(tmp_path / "undisturbed"))
+    expected = train_on(client, settings(tmp_path / "undisturbed"))
     assert recommendations(ModelStore(tmp_path / "distributed"), got.version) == recommendations(
         ModelStore(tmp_path / "undisturbed"), expected.version
     )
@@ -123,8 +128,8 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
     client.register_plugin(KillOnFit(str(tmp_path / "unused"), index=1, every_time=True), name="kill-always")
     try:
         with pytest.raises(DistributedTrainingError, match=r"1 of 4 partition\(s\) failed.*partition 1 \(google-2019/"):
-            train_distributed(client, BUNDLED, settings(store_path))
-        tolerated = train_distributed(client, BUNDLED, settings(store_path, failure_tolerance_fraction=0.25))
+            train_on(client, settings(store_path))
+        tolerated = train_on(client, settings(store_path, failure_tolerance_fraction=0.25))
     finally:
         client.unregister_worker_plugin("kill-always")
     store = ModelStore(store_path)

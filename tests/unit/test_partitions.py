@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from models.ensemble import SKETCH_RESOLUTION, merge_sketches, ratio_sketch, sketch_quantile
 from models.forecast import nan_quantile
 from models.workload import group_label, median_of_counts
-from pipelines.distributed import plan_partitions
+from pipelines.partitions import plan_partitions
 
 ratios = st.lists(
     st.one_of(st.floats(0, 1e6, allow_subnormal=False), st.just(0.0), st.just(float("inf")), st.just(float("nan"))),
