@@ -112,7 +112,14 @@ class PooledNodeUsage:
                 rows = index.get_indexer(pd.Index(part.nodes))
                 sums[resource][rows] += part.sums[resource]
                 observed[resource][rows] |= part.observed[resource]
-        instances = pd.concat([p.instances for p in present])
+        # In the order one fit on the fleet's rows gives: by first sample, then as the rows sort.
+        keys = ["namespace", "pod", "container", "node"]
+        instances = (
+            pd.concat([p.instances for p in present])
+            .reset_index()
+            .sort_values(["first_sample", "namespace", "workload", "pod", "container"], kind="stable")
+            .set_index(keys)
+        )
         return cls(nodes, max(p.data_end for p in present), present[0].grid_end, sums, observed, instances)
 
 
@@ -243,9 +250,11 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
 
     @staticmethod
     def _instances(usage: pd.DataFrame) -> pd.DataFrame:
-        """Per (namespace, pod, container, node): workload, priority class, last sample and its last request (or limit)."""
+        """Per (namespace, pod, container, node): workload, priority class, first and last sample and its last request
+        (or limit)."""
         ordered = usage.sort_values("timestamp", kind="stable")
-        last = ordered.groupby(["namespace", "pod", "container", "node"], sort=False).last()
+        keys = ["namespace", "pod", "container", "node"]
+        last = ordered.groupby(keys, sort=False).last()
         out = pd.DataFrame(
             {
                 "workload": last["workload"].astype(str),
@@ -253,6 +262,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 if "priority_class" in last
                 else "none",
                 "last_sample": last["timestamp"].astype(np.int64),
+                "first_sample": ordered.groupby(keys, sort=False)["timestamp"].first().astype(np.int64),
             },
             index=last.index,
         )
