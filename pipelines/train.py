@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 import resource
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -389,7 +389,7 @@ class _Run:
 
     settings: Settings
     executor: Executor
-    writer: VersionWriter | None
+    store: ExitStack | None
     source: str
     as_of: int | None
     horizon_seconds: int
@@ -402,6 +402,7 @@ class _Run:
     oom_events: pd.DataFrame | None = None
     shift: int = 0
     started: float = field(default_factory=time.perf_counter)
+    _version: VersionWriter | None = None
 
     def plan(self, containers: dict[WorkloadName, int] | None) -> None:
         """Partitions of the fleet (`containers` per workload; None: unknown, the whole fleet in one) and their
@@ -426,9 +427,14 @@ class _Run:
             )
 
     def _writer(self, what: str) -> VersionWriter:
-        if self.writer is None:
+        """The version this run writes, begun when first needed (after the input has been read, for a run in this
+        process: bad input leaves the store untouched) and removed unless committed when `store` closes."""
+        if self.store is None:
             raise ConfigurationError(f"{what} need a model store")
-        return self.writer
+        if self._version is None:
+            store = ModelStore(self.settings.store.path, self.settings.store.retention_versions)
+            self._version = self.store.enter_context(store.writer())
+        return self._version
 
     def run(
         self, phase: str, function: Callable[..., Any], calls: dict[int, tuple[Any, ...]], keep: Callable[[Any], Any]
@@ -495,7 +501,7 @@ class _Run:
             return replace(fit, statistics=FleetStatistics.merge([]), nodes=None)
 
         calls = {
-            i: (self.partitions[i], self.workspaces[i], shared, self._oom_of(oom, self.partitions[i], r), self.source)
+            i: (self.partitions[i], self.workspaces[i], shared, self._oom_of(oom, i, r), self.source)
             for i, r in sorted(reads.items())
         }
         fits: dict[int, PartitionFit] = self.run("fit", fit_partition, calls, fold)
@@ -508,14 +514,13 @@ class _Run:
         results: dict[int, PartitionResult] = self.run("finish", finish_partition, finishing, lambda r: r)
         return fits, reduction, results
 
-    @staticmethod
-    def _oom_of(oom: pd.DataFrame | None, partition: Partition, read: PartitionRead) -> pd.DataFrame | None:
+    def _oom_of(self, oom: pd.DataFrame | None, index: int, read: PartitionRead) -> pd.DataFrame | None:
         """A partition's OOM events: those its own read found, or its workloads' share of the run's."""
         if read.oom_events is not None:
             return read.oom_events
-        if oom is None or partition.whole:
+        if oom is None or len(self.partitions) == 1:
             return oom
-        return oom[partition.owns(oom).to_numpy()].reset_index(drop=True)
+        return oom[self.partitions[index].owns(oom).to_numpy()].reset_index(drop=True)
 
     def node_lines(self, reduction: FleetReduction) -> NodeForecaster | None:
         """The node model fitted (or continued) on the fleet's pooled node usage."""
@@ -638,12 +643,6 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-@contextmanager
-def _writer(settings: Settings) -> Iterator[VersionWriter]:
-    with ModelStore(settings.store.path, settings.store.retention_versions).writer() as writer:
-        yield writer
-
-
 # -- files --------------------------------------------------------------------------------------------------------
 
 
@@ -730,9 +729,9 @@ def train_from_file(
     bounds = SampleBounds.at(settings.ingest, time.time())
     parent = _parent(settings, incremental)
     window = RowWindow(as_of=as_of, after=parent.manifest.data_window.last_sample if parent else None)
-    with _writer(settings) as writer:
+    with ExitStack() as store:
         run = _Run(
-            settings, executor or InProcessExecutor(), writer, str(input_path), as_of, horizon_seconds, step, parent
+            settings, executor or InProcessExecutor(), store, str(input_path), as_of, horizon_seconds, step, parent
         )
         _stage_file(run, input_path, window, end_at, bounds)
         if oom_events_path is not None:
@@ -789,8 +788,8 @@ def train_from_prometheus(
             )
     runner = executor or InProcessExecutor()
     started = time.perf_counter()
-    with _writer(settings) as writer:
-        run = _Run(settings, runner, writer, str(prom.url), as_of, horizon_seconds, step, parent)
+    with ExitStack() as store:
+        run = _Run(settings, runner, store, str(prom.url), as_of, horizon_seconds, step, parent)
         one = (
             (parent is None or len(parent.starts) <= 1)
             and runner.in_memory
