@@ -34,8 +34,9 @@ from models.ensemble import (
 )
 from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
-from models.workload import LONG_TERM_DAYS, WorkloadRecommender, group_label, with_group_labels
+from models.workload import LONG_TERM_DAYS, group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
+from pipelines.train import new_workload_model
 from recommender.arrays import FloatArray
 from recommender.progress import Step, quiet
 from recommender.settings import Settings
@@ -145,13 +146,17 @@ def _baselines(
         r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES
     }
     frame = fleet.frame
-    rules_only = settings.forecast.model_copy(update={"enabled": False})
-    vpa_policy = settings.policy.model_copy(update={"request_policy": "vpa", "request_policy_rules": []})
+    vpa_only = settings.model_copy(
+        update={
+            "forecast": settings.forecast.model_copy(update={"enabled": False}),
+            "policy": settings.policy.model_copy(update={"request_policy": "vpa", "request_policy_rules": []}),
+        }
+    )
     for i, day in enumerate(decision_days):
         as_of = fleet.origin + day * DAY
         step(f"baselines: decision {i + 1}/{len(decision_days)}")
         history = frame[frame["timestamp"] < as_of]
-        model = WorkloadRecommender(settings.histogram, vpa_policy, settings.reservation, rules_only).fit(history)
+        model = new_workload_model(vpa_only).fit(history)
         recs = model.predict(as_of=as_of, horizon_seconds=DAY)
         index = fleet.groups.get_indexer(
             pd.Index([group_label(r.namespace, r.workload, r.container) for r in recs.recommendations])
