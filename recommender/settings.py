@@ -387,7 +387,7 @@ class ScaleSettings(BaseModel):
     timeout_seconds: float = Field(
         6 * SECONDS_PER_HOUR,
         gt=0,
-        description="The whole distributed run gives up after this long, seconds (6 h).",
+        description="A run on a Dask cluster gives up after this long, seconds (6 h).",
     )
 
 
