@@ -43,7 +43,7 @@ from recommender.units import (
 )
 
 if TYPE_CHECKING:
-    from models.store import Manifest
+    from pipelines.train import Executor
 
 app = typer.Typer(
     name="recommender",
@@ -249,14 +249,15 @@ def train(
         int | None,
         typer.Option(
             "--partition-containers",
-            help="Distributed: workload containers per partition." + _env("scale", "partition_containers"),
+            help="Workload containers per partition (on a cluster 500 when unset; in one process, unset: one "
+            "partition)." + _env("scale", "partition_containers"),
         ),
     ] = None,
     failure_tolerance: Annotated[
         float | None,
         typer.Option(
             "--failure-tolerance",
-            help="Distributed: share of partitions that may fail and the rest still publish."
+            help="Share of partitions that may fail and the rest still publish."
             + _env("scale", "failure_tolerance_fraction"),
         ),
     ] = None,
@@ -295,40 +296,43 @@ def train(
         forecast=_forecast_levels(target_violation),
     )
     horizon_seconds = _duration(horizon, "--horizon")
-    if settings.scale.scheduler_address or settings.scale.workers:
-        if allow_partial or incremental:
-            raise ConfigurationError(
-                "distributed training does full fits (no --incremental) and takes --failure-tolerance for what "
-                "--allow-partial does in one process"
+    with _executor(settings) as executor:
+        if input is not None:
+            with _progress(6) as step:
+                manifest = train_from_file(
+                    input,
+                    settings,
+                    as_of=as_of,
+                    oom_events_path=oom_events,
+                    horizon_seconds=horizon_seconds,
+                    incremental=incremental,
+                    executor=executor,
+                    step=step,
+                )
+        else:
+            with _progress(8) as step:
+                manifest, costs = train_from_prometheus(
+                    settings,
+                    as_of=as_of,
+                    allow_partial=allow_partial,
+                    horizon_seconds=horizon_seconds,
+                    incremental=incremental,
+                    executor=executor,
+                    step=step,
+                )
+            err.print(
+                f"Prometheus: {costs['queries']:.0f} queries, {costs['retries']:.0f} retries, "
+                f"{costs['bytes'] / 1e6:.1f} MB, {costs['query_seconds']:.1f} s in queries, read in {costs['read_seconds']:.1f} s"
             )
-        manifest = _train_distributed(settings, input, as_of, oom_events, horizon_seconds)
-    elif input is not None:
-        with _progress(5) as step:
-            manifest = train_from_file(
-                input,
-                settings,
-                as_of=as_of,
-                oom_events_path=oom_events,
-                horizon_seconds=horizon_seconds,
-                incremental=incremental,
-                step=step,
-            )
-    else:
-        with _progress(8) as step:
-            manifest, costs = train_from_prometheus(
-                settings,
-                as_of=as_of,
-                allow_partial=allow_partial,
-                horizon_seconds=horizon_seconds,
-                incremental=incremental,
-                step=step,
-            )
+    metrics = manifest.fit_metrics
+    if manifest.row_counts["partitions"] > 1:
         err.print(
-            f"Prometheus: {costs['queries']:.0f} queries, {costs['retries']:.0f} retries, "
-            f"{costs['bytes'] / 1e6:.1f} MB, {costs['query_seconds']:.1f} s in queries, read in {costs['read_seconds']:.1f} s"
+            f"{manifest.row_counts['partitions']} partitions ({manifest.row_counts['failed_partitions']} failed) on "
+            f"{metrics['workers']:.0f} workers in {metrics['fit_seconds']:.1f} s; peak memory per worker "
+            f"{metrics['worker_peak_rss_mib_max']:.0f} MiB, all workers {metrics['worker_peak_rss_mib_sum']:.0f} MiB"
         )
-        for name, why in sorted(manifest.skipped.items()):
-            err.print(f"[yellow]skipped[/] {_safe(name)}: {_safe(why)}", highlight=False)
+    for name, why in sorted(manifest.skipped.items()):
+        err.print(f"[yellow]skipped[/] {_safe(name)}: {_safe(why)}", highlight=False)
     counts = manifest.row_counts
     continued = f" (continued from {manifest.parent_version})" if manifest.parent_version else ""
     err.print(
@@ -342,36 +346,17 @@ def train(
     )
 
 
-def _train_distributed(
-    settings: Settings, input: Path | None, as_of: int | None, oom_events: Path | None, horizon_seconds: int
-) -> Manifest:
-    """`train` on a Dask cluster (pipelines/distributed.py), from a file or from Prometheus."""
-    from pipelines.distributed import dask_client, train_distributed, train_distributed_prometheus
+@contextmanager
+def _executor(settings: Settings) -> Iterator[Executor | None]:
+    """Where `train`'s phases run: a Dask cluster when a scheduler address or local workers are set, else this
+    process (None: the pipeline's in-process executor)."""
+    if not (settings.scale.scheduler_address or settings.scale.workers):
+        yield None
+        return
+    from pipelines.distributed import DaskExecutor, dask_client
 
-    with _progress(5) as step, dask_client(settings.scale) as client:
-        if input is None:
-            manifest = train_distributed_prometheus(
-                client, settings, as_of=as_of, horizon_seconds=horizon_seconds, step=step
-            )
-        else:
-            manifest = train_distributed(
-                client,
-                input,
-                settings,
-                as_of=as_of,
-                oom_events_path=oom_events,
-                horizon_seconds=horizon_seconds,
-                step=step,
-            )
-    metrics = manifest.fit_metrics
-    err.print(
-        f"{manifest.row_counts['partitions']} partitions ({manifest.row_counts['failed_partitions']} failed) on "
-        f"{metrics['workers']:.0f} workers in {metrics['fit_seconds']:.1f} s; peak memory per worker "
-        f"{metrics['worker_peak_rss_mib_max']:.0f} MiB, all workers {metrics['worker_peak_rss_mib_sum']:.0f} MiB"
-    )
-    for name, why in sorted(manifest.skipped.items()):
-        err.print(f"[yellow]skipped[/] {_safe(name)}: {_safe(why)}", highlight=False)
-    return manifest
+    with dask_client(settings.scale) as client:
+        yield DaskExecutor(client, settings.scale)
 
 
 @app.command()

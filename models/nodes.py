@@ -13,9 +13,11 @@ the column is present) are left out: they use the reclaimed room rather than res
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
@@ -46,7 +48,7 @@ def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:
     return usage[placed]
 
 
-def node_grid(
+def node_sums(
     instance_codes: IntArray,
     instance_node: IntArray,
     times: FloatArray,
@@ -56,16 +58,72 @@ def node_grid(
     end_seconds: float,
     n_steps: int,
     step_seconds: int,
-) -> FloatArray:
-    """(nodes x steps) pooled usage: per step the sum over the node's pod containers of each one's max; NaN where
-    no container of the node has a sample."""
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """(nodes x steps) pooled usage as a sum per step over the node's pod containers of each one's max, and where
+    any container of the node has a sample: the two add up across partitions of the fleet."""
     per_instance = usage_grid(instance_codes, times, values, n_instances, end_seconds, n_steps, step_seconds)
     pooled = np.zeros((n_nodes, n_steps))
-    counted = np.zeros((n_nodes, n_steps))
+    counted = np.zeros((n_nodes, n_steps), dtype=np.int64)
     np.add.at(pooled, instance_node, np.nan_to_num(per_instance))
     np.add.at(counted, instance_node, ~np.isnan(per_instance))
-    result: FloatArray = np.where(counted > 0, pooled, np.nan)
-    return result
+    return pooled, counted > 0
+
+
+def last_node_sample(usage: pd.DataFrame) -> int | None:
+    """The newest sample of a high-priority pod on a node (what the node model learns from), None when the usage
+    says of none where it ran: the one placement check of training."""
+    if "node" not in usage.columns:
+        return None
+    placed = high_priority_rows(usage)
+    return None if placed.empty else int(placed["timestamp"].max())
+
+
+@dataclass(frozen=True)
+class PooledNodeUsage:
+    """What the node model learns from, in a form partitions of the fleet add up: per node (sorted) and step, the sum
+    of its high-priority pod containers' usage and whether any had a sample, and one row per pod container on a
+    node (`NodeForecaster._instances`). A pod container is on one node and its workload in one partition."""
+
+    nodes: list[str]
+    data_end: int
+    grid_end: int
+    sums: dict[str, FloatArray]
+    observed: dict[str, npt.NDArray[np.bool_]]
+    instances: pd.DataFrame
+
+    def grid(self, resource: str) -> FloatArray:
+        """(nodes x steps) pooled usage, NaN where no container of the node has a sample."""
+        result: FloatArray = np.where(self.observed[resource], self.sums[resource], np.nan)
+        return result
+
+    @classmethod
+    def merge(cls, parts: list[PooledNodeUsage | None]) -> PooledNodeUsage | None:
+        """The pools of partitions of one fleet (grids ending at the same step) as one; None when none has any."""
+        present = [p for p in parts if p is not None]
+        if len(present) < 2:
+            return present[0] if present else None
+        if len({p.grid_end for p in present}) > 1:
+            raise ValueError("pooled node usage of partitions must end at the same step")
+        nodes = sorted(set().union(*(p.nodes for p in present)))
+        index = pd.Index(nodes)
+        sums, observed = {}, {}
+        for resource in present[0].sums:
+            steps = present[0].sums[resource].shape[1]
+            sums[resource] = np.zeros((len(nodes), steps))
+            observed[resource] = np.zeros((len(nodes), steps), dtype=bool)
+            for part in present:
+                rows = index.get_indexer(pd.Index(part.nodes))
+                sums[resource][rows] += part.sums[resource]
+                observed[resource][rows] |= part.observed[resource]
+        # In the order one fit on the fleet's rows gives: by first sample, then as the rows sort.
+        keys = ["namespace", "pod", "container", "node"]
+        instances = (
+            pd.concat([p.instances for p in present])
+            .reset_index()
+            .sort_values(["first_sample", "namespace", "workload", "pod", "container"], kind="stable")
+            .set_index(keys)
+        )
+        return cls(nodes, max(p.data_end for p in present), present[0].grid_end, sums, observed, instances)
 
 
 def rise_allowance(grid: FloatArray, quantile: float, steps: int) -> FloatArray:
@@ -120,18 +178,38 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         forecaster = self._forecaster()
         return (forecaster.selection_days + forecaster.history_days + 1) * (SECONDS_PER_DAY // self.step_seconds)
 
-    def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+    def pool(self, X: pd.DataFrame, data_end: int | None = None) -> PooledNodeUsage | None:
+        """The pooled usage of X's high-priority pods on nodes (None when it has none), on a grid ending at the step
+        after `data_end`: the fleet's newest such sample when X is one partition of the fleet (`last_node_sample`
+        of every partition's rows), X's own by default. A fitted model pools only samples from its grid end on, as
+        `partial_fit` takes them. Partitions' pools add up (`PooledNodeUsage.merge`) to the whole fleet's."""
         require_columns(X, (*USAGE_COLUMNS, "node"), type(self).__name__)
         usage = high_priority_rows(X)
+        if hasattr(self, "grid_end_"):
+            usage = usage[usage["timestamp"] >= self.grid_end_]
         if usage.empty:
+            return None
+        end = int(usage["timestamp"].max()) if data_end is None else int(data_end)
+        grid_end = (end // self.step_seconds + 1) * self.step_seconds
+        nodes = pd.Index(sorted(usage["node"].astype(str).unique()))
+        sums, observed = {}, {}
+        for resource in RESOURCE_COLUMNS:
+            sums[resource], observed[resource] = self._grid(usage, resource, nodes, grid_end)
+        return PooledNodeUsage(list(nodes), end, grid_end, sums, observed, self._instances(usage))
+
+    def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
+        pooled = self.pool(X)
+        if pooled is None:
             raise ValueError("no usage rows of high-priority pods with a node")
-        self.nodes_ = np.asarray(sorted(usage["node"].astype(str).unique()), dtype=str)
-        self.data_end_ = int(usage["timestamp"].max())
-        self.grid_end_ = (self.data_end_ // self.step_seconds + 1) * self.step_seconds
-        self.instances_ = self._instances(usage)
-        self.cpu_grid_, self.memory_grid_ = (
-            self._grid(usage, r, pd.Index(self.nodes_), self.grid_end_) for r in ("cpu", "memory")
-        )
+        return self.fit_pooled(pooled)
+
+    def fit_pooled(self, pooled: PooledNodeUsage) -> Self:
+        """Fit on pooled node usage (one frame's `pool`, or the merged pools of a fleet's partitions)."""
+        self.nodes_ = np.asarray(pooled.nodes, dtype=str)
+        self.data_end_ = pooled.data_end
+        self.grid_end_ = pooled.grid_end
+        self.instances_ = pooled.instances
+        self.cpu_grid_, self.memory_grid_ = (pooled.grid(r) for r in ("cpu", "memory"))
         return self._fit_forecasts()
 
     def partial_fit(self, X: pd.DataFrame, y: Any = None) -> Self:
@@ -139,25 +217,27 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         (samples inside the last seen step are not added twice), then the forecasts are refitted."""
         if not hasattr(self, "nodes_"):
             return self.fit(X)
-        require_columns(X, (*USAGE_COLUMNS, "node"), type(self).__name__)
-        usage = high_priority_rows(X)
-        usage = usage[usage["timestamp"] >= self.grid_end_]
-        if usage.empty:
-            return self
-        nodes = pd.Index(self.nodes_).append(pd.Index(sorted(usage["node"].astype(str).unique()))).unique()
-        end = (int(usage["timestamp"].max()) // self.step_seconds + 1) * self.step_seconds
-        shift = int((end - self.grid_end_) // self.step_seconds)
+        pooled = self.pool(X)
+        return self if pooled is None else self.partial_fit_pooled(pooled)
+
+    def partial_fit_pooled(self, pooled: PooledNodeUsage) -> Self:
+        """`partial_fit` on pooled node usage (from this model's `pool` of the newer samples)."""
+        check_is_fitted(self, "grid_end_")
+        nodes = pd.Index(self.nodes_).append(pd.Index(pooled.nodes)).unique()
+        shift = int((pooled.grid_end - self.grid_end_) // self.step_seconds)
         for name, resource in (("cpu_grid_", "cpu"), ("memory_grid_", "memory")):
             old = getattr(self, name)
             slid = np.full((len(nodes), old.shape[1]), np.nan)
             if shift < old.shape[1]:
                 slid[: old.shape[0], : old.shape[1] - shift] = old[:, shift:]
-            setattr(self, name, np.fmax(slid, self._grid(usage, resource, nodes, end)))
-        merged = pd.concat([self.instances_, self._instances(usage)])
+            new = np.full_like(slid, np.nan)
+            new[nodes.get_indexer(pd.Index(pooled.nodes))] = pooled.grid(resource)
+            setattr(self, name, np.fmax(slid, new))
+        merged = pd.concat([self.instances_, pooled.instances])
         self.instances_ = merged[~merged.index.duplicated(keep="last")]
         self.nodes_ = np.asarray(nodes, dtype=str)
-        self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
-        self.grid_end_ = end
+        self.data_end_ = max(self.data_end_, pooled.data_end)
+        self.grid_end_ = pooled.grid_end
         return self._fit_forecasts()
 
     def _fit_forecasts(self) -> Self:
@@ -166,14 +246,16 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         self.memory_forecast_ = clone(forecaster).fit(self.memory_grid_, grid_end=self.grid_end_).forecast_
         return self
 
-    def _grid(self, usage: pd.DataFrame, resource: str, nodes: pd.Index, end: int) -> FloatArray:
+    def _grid(
+        self, usage: pd.DataFrame, resource: str, nodes: pd.Index, end: int
+    ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
         codes: IntArray = np.asarray(
             usage.groupby(["namespace", "pod", "container", "node"], sort=False).ngroup(), dtype=np.int64
         )
         node_of = pd.Series(usage["node"].astype(str).to_numpy()).groupby(codes).first()
         instance_node = nodes.get_indexer(pd.Index(node_of.to_numpy())).astype(np.int64)
         column = RESOURCE_COLUMNS[resource][0]
-        return node_grid(
+        return node_sums(
             codes,
             instance_node,
             usage["timestamp"].to_numpy(dtype=np.float64),
@@ -187,9 +269,11 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
 
     @staticmethod
     def _instances(usage: pd.DataFrame) -> pd.DataFrame:
-        """Per (namespace, pod, container, node): workload, priority class, last sample and its last request (or limit)."""
+        """Per (namespace, pod, container, node): workload, priority class, first and last sample and its last request
+        (or limit)."""
         ordered = usage.sort_values("timestamp", kind="stable")
-        last = ordered.groupby(["namespace", "pod", "container", "node"], sort=False).last()
+        keys = ["namespace", "pod", "container", "node"]
+        last = ordered.groupby(keys, sort=False).last()
         out = pd.DataFrame(
             {
                 "workload": last["workload"].astype(str),
@@ -197,6 +281,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 if "priority_class" in last
                 else "none",
                 "last_sample": last["timestamp"].astype(np.int64),
+                "first_sample": ordered.groupby(keys, sort=False)["timestamp"].first().astype(np.int64),
             },
             index=last.index,
         )

@@ -5,7 +5,7 @@ or memory://name; object stores need their fsspec package, e.g. s3fs):
     versions/<version>/manifest.json        what was trained on, with what, and checksums of the files below
     versions/<version>/recommendations.json the RecommendationSet at the end of the training window
     versions/<version>/model.joblib         the fitted WorkloadRecommender (for incremental training), or
-    versions/<version>/models/part-*.joblib one per partition when the version was trained on a Dask cluster
+    versions/<version>/models/part-*.joblib one per partition when the version was fitted in several partitions
     versions/<version>/nodes.joblib         the fitted NodeForecaster, when the usage said where pods ran
     latest                                  the name of the newest published version
     .publish.lock, .publishing               (local) the lock every publish and cleanup holds; the version being published
@@ -79,6 +79,11 @@ STALE_INCOMING_SECONDS = 3600
 log = logging.getLogger(__name__)
 
 
+def partition_model(index: int) -> str:
+    """The file of partition `index`'s model in a version fitted in several partitions."""
+    return f"{PARTITION_MODELS}/part-{index:05d}.joblib"
+
+
 class FileEntry(BaseModel):
     sha256: str
     bytes: int
@@ -112,6 +117,12 @@ class Manifest(BaseModel):
     quarantined: dict[str, str] = Field(
         default_factory=dict,
         description="Workload containers left out because a sample broke the physical bounds, and why.",
+    )
+    partition_starts: list[tuple[str, str]] = Field(
+        default_factory=list,
+        description="The training plan: each partition's first (namespace, workload) in label order, when the "
+        "version was fitted in several (its models are then models/part-*.joblib, one per partition); incremental "
+        "training continues each partition's model.",
     )
     files: dict[str, FileEntry]
 
@@ -305,6 +316,10 @@ class VersionWriter:
     def write_model(self, model: WorkloadRecommender) -> None:
         self._open().put_model(MODEL, model)
 
+    def write_partition_model(self, index: int, model: WorkloadRecommender) -> None:
+        """Partition `index`'s fitted model, written by the driver (a task writes its own with `write_results`)."""
+        self._open().put_model(partition_model(index), model)
+
     def write_node_model(self, model: NodeForecaster) -> None:
         self._open().put_model(NODE_MODEL, model)
 
@@ -337,7 +352,7 @@ class VersionWriter:
 
         incoming.put_chunks(RECOMMENDATIONS, recommendation_set_chunks(header, fragments()))
         for index in sorted(written):
-            incoming.entries[f"{PARTITION_MODELS}/part-{index:05d}.joblib"] = written[index][1]
+            incoming.entries[partition_model(index)] = written[index][1]
 
     def commit(self, **manifest_fields: Any) -> Manifest:
         """Publish the version (the fields are the manifest's: source, parameters, row_counts, fit_metrics,
@@ -466,6 +481,7 @@ class ModelStore:
         read_metrics: dict[str, float] | None = None,
         skipped: dict[str, str] | None = None,
         quarantined: dict[str, str] | None = None,
+        partition_starts: list[tuple[str, str]] | None = None,
     ) -> Manifest:
         """Write the manifest of a complete incoming version, move it into place, then move `latest` to it; old
         versions beyond retention go. Any failure removes the incoming version and leaves `latest` as it was."""
@@ -484,6 +500,7 @@ class ModelStore:
                 read_metrics=read_metrics or {},
                 skipped=skipped or {},
                 quarantined=quarantined or {},
+                partition_starts=partition_starts or [],
                 files=dict(sorted(incoming.entries.items())),
             )
             self.files.put(incoming.path_of(MANIFEST), manifest.model_dump_json(indent=2).encode())
@@ -634,21 +651,29 @@ class ModelStore:
             "; ".join(problems) or f"{self}: no model version published yet (run `recommender train`)"
         )
 
-    def load_model(self, name: str | None = None) -> WorkloadRecommender:
-        """The fitted estimator of a version, after its checksum is verified (for incremental training)."""
+    def load_model(self, name: str | None = None, partition: int | None = None) -> WorkloadRecommender:
+        """The fitted estimator of a version, after its checksum is verified (for incremental training); of one
+        partition of its plan when `partition` is given (partition 0 of a version fitted in one is its model)."""
         path = self._version_path(name)
         manifest = self.manifest(posixpath.basename(path))
-        if MODEL not in manifest.files and any(f.startswith(PARTITION_MODELS + "/") for f in manifest.files):
+        filename = MODEL
+        if MODEL not in manifest.files:
+            if partition is None:
+                raise ModelStoreError(
+                    f"{self.files.url(path)}: version {manifest.version} was trained in "
+                    f"{len(manifest.partition_starts) or 'several'} partitions; its models are one per partition"
+                )
+            filename = partition_model(partition)
+        elif partition not in (None, 0):
             raise ModelStoreError(
-                f"{self.files.url(path)}: version {manifest.version} was trained in partitions on a Dask cluster; "
-                "incremental training continues single-process versions only (run a full fit)"
+                f"{self.files.url(path)}: version {manifest.version} has one partition, not {partition + 1}"
             )
         from models.workload import WorkloadRecommender
 
-        model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, MODEL)))
+        model = joblib.load(io.BytesIO(self._verified_bytes(path, manifest, filename)))
         if not isinstance(model, WorkloadRecommender):
             raise ModelStoreError(
-                f"{self.files.url(path)}/{MODEL}: holds a {type(model).__name__}, not a WorkloadRecommender"
+                f"{self.files.url(path)}/{filename}: holds a {type(model).__name__}, not a WorkloadRecommender"
             )
         return model
 

@@ -525,11 +525,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self._fit_forecasts()
         return self
 
-    def partial_fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
+    def partial_fit(
+        self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None, data_end: int | None = None
+    ) -> Self:
         """Continue from the learned state with samples newer than those seen: the decaying histograms come out as
-        one fit on all the data would make them, so a daily run reads one day, not the whole history."""
+        one fit on all the data would make them, so a daily run reads one day, not the whole history. `data_end`
+        as in `fit` (the fleet's newest sample, when X is one partition's)."""
         if not hasattr(self, "workloads_"):
-            return self.fit(X, oom_events=oom_events)
+            return self.fit(X, oom_events=oom_events, data_end=data_end)
         require_columns(X, USAGE_COLUMNS, type(self).__name__)
         if len(X) == 0:
             return self
@@ -549,7 +552,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if len(usage) > 1:
             self.sample_steps_ = sample_steps(usage)
             self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
-        self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()))
+        self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()) if data_end is None else int(data_end))
         self.oom_kills_ = self.oom_kills_.add(oom_counts(kills), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
         old_groups = pd.Index(self.forecast_groups_)

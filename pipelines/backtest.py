@@ -35,9 +35,10 @@ from models.ensemble import (
 from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, score_line, score_peak
 from models.pods import group_label, with_group_labels
-from models.workload import LONG_TERM_DAYS, WorkloadRecommender
+from models.workload import LONG_TERM_DAYS
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
+from pipelines.train import new_workload_model
 from recommender.arrays import FloatArray
 from recommender.progress import Step, quiet
 
@@ -147,7 +148,7 @@ def _baselines(
     }
     frame = fleet.frame
     # The foundation's rules only, with every workload on the `vpa` policy.
-    baseline = WorkloadRecommender.from_settings(settings).set_params(
+    baseline = new_workload_model(settings).set_params(
         forecast_enabled=False, request_policy="vpa", request_policy_rules=[]
     )
     for i, day in enumerate(decision_days):

@@ -126,7 +126,13 @@ _ARROW_ERRORS = (pa.ArrowException, OSError)
 def read_usage(path: Path | str, bounds: SampleBounds) -> pd.DataFrame:
     """Read and validate a tidy usage file; rows come back sorted as the format says."""
     frame, lines = _read_checked(Path(path), USAGE_SCHEMA, bounds)
-    _check_unique(Path(path), frame, _SAMPLE_KEY, lines)
+    return sorted_samples(frame, Path(path), lines)
+
+
+def sorted_samples(frame: pd.DataFrame, source: Path | str, lines: np.ndarray | None = None) -> pd.DataFrame:
+    """Usage rows sorted as the format says, refusing a duplicate sample (naming where it was first seen when the
+    rows' `lines` in `source` are known): every reader of usage rows, a whole file or one partition's, ends here."""
+    _check_unique(Path(source), frame, _SAMPLE_KEY, lines)
     return frame.sort_values(_SAMPLE_KEY, kind="stable").reset_index(drop=True)
 
 
@@ -512,15 +518,17 @@ def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame,
     return usage[~dropped].reset_index(drop=True), quarantined
 
 
-def _check_unique(path: Path, frame: pd.DataFrame, key: list[str], lines: np.ndarray) -> None:
+def _check_unique(path: Path, frame: pd.DataFrame, key: list[str], lines: np.ndarray | None) -> None:
     duplicated = frame.duplicated(subset=key, keep="first").to_numpy()
     if duplicated.any():
         row = int(np.argmax(duplicated))
         sample = frame.iloc[row]
+        described = ", ".join(f"{k}={sample[k]}" for k in key)
+        if lines is None:
+            raise InputFileError(path, f"duplicate sample ({described})")
         original = frame.index[(frame[key] == sample[key]).all(axis=1)][0]
         parquet = path.suffix.lower() in {".parquet", ".pq"}
         label = "row" if parquet else "line"
-        described = ", ".join(f"{k}={sample[k]}" for k in key)
         raise InputFileError(
             path,
             f"duplicate sample ({described}); first seen at {label} {lines[int(original)]}",

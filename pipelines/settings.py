@@ -39,7 +39,8 @@ class IngestSettings(BaseModel):
 
 
 class ScaleSettings(BaseModel):
-    """Training on a Dask cluster: workloads in partitions, each read and fitted by one task (README "Scale out")."""
+    """Training in partitions: on a Dask cluster each read and fitted by one task, or one after the other in this
+    process (README "Scale out")."""
 
     scheduler_address: str | None = Field(
         None,
@@ -56,18 +57,21 @@ class ScaleSettings(BaseModel):
         ge=1,
         description="Threads of each local worker: one, since fitting holds the GIL most of the time.",
     )
-    partition_containers: int = Field(
-        500,
+    partition_containers: int | None = Field(
+        None,
         ge=1,
         description="Workload containers per partition (a task's unit of work and memory); whole workloads stay "
-        "together, a bigger one is a partition alone.",
+        "together, a bigger one is a partition alone. Unset: 500 on a cluster, and one partition (the whole fleet) "
+        "in one process, where setting it fits partition after partition so the fit's memory follows the partition.",
     )
     failure_tolerance_fraction: float = Field(
         0.0,
         ge=0,
         lt=1,
-        description="Share of partitions that may still fail after retries with the version published "
-        "anyway (their workloads are named in the manifest's `skipped`). 0: any failure stops the publish.",
+        description="Share of partitions that may still fail (after retries, on a cluster) with the version published "
+        "anyway (their workloads are named in the manifest's `skipped`). 0: any failure stops the publish. "
+        "`--allow-partial` is about one partition's Prometheus read: with it a failed namespace batch is skipped and "
+        "the partition goes on; without it the partition fails and counts here.",
     )
     retries: int = Field(
         2,
@@ -78,7 +82,7 @@ class ScaleSettings(BaseModel):
     timeout_seconds: float = Field(
         6 * SECONDS_PER_HOUR,
         gt=0,
-        description="The whole distributed run gives up after this long, seconds (6 h).",
+        description="A run on a Dask cluster gives up after this long, seconds (6 h).",
     )
 
 

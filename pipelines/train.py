@@ -1,110 +1,330 @@
-"""Training from tidy usage files or Prometheus: read, cut at the decision time, fit (or continue the latest
-version's models with only the newer samples), and publish or return recommendations."""
+"""Training, one path for one process and a cluster: plan partitions -> read each -> fit each -> reduce the fleet's
+statistics -> finish each -> commit one version (or, for the `recommend` contract, return its recommendations).
+
+The executor seam (`Executor`) runs each phase over the partitions: `InProcessExecutor` here (a default run is one
+partition, the whole fleet, and gives what one fit on everything gives), `pipelines.distributed.DaskExecutor` on a
+Dask cluster (many partitions, each read and fitted by a task, so no process holds the fleet's samples). What is
+per partition (rows, fitted models, results) waits between the phases in the partition's workspace
+(`pipelines.partitions`); what needs the whole fleet is folded over the partitions' fits on the driver
+(`FleetReduction`): the sample interval, the calibration sketches and the pooled node usage the node model is fitted
+on. Node lines, workload kinds, incremental training and partial tolerance therefore work the same on both.
+
+Failures: a partition that fails (after `scale.retries` on a cluster) is named; within
+`scale.failure_tolerance_fraction` of the partitions the rest is published with its workloads in the manifest's
+`skipped`, beyond it nothing is (a run of one partition fails with the partition's own error). `allow_partial` is
+about one partition's Prometheus read: a namespace batch that fails after the client's retries is recorded in
+`skipped` and the partition goes on with the rest, where without it the partition fails.
+"""
 
 from __future__ import annotations
 
+import logging
+import resource
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Protocol
 
 import pandas as pd
 
-from models.nodes import NodeForecaster
-from models.store import DataWindow, Manifest, ModelStore
-from models.workload import WorkloadRecommender
+from models.nodes import NodeForecaster, PooledNodeUsage, last_node_sample
+from models.store import MODEL, DataWindow, Manifest, ModelStore, VersionWriter, partition_model
+from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
 from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usage
+from pipelines.partitions import (
+    Kept,
+    MemoryWorkspace,
+    Partition,
+    RowWindow,
+    StoredWorkspace,
+    WorkloadName,
+    Workspace,
+    assign_partitions,
+    containers_of,
+    inventory,
+    plan_partitions,
+    split_file,
+    whole_fleet,
+)
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
-from pipelines.settings import TrainingSettings
-from recommender.errors import InputFileError, PartialDataError, PrometheusError
+from pipelines.settings import ScaleSettings, TrainingSettings
+from recommender.errors import (
+    ConfigurationError,
+    DistributedTrainingError,
+    InputFileError,
+    ModelStoreError,
+    PartialDataError,
+    PrometheusError,
+)
 from recommender.progress import Step, quiet
 from recommender.resources import RecommendationSet
+from recommender.text import printable
+
+log = logging.getLogger(__name__)
 
 #: `end_at` shifts by whole steps of the tidy format, so samples keep their place on the 5-minute grid.
 SHIFT_STEP_SECONDS = 300
+#: Workload containers per partition on a cluster when `scale.partition_containers` is unset.
+CLUSTER_PARTITION_CONTAINERS = 500
+
+
+class Executor(Protocol):
+    """Runs one phase's function over the partitions. `in_memory`: the partitions' state stays in this process
+    (memory workspaces, no scratch files); otherwise it waits on the store for tasks elsewhere."""
+
+    in_memory: bool
+
+    def map(
+        self,
+        phase: str,
+        function: Callable[..., Any],
+        calls: dict[int, tuple[Any, ...]],
+        keep: Callable[[Any], Any],
+        step: Step,
+    ) -> tuple[dict[int, Any], dict[int, BaseException]]:
+        """`function(*calls[i])` for every partition i: what `keep` makes of each result as it arrives, and the
+        errors of those that failed."""
+        ...
+
+    def share(self, value: Any) -> Any:
+        """`value` as the tasks should receive it (sent once to every worker, on a cluster)."""
+        ...
+
+    def workers(self) -> int: ...
+
+    def peak_memory_mib(self) -> dict[str, float]:
+        """Each worker process's peak resident memory, MiB."""
+        ...
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory, MiB: Linux's VmHWM (of this program, where ru_maxrss would carry over
+    the parent's peak into a forked or spawned worker), else ru_maxrss (kB)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
+    return int(line.split()[1]) / 1024 if line else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class InProcessExecutor:
+    """The phases in this process, partition after partition: memory follows the partition being fitted."""
+
+    in_memory = True
+
+    def map(
+        self,
+        phase: str,
+        function: Callable[..., Any],
+        calls: dict[int, tuple[Any, ...]],
+        keep: Callable[[Any], Any],
+        step: Step,
+    ) -> tuple[dict[int, Any], dict[int, BaseException]]:
+        done: dict[int, Any] = {}
+        failed: dict[int, BaseException] = {}
+        for count, (index, args) in enumerate(calls.items(), 1):
+            try:
+                done[index] = keep(function(*args))
+            except Exception as error:
+                failed[index] = error
+            if len(calls) > 1:
+                step(f"{phase}: {count} of {len(calls)} partitions")
+        return done, failed
+
+    def share(self, value: Any) -> Any:
+        return value
+
+    def workers(self) -> int:
+        return 1
+
+    def peak_memory_mib(self) -> dict[str, float]:
+        return {"this process": peak_rss_mib()}
+
+
+# -- the phases (module functions: a cluster's tasks pickle them by name) ----------------------------------------
 
 
 @dataclass(frozen=True)
-class TrainingResult:
-    model: WorkloadRecommender
-    recommendations: RecommendationSet
-    usage_rows: int
-    oom_events: int
-    fit_seconds: float
-    node_model: NodeForecaster | None = None
+class PartitionRead:
+    """What reading a partition found besides its rows (which are in its workspace)."""
+
+    index: int
+    last_sample: int | None
+    last_node_sample: int | None
+    oom_events: pd.DataFrame | None = None
+    kinds: dict[WorkloadName, str] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    quarantined: dict[str, str] = field(default_factory=dict)
 
 
-def has_placement(usage: pd.DataFrame) -> bool:
-    """Whether the usage says which node pods ran on (the `node` column, with at least one value)."""
-    return "node" in usage.columns and bool(usage["node"].notna().any())
-
-
-def fit_nodes(
-    usage: pd.DataFrame, settings: TrainingSettings, resume: NodeForecaster | None = None
-) -> NodeForecaster | None:
-    """The node model on usage with placement (continued from `resume`); None when the usage has no placement."""
-    if not has_placement(usage):
-        return resume
-    if resume is not None:
-        return resume.partial_fit(usage)
-    return NodeForecaster.from_settings(settings, settings.colocation).fit(usage)
-
-
-def load_history(input_path: Path, as_of: int | None, bounds: SampleBounds, step: Step = quiet) -> pd.DataFrame:
-    """Read a usage file and keep only the rows before `as_of` (all of them when None)."""
-    step(f"reading {input_path}")
-    usage = read_usage(input_path, bounds)
-    if as_of is not None:
-        usage = usage[usage["timestamp"] < as_of]
-    if usage.empty:
-        when = f" before as-of {as_of}" if as_of is not None else ""
-        raise InputFileError(input_path, f"has no usage rows{when}")
-    return usage
-
-
-def fit_history(
-    usage: pd.DataFrame,
+def read_prometheus_partition(
+    partition: Partition,
+    workspace: Workspace,
     settings: TrainingSettings,
-    as_of: int | None,
-    horizon_seconds: int,
-    oom_events: pd.DataFrame | None = None,
+    start: int,
+    end: int,
+    allow_partial: bool,
     step: Step = quiet,
-    resume: WorkloadRecommender | None = None,
-    resume_nodes: NodeForecaster | None = None,
-) -> TrainingResult:
-    """Fit the workload models on usage rows (or continue `resume` with them) and, where the usage says where pods
-    ran, the node model; compute the recommendations and node lines at `as_of` (default: data end)."""
-    if oom_events is not None and as_of is not None:
-        oom_events = oom_events[oom_events["timestamp"] < as_of]
-    verb = "continuing" if resume is not None else "fitting"
-    step(f"{verb} {usage.groupby(['namespace', 'workload', 'container']).ngroups} workload containers")
-    started = time.perf_counter()
-    if resume is not None:
-        model = resume.partial_fit(usage, oom_events=oom_events)
-    else:
-        model = WorkloadRecommender.from_settings(settings).fit(usage, oom_events=oom_events)
-    if has_placement(usage):
-        step("fitting the node model")
-    node_model = fit_nodes(usage, settings, resume_nodes)
-    fit_seconds = time.perf_counter() - started
-    refused = {
-        k.removeprefix("vpa.skipped."): int(v) for k, v in model.vpa_summary().items() if k.startswith("vpa.skipped.")
-    }
-    if refused:
-        step(f"vpa policy: skipped samples VPA refuses: {', '.join(f'{n} ({why})' for why, n in refused.items())}")
-    step("computing recommendations")
-    recommendations = model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
-    if node_model is not None:
-        recommendations = recommendations.model_copy(
-            update={"nodes": node_model.predict(as_of=as_of, horizon_seconds=horizon_seconds)}
-        )
-    return TrainingResult(
-        model, recommendations, len(usage), 0 if oom_events is None else len(oom_events), fit_seconds, node_model
+) -> PartitionRead:
+    """Read a partition's namespaces (every query scoped to them; the whole fleet unscoped) and keep the rows in
+    its workspace. A namespace batch that fails after the client's retries fails the partition unless
+    `allow_partial`."""
+    namespaces = partition.namespaces
+    if namespaces == []:
+        return PartitionRead(partition.index, None, None)
+    prom = settings.prometheus
+    with PrometheusClient(prom) as client:
+        read = PrometheusSource(client, prom, namespaces).read(start, end, step)
+        costs = client.stats.summary()
+    if read.skipped and not allow_partial:
+        raise PartialDataError(read.skipped)
+    usage, quarantined = quarantine(read.usage, SampleBounds.at(settings.ingest, time.time()))
+    if usage.empty and read.skipped:  # allowed: every batch of the partition was skipped, nothing to fit
+        return PartitionRead(partition.index, None, None, costs=costs, skipped=read.skipped, quarantined=quarantined)
+    if usage.empty:
+        raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
+    workspace.put_input(usage)
+    return PartitionRead(
+        partition.index,
+        int(usage["timestamp"].max()),
+        last_node_sample(usage),
+        read.oom_events,
+        read.workload_kinds,
+        costs,
+        read.skipped,
+        quarantined,
     )
 
 
-def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], str]) -> RecommendationSet:
+@dataclass(frozen=True)
+class FitPlan:
+    """What every partition's fit shares: the fleet's newest sample (all forecast grids end at its step) and newest
+    sample of a high-priority pod on a node (the node pools' grid end), the node model to pool for (the parent's in
+    an incremental run), and the parent version whose partition models are continued."""
+
+    settings: TrainingSettings
+    data_end: int
+    node_data_end: int | None
+    node_model: NodeForecaster | None
+    parent_store: str | None = None
+    parent_version: str | None = None
+    parent_partitions: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class PartitionFit:
+    index: int
+    statistics: FleetStatistics
+    nodes: PooledNodeUsage | None
+    usage_rows: int
+    pod_names: list[str]
+    first_sample: int | None
+    last_sample: int | None
+    fit_seconds: float
+
+
+def new_workload_model(settings: TrainingSettings) -> WorkloadRecommender:
+    """The one construction of the workload estimator from settings."""
+    return WorkloadRecommender.from_settings(settings)
+
+
+def new_node_model(settings: TrainingSettings) -> NodeForecaster:
+    """The one construction of the node estimator from settings."""
+    return NodeForecaster.from_settings(settings, settings.colocation)
+
+
+def fit_partition(
+    partition: Partition, workspace: Workspace, plan: FitPlan, oom_events: pd.DataFrame | None, source: str
+) -> PartitionFit:
+    """Fit a partition (or continue its parent's model with the newer rows), keep the model in its workspace, and
+    return its share of the fleet's statistics and of the pooled node usage."""
+    started = time.perf_counter()
+    usage = workspace.take_input(source)
+    continued = plan.parent_store is not None and partition.index in plan.parent_partitions
+    model = (
+        ModelStore(plan.parent_store).load_model(plan.parent_version, partition=partition.index)
+        if plan.parent_store is not None and continued
+        else new_workload_model(plan.settings)
+    )
+    nodes = None
+    if usage is not None:
+        if continued:
+            model = model.partial_fit(usage, oom_events=oom_events, data_end=plan.data_end)
+        else:
+            model = model.fit(usage, oom_events=oom_events, data_end=plan.data_end)
+        if plan.node_model is not None and plan.node_data_end is not None and "node" in usage.columns:
+            nodes = plan.node_model.pool(usage, plan.node_data_end)
+    workspace.put_fitted(model)
+    rows = usage if usage is not None else pd.DataFrame({"pod": [], "timestamp": []})
+    return PartitionFit(
+        index=partition.index,
+        statistics=model.fleet_statistics(),
+        nodes=nodes,
+        usage_rows=len(rows),
+        pod_names=sorted(rows["pod"].unique().tolist()),
+        first_sample=int(rows["timestamp"].min()) if len(rows) else None,
+        last_sample=int(rows["timestamp"].max()) if len(rows) else None,
+        fit_seconds=time.perf_counter() - started,
+    )
+
+
+@dataclass(frozen=True)
+class FleetReduction:
+    """The fleet-level quantities, folded over the partitions' fits as they arrive (one merged value each on the
+    driver, never one per partition): add a field and its merge in `add` for a further fleet-level step."""
+
+    statistics: FleetStatistics = field(default_factory=lambda: FleetStatistics.merge([]))
+    nodes: PooledNodeUsage | None = None
+
+    def add(self, fit: PartitionFit) -> FleetReduction:
+        return FleetReduction(
+            FleetStatistics.merge([self.statistics, fit.statistics]), PooledNodeUsage.merge([self.nodes, fit.nodes])
+        )
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    index: int
+    containers: int
+    choices: dict[str, Any]
+    vpa: dict[str, float]
+    as_of: int
+    step_seconds: int
+    kept: Kept
+
+
+def finish_partition(
+    partition: Partition,
+    workspace: Workspace,
+    fleet: FleetStatistics,
+    as_of: int | None,
+    horizon_seconds: int,
+    kinds: dict[WorkloadName, str],
+) -> PartitionResult:
+    """Calibrate a partition's model with the fleet, predict at `as_of` (with the workloads' kinds where the owner
+    discovery found them), and keep the recommendations and the model in its workspace."""
+    model = workspace.take_fitted().calibrate_with_fleet(fleet)
+    recommendations = with_kinds(model.predict(as_of=as_of, horizon_seconds=horizon_seconds), kinds)
+    return PartitionResult(
+        index=partition.index,
+        containers=len(recommendations.recommendations),
+        choices=model.selection_choices(),
+        vpa=model.vpa_summary(),
+        as_of=recommendations.as_of,
+        step_seconds=recommendations.step_seconds,
+        kept=workspace.put_results(recommendations, model),
+    )
+
+
+def with_kinds(recommendations: RecommendationSet, kinds: dict[WorkloadName, str]) -> RecommendationSet:
     """The recommendations with each workload's kind (from the owner discovery) where it is known."""
+    if not kinds:
+        return recommendations
     return recommendations.model_copy(
         update={
             "recommendations": [
@@ -115,12 +335,371 @@ def with_kinds(recommendations: RecommendationSet, kinds: dict[tuple[str, str], 
     )
 
 
+# -- the driver ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The version an incremental run continues: its plan and node model (its partition models are loaded by the
+    partitions' fits)."""
+
+    manifest: Manifest
+    store: str
+    node_model: NodeForecaster | None
+
+    @property
+    def starts(self) -> list[WorkloadName]:
+        return [tuple(s) for s in self.manifest.partition_starts]  # type: ignore[misc]
+
+    @property
+    def partitions(self) -> frozenset[int]:
+        """The partitions of its plan that have a model (one that failed, tolerated, or read nothing has none)."""
+        if MODEL in self.manifest.files:
+            return frozenset({0})
+        return frozenset(
+            i for i in range(len(self.manifest.partition_starts)) if partition_model(i) in self.manifest.files
+        )
+
+
+def _parent(settings: TrainingSettings, incremental: bool) -> Parent | None:
+    """The latest verified version to continue from, or None for a full fit (none asked for, or none yet)."""
+    if not incremental:
+        return None
+    store = ModelStore(settings.store.path, settings.store.retention_versions)
+    if store.latest_name() is None:
+        return None
+    manifest = store.manifest()
+    if MODEL not in manifest.files and not manifest.partition_starts:
+        raise ModelStoreError(
+            f"{store}: version {manifest.version} was trained in partitions by an older release, which recorded no "
+            "plan to continue; run a full fit"
+        )
+    return Parent(manifest, str(store), store.load_node_model(manifest.version))
+
+
+@dataclass
+class _Run:
+    """One training run's inputs and what its phases gathered."""
+
+    settings: TrainingSettings
+    executor: Executor
+    store: ExitStack | None
+    source: str
+    as_of: int | None
+    horizon_seconds: int
+    step: Step
+    parent: Parent | None = None
+    partitions: list[Partition] = field(default_factory=list)
+    workspaces: dict[int, Workspace] = field(default_factory=dict)
+    reads: dict[int, PartitionRead] = field(default_factory=dict)
+    failed: dict[int, BaseException] = field(default_factory=dict)
+    oom_events: pd.DataFrame | None = None
+    shift: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    _version: VersionWriter | None = None
+
+    def plan(self, containers: dict[WorkloadName, int] | None) -> None:
+        """Partitions of the fleet (`containers` per workload; None: unknown, the whole fleet in one) and their
+        workspaces: the parent's plan in an incremental run, else cut by `scale.partition_containers`."""
+        size = self.settings.scale.partition_containers
+        if not self.executor.in_memory and size is None:
+            size = CLUSTER_PARTITION_CONTAINERS
+        starts = self.parent.starts if self.parent is not None else []
+        if len(starts) > 1:
+            if containers is None:
+                raise ConfigurationError("an incremental run of a partitioned version needs the fleet's workloads")
+            self.partitions = assign_partitions(containers, starts)
+        elif containers is None or (self.parent is not None) or size is None:
+            self.partitions = whole_fleet() if containers is None else plan_partitions(containers, None)
+        else:
+            self.partitions = plan_partitions(containers, size)
+        for p in self.partitions:
+            self.workspaces[p.index] = (
+                MemoryWorkspace()
+                if self.executor.in_memory
+                else StoredWorkspace.of(self._writer("a cluster's partitions"), p.index)
+            )
+
+    def _writer(self, what: str) -> VersionWriter:
+        """The version this run writes, begun when first needed (after the input has been read, for a run in this
+        process: bad input leaves the store untouched) and removed unless committed when `store` closes."""
+        if self.store is None:
+            raise ConfigurationError(f"{what} need a model store")
+        if self._version is None:
+            store = ModelStore(self.settings.store.path, self.settings.store.retention_versions)
+            self._version = self.store.enter_context(store.writer())
+        return self._version
+
+    def run(
+        self, phase: str, function: Callable[..., Any], calls: dict[int, tuple[Any, ...]], keep: Callable[[Any], Any]
+    ) -> dict[int, Any]:
+        done, failed = self.executor.map(phase, function, calls, keep, self.step)
+        for index, error in failed.items():
+            log.warning("%s failed: %s", printable(self.partitions[index].name), printable(_why(error)))
+        self.failed.update(failed)
+        self.check_tolerance()
+        return done
+
+    def check_tolerance(self) -> None:
+        """Refuse to go on when more partitions failed than tolerated (with the error itself for a run of one)."""
+        scale: ScaleSettings = self.settings.scale
+        if len(self.failed) <= scale.failure_tolerance_fraction * len(self.partitions) and len(self.failed) < len(
+            self.partitions
+        ):
+            return
+        if len(self.partitions) == 1:
+            raise next(iter(self.failed.values()))
+        raise DistributedTrainingError(
+            {self.partitions[i].name: _why(e) for i, e in sorted(self.failed.items())},
+            len(self.partitions),
+            scale.failure_tolerance_fraction,
+        )
+
+    def fit_and_finish(self) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
+        """Fit the partitions that were read, fold their fleet statistics, finish them with the fleet's."""
+        reads = {i: r for i, r in self.reads.items() if i not in self.failed}
+        ends = [r.last_sample for r in reads.values() if r.last_sample is not None]
+        node_ends = [r.last_node_sample for r in reads.values() if r.last_node_sample is not None]
+        if self.parent is not None and self.parent.node_model is not None:
+            node_model: NodeForecaster | None = self.parent.node_model
+        else:
+            node_model = new_node_model(self.settings) if node_ends else None
+        plan = FitPlan(
+            self.settings,
+            max(ends),
+            max(node_ends) if node_ends else None,
+            node_model,
+            self.parent.store if self.parent else None,
+            self.parent.manifest.version if self.parent else None,
+            self.parent.partitions if self.parent else frozenset(),
+        )
+        # A partition with no rows is fitted only to carry its parent's model on (a skipped read has nothing).
+        reads = {i: r for i, r in reads.items() if r.last_sample is not None or i in plan.parent_partitions}
+        shared = self.executor.share(plan)
+        oom = self.oom_events
+        if oom is not None and self.as_of is not None:
+            oom = oom[oom["timestamp"] < self.as_of]
+        self.oom_events = oom
+        if len(self.partitions) > 1:
+            what = f"{len(reads)} partitions on {self.executor.workers()} workers"
+        else:
+            what = (
+                f"{self.partitions[0].containers} workload containers" if self.partitions[0].containers else "the fleet"
+            )
+        self.step(f"{'continuing' if self.parent else 'fitting'} {what}")
+        reduction = FleetReduction()
+
+        def fold(fit: PartitionFit) -> PartitionFit:
+            nonlocal reduction
+            reduction = reduction.add(fit)
+            return replace(fit, statistics=FleetStatistics.merge([]), nodes=None)
+
+        calls = {
+            i: (self.partitions[i], self.workspaces[i], shared, self._oom_of(oom, i, r), self.source)
+            for i, r in sorted(reads.items())
+        }
+        fits: dict[int, PartitionFit] = self.run("fit", fit_partition, calls, fold)
+        self.step(f"computing recommendations with the fleet's calibration ({len(fits)} partitions)")
+        fleet = self.executor.share(reduction.statistics)
+        finishing = {
+            i: (self.partitions[i], self.workspaces[i], fleet, self.as_of, self.horizon_seconds, reads[i].kinds)
+            for i in sorted(fits)
+        }
+        results: dict[int, PartitionResult] = self.run("finish", finish_partition, finishing, lambda r: r)
+        return fits, reduction, results
+
+    def _oom_of(self, oom: pd.DataFrame | None, index: int, read: PartitionRead) -> pd.DataFrame | None:
+        """A partition's OOM events: those its own read found, or its workloads' share of the run's."""
+        if read.oom_events is not None:
+            return read.oom_events
+        if oom is None or len(self.partitions) == 1:
+            return oom
+        return oom[self.partitions[index].owns(oom).to_numpy()].reset_index(drop=True)
+
+    def node_lines(self, reduction: FleetReduction) -> NodeForecaster | None:
+        """The node model fitted (or continued) on the fleet's pooled node usage."""
+        parent = self.parent.node_model if self.parent else None
+        if reduction.nodes is None:
+            return parent
+        self.step("fitting the node model")
+        if parent is not None:
+            return parent.partial_fit_pooled(reduction.nodes)
+        return new_node_model(self.settings).fit_pooled(reduction.nodes)
+
+    def recommendations(self) -> RecommendationSet:
+        """The `recommend` contract's result: the partitions' recommendations (kept in memory) in order."""
+        _, reduction, results = self.fit_and_finish()
+        first = results[min(results)]
+        node_model = self.node_lines(reduction)
+        return RecommendationSet(
+            as_of=first.as_of,
+            horizon_seconds=self.horizon_seconds,
+            step_seconds=first.step_seconds,
+            recommendations=[r for i in sorted(results) for r in results[i].kept.recommendations.recommendations],
+            nodes=[]
+            if node_model is None
+            else node_model.predict(as_of=self.as_of, horizon_seconds=self.horizon_seconds),
+        )
+
+    def commit(self, read_metrics: dict[str, float] | None = None) -> Manifest:
+        """Fit and finish, then write the version and its manifest (the one manifest builder)."""
+        writer = self._writer("training runs")
+        fits, reduction, results = self.fit_and_finish()
+        order = sorted(results)
+        first = results[order[0]]
+        node_model = self.node_lines(reduction)
+        fit_seconds = time.perf_counter() - self.started
+        header = RecommendationSet(
+            as_of=first.as_of,
+            horizon_seconds=self.horizon_seconds,
+            step_seconds=first.step_seconds,
+            recommendations=[],
+            nodes=[]
+            if node_model is None
+            else node_model.predict(as_of=self.as_of, horizon_seconds=self.horizon_seconds),
+        )
+        self.step(f"publishing to {self.settings.store.path}")
+        partitioned = len(self.partitions) > 1
+        kept = [results[i].kept for i in order]
+        if all(k.files is not None for k in kept):
+            writer.collect_partitions(header, {i: results[i].kept.files for i in order})  # type: ignore[misc]
+        else:
+            writer.write_recommendations(
+                header.model_copy(
+                    update={"recommendations": [r for k in kept for r in k.recommendations.recommendations]}
+                )
+            )
+            for i, k in zip(order, kept, strict=True):
+                assert k.model is not None
+                if partitioned:
+                    writer.write_partition_model(i, k.model)
+                else:
+                    writer.write_model(k.model)
+        if node_model is not None:
+            writer.write_node_model(node_model)
+        done = [fits[i] for i in order]
+        firsts = [f.first_sample for f in done if f.first_sample is not None]
+        lasts = [f.last_sample for f in done if f.last_sample is not None]
+        if self.parent is not None:
+            firsts.append(self.parent.manifest.data_window.first_sample)
+            lasts.append(self.parent.manifest.data_window.last_sample)
+        skipped = {
+            f"{namespace}/{workload}": f"{p.name} failed: {_why(self.failed[p.index])}"
+            for p in self.partitions
+            if p.index in self.failed
+            for namespace, workload in p.workloads
+        }
+        reads = [self.reads[i] for i in sorted(self.reads) if i not in self.failed]
+        for r in reads:
+            skipped.update(r.skipped)
+        quarantined = {name: why for r in reads for name, why in r.quarantined.items()}
+        workers = self.executor.peak_memory_mib()
+        vpa: dict[str, float] = {}
+        for i in order:
+            for key, value in results[i].vpa.items():
+                vpa[key] = vpa.get(key, 0.0) + value
+        return writer.commit(
+            source=self.source,
+            parameters=self.settings.model_dump(
+                mode="json", include={"histogram", "policy", "reservation", "forecast"}
+            ),
+            row_counts={
+                "usage_rows": sum(f.usage_rows for f in done),
+                "workload_containers": sum(results[i].containers for i in order),
+                "pods": len(set().union(*(f.pod_names for f in done))),
+                "nodes": len(header.nodes),
+                "oom_events": 0 if self.oom_events is None else len(self.oom_events),
+                "partitions": len(self.partitions),
+                "failed_partitions": len(self.failed),
+                "quarantined_containers": len(quarantined),
+            },
+            fit_metrics={
+                "fit_seconds": round(fit_seconds, 3),
+                "partition_fit_seconds_sum": round(sum(f.fit_seconds for f in done), 3),
+                "partition_fit_seconds_max": round(max(f.fit_seconds for f in done), 3),
+                "workers": float(len(workers)),
+                "worker_peak_rss_mib_max": round(max(workers.values()), 1),
+                "worker_peak_rss_mib_sum": round(sum(workers.values()), 1),
+                "driver_peak_rss_mib": round(peak_rss_mib(), 1),
+                **summarize_selection([results[i].choices for i in order]),
+                **vpa,
+            },
+            data_window=DataWindow(first_sample=min(firsts), last_sample=max(lasts), as_of=first.as_of),
+            read_metrics=read_metrics,
+            skipped=skipped,
+            quarantined=quarantined,
+            parent_version=self.parent.manifest.version if self.parent else None,
+            partition_starts=[p.start for p in self.partitions] if partitioned else None,
+        )
+
+
+def _why(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+# -- files --------------------------------------------------------------------------------------------------------
+
+
+def _stage_file(run: _Run, input_path: Path, window: RowWindow, end_at: int | None, bounds: SampleBounds) -> None:
+    """Plan a usage file's partitions and put each one's rows in its workspace: read whole into this process for
+    an in-memory executor, streamed in two passes onto the store for a cluster (`pipelines.partitions`). The
+    `end_at` shift is measured on the rows before as-of, and the parent's window is cut after it."""
+    before = RowWindow(as_of=window.as_of)
+    if run.executor.in_memory:
+        run.step(f"reading {input_path}")
+        usage = before.apply(read_usage(input_path, bounds))
+        if usage.empty:
+            raise InputFileError(input_path, _no_rows(window, None))
+        if end_at is not None:
+            window = replace(window, shift=_shift(end_at, int(usage["timestamp"].max())))
+        usage = replace(window, as_of=None).apply(usage)
+        if usage.empty:
+            raise InputFileError(input_path, _no_rows(window, run.parent))
+        run.plan(containers_of(usage))
+        if len(run.partitions) == 1:
+            run.workspaces[0].put_input(usage)
+        else:
+            for p in run.partitions:
+                if p.workloads:
+                    run.workspaces[p.index].put_input(usage[p.owns(usage).to_numpy()].reset_index(drop=True))
+        last, node_end = int(usage["timestamp"].max()), last_node_sample(usage)
+        del usage
+    else:
+        run.step(f"listing workloads in {input_path}")
+        if end_at is not None:
+            window = replace(window, shift=_shift(end_at, inventory(input_path, before, bounds).last_sample))
+        try:
+            found = inventory(input_path, window, bounds)
+        except InputFileError:
+            raise InputFileError(input_path, _no_rows(window, run.parent)) from None
+        run.plan(found.containers)
+        run.step(f"splitting {found.rows:,} rows into {len(run.partitions)} partitions")
+        split_file(input_path, run.partitions, run.workspaces, window, bounds)  # type: ignore[arg-type]
+        last, node_end = found.last_sample, found.last_node_sample
+    run.reads = {p.index: PartitionRead(p.index, last, node_end) for p in run.partitions}
+    run.shift = window.shift
+
+
+def _shift(end_at: int, last_sample: int) -> int:
+    return (end_at - last_sample) // SHIFT_STEP_SECONDS * SHIFT_STEP_SECONDS
+
+
+def _no_rows(window: RowWindow, parent: Parent | None) -> str:
+    if parent is not None:
+        return (
+            f"has no rows after {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}"
+        )
+    return "has no usage rows" + (f" before as-of {window.as_of}" if window.as_of is not None else "")
+
+
 def recommend_from_file(
     input_path: Path, as_of: int, horizon_seconds: int, settings: TrainingSettings, step: Step = quiet
 ) -> RecommendationSet:
-    """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it."""
-    usage = load_history(input_path, as_of, SampleBounds.at(settings.ingest, time.time()), step)
-    return fit_history(usage, settings, as_of, horizon_seconds, step=step).recommendations
+    """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it (in this
+    process; in partitions when `scale.partition_containers` is set)."""
+    run = _Run(settings, InProcessExecutor(), None, str(input_path), as_of, horizon_seconds, step)
+    _stage_file(run, input_path, RowWindow(as_of=as_of), None, SampleBounds.at(settings.ingest, time.time()))
+    return run.recommendations()
 
 
 def train_from_file(
@@ -132,62 +711,42 @@ def train_from_file(
     horizon_seconds: int = 86400,
     incremental: bool = False,
     end_at: int | None = None,
+    executor: Executor | None = None,
     step: Step = quiet,
 ) -> Manifest:
     """Fit on a usage file and publish a new model version; a failure anywhere leaves the store untouched.
 
-    `incremental`: continue the latest version's models with only the rows after its data window. `end_at`: move
-    every timestamp by the same whole number of 5-minute steps so the newest sample lands at most one step before
-    this Unix time (the demo's old trace then reads as current); the file is not touched, the source says so."""
+    `incremental`: continue the latest version's models (each partition's, by its plan) with only the rows after
+    its data window. `end_at`: move every timestamp by the same whole number of 5-minute steps so the newest sample
+    lands at most one step before this Unix time (the demo's old trace then reads as current); the file is not
+    touched, the source says so. `executor`: where the phases run (default: this process)."""
     bounds = SampleBounds.at(settings.ingest, time.time())
-    usage = load_history(input_path, as_of, bounds, step)
-    oom_events = read_oom_events(oom_events_path, bounds) if oom_events_path is not None else None
-    source = str(input_path)
-    if end_at is not None:
-        shift = (end_at - int(usage["timestamp"].max())) // SHIFT_STEP_SECONDS * SHIFT_STEP_SECONDS
-        usage = usage.assign(timestamp=usage["timestamp"] + shift)
-        if oom_events is not None:
-            oom_events = oom_events.assign(timestamp=oom_events["timestamp"] + shift)
-        source += f" (timestamps moved {shift / 86400:+.1f} days at load so the data ends now; the file is unchanged)"
     parent = _parent(settings, incremental)
-    if parent is not None:
-        usage = usage[usage["timestamp"] > parent.manifest.data_window.last_sample]
-        if oom_events is not None:
-            oom_events = oom_events[oom_events["timestamp"] > parent.manifest.data_window.last_sample]
-        if usage.empty:
-            raise InputFileError(
-                input_path,
-                f"has no rows after {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}",
+    window = RowWindow(as_of=as_of, after=parent.manifest.data_window.last_sample if parent else None)
+    with ExitStack() as store:
+        run = _Run(
+            settings, executor or InProcessExecutor(), store, str(input_path), as_of, horizon_seconds, step, parent
+        )
+        _stage_file(run, input_path, window, end_at, bounds)
+        if oom_events_path is not None:
+            run.oom_events = RowWindow(after=window.after, shift=run.shift).apply(
+                read_oom_events(oom_events_path, bounds)
             )
-    result = fit_history(
-        usage,
-        settings,
-        as_of,
-        horizon_seconds,
-        oom_events,
-        step,
-        resume=parent.model if parent else None,
-        resume_nodes=parent.node_model if parent else None,
-    )
-    return _publish(settings, result, usage, source, step, parent=parent)
+        if end_at is not None:
+            run.source += (
+                f" (timestamps moved {run.shift / 86400:+.1f} days at load so the data ends now; the file is unchanged)"
+            )
+        return run.commit()
 
 
-@dataclass(frozen=True)
-class _Parent:
-    manifest: Manifest
-    model: WorkloadRecommender
-    node_model: NodeForecaster | None
+# -- Prometheus ---------------------------------------------------------------------------------------------------
 
 
-def _parent(settings: TrainingSettings, incremental: bool) -> _Parent | None:
-    """The latest verified version to continue from, or None for a full fit (none asked for, or none yet)."""
-    if not incremental:
-        return None
-    store = ModelStore(settings.store.path, settings.store.retention_versions)
-    if store.latest_name() is None:
-        return None
-    manifest = store.manifest()
-    return _Parent(manifest, store.load_model(manifest.version), store.load_node_model(manifest.version))
+def prometheus_window(settings: TrainingSettings, as_of: int | None) -> tuple[int, int]:
+    """First and last step (Unix seconds) of the `history_seconds` read before `as_of` (default: now)."""
+    prom = settings.prometheus
+    end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
+    return end - prom.history_seconds, end
 
 
 def train_from_prometheus(
@@ -197,13 +756,15 @@ def train_from_prometheus(
     allow_partial: bool = False,
     horizon_seconds: int = 86400,
     incremental: bool = False,
+    executor: Executor | None = None,
     step: Step = quiet,
 ) -> tuple[Manifest, dict[str, float]]:
     """Read the last `history_seconds` from Prometheus, fit, publish; returns the manifest and the query costs.
 
-    A namespace batch that fails after retries makes the run fail without publishing (PartialDataError naming
-    what was skipped), unless `allow_partial`, which publishes the rest and records what was skipped.
-    `incremental`: continue the latest version's models, reading only the steps after its data window.
+    In partitions of whole namespaces, each read by its own scoped queries, on a cluster or when
+    `scale.partition_containers` is set (a run of one partition reads everything without discovery). See the
+    module's docstring for `allow_partial` and the failure tolerance. `incremental`: continue the latest
+    version's models, reading only the steps after its data window.
     """
     prom = settings.prometheus
     start, end = prometheus_window(settings, as_of)
@@ -214,100 +775,39 @@ def train_from_prometheus(
             raise PrometheusError(
                 f"nothing new since {parent.manifest.data_window.last_sample}, the end of version {parent.manifest.version}"
             )
+        if len(parent.starts) > 1 and any(workload != "*" for _, workload in parent.starts[1:]):
+            raise ConfigurationError(
+                f"version {parent.manifest.version} was partitioned by workload (from a file); Prometheus reads whole "
+                "namespaces, so continue it from a file or run a full fit"
+            )
+    runner = executor or InProcessExecutor()
     started = time.perf_counter()
-    with PrometheusClient(prom) as client:
-        read = PrometheusSource(client, prom).read(start, end, step)
-        costs = {**client.stats.summary(), "read_seconds": round(time.perf_counter() - started, 3)}
-    if read.skipped and not allow_partial:
-        raise PartialDataError(read.skipped)
-    usage, quarantined = tidy_prometheus_usage(
-        read.usage, settings, start, end, SampleBounds.at(settings.ingest, time.time())
-    )
-    result = fit_history(
-        usage,
-        settings,
-        as_of,
-        horizon_seconds,
-        read.oom_events,
-        step,
-        resume=parent.model if parent else None,
-        resume_nodes=parent.node_model if parent else None,
-    )
-    result = replace(result, recommendations=with_kinds(result.recommendations, read.workload_kinds))
-    manifest = _publish(
-        settings,
-        result,
-        usage,
-        str(prom.url),
-        step,
-        read_metrics=costs,
-        skipped=read.skipped,
-        quarantined=quarantined,
-        parent=parent,
-    )
-    return manifest, costs
-
-
-def prometheus_window(settings: TrainingSettings, as_of: int | None) -> tuple[int, int]:
-    """First and last step (Unix seconds) of the `history_seconds` read before `as_of` (default: now)."""
-    prom = settings.prometheus
-    end = int((time.time() if as_of is None else as_of - 1) // prom.step_seconds * prom.step_seconds)
-    return end - prom.history_seconds, end
-
-
-def tidy_prometheus_usage(
-    usage: pd.DataFrame, settings: TrainingSettings, start: int, end: int, bounds: SampleBounds
-) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The rows (each with a sample, sorted as a usage file is: `PrometheusSource.read` gives them so) without the
-    workload containers quarantined for an impossible sample (returned by name, with why); an error when none."""
-    usage, quarantined = quarantine(usage, bounds)
-    if usage.empty:
-        raise PrometheusError(f"{settings.prometheus.url}: no usage samples between {start} and {end}")
-    return usage, quarantined
-
-
-def _publish(
-    settings: TrainingSettings,
-    result: TrainingResult,
-    usage: pd.DataFrame,
-    source: str,
-    step: Step,
-    read_metrics: dict[str, float] | None = None,
-    skipped: dict[str, str] | None = None,
-    quarantined: dict[str, str] | None = None,
-    parent: _Parent | None = None,
-) -> Manifest:
-    step(f"publishing to {settings.store.path}")
-    first_sample = int(usage["timestamp"].min())
-    if parent is not None:
-        first_sample = min(first_sample, parent.manifest.data_window.first_sample)
-    store = ModelStore(settings.store.path, settings.store.retention_versions)
-    return store.publish(
-        result.recommendations,
-        result.model,
-        source=source,
-        parameters=settings.model_dump(mode="json", include={"histogram", "policy", "reservation", "forecast"}),
-        row_counts={
-            "usage_rows": result.usage_rows,
-            "workload_containers": len(result.recommendations.recommendations),
-            "pods": int(usage["pod"].nunique()),
-            "nodes": len(result.recommendations.nodes),
-            "oom_events": result.oom_events,
-            "quarantined_containers": len(quarantined or {}),
-        },
-        fit_metrics={
-            "fit_seconds": round(result.fit_seconds, 3),
-            **result.model.selection_summary(),
-            **result.model.vpa_summary(),
-        },
-        data_window=DataWindow(
-            first_sample=first_sample,
-            last_sample=int(usage["timestamp"].max()),
-            as_of=result.recommendations.as_of,
-        ),
-        read_metrics=read_metrics,
-        skipped=skipped,
-        quarantined=quarantined,
-        parent_version=parent.manifest.version if parent else None,
-        node_model=result.node_model,
-    )
+    with ExitStack() as store:
+        run = _Run(settings, runner, store, str(prom.url), as_of, horizon_seconds, step, parent)
+        one = (
+            (parent is None or len(parent.starts) <= 1)
+            and runner.in_memory
+            and settings.scale.partition_containers is None
+        )
+        if one:
+            run.plan(None)
+        else:
+            step(f"discovering containers in {prom.url}")
+            with PrometheusClient(prom) as prometheus:
+                counts = PrometheusSource(prometheus, prom).containers_per_namespace(start, end)
+            # Whole namespaces: a partition is named `ns/*` as a skipped Prometheus batch is.
+            run.plan({(namespace, "*"): n for namespace, n in counts.items()})
+        step(f"reading {prom.url}" + (f" in {len(run.partitions)} partitions" if len(run.partitions) > 1 else ""))
+        progress = step if runner.in_memory and len(run.partitions) == 1 else quiet
+        calls = {
+            p.index: (p, run.workspaces[p.index], settings, start, end, allow_partial, progress) for p in run.partitions
+        }
+        run.reads = run.run("read", read_prometheus_partition, calls, lambda r: r)
+        if not any(r.last_sample is not None for r in run.reads.values()):
+            raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
+        reads = list(run.reads.values())
+        run.oom_events = pd.concat([r.oom_events for r in reads if r.oom_events is not None], ignore_index=True)
+        keys = sorted({key for r in reads for key in r.costs})
+        costs = {key: float(sum(r.costs.get(key, 0.0) for r in reads)) for key in keys}
+        costs["read_seconds"] = round(time.perf_counter() - started, 3)
+        return run.commit(read_metrics=costs), costs

@@ -99,8 +99,8 @@ class KubernetesError(RecommenderError):
 
 
 class DistributedTrainingError(RecommenderError):
-    """Partitions of a training run on a Dask cluster failed beyond the tolerated share; names them. Nothing was
-    published: the store's `latest` is as it was."""
+    """Partitions of a training run (on a Dask cluster or in this process) failed beyond the tolerated share; names
+    them. Nothing was published: the store's `latest` is as it was."""
 
     http_status = 502
     exit_code = 8

@@ -1,6 +1,7 @@
 """Training on a real `distributed.LocalCluster` (worker processes on loopback): the same recommendations as the
-single-process path, a worker killed mid-run survived, failures beyond the tolerance reported by name with the
-previous `latest` intact, and never a half-published version."""
+single-process path, node lines and incremental training as in one process, a worker killed mid-run survived,
+failures beyond the tolerance reported by name with the previous `latest` intact, and never a half-published
+version."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ import pytest
 from distributed import Client, LocalCluster, WorkerPlugin
 
 from cli.settings import Settings
-from models.store import ModelStore
-from pipelines.distributed import train_distributed
+from models.store import Manifest, ModelStore
+from pipelines.distributed import DaskExecutor
 from pipelines.train import train_from_file
-from recommender.errors import DistributedTrainingError
-from tests.conftest import BUNDLED, entry_point
+from recommender.errors import DistributedTrainingError, InputFileError
+from tests.conftest import BUNDLED, DAY, entry_point
+from tests.support.compare import assert_close, per_container
+from tests.unit.test_nodes import FAST, alternating
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -67,6 +70,15 @@ def settings(store: Path, **scale: Any) -> Settings:
     return Settings(store={"path": store}, scale={**SCALE, **scale}, forecast={})
 
 
+def train_on(client: Client, settings: Settings) -> Manifest:
+    """The bundled slice trained on the cluster."""
+    return train_on_file(client, BUNDLED, settings)
+
+
+def train_on_file(client: Client, usage: Path, settings: Settings, **options: Any) -> Manifest:
+    return train_from_file(usage, settings, executor=DaskExecutor(client, settings.scale), **options)
+
+
 def recommendations(store: ModelStore, version: str) -> bytes:
     return Path(store.root, "versions", version, "recommendations.json").read_bytes()
 
@@ -78,7 +90,7 @@ def test_partitions_share_the_fleet_calibration_and_the_per_container_models(tmp
     single = settings(tmp_path / "single")
     distributed = settings(tmp_path / "distributed")
     expected_manifest = train_from_file(BUNDLED, single)
-    got = train_distributed(client, BUNDLED, distributed)
+    got = train_on(client, distributed)
     assert got.row_counts["partitions"] == 4 and got.row_counts["failed_partitions"] == 0
     for key in ("usage_rows", "workload_containers", "pods"):
         assert got.row_counts[key] == expected_manifest.row_counts[key]
@@ -105,13 +117,13 @@ def test_worker_killed_mid_run_is_survived(tmp_path: Path, client: Client) -> No
     marker = tmp_path / "killed-once"
     client.register_plugin(KillOnFit(str(marker), index=2, every_time=False), name="kill")
     try:
-        got = train_distributed(client, BUNDLED, settings(tmp_path / "distributed"))
+        got = train_on(client, settings(tmp_path / "distributed"))
     finally:
         client.unregister_worker_plugin("kill")
     assert marker.exists(), "no worker was killed"
     assert got.row_counts["failed_partitions"] == 0
     # The rerun partition gives what an undisturbed distributed run over the same partitions gives, byte for byte.
-    expected = train_distributed(client, BUNDLED, settings(tmp_path / "undisturbed"))
+    expected = train_on(client, settings(tmp_path / "undisturbed"))
     assert recommendations(ModelStore(tmp_path / "distributed"), got.version) == recommendations(
         ModelStore(tmp_path / "undisturbed"), expected.version
     )
@@ -123,8 +135,8 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
     client.register_plugin(KillOnFit(str(tmp_path / "unused"), index=1, every_time=True), name="kill-always")
     try:
         with pytest.raises(DistributedTrainingError, match=r"1 of 4 partition\(s\) failed.*partition 1 \(google-2019/"):
-            train_distributed(client, BUNDLED, settings(store_path))
-        tolerated = train_distributed(client, BUNDLED, settings(store_path, failure_tolerance_fraction=0.25))
+            train_on(client, settings(store_path))
+        tolerated = train_on(client, settings(store_path, failure_tolerance_fraction=0.25))
     finally:
         client.unregister_worker_plugin("kill-always")
     store = ModelStore(store_path)
@@ -181,3 +193,66 @@ def test_a_stopped_workers_run_leaves_nothing_after_the_next_run(tmp_path: Path,
     assert after.returncode == 0, after.stderr
     assert "left by a run that stopped before publishing it" in after.stderr
     assert [p.name for p in versions.iterdir()] == [ModelStore(tmp_path / "store").latest_name()]
+
+
+def placed(tmp_path: Path) -> Path:
+    """Four workloads on two nodes (two of node a's pods peaking in turn, a batch pod beside them), four days: with
+    one container a partition, the pods of node a are spread over three partitions."""
+    path = tmp_path / "placed.csv"
+    alternating(days=4).sort_values(["namespace", "workload", "pod", "container", "timestamp"]).to_csv(
+        path, index=False
+    )
+    return path
+
+
+def placed_settings(store: Path, **scale: Any) -> Settings:
+    return Settings(store={"path": store}, scale={**SCALE, **scale}, forecast=FAST)
+
+
+def published(store: Path) -> dict[str, Any]:
+    loaded = ModelStore(store).load()
+    result: dict[str, Any] = json.loads(loaded.recommendations.model_dump_json())
+    return result
+
+
+def test_node_lines_on_a_cluster_and_in_partitions_in_one_process_equal_one_fit(tmp_path: Path, client: Client) -> None:
+    """The node model is fitted on the driver from the partitions' pooled per-node sums: the lines equal a fit on
+    the whole fleet. The in-process executor with `partition_containers` set gives what the cluster gives, byte for
+    byte (the same partitions, the same fold)."""
+    usage = placed(tmp_path)
+    whole = train_from_file(usage, Settings(store={"path": tmp_path / "whole"}, forecast=FAST))
+    in_process = train_from_file(usage, placed_settings(tmp_path / "in-process"))
+    on_cluster = train_on_file(client, usage, placed_settings(tmp_path / "cluster"))
+    assert whole.row_counts["partitions"] == 1 and whole.partition_starts == []
+    assert in_process.row_counts["partitions"] == on_cluster.row_counts["partitions"] == 4
+    assert in_process.partition_starts == on_cluster.partition_starts
+    assert whole.row_counts["nodes"] == in_process.row_counts["nodes"] == on_cluster.row_counts["nodes"] == 2
+    expected, got = published(tmp_path / "whole"), published(tmp_path / "cluster")
+    assert {n["node"] for n in got["nodes"]} == {"a", "b"}
+    assert_close(got["nodes"], expected["nodes"])
+    assert [per_container(r) for r in got["recommendations"]] == [per_container(r) for r in expected["recommendations"]]
+    assert recommendations(ModelStore(tmp_path / "in-process"), in_process.version) == recommendations(
+        ModelStore(tmp_path / "cluster"), on_cluster.version
+    )
+
+
+def test_incremental_training_on_a_cluster_continues_each_partition(tmp_path: Path, client: Client) -> None:
+    """`--incremental` on a cluster: every partition of the parent's plan continues its own model with only the
+    newer rows; per container and per node it comes out as one process continuing one model does."""
+    usage = placed(tmp_path)
+    cut = 1_700_006_400 + 3 * DAY
+    cluster_settings = placed_settings(tmp_path / "cluster")
+    first = train_on_file(client, usage, cluster_settings, as_of=cut)
+    more = train_on_file(client, usage, cluster_settings, incremental=True)
+    single = Settings(store={"path": tmp_path / "single"}, forecast=FAST)
+    train_from_file(usage, single, as_of=cut)
+    reference = train_from_file(usage, single, incremental=True)
+    assert more.parent_version == first.version and more.partition_starts == first.partition_starts
+    assert more.row_counts["usage_rows"] == reference.row_counts["usage_rows"] < first.row_counts["usage_rows"]
+    assert more.data_window == reference.data_window
+    expected, got = published(tmp_path / "single"), published(tmp_path / "cluster")
+    assert_close(got["nodes"], expected["nodes"])
+    assert [per_container(r) for r in got["recommendations"]] == [per_container(r) for r in expected["recommendations"]]
+    # A second continuation reads nothing new: the same one-line refusal as in one process.
+    with pytest.raises(InputFileError, match=f"has no rows after .*the end of version {more.version}"):
+        train_on_file(client, usage, cluster_settings, incremental=True)

@@ -9,6 +9,7 @@ leave the last good model version untouched.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -19,14 +20,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from distributed import Client, LocalCluster
 
 from models.histogram import ExponentialBuckets
+from pipelines.distributed import DaskExecutor
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
+from cli.settings import Settings
 from pipelines.settings import PrometheusSettings
+from pipelines.train import train_from_prometheus
 from tests.conftest import BUNDLED, Runner, entry_point
+from tests.support.compare import assert_close, per_container
 from tests.support.openmetrics import OOMKill, write_openmetrics
-from tests.support.prometheus_server import PrometheusServer, binaries_present, free_port
+from tests.support.prometheus_server import FailingProxy, PrometheusServer, binaries_present, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -314,40 +320,105 @@ def test_incremental_training_reads_only_the_new_day(cluster: Cluster, cli: Runn
                 )
 
 
+def latest_version(store: Path) -> Path:
+    return store / "versions" / (store / "latest").read_text().strip()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_distributed_read_by_namespace_gives_the_same_version(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
     """`--workers 2`: each task reads its own namespaces (every query scoped to them) and fits them; the
-    per-container parts of the recommendations (history, current resources, risk levels, VPA's bounds) are identical
-    to one process reading everything (the forecast candidates are chosen per partition, and node lines and kinds
-    are not in distributed runs), and the OOM kill and the query costs are carried over."""
+    per-container parts of the recommendations (kind from the owner discovery, history, current resources, risk
+    levels, VPA's bounds) and the node lines are identical to one process reading everything (the forecast
+    candidates are chosen per partition), and the OOM kill and the query costs are carried over."""
     env = PROMETHEUS_ENV
     common = ("--prometheus-url", cluster.server.url, "--as-of", str(cluster.as_of))
     single = cli("train", *common, "--store", "single", env=env)
     assert single.returncode == 0, single.stderr
     spread = cli("train", *common, "--store", "spread", "--workers", "2", "--partition-containers", "1", env=env)
     assert spread.returncode == 0, spread.stderr
-    versions = {}
-    for store in ("single", "spread"):
-        name = (tmp_path / store / "latest").read_text().strip()
-        versions[store] = tmp_path / store / "versions" / name
+    versions = {store: latest_version(tmp_path / store) for store in ("single", "spread")}
     spread_set, single_set = (
         json.loads((versions[s] / "recommendations.json").read_bytes()) for s in ("spread", "single")
     )
-    # Not yet in distributed runs (README, Scale out): node lines and workload kinds; everything else is identical.
-    assert single_set.pop("nodes") and spread_set.pop("nodes") == []
-    assert {r.pop("kind") for r in single_set["recommendations"]} - {None}
-    assert {r.pop("kind") for r in spread_set["recommendations"]} == {None}
-
-    def per_container(rec: dict[str, Any]) -> dict[str, Any]:
-        kept = {k: rec[k] for k in ("namespace", "workload", "container", "history", "current")}
-        for resource in ("cpu", "memory"):
-            kept[resource] = {k: rec[resource][k] for k in ("levels", "stale", "limit_floor")}
-        return kept
-
+    assert single_set["nodes"]
+    assert_close(spread_set["nodes"], single_set["nodes"])
+    assert {(r["namespace"], r["workload"]): r["kind"] for r in spread_set["recommendations"]} == cluster.kinds
     assert [per_container(r) for r in spread_set["recommendations"]] == [
         per_container(r) for r in single_set["recommendations"]
     ]
     manifest = json.loads((versions["spread"] / "manifest.json").read_text())
     assert manifest["row_counts"]["partitions"] == 6 and manifest["row_counts"]["failed_partitions"] == 0
     assert manifest["row_counts"]["oom_events"] == 1 and manifest["read_metrics"]["queries"] > 0
+    assert manifest["row_counts"]["nodes"] == len(single_set["nodes"])
+
+
+def infra_usage_fails(path: str, form: dict[str, list[str]]) -> bool:
+    """The usage range queries (CPU rate, working-set max) that read namespace infra."""
+    query = form.get("query", [""])[0]
+    return (
+        path.endswith("/query_range")
+        and query.startswith(("rate(", "max_over_time("))
+        and re.search(r'namespace=~"(?:[^"]*\|)?infra(?:\|[^"]*)?"', query) is not None
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_allow_partial_and_the_failure_tolerance_mean_one_thing_in_one_process_and_on_a_cluster(
+    cluster: Cluster, cli: Runner, tmp_path: Path
+) -> None:
+    """Namespace infra's usage queries fail (a front of the real Prometheus answers 503 to them). `--allow-partial`
+    skips what could not be read and publishes the rest, in one process and on a cluster alike; without it, the
+    partition that read infra fails, which `--failure-tolerance` may tolerate on a cluster (one of six partitions),
+    and which fails a one-partition run as it always did."""
+    # One namespace a batch, so that only infra's fail in one process too.
+    env = {
+        **PROMETHEUS_ENV,
+        "KOORD_RECOMMENDER_PROMETHEUS__RETRIES": "0",
+        "KOORD_RECOMMENDER_PROMETHEUS__MAX_SERIES_PER_QUERY": "1",
+    }
+    with FailingProxy(cluster.server.url, infra_usage_fails) as proxy:
+        common = ("train", "--prometheus-url", proxy.url, "--as-of", str(cluster.as_of))
+        refused = cli(*common, "--store", "refused", env=env)
+        partial = cli(*common, "--store", "partial", "--allow-partial", env=env)
+        settings = Settings(
+            store={"path": tmp_path / "partial-spread"},
+            prometheus={**settings_for(proxy.url).model_dump(), "retries": 0, "max_series_per_query": 1},
+            scale={"partition_containers": 1},
+        )
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0") as dask,
+            Client(dask) as client,
+        ):
+            executor = DaskExecutor(client, settings.scale)
+            train_from_prometheus(settings, as_of=cluster.as_of, allow_partial=True, executor=executor)
+            tolerant = settings.model_copy(
+                update={
+                    "store": settings.store.model_copy(update={"path": tmp_path / "tolerated"}),
+                    "scale": settings.scale.model_copy(update={"failure_tolerance_fraction": 0.2}),
+                }
+            )
+            train_from_prometheus(tolerant, as_of=cluster.as_of, executor=executor)
+        assert proxy.failed >= 3
+    assert refused.returncode != 0 and "infra/*" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "refused" / "latest").exists()
+    assert partial.returncode == 0, partial.stderr
+    assert "skipped" in partial.stderr and "infra/*" in partial.stderr
+    manifests = {
+        store: json.loads((latest_version(tmp_path / store) / "manifest.json").read_text())
+        for store in ("partial", "partial-spread", "tolerated")
+    }
+    assert set(manifests["partial"]["skipped"]) == set(manifests["partial-spread"]["skipped"]) == {"infra/*"}
+    assert manifests["partial-spread"]["row_counts"]["failed_partitions"] == 0
+    assert manifests["tolerated"]["row_counts"]["failed_partitions"] == 1
+    ((name, why),) = manifests["tolerated"]["skipped"].items()
+    assert name == "infra/*" and why.startswith("partition ") and "PartialDataError" in why
+    published = {
+        store: json.loads((latest_version(tmp_path / store) / "recommendations.json").read_bytes())["recommendations"]
+        for store in ("partial", "partial-spread", "tolerated")
+    }
+    namespaces = {ns for ns, _ in cluster.kinds} - {"infra"}
+    for store, recommendations in published.items():
+        assert {r["namespace"] for r in recommendations} == namespaces, store
+    assert [per_container(r) for r in published["partial-spread"]] == [per_container(r) for r in published["partial"]]

@@ -1,4 +1,5 @@
-"""A real Prometheus on 127.0.0.1, backfilled from an OpenMetrics file with promtool."""
+"""A real Prometheus on 127.0.0.1, backfilled from an OpenMetrics file with promtool, and a front that fails some of
+its queries."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 
@@ -101,3 +107,55 @@ class PrometheusServer:
 
     def queries_logged(self) -> int:
         return len(self.query_log.read_text().splitlines()) if self.query_log.exists() else 0
+
+
+class FailingProxy:
+    """A loopback HTTP front of a real Prometheus that answers 503 to the queries `fails(path, form)` picks and
+    forwards every other request as it is: one namespace's usage batches failing, for a run's other processes too."""
+
+    def __init__(self, target: str, fails: Callable[[str, dict[str, list[str]]], bool]) -> None:
+        self.target = target
+        self.fails = fails
+        self.failed = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._forward(b"")
+
+            def do_POST(self) -> None:
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+            def _forward(self, body: bytes) -> None:
+                path = self.path.split("?", 1)[0]
+                if proxy.fails(path, parse_qs(body.decode())):
+                    proxy.failed += 1
+                    answer = httpx.Response(
+                        503, json={"status": "error", "errorType": "unavailable", "error": "injected"}
+                    )
+                else:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept")}
+                    answer = httpx.request(
+                        self.command, proxy.target + self.path, content=body, headers=headers, timeout=60
+                    )
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FailingProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)

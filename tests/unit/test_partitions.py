@@ -11,7 +11,7 @@ from models.ensemble import SKETCH_RESOLUTION, merge_sketches, ratio_sketch, ske
 from models.forecast import nan_quantile
 from models.pods import group_label
 from models.workload import median_of_counts
-from pipelines.distributed import plan_partitions
+from pipelines.partitions import assign_partitions, label_key, plan_partitions
 
 ratios = st.lists(
     st.one_of(st.floats(0, 1e6, allow_subnormal=False), st.just(0.0), st.just(float("inf")), st.just(float("nan"))),
@@ -80,3 +80,52 @@ def test_our_errors_cross_process_boundaries_intact() -> None:
     ):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error)
+
+
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from(["a", "b", "ns"]), st.text("abc-", min_size=1, max_size=3)),
+        st.integers(1, 3),
+        min_size=1,
+        max_size=20,
+    ),
+    st.dictionaries(
+        st.tuples(st.sampled_from(["a", "b", "c", "ns"]), st.text("abc-", min_size=1, max_size=3)),
+        st.integers(1, 3),
+        max_size=10,
+    ),
+    st.integers(1, 6),
+)
+def test_a_recorded_plan_keeps_every_workload_in_its_partition(
+    first: dict[tuple[str, str], int], later: dict[tuple[str, str], int], size: int
+) -> None:
+    """An incremental run assigns workloads by the parent's partition starts: the parent's workloads land where
+    they were, new ones in the range they sort into, and the label order still concatenates."""
+    plan = plan_partitions(first, size)
+    assert plan[0].start == ("", "")
+    again = assign_partitions({**first, **later}, [p.start for p in plan])
+    assert len(again) == len(plan)
+    for before, after in zip(plan, again, strict=True):
+        assert set(before.workloads) <= set(after.workloads)
+    flat = [w for p in again for w in p.workloads]
+    assert flat == sorted(flat, key=label_key) and sorted(flat) == sorted({**first, **later})
+
+
+def test_one_process_in_partitions_gives_the_per_container_recommendations_of_one_fit() -> None:
+    """`scale.partition_containers` set for a run in this process: partition after partition on the in-process
+    executor, each container's VPA-side state as one fit makes it, with the fleet's one calibration factor."""
+    from pipelines.train import recommend_from_file
+    from cli.settings import Settings
+    from tests.conftest import BUNDLED
+    from tests.support.compare import per_container
+
+    as_of = 1559347200
+    whole = recommend_from_file(BUNDLED, as_of, 86400, Settings(forecast={}))
+    parts = recommend_from_file(BUNDLED, as_of, 86400, Settings(forecast={}, scale={"partition_containers": 1}))
+    expected = [per_container(r.model_dump(mode="json")) for r in whole.recommendations]
+    assert [per_container(r.model_dump(mode="json")) for r in parts.recommendations] == expected
+    assert len(expected) == 4
+    lines = [r.cpu.models.quality for r in parts.recommendations if r.cpu.models is not None]
+    for line in ("short_term", "target", "long_term"):
+        assert len({round(q[line].calibration_factor, 4) for q in lines if line in q}) <= 1, line
+    assert any(lines)
