@@ -37,12 +37,19 @@ def nan_quantile(values: FloatArray, q: float) -> FloatArray:
     (The "higher" rule: never below a sample a q-share of the data reaches; all-NaN rows give NaN.) A sort beats
     numpy's nanquantile by an order of magnitude on the (containers x steps x window) arrays used here.
     """
+    return nan_quantiles(values, (q,))[0]
+
+
+def nan_quantiles(values: FloatArray, qs: tuple[float, ...]) -> list[FloatArray]:
+    """`nan_quantile` at each of `qs`, from one sort."""
     ordered = np.sort(values, axis=-1)
     count = np.sum(~np.isnan(values), axis=-1)
-    rank = np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, max(values.shape[-1] - 1, 0))
-    picked = np.take_along_axis(ordered, rank[..., None], axis=-1)[..., 0]
-    result: FloatArray = np.where(count > 0, picked, np.nan)
-    return result
+    out = []
+    for q in qs:
+        rank = np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, max(values.shape[-1] - 1, 0))
+        picked = np.take_along_axis(ordered, rank[..., None], axis=-1)[..., 0]
+        out.append(np.where(count > 0, picked, np.nan))
+    return out
 
 
 def usage_grid(
@@ -105,7 +112,11 @@ class FlatQuantileForecaster(_ConstantLine):
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        self.level_ = nan_quantile(self._window(X), self.quantile)
+        window = self._window(X)
+        if self.quantile >= 1.0:  # the max, as `nan_quantile` gives it, without a sort
+            self.level_ = np.fmax.reduce(window, axis=1) if window.shape[1] else np.full(window.shape[0], np.nan)
+        else:
+            self.level_ = nan_quantile(window, self.quantile)
         return self
 
 

@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import require_columns
 from models.ensemble import (
     CONSTANT_FORECASTERS,
+    FutureUsage,
     PeakForecaster,
     SelectedForecaster,
     candidate_lines,
@@ -34,7 +35,6 @@ from models.ensemble import (
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
-    usage_after,
 )
 from models.forecast import STEPS_PER_DAY, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -204,7 +204,7 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
     rows = np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day)
     scored = grid[rows]
     origins = rolling_origins(grid.shape[1], settings.selection_days, per_day)
-    usage = usage_after(scored, origins, LONG_TERM_DAYS * per_day)
+    usage = FutureUsage(scored, origins, LONG_TERM_DAYS * per_day)
     past: dict[str, FloatArray] = {}
     fitted: dict[str, BaseEstimator] = {}
 
@@ -237,7 +237,7 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
     ):
         selector = selected_forecaster(settings, candidates, target, constant, days)
         lines = backtest(candidates)
-        models.append(selector.fit_lines(grid, lines, usage[:, :, : days * per_day], fit_scored(candidates), rows=rows))
+        models.append(selector.fit_lines(grid, lines, usage.first(days * per_day), fit_scored(candidates), rows=rows))
     return ResourceForecast(
         short_term=models[0],
         request=models[1],
