@@ -19,6 +19,7 @@ already computed; `SelectedForecaster` wires them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
@@ -69,17 +70,47 @@ class FutureUsage:
         return FutureUsage(self.grid, self.origins, min(steps, self.steps))
 
 
-#: Past usage as the selection reads it: an (origins x containers x steps) array or its lazy `FutureUsage`.
-PastUsage = FloatArray | FutureUsage
+class FleetUsage:
+    """The past usage of several partitions' containers as one fleet's (containers in partition order; a block of
+    the selection never spans two), so that the fleet's choice is made over partitions as over blocks of one."""
+
+    def __init__(self, parts: Sequence[FloatArray | FutureUsage]) -> None:
+        self.parts = list(parts)
+        self.starts = np.cumsum([0] + [part.shape[1] for part in self.parts])
+        self.shape = (self.parts[0].shape[0], int(self.starts[-1]), self.parts[0].shape[2])
+
+    def part_rows(self) -> list[slice]:
+        """Each partition's containers among the fleet's."""
+        return [slice(int(a), int(b)) for a, b in zip(self.starts[:-1], self.starts[1:])]
+
+    def rows(self, rows: slice) -> FloatArray:
+        part = int(np.searchsorted(self.starts, rows.start, side="right")) - 1
+        offset = int(self.starts[part])
+        return usage_rows(self.parts[part], slice(rows.start - offset, rows.stop - offset))
+
+    def first(self, steps: int) -> FleetUsage:
+        return FleetUsage([p.first(steps) if isinstance(p, FutureUsage) else p[:, :, :steps] for p in self.parts])
+
+
+#: Past usage as the selection reads it: an (origins x containers x steps) array, its lazy `FutureUsage`, or a
+#: `FleetUsage` of partitions.
+PastUsage = FloatArray | FutureUsage | FleetUsage
 
 
 def usage_rows(usage: PastUsage, rows: slice) -> FloatArray:
     """The past usage of the containers `rows` (origins x rows x steps)."""
-    return usage.rows(rows) if isinstance(usage, FutureUsage) else usage[:, rows]
+    return usage.rows(rows) if isinstance(usage, FutureUsage | FleetUsage) else usage[:, rows]
 
 
 def container_blocks(usage: PastUsage) -> list[slice]:
-    """Consecutive blocks of containers of at most `SELECTION_BLOCK_VALUES` values of past usage each."""
+    """Consecutive blocks of containers of at most `SELECTION_BLOCK_VALUES` values of past usage each (within one
+    partition of a `FleetUsage`)."""
+    if isinstance(usage, FleetUsage):
+        return [
+            slice(rows.start + int(start), rows.stop + int(start))
+            for part, start in zip(usage.parts, usage.starts)
+            for rows in container_blocks(part)
+        ]
     n_origins, n_containers, steps = usage.shape
     size = max(1, SELECTION_BLOCK_VALUES // max(n_origins * steps, 1))
     return [slice(first, min(first + size, n_containers)) for first in range(0, n_containers, size)]
@@ -166,20 +197,45 @@ def burst_groups(past_usage: PastUsage, n_groups: int) -> IntArray:
     return np.searchsorted(edges, capped, side="right").astype(np.int64)
 
 
-#: Bins of `_order_bins`: the sign, exponent and first 6 mantissa bits of a float64 (2^18 bins, 1.6 % wide).
+#: Bins of `_order_bins`: every negative value in bin 0, then the exponent and first 6 mantissa bits of a positive
+#: float64 (2^17 bins, 1.6 % wide).
 _BIN_SHIFT = 46
-_BIN_COUNT = 1 << (64 - _BIN_SHIFT)
-#: Blocks of (ratios: origins x containers x steps, NaN where unscored) over a fleet, regenerated on each call.
-RatioBlocks = Callable[[], Iterator[tuple[slice, FloatArray]]]
+_BIN_COUNT = (1 << (63 - _BIN_SHIFT)) + 1
+
+
+class RatioBlocks:
+    """Blocks of (ratios: origins x containers x steps, NaN where unscored) over a fleet, regenerated on each call;
+    kept (with their `_order_bins`) when the fleet fits one block, so the passes over them share the work."""
+
+    def __init__(self, make: Callable[[slice], FloatArray], blocks: list[slice]) -> None:
+        self.make = make
+        self.blocks = blocks
+        self._kept: list[tuple[slice, FloatArray]] | None = None
+        self._bins: IntArray | None = None
+
+    def __call__(self) -> Iterator[tuple[slice, FloatArray]]:
+        if len(self.blocks) != 1:
+            return ((rows, self.make(rows)) for rows in self.blocks)
+        if self._kept is None:
+            self._kept = [(self.blocks[0], self.make(self.blocks[0]))]
+        return iter(self._kept)
+
+    def bins(self, ratio: FloatArray) -> IntArray:
+        """`_order_bins(ratio)` of a block this produced (computed once for a kept block)."""
+        if self._kept is None:
+            return _order_bins(ratio)
+        if self._bins is None:
+            self._bins = _order_bins(ratio)
+        return self._bins
 
 
 def _order_bins(values: FloatArray) -> IntArray:
-    """A bin per float64 (NaN aside) such that a smaller value never lands in a higher bin: the top bits of the
-    order-preserving integer key of its bit pattern."""
-    bits = np.ascontiguousarray(values).view(np.int64)
-    key = bits ^ ((bits >> 63) & np.int64(0x7FFF_FFFF_FFFF_FFFF))
-    result: IntArray = (key >> _BIN_SHIFT) + _BIN_COUNT // 2
-    return result
+    """A bin per float64 (NaN aside) such that a smaller value never lands in a higher bin: the top bits of a
+    positive value's bit pattern (which orders as the floats do), bin 0 for every negative one."""
+    bins: IntArray = np.ascontiguousarray(values).view(np.int64) >> _BIN_SHIFT
+    np.maximum(bins, -1, out=bins)
+    bins += 1
+    return bins
 
 
 def labelled_quantiles(blocks: RatioBlocks, labels: IntArray, n_labels: int, q: float) -> tuple[FloatArray, IntArray]:
@@ -192,7 +248,7 @@ def labelled_quantiles(blocks: RatioBlocks, labels: IntArray, n_labels: int, q: 
     spill = n_labels * _BIN_COUNT
     counts = np.zeros(spill, dtype=np.int64)
     for rows, ratio in blocks():
-        index = _order_bins(ratio) + (np.maximum(labels[rows], 0) * _BIN_COUNT)[None, :, None]
+        index = blocks.bins(ratio) + (np.maximum(labels[rows], 0) * _BIN_COUNT)[None, :, None]
         index[np.isnan(ratio) | (labels[rows] < 0)[None, :, None]] = spill
         counts += np.bincount(index.ravel(), minlength=spill + 1)[:spill]
     per_label = counts.reshape(n_labels, _BIN_COUNT)
@@ -204,7 +260,7 @@ def labelled_quantiles(blocks: RatioBlocks, labels: IntArray, n_labels: int, q: 
     picked: list[list[FloatArray]] = [[] for _ in range(n_labels + 1)]
     for rows, ratio in blocks():
         mine = labels[rows]
-        bins = _order_bins(ratio)
+        bins = blocks.bins(ratio)
         known = ~np.isnan(ratio)
         # Each container's own label's bin, then the union's: a value may be kept for both.
         own = known & (bins == np.where(mine >= 0, target[np.maximum(mine, 0)], -1)[None, :, None])
@@ -221,18 +277,10 @@ def labelled_quantiles(blocks: RatioBlocks, labels: IntArray, n_labels: int, q: 
 
 
 def ratio_blocks(lines: FloatArray, past_usage: PastUsage) -> RatioBlocks:
-    """The `scored_ratios` of one candidate's past lines against the past usage, block by block of containers (kept
-    between calls when they fit one block: the passes then share one division)."""
-    blocks = container_blocks(past_usage)
-    if len(blocks) == 1:
-        whole = [(blocks[0], scored_ratios(lines[:, blocks[0]], usage_rows(past_usage, blocks[0])))]
-        return lambda: iter(whole)
-
-    def regenerate() -> Iterator[tuple[slice, FloatArray]]:
-        for rows in blocks:
-            yield rows, scored_ratios(lines[:, rows], usage_rows(past_usage, rows))
-
-    return regenerate
+    """The `scored_ratios` of one candidate's past lines against the past usage, block by block of containers."""
+    return RatioBlocks(
+        lambda rows: scored_ratios(lines[:, rows], usage_rows(past_usage, rows)), container_blocks(past_usage)
+    )
 
 
 def labelled_costs(
@@ -401,11 +449,12 @@ def calibration_parts(
     n_groups: int,
     target_violation: float,
     factor_range: tuple[float, float],
-) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], FloatArray, FloatArray, tuple[IntArray, IntArray]]:
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], FloatArray, FloatArray, list[tuple[IntArray, IntArray]]]:
     """The calibration's parts from the chosen lines (origins x containers x steps) and the usage after them, a block
     of containers at a time: per container its own factor (the (1 - target) quantile of its usage / line), the
     samples behind it and whether it is an outlier (`calibration_outliers`); per group the quantile of its other
-    containers' pooled ratios and their count; and the `ratio_sketch` of those pooled ratios (the fleet's)."""
+    containers' pooled ratios and their count; and the `ratio_sketch` of those pooled ratios, one per partition of
+    a `FleetUsage` (their merge is the fleet's)."""
     q = 1.0 - target_violation
     n_containers = past_usage.shape[1]
     own, samples = np.full(n_containers, np.nan), np.zeros(n_containers)
@@ -417,10 +466,13 @@ def calibration_parts(
         samples[rows] = np.sum(~np.isnan(per_container), axis=1)
     outliers = calibration_outliers(own, samples, factor_range)
     factors, counts = labelled_quantiles(blocks, np.where(outliers, -1, groups), n_groups, q)
-    sketch = merge_sketches(
-        [ratio_sketch(np.where(outliers[rows][None, :, None], np.nan, ratio)) for rows, ratio in blocks()]
-    )
-    return own, samples, outliers, factors[:n_groups], counts[:n_groups].astype(np.float64), sketch
+    parts = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_containers)]
+    sketches: list[list[tuple[IntArray, IntArray]]] = [[] for _ in parts]
+    for rows, ratio in blocks():
+        part = next(i for i, bounds in enumerate(parts) if bounds.start <= rows.start < bounds.stop)
+        sketches[part].append(ratio_sketch(np.where(outliers[rows][None, :, None], np.nan, ratio)))
+    shares = [merge_sketches(part) for part in sketches]
+    return own, samples, outliers, factors[:n_groups], counts[:n_groups].astype(np.float64), shares
 
 
 def shrink(own: FloatArray, samples: FloatArray, toward: FloatArray, prior_samples: float) -> FloatArray:
@@ -586,6 +638,10 @@ def pick_lines(lines: Sequence[FloatArray] | Mapping[int, FloatArray], choice: I
     return out
 
 
+#: A `SelectedForecaster`'s fitted attributes with one value per container (the last axis): what `take` cuts.
+PER_CONTAINER = ("groups_", "choice_", "costs_", "own_factors_", "calibration_samples_", "outliers_", "factors_")
+
+
 class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     """Chooses, for the fleet (and groups of similar containers with strong evidence), the candidate with the lowest
     overprovision at the target violation on a rolling-origin backtest; calibrates it hierarchically.
@@ -603,6 +659,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     own_factors_: FloatArray
     calibration_samples_: FloatArray
     ratio_sketch_: tuple[IntArray, IntArray]
+    partition_sketches_: list[tuple[IntArray, IntArray]]
+    partition_rows_: list[slice]
     outliers_: npt.NDArray[np.bool_]
 
     def __init__(
@@ -672,13 +730,30 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         share candidates, for the grid rows `rows` (all by default). `fit(m)` gives candidate m fitted on those rows
         of the grid: only the chosen candidates are fitted and kept. The other rows draw no line of their own (their
         line is the cold start of `finish_line`, or NaN)."""
-        self.decide(past_lines, past_usage)
+        return self.decide(past_lines, past_usage).fit_chosen(grid, fit, rows)
+
+    def fit_chosen(self, grid: FloatArray, fit: Callable[[int], BaseEstimator], rows: IntArray | None = None) -> Self:
+        """After `decide` (or `take`): fit the chosen candidates (`fit(m)`, on the grid rows `rows`, all by default)
+        and keep the grid's recent state for the lines' finish."""
         if rows is not None:
             self._expand(rows, grid.shape[0])
         self.rows_ = rows
         self.fitted_ = {int(m): fit(int(m)) for m in np.unique(self.choice_)}
         self.summary_ = history_summary(grid, self.recent_steps)
         return self
+
+    def take(self, partition: int) -> SelectedForecaster:
+        """The decision made on a `FleetUsage` for the containers of one of its partitions: their own state, the
+        fleet's choice and factors, and their share of the fleet's calibration sketch (the shares merge to it)."""
+        check_is_fitted(self, "partition_sketches_")
+        part = copy.copy(self)
+        rows = self.partition_rows_[partition]
+        for name in PER_CONTAINER:
+            setattr(part, name, getattr(self, name)[..., rows])
+        part.ratio_sketch_ = self.partition_sketches_[partition]
+        part.partition_sketches_ = [part.ratio_sketch_]
+        part.partition_rows_ = [slice(0, rows.stop - rows.start)]
+        return part
 
     def _expand(self, rows: IntArray, n_rows: int) -> None:
         """Per-container state for `n_rows` containers from a decision on the containers at `rows`: the others take
@@ -696,15 +771,19 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.own_factors_ = spread(self.own_factors_, np.nan)
         self.calibration_samples_ = spread(self.calibration_samples_, 0.0)
         self.outliers_ = spread(self.outliers_, False)
-        self.calibrate_with_fleet(self.ratio_sketch_)
+        self.partition_rows_ = [slice(0, n_rows)]
+        self._blend()
 
     def decide(self, past_lines: Sequence[FloatArray], past_usage: PastUsage) -> Self:
-        """Choose and calibrate from candidates' past lines (each origins x containers x steps) and usage.
+        """Choose and calibrate from candidates' past lines (each origins x containers x steps) and usage (a
+        `FleetUsage` of partitions, whose containers the lines concatenate, for a fleet in partitions: `take` then
+        gives each partition its part of the decision).
 
         Keeps the calibration's parts (`own_factors_`, `calibration_samples_`, `ratio_sketch_`) so that a partition of
         a fleet can be recalibrated with the whole fleet's factor (`calibrate_with_fleet`)."""
         n_models, n_groups = len(past_lines), past_usage.shape[1]
         empty = past_usage.shape[0] == 0 or n_models == 0 or n_groups == 0
+        self.partition_rows_ = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_groups)]
         self.groups_ = np.zeros(n_groups, dtype=np.int64) if empty else burst_groups(past_usage, self.groups)
         group_count = max(self.groups, 1)
         if empty:
@@ -717,6 +796,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.outliers_ = np.zeros(n_groups, dtype=bool)
             self.group_factors_raw_, self.group_samples_ = np.full(group_count, np.nan), np.zeros(group_count)
             self.ratio_sketch_ = ratio_sketch(np.empty(0))
+            self.partition_sketches_ = [self.ratio_sketch_ for _ in self.partition_rows_]
         else:
             self.costs_ = selection_costs(past_lines, past_usage, self.target_violation)
             self.choice_, self.fleet_costs_, group_costs = choose_models(
@@ -737,7 +817,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.outliers_,
                 self.group_factors_raw_,
                 self.group_samples_,
-                self.ratio_sketch_,
+                self.partition_sketches_,
             ) = calibration_parts(
                 pick_lines(past_lines, self.choice_, axis=1),
                 past_usage,
@@ -746,6 +826,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.target_violation,
                 (self.factor_min, self.factor_max),
             )
+            self.ratio_sketch_ = merge_sketches(self.partition_sketches_)
         return self.calibrate_with_fleet(self.ratio_sketch_)
 
     def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:
@@ -753,6 +834,10 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         sketch, or the merged sketches of every partition of the fleet)."""
         check_is_fitted(self, "ratio_sketch_")
         self.fleet_factor_ = sketch_quantile(fleet_sketch, 1.0 - self.target_violation)
+        return self._blend()
+
+    def _blend(self) -> Self:
+        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`."""
         self.group_factors_ = shrink(
             self.group_factors_raw_,
             self.group_samples_,
@@ -949,6 +1034,13 @@ class PeakForecaster(BaseEstimator):  # type: ignore[misc]
         check_is_fitted(self, "level_")
         result: FloatArray = self.level_
         return result
+
+    def take(self, rows: slice) -> PeakForecaster:
+        """This fit for the containers `rows` only: the fleet's rule and factor, their levels."""
+        check_is_fitted(self, "level_")
+        part = copy.copy(self)
+        part.level_ = self.level_[rows]
+        return part
 
     def name(self) -> str:
         return f"{PEAK_RULES[self.choice_][0]} x{self.factor_:.3g}"
