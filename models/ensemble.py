@@ -826,7 +826,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.target_violation,
                 (self.factor_min, self.factor_max),
             )
-            self.ratio_sketch_ = merge_sketches(self.partition_sketches_)
+            shares = self.partition_sketches_
+            self.ratio_sketch_ = shares[0] if len(shares) == 1 else merge_sketches(shares)
         return self.calibrate_with_fleet(self.ratio_sketch_)
 
     def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:
