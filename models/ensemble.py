@@ -19,7 +19,8 @@ already computed; `SelectedForecaster` wires them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -36,8 +37,8 @@ from models.forecast import (
     WindowQuantileForecaster,
     check_grid,
     nan_quantile,
+    nan_quantiles,
 )
-from models.metrics import usage_to_line_ratio
 from recommender.arrays import FloatArray, IntArray
 from recommender.settings import ForecastSettings
 
@@ -45,11 +46,91 @@ from recommender.settings import ForecastSettings
 CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)
 
 
-def selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatArray, target_violation: float) -> FloatArray:
-    """(models x containers) pinball cost of each candidate's past lines (per candidate: origins x containers x
-    steps, or x 1 for a constant line) relative to the container's usage: reported per container (how well its line
-    did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
-    q = 1.0 - target_violation
+#: Values (origins x containers x steps) in one block of containers of the selection's passes (16 MB a temporary):
+#: choosing and calibrating hold a block at a time, so their memory follows the block, not the fleet.
+SELECTION_BLOCK_VALUES = 2_000_000
+
+
+class FutureUsage:
+    """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
+    containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
+    containers)."""
+
+    def __init__(self, grid: FloatArray, origins: list[int], steps: int) -> None:
+        self.grid = grid
+        self.origins = origins
+        self.steps = steps
+        self.shape = (len(origins), grid.shape[0], steps)
+
+    def rows(self, rows: slice) -> FloatArray:
+        return usage_after(self.grid[rows], self.origins, self.steps)
+
+    def first(self, steps: int) -> FutureUsage:
+        """The same origins' usage over their first `steps` only."""
+        return FutureUsage(self.grid, self.origins, min(steps, self.steps))
+
+
+class FleetUsage:
+    """The past usage of several partitions' containers as one fleet's (containers in partition order; a block of
+    the selection never spans two), so that the fleet's choice is made over partitions as over blocks of one."""
+
+    def __init__(self, parts: Sequence[FloatArray | FutureUsage]) -> None:
+        self.parts = list(parts)
+        self.starts = np.cumsum([0] + [part.shape[1] for part in self.parts])
+        self.shape = (self.parts[0].shape[0], int(self.starts[-1]), self.parts[0].shape[2])
+
+    def part_rows(self) -> list[slice]:
+        """Each partition's containers among the fleet's."""
+        return [slice(int(a), int(b)) for a, b in zip(self.starts[:-1], self.starts[1:])]
+
+    def rows(self, rows: slice) -> FloatArray:
+        part = int(np.searchsorted(self.starts, rows.start, side="right")) - 1
+        offset = int(self.starts[part])
+        return usage_rows(self.parts[part], slice(rows.start - offset, rows.stop - offset))
+
+    def first(self, steps: int) -> FleetUsage:
+        return FleetUsage([p.first(steps) if isinstance(p, FutureUsage) else p[:, :, :steps] for p in self.parts])
+
+
+#: Past usage as the selection reads it: an (origins x containers x steps) array, its lazy `FutureUsage`, or a
+#: `FleetUsage` of partitions.
+PastUsage = FloatArray | FutureUsage | FleetUsage
+
+
+def usage_rows(usage: PastUsage, rows: slice) -> FloatArray:
+    """The past usage of the containers `rows` (origins x rows x steps)."""
+    return usage.rows(rows) if isinstance(usage, FutureUsage | FleetUsage) else usage[:, rows]
+
+
+def container_blocks(usage: PastUsage) -> list[slice]:
+    """Consecutive blocks of containers of at most `SELECTION_BLOCK_VALUES` values of past usage each (within one
+    partition of a `FleetUsage`)."""
+    if isinstance(usage, FleetUsage):
+        return [
+            slice(rows.start + int(start), rows.stop + int(start))
+            for part, start in zip(usage.parts, usage.starts)
+            for rows in container_blocks(part)
+        ]
+    n_origins, n_containers, steps = usage.shape
+    size = max(1, SELECTION_BLOCK_VALUES // max(n_origins * steps, 1))
+    return [slice(first, min(first + size, n_containers)) for first in range(0, n_containers, size)]
+
+
+def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
+    """usage / line per sample as `usage_to_line_ratio` gives it (a line at or below 0: inf above it, else 0), NaN
+    where the usage or the line is unknown; `lines` broadcast onto `usage` (a constant line is one step wide)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio: FloatArray = usage / lines
+    low = lines <= 0  # rare: only those samples are mended
+    if low.any():
+        low = np.broadcast_to(low, ratio.shape)
+        below = usage[low]
+        ratio[low] = np.where(below > 0, np.inf, np.where(np.isnan(below), np.nan, 0.0))
+    return ratio
+
+
+def _block_selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatArray, q: float) -> FloatArray:
+    """`selection_costs` of one block of containers (every array holds just those)."""
     scale = np.maximum(np.nansum(past_usage, axis=(0, 2)), 1e-12)
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
     sorted_parts: tuple[FloatArray, FloatArray, FloatArray] | None = None
@@ -80,30 +161,175 @@ def selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatArray, ta
     return out
 
 
+def selection_costs(past_lines: Sequence[FloatArray], past_usage: PastUsage, target_violation: float) -> FloatArray:
+    """(models x containers) pinball cost of each candidate's past lines (per candidate: origins x containers x
+    steps, or x 1 for a constant line) relative to the container's usage: reported per container (how well its line
+    did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
+    out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
+    for rows in container_blocks(past_usage):
+        block = usage_rows(past_usage, rows)
+        out[:, rows] = _block_selection_costs([lines[:, rows] for lines in past_lines], block, 1.0 - target_violation)
+    return out
+
+
 def _higher_quantile(values: FloatArray, q: float) -> float:
     """The q-quantile of a 1-D array by the "higher" rule (the smallest value with a q-share at or below it)."""
     rank = min(max(int(np.ceil(q * values.size)) - 1, 0), values.size - 1)
     return float(np.partition(values, rank)[rank])
 
 
-def burst_groups(past_usage: FloatArray, n_groups: int) -> IntArray:
+def burst_groups(past_usage: PastUsage, n_groups: int) -> IntArray:
     """Group index (0 = steadiest) per container from its past usage (origins x containers x steps): quantile bins
     of the ratio of its 99th to its 50th percentile, so that bursty and steady containers may choose apart."""
-    per_container = np.moveaxis(past_usage, 1, 0).reshape(past_usage.shape[1], -1)
-    high, middle = nan_quantile(per_container, 0.99), nan_quantile(per_container, 0.5)
+    n_containers = past_usage.shape[1]
+    high, middle = np.full(n_containers, np.nan), np.full(n_containers, np.nan)
+    for rows in container_blocks(past_usage):
+        block = usage_rows(past_usage, rows)
+        per_container = np.moveaxis(block, 1, 0).reshape(block.shape[1], -1)
+        high[rows], middle[rows] = nan_quantiles(per_container, (0.99, 0.5))
     with np.errstate(divide="ignore", invalid="ignore"):
         burstiness = np.where(middle > 0, high / middle, np.where(high > 0, np.inf, 1.0))
     known = ~np.isnan(burstiness)
     if n_groups <= 1 or not known.any():
-        return np.zeros(past_usage.shape[1], dtype=np.int64)
+        return np.zeros(n_containers, dtype=np.int64)
     capped = np.minimum(np.where(known, burstiness, 1.0), 1e12)
     edges = np.quantile(capped[known], np.linspace(0, 1, n_groups + 1)[1:-1])
     return np.searchsorted(edges, capped, side="right").astype(np.int64)
 
 
+#: Bins of `_order_bins`: every negative value in bin 0, then the exponent and first 6 mantissa bits of a positive
+#: float64 (2^17 bins, 1.6 % wide).
+_BIN_SHIFT = 46
+_BIN_COUNT = (1 << (63 - _BIN_SHIFT)) + 1
+
+
+class RatioBlocks:
+    """Blocks of (ratios: origins x containers x steps, NaN where unscored) over a fleet, regenerated on each call;
+    kept (with their `_order_bins`) when the fleet fits one block, so the passes over them share the work."""
+
+    def __init__(self, make: Callable[[slice], FloatArray], blocks: list[slice]) -> None:
+        self.make = make
+        self.blocks = blocks
+        self._kept: list[tuple[slice, FloatArray]] | None = None
+        self._bins: IntArray | None = None
+
+    def __call__(self) -> Iterator[tuple[slice, FloatArray]]:
+        if len(self.blocks) != 1:
+            return ((rows, self.make(rows)) for rows in self.blocks)
+        if self._kept is None:
+            self._kept = [(self.blocks[0], self.make(self.blocks[0]))]
+        return iter(self._kept)
+
+    def bins(self, ratio: FloatArray) -> IntArray:
+        """`_order_bins(ratio)` of a block this produced (computed once for a kept block)."""
+        if self._kept is None:
+            return _order_bins(ratio)
+        if self._bins is None:
+            self._bins = _order_bins(ratio)
+        return self._bins
+
+
+def _order_bins(values: FloatArray) -> IntArray:
+    """A bin per float64 (NaN aside) such that a smaller value never lands in a higher bin: the top bits of a
+    positive value's bit pattern (which orders as the floats do), bin 0 for every negative one."""
+    bins: IntArray = np.ascontiguousarray(values).view(np.int64) >> _BIN_SHIFT
+    np.maximum(bins, -1, out=bins)
+    bins += 1
+    return bins
+
+
+def labelled_quantiles(blocks: RatioBlocks, labels: IntArray, n_labels: int, q: float) -> tuple[FloatArray, IntArray]:
+    """Per label (`labels`: one per container, -1 for none) and for the union of all labels (the last entry), the
+    q-quantile by the "higher" rule (`_higher_quantile`) of the known values of those containers over every block,
+    and their count (NaN and 0 without any).
+
+    Exact, holding a block at a time: a first pass counts the values per label in bins ordered as the floats are,
+    a second keeps only the values of the bin that holds each rank."""
+    spill = n_labels * _BIN_COUNT
+    counts = np.zeros(spill, dtype=np.int64)
+    for rows, ratio in blocks():
+        index = blocks.bins(ratio) + (np.maximum(labels[rows], 0) * _BIN_COUNT)[None, :, None]
+        index[np.isnan(ratio) | (labels[rows] < 0)[None, :, None]] = spill
+        counts += np.bincount(index.ravel(), minlength=spill + 1)[:spill]
+    per_label = counts.reshape(n_labels, _BIN_COUNT)
+    cumulative = np.cumsum(np.vstack([per_label, per_label.sum(axis=0)]), axis=1)
+    totals = cumulative[:, -1].copy()
+    ranks = np.minimum(np.maximum(np.ceil(q * totals).astype(np.int64) - 1, 0), np.maximum(totals - 1, 0))
+    target = np.array([np.searchsorted(row, rank, side="right") for row, rank in zip(cumulative, ranks)])
+    below = np.where(target > 0, cumulative[np.arange(n_labels + 1), np.maximum(target - 1, 0)], 0)
+    picked: list[list[FloatArray]] = [[] for _ in range(n_labels + 1)]
+    for rows, ratio in blocks():
+        mine = labels[rows]
+        bins = blocks.bins(ratio)
+        known = ~np.isnan(ratio)
+        # Each container's own label's bin, then the union's: a value may be kept for both.
+        own = known & (bins == np.where(mine >= 0, target[np.maximum(mine, 0)], -1)[None, :, None])
+        values, label = ratio[own], np.broadcast_to(mine[None, :, None], ratio.shape)[own]
+        for i in np.unique(label):
+            picked[int(i)].append(values[label == i])
+        picked[n_labels].append(ratio[known & (mine >= 0)[None, :, None] & (bins == target[n_labels])])
+    result = np.full(n_labels + 1, np.nan)
+    for i in np.flatnonzero(totals > 0):
+        values = np.concatenate(picked[i])
+        rank = int(ranks[i] - below[i])
+        result[i] = np.partition(values, rank)[rank]
+    return result, totals
+
+
+def ratio_blocks(lines: FloatArray, past_usage: PastUsage) -> RatioBlocks:
+    """The `scored_ratios` of one candidate's past lines against the past usage, block by block of containers."""
+    return RatioBlocks(
+        lambda rows: scored_ratios(lines[:, rows], usage_rows(past_usage, rows)), container_blocks(past_usage)
+    )
+
+
+def labelled_costs(
+    past_lines: Sequence[FloatArray], past_usage: PastUsage, target_violation: float, labels: IntArray, n_labels: int
+) -> FloatArray:
+    """((labels + 1) x candidates x 2) `matched_costs` of the containers of each label (`labels`: one per container,
+    -1 for none) and, last, of all labelled containers together, a block of containers at a time."""
+    n_containers = past_usage.shape[1]
+    per_container = np.zeros(n_containers)
+    used_per_container = np.zeros(n_containers)
+    for rows in container_blocks(past_usage):
+        block = usage_rows(past_usage, rows)
+        known = ~np.isnan(block)
+        per_container[rows] = known.sum(axis=(0, 2))
+        used_per_container[rows] = np.where(known, block, 0.0).sum(axis=(0, 2))
+    labelled = labels >= 0
+
+    def per_label(values: FloatArray) -> FloatArray:
+        by_label = np.bincount(labels[labelled], weights=values[labelled], minlength=n_labels)
+        return np.append(by_label, by_label.sum())
+
+    used, known_total = per_label(used_per_container), per_label(per_container)
+    costs = np.full((n_labels + 1, len(past_lines), 2), np.nan)
+    for m, lines in enumerate(past_lines):
+        blocks = ratio_blocks(lines, past_usage)
+        alpha, scored = labelled_quantiles(blocks, labels, n_labels, 1.0 - target_violation)
+        over = np.zeros((2, n_containers))  # samples above each container's label's alpha and the union's
+        line_per_container = np.zeros(n_containers)
+        for rows, ratio in blocks():
+            line_per_container[rows] = np.where(np.isnan(ratio), 0.0, lines[:, rows]).sum(axis=(0, 2))
+            level = np.where(labelled[rows], alpha[np.maximum(labels[rows], 0)], np.nan)
+            over[0, rows] = (ratio > level[None, :, None]).sum(axis=(0, 2))
+            over[1, rows] = (ratio > alpha[n_labels]).sum(axis=(0, 2))
+        line_sum = per_label(line_per_container)
+        for i in range(n_labels + 1):
+            if used[i] <= 0 or scored[i] == 0:
+                continue
+            # Samples the candidate drew no line for count at its mean level, so a gap does not look cheap.
+            total_line = float(line_sum[i]) * float(known_total[i]) / float(scored[i])
+            members = (labels == i if i < n_labels else labelled) & (per_container > 0)
+            rates = over[int(i == n_labels), members] / per_container[members]
+            costs[i, m, 0] = alpha[i] * total_line / used[i] - 1.0 if np.isfinite(alpha[i]) else np.inf
+            costs[i, m, 1] = float(np.percentile(rates, 90))
+    return costs
+
+
 def matched_costs(
     past_lines: Sequence[FloatArray],
-    past_usage: FloatArray,
+    past_usage: PastUsage,
     target_violation: float,
     members: npt.NDArray[np.bool_] | None = None,
 ) -> FloatArray:
@@ -113,28 +339,7 @@ def matched_costs(
     (1 - target) quantile of usage / line over every known sample, and the 90th percentile over containers of each
     one's share of samples above alpha x line. NaN where a candidate scored no sample."""
     chosen = np.ones(past_usage.shape[1], dtype=bool) if members is None else members
-    usage = past_usage[:, chosen]
-    known = ~np.isnan(usage)
-    costs = np.full((len(past_lines), 2), np.nan)
-    used = float(np.sum(usage[known]))
-    if used <= 0:
-        return costs
-    per_container = known.sum(axis=(0, 2))
-    scored_containers = per_container > 0
-    for m, lines in enumerate(past_lines):
-        line = np.broadcast_to(lines[:, chosen], usage.shape)
-        scored = known & ~np.isnan(line)
-        if not scored.any():
-            continue
-        ratio = usage_to_line_ratio(usage[scored], line[scored])
-        alpha = _higher_quantile(ratio, 1.0 - target_violation)
-        # Samples the candidate drew no line for count at its mean level, so a gap does not look cheap.
-        total_line = float(np.sum(line[scored])) * float(known.sum()) / float(scored.sum())
-        over = np.zeros(usage.shape, dtype=bool)
-        over[scored] = ratio > alpha
-        rates = over.sum(axis=(0, 2))[scored_containers] / per_container[scored_containers]
-        costs[m, 0] = alpha * total_line / used - 1.0 if np.isfinite(alpha) else np.inf
-        costs[m, 1] = float(np.percentile(rates, 90))
+    costs: FloatArray = labelled_costs(past_lines, past_usage, target_violation, np.where(chosen, 0, -1), 1)[0]
     return costs
 
 
@@ -151,7 +356,7 @@ def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
 
 def choose_models(
     past_lines: Sequence[FloatArray],
-    past_usage: FloatArray,
+    past_usage: PastUsage,
     groups: IntArray,
     target_violation: float,
     min_gain: float,
@@ -161,22 +366,21 @@ def choose_models(
 ) -> tuple[IntArray, FloatArray, FloatArray]:
     """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's),
     the fleet's matched costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
-    fleet = matched_costs(past_lines, past_usage, target_violation)
-    fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance * target_violation)
     n_groups = int(groups.max()) + 1 if groups.size else 0
-    per_group = np.full((n_groups, len(past_lines), 2), np.nan)
+    costs = labelled_costs(past_lines, past_usage, target_violation, groups, n_groups)
+    fleet, per_group = costs[n_groups], costs[:n_groups]
+    # A group chooses on its own only when it holds enough containers to be evidence.
+    eligible = np.bincount(groups, minlength=n_groups) >= max(min_containers, 1)
+    per_group[~eligible] = np.nan
+    fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance * target_violation)
     choice = np.full(groups.size, fleet_choice, dtype=np.int64)
-    for g in range(n_groups):
-        members = groups == g
-        if members.sum() < max(min_containers, 1):
-            continue
-        per_group[g] = matched_costs(past_lines, past_usage, target_violation, members)
+    for g in np.flatnonzero(eligible):
         best = cheapest_fair(per_group[g], reference, fairness_tolerance * target_violation)
         if (
             np.isfinite(per_group[g, best, 0])
             and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]
         ):
-            choice[members] = best
+            choice[groups == g] = best
     return choice, fleet, per_group
 
 
@@ -227,15 +431,6 @@ def sketch_quantile(sketch: tuple[IntArray, IntArray], q: float) -> float:
     return float(np.exp((code + 1) * _LOG_STEP))
 
 
-def calibration_ratios(past_lines: FloatArray, past_usage: FloatArray) -> FloatArray:
-    """(containers x samples) usage / line of the chosen lines (origins x containers x steps), NaN where unknown."""
-    lines = np.broadcast_to(past_lines, past_usage.shape)
-    unknown = np.isnan(past_usage) | np.isnan(lines)
-    ratio = np.where(unknown, np.nan, usage_to_line_ratio(np.nan_to_num(past_usage), np.nan_to_num(lines)))
-    result: FloatArray = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
-    return result
-
-
 def calibration_outliers(
     own: FloatArray, samples: FloatArray, factor_range: tuple[float, float]
 ) -> npt.NDArray[np.bool_]:
@@ -247,19 +442,37 @@ def calibration_outliers(
     return (samples > 0) & ~np.isnan(own) & ((own > high) | ((own > 0) & (own < low)))
 
 
-def group_factors(
-    ratios: FloatArray, groups: IntArray, n_groups: int, target_violation: float
-) -> tuple[FloatArray, FloatArray]:
-    """Per group: the (1 - target) quantile of its containers' pooled ratios and the samples behind it."""
-    factors = np.full(n_groups, np.nan)
-    samples = np.zeros(n_groups)
-    for g in range(n_groups):
-        values = ratios[groups == g]
-        values = values[~np.isnan(values)]
-        if values.size:
-            factors[g] = _higher_quantile(values, 1.0 - target_violation)
-            samples[g] = values.size
-    return factors, samples
+def calibration_parts(
+    chosen_lines: FloatArray,
+    past_usage: PastUsage,
+    groups: IntArray,
+    n_groups: int,
+    target_violation: float,
+    factor_range: tuple[float, float],
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_], FloatArray, FloatArray, list[tuple[IntArray, IntArray]]]:
+    """The calibration's parts from the chosen lines (origins x containers x steps) and the usage after them, a block
+    of containers at a time: per container its own factor (the (1 - target) quantile of its usage / line), the
+    samples behind it and whether it is an outlier (`calibration_outliers`); per group the quantile of its other
+    containers' pooled ratios and their count; and the `ratio_sketch` of those pooled ratios, one per partition of
+    a `FleetUsage` (their merge is the fleet's)."""
+    q = 1.0 - target_violation
+    n_containers = past_usage.shape[1]
+    own, samples = np.full(n_containers, np.nan), np.zeros(n_containers)
+    blocks = ratio_blocks(chosen_lines, past_usage)
+    for rows, ratio in blocks():
+        per_container = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
+        if per_container.shape[1]:
+            own[rows] = nan_quantile(per_container, q)
+        samples[rows] = np.sum(~np.isnan(per_container), axis=1)
+    outliers = calibration_outliers(own, samples, factor_range)
+    factors, counts = labelled_quantiles(blocks, np.where(outliers, -1, groups), n_groups, q)
+    parts = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_containers)]
+    sketches: list[list[tuple[IntArray, IntArray]]] = [[] for _ in parts]
+    for rows, ratio in blocks():
+        part = next(i for i, bounds in enumerate(parts) if bounds.start <= rows.start < bounds.stop)
+        sketches[part].append(ratio_sketch(np.where(outliers[rows][None, :, None], np.nan, ratio)))
+    shares = [merge_sketches(part) for part in sketches]
+    return own, samples, outliers, factors[:n_groups], counts[:n_groups].astype(np.float64), shares
 
 
 def shrink(own: FloatArray, samples: FloatArray, toward: FloatArray, prior_samples: float) -> FloatArray:
@@ -425,6 +638,10 @@ def pick_lines(lines: Sequence[FloatArray] | Mapping[int, FloatArray], choice: I
     return out
 
 
+#: A `SelectedForecaster`'s fitted attributes with one value per container (the last axis): what `take` cuts.
+PER_CONTAINER = ("groups_", "choice_", "costs_", "own_factors_", "calibration_samples_", "outliers_", "factors_")
+
+
 class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     """Chooses, for the fleet (and groups of similar containers with strong evidence), the candidate with the lowest
     overprovision at the target violation on a rolling-origin backtest; calibrates it hierarchically.
@@ -442,6 +659,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     own_factors_: FloatArray
     calibration_samples_: FloatArray
     ratio_sketch_: tuple[IntArray, IntArray]
+    partition_sketches_: list[tuple[IntArray, IntArray]]
+    partition_rows_: list[slice]
     outliers_: npt.NDArray[np.bool_]
 
     def __init__(
@@ -503,7 +722,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self,
         grid: FloatArray,
         past_lines: Sequence[FloatArray],
-        past_usage: FloatArray,
+        past_usage: PastUsage,
         fit: Callable[[int], BaseEstimator],
         rows: IntArray | None = None,
     ) -> Self:
@@ -511,13 +730,30 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         share candidates, for the grid rows `rows` (all by default). `fit(m)` gives candidate m fitted on those rows
         of the grid: only the chosen candidates are fitted and kept. The other rows draw no line of their own (their
         line is the cold start of `finish_line`, or NaN)."""
-        self.decide(past_lines, past_usage)
+        return self.decide(past_lines, past_usage).fit_chosen(grid, fit, rows)
+
+    def fit_chosen(self, grid: FloatArray, fit: Callable[[int], BaseEstimator], rows: IntArray | None = None) -> Self:
+        """After `decide` (or `take`): fit the chosen candidates (`fit(m)`, on the grid rows `rows`, all by default)
+        and keep the grid's recent state for the lines' finish."""
         if rows is not None:
             self._expand(rows, grid.shape[0])
         self.rows_ = rows
         self.fitted_ = {int(m): fit(int(m)) for m in np.unique(self.choice_)}
         self.summary_ = history_summary(grid, self.recent_steps)
         return self
+
+    def take(self, partition: int) -> SelectedForecaster:
+        """The decision made on a `FleetUsage` for the containers of one of its partitions: their own state, the
+        fleet's choice and factors, and their share of the fleet's calibration sketch (the shares merge to it)."""
+        check_is_fitted(self, "partition_sketches_")
+        part = copy.copy(self)
+        rows = self.partition_rows_[partition]
+        for name in PER_CONTAINER:
+            setattr(part, name, getattr(self, name)[..., rows])
+        part.ratio_sketch_ = self.partition_sketches_[partition]
+        part.partition_sketches_ = [part.ratio_sketch_]
+        part.partition_rows_ = [slice(0, rows.stop - rows.start)]
+        return part
 
     def _expand(self, rows: IntArray, n_rows: int) -> None:
         """Per-container state for `n_rows` containers from a decision on the containers at `rows`: the others take
@@ -535,15 +771,19 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.own_factors_ = spread(self.own_factors_, np.nan)
         self.calibration_samples_ = spread(self.calibration_samples_, 0.0)
         self.outliers_ = spread(self.outliers_, False)
-        self.calibrate_with_fleet(self.ratio_sketch_)
+        self.partition_rows_ = [slice(0, n_rows)]
+        self._blend()
 
-    def decide(self, past_lines: Sequence[FloatArray], past_usage: FloatArray) -> Self:
-        """Choose and calibrate from candidates' past lines (each origins x containers x steps) and usage.
+    def decide(self, past_lines: Sequence[FloatArray], past_usage: PastUsage) -> Self:
+        """Choose and calibrate from candidates' past lines (each origins x containers x steps) and usage (a
+        `FleetUsage` of partitions, whose containers the lines concatenate, for a fleet in partitions: `take` then
+        gives each partition its part of the decision).
 
         Keeps the calibration's parts (`own_factors_`, `calibration_samples_`, `ratio_sketch_`) so that a partition of
         a fleet can be recalibrated with the whole fleet's factor (`calibrate_with_fleet`)."""
         n_models, n_groups = len(past_lines), past_usage.shape[1]
         empty = past_usage.shape[0] == 0 or n_models == 0 or n_groups == 0
+        self.partition_rows_ = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_groups)]
         self.groups_ = np.zeros(n_groups, dtype=np.int64) if empty else burst_groups(past_usage, self.groups)
         group_count = max(self.groups, 1)
         if empty:
@@ -551,7 +791,12 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.fleet_costs_ = np.full((n_models, 2), np.nan)
             self.choice_ = np.zeros(n_groups, dtype=np.int64)
-            ratios = np.full((n_groups, 0), np.nan)
+            self.own_factors_ = np.full(n_groups, np.nan)
+            self.calibration_samples_ = np.zeros(n_groups)
+            self.outliers_ = np.zeros(n_groups, dtype=bool)
+            self.group_factors_raw_, self.group_samples_ = np.full(group_count, np.nan), np.zeros(group_count)
+            self.ratio_sketch_ = ratio_sketch(np.empty(0))
+            self.partition_sketches_ = [self.ratio_sketch_ for _ in self.partition_rows_]
         else:
             self.costs_ = selection_costs(past_lines, past_usage, self.target_violation)
             self.choice_, self.fleet_costs_, group_costs = choose_models(
@@ -566,19 +811,23 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs
-            ratios = calibration_ratios(pick_lines(past_lines, self.choice_, axis=1), past_usage)
-        self.own_factors_ = (
-            nan_quantile(ratios, 1.0 - self.target_violation) if ratios.shape[1] else np.full(n_groups, np.nan)
-        )
-        self.calibration_samples_ = np.sum(~np.isnan(ratios), axis=1).astype(np.float64)
-        self.outliers_ = calibration_outliers(
-            self.own_factors_, self.calibration_samples_, (self.factor_min, self.factor_max)
-        )
-        pooled = np.where(self.outliers_[:, None], np.nan, ratios)
-        self.group_factors_raw_, self.group_samples_ = group_factors(
-            pooled, self.groups_, group_count, self.target_violation
-        )
-        self.ratio_sketch_ = ratio_sketch(pooled)
+            (
+                self.own_factors_,
+                self.calibration_samples_,
+                self.outliers_,
+                self.group_factors_raw_,
+                self.group_samples_,
+                self.partition_sketches_,
+            ) = calibration_parts(
+                pick_lines(past_lines, self.choice_, axis=1),
+                past_usage,
+                self.groups_,
+                group_count,
+                self.target_violation,
+                (self.factor_min, self.factor_max),
+            )
+            shares = self.partition_sketches_
+            self.ratio_sketch_ = shares[0] if len(shares) == 1 else merge_sketches(shares)
         return self.calibrate_with_fleet(self.ratio_sketch_)
 
     def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:
@@ -586,6 +835,10 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         sketch, or the merged sketches of every partition of the fleet)."""
         check_is_fitted(self, "ratio_sketch_")
         self.fleet_factor_ = sketch_quantile(fleet_sketch, 1.0 - self.target_violation)
+        return self._blend()
+
+    def _blend(self) -> Self:
+        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`."""
         self.group_factors_ = shrink(
             self.group_factors_raw_,
             self.group_samples_,
@@ -782,6 +1035,13 @@ class PeakForecaster(BaseEstimator):  # type: ignore[misc]
         check_is_fitted(self, "level_")
         result: FloatArray = self.level_
         return result
+
+    def take(self, rows: slice) -> PeakForecaster:
+        """This fit for the containers `rows` only: the fleet's rule and factor, their levels."""
+        check_is_fitted(self, "level_")
+        part = copy.copy(self)
+        part.level_ = self.level_[rows]
+        return part
 
     def name(self) -> str:
         return f"{PEAK_RULES[self.choice_][0]} x{self.factor_:.3g}"

@@ -31,6 +31,8 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import require_columns
 from models.ensemble import (
     CONSTANT_FORECASTERS,
+    FleetUsage,
+    FutureUsage,
     PeakForecaster,
     SelectedForecaster,
     candidate_lines,
@@ -40,7 +42,6 @@ from models.ensemble import (
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
-    usage_after,
 )
 from models.forecast import STEPS_PER_DAY, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -177,37 +178,52 @@ def summarize_selection(parts: list[dict[str, tuple[list[str], IntArray, FloatAr
 
 def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end: int) -> ResourceForecast:
     """The forecast models of one resource on a usage grid (rows: workload containers, or nodes' pooled usage), each
-    line built for its risk level in `settings`.
+    line built for its risk level in `settings`: `fit_resource_forecasts` of one partition."""
+    return fit_resource_forecasts([grid], settings, grid_end)[0]
+
+
+def fit_resource_forecasts(
+    grids: list[FloatArray], settings: ForecastSettings, grid_end: int
+) -> list[ResourceForecast]:
+    """The forecast models of one resource for each partition's usage grid (the same grid end; a narrower grid is one
+    whose containers started later, padded with unknown days), chosen and calibrated on all of them as one fleet: a
+    fleet fitted in partitions gets what it gets in one piece.
 
     Memory follows the work, not candidates x origins x containers x steps: only containers with a day of samples
     are backtested and fitted (a newer one's line is its cold start, `finish_line`), a constant candidate's past
-    lines are one value per origin and container, a candidate shared by several lines is backtested once, and only
-    the chosen candidates are fitted."""
+    lines are one value per origin and container, the usage after each origin is cut from the grid a block of
+    containers at a time, a candidate shared by several lines is backtested once, and only the chosen candidates are
+    fitted."""
     per_day = STEPS_PER_DAY
-    rows = np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day)
-    scored = grid[rows]
-    origins = rolling_origins(grid.shape[1], settings.selection_days, per_day)
-    usage = usage_after(scored, origins, LONG_TERM_DAYS * per_day)
+    width = max(grid.shape[1] for grid in grids)
+    grids = [
+        g if g.shape[1] == width else np.pad(g, ((0, 0), (width - g.shape[1], 0)), constant_values=np.nan)
+        for g in grids
+    ]
+    rows = [np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day) for grid in grids]
+    scored = [grid[r] for grid, r in zip(grids, rows)]
+    origins = rolling_origins(width, settings.selection_days, per_day)
+    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in scored])
     past: dict[str, FloatArray] = {}
-    fitted: dict[str, BaseEstimator] = {}
+    fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
     def backtest(candidates: list[BaseEstimator]) -> list[FloatArray]:
         out = []
         for candidate in candidates:
             key = model_name(candidate)
             if key not in past:
-                past[key] = candidate_lines(
-                    scored, candidate, origins, per_day, isinstance(candidate, CONSTANT_FORECASTERS)
-                )
+                constant = isinstance(candidate, CONSTANT_FORECASTERS)
+                lines = [candidate_lines(part, candidate, origins, per_day, constant) for part in scored]
+                past[key] = lines[0] if len(lines) == 1 else np.concatenate(lines, axis=1)
             out.append(past[key])
         return out
 
-    def fit_scored(candidates: list[BaseEstimator]) -> Callable[[int], BaseEstimator]:
+    def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
         def fit(m: int) -> BaseEstimator:
             key = model_name(candidates[m])
-            if key not in fitted:
-                fitted[key] = clone(candidates[m]).fit(scored)
-            return fitted[key]
+            if key not in fitted[part]:
+                fitted[part][key] = clone(candidates[m]).fit(scored[part])
+            return fitted[part][key]
 
         return fit
 
@@ -218,16 +234,24 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
         (request, constant_candidates(settings, request), True, 1),
         (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
     ):
-        selector = selected_forecaster(settings, candidates, target, constant, days)
-        lines = backtest(candidates)
-        models.append(selector.fit_lines(grid, lines, usage[:, :, : days * per_day], fit_scored(candidates), rows=rows))
-    return ResourceForecast(
-        short_term=models[0],
-        request=models[1],
-        long_term=models[2],
-        peak=PeakForecaster(selection_days=settings.selection_days, quantile=settings.peak_quantile).fit(grid),
-        grid_end=grid_end,
-    )
+        fleet = selected_forecaster(settings, candidates, target, constant, days)
+        fleet.decide(backtest(candidates), usage.first(days * per_day))
+        models.append(
+            [fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows=rows[p]) for p in range(len(grids))]
+        )
+    peak = PeakForecaster(selection_days=settings.selection_days, quantile=settings.peak_quantile)
+    peak.fit(grids[0] if len(grids) == 1 else np.concatenate(grids))
+    starts = np.cumsum([0] + [grid.shape[0] for grid in grids])
+    return [
+        ResourceForecast(
+            short_term=models[0][p],
+            request=models[1][p],
+            long_term=models[2][p],
+            peak=peak.take(slice(int(starts[p]), int(starts[p + 1]))),
+            grid_end=grid_end,
+        )
+        for p in range(len(grids))
+    ]
 
 
 def level_key(label: str, overrides: dict[str, float], defaults: tuple[float, float, float]) -> str:
@@ -488,11 +512,17 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         )
 
     def fit(
-        self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None, data_end: int | None = None
+        self,
+        X: pd.DataFrame,
+        y: Any = None,
+        oom_events: pd.DataFrame | None = None,
+        data_end: int | None = None,
+        fit_forecasts: bool = True,
     ) -> Self:
         """Learn from tidy usage rows; `oom_events` (timestamp, namespace, workload, pod, container and optionally
         memory_bytes at the kill) bumps the memory histogram as VPA does. `data_end`: the fleet's newest sample when
-        X is one partition of it, so every partition's forecast grid ends at the same step (default: X's newest)."""
+        X is one partition of it, so every partition's forecast grid ends at the same step (default: X's newest).
+        `fit_forecasts=False` leaves the forecasts to `fit_fleet_forecasts` over every partition of the fleet."""
         require_columns(X, USAGE_COLUMNS, type(self).__name__)
         if len(X) == 0:
             raise ValueError("no usage rows to learn from")
@@ -522,7 +552,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.memory_grid_ = self._usage_grid(usage, "memory_bytes", groups)
         # The per-sample frames are not needed by the forecasts, which peak in memory: let them go first.
         del usage, samples, kills
-        self._fit_forecasts()
+        if fit_forecasts:
+            self._fit_forecasts()
         return self
 
     def partial_fit(
@@ -669,27 +700,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     def _fit_forecasts(self) -> None:
         """One forecast per resource and distinct set of risk levels (the default, and each override in use), each on
         the whole fleet's grid: the fleet chooses and calibrates at that level, its containers take the lines."""
-        forecaster = self._forecaster()
-        overrides = self.target_violation_overrides or {}
-        self.group_levels_ = np.asarray(
-            [level_key(label, overrides, forecaster.levels()) for label in self.forecast_groups_], dtype=object
-        )
-        self.cpu_forecasts_: dict[str, ResourceForecast] = {}
-        self.memory_forecasts_: dict[str, ResourceForecast] = {}
-        if not self.forecast_enabled:
-            return
-        # CPU and memory in two threads: the work is numpy sorting, which releases the GIL (1.7x on 2 cores).
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for key in sorted(set(self.group_levels_.tolist())):
-                levels = dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
-                cpu, memory = (
-                    pool.submit(clone(forecaster).set_params(**levels).fit, grid, grid_end=self.grid_end_)
-                    for grid in (self.cpu_grid_, self.memory_grid_)
-                )
-                self.cpu_forecasts_[key], self.memory_forecasts_[key] = (
-                    cpu.result().forecast_,
-                    memory.result().forecast_,
-                )
+        fit_fleet_forecasts([self])
 
     def vpa_groups(self, labels: Any) -> npt.NDArray[np.bool_]:
         """Which of these group labels the `vpa` request policy sizes (`request_policy` and its rules)."""
@@ -982,6 +993,36 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
         return [floats_or_none(recent[i]) if i >= 0 and rec is not None else [] for i, rec in zip(index, shown)]
+
+
+def fit_fleet_forecasts(models: list[WorkloadRecommender]) -> None:
+    """The forecasts of each model of `models` (partitions of one fleet, each fitted with `fit_forecasts=False` and
+    the fleet's `data_end`), chosen and calibrated on all of their containers as one fleet: each partition gets
+    what a fit on the whole fleet gives its containers. One forecast per resource and distinct set of risk levels
+    in use anywhere in the fleet, each fitted on every container, as in one piece."""
+    forecaster = models[0]._forecaster()
+    if len({model.grid_end_ for model in models}) > 1:
+        raise ValueError("partitions of a fleet must share the grid end: fit them with the fleet's data_end")
+    for model in models:
+        overrides = model.target_violation_overrides or {}
+        model.group_levels_ = np.asarray(
+            [level_key(label, overrides, forecaster.levels()) for label in model.forecast_groups_], dtype=object
+        )
+        model.cpu_forecasts_ = {}
+        model.memory_forecasts_ = {}
+    if not models[0].forecast_enabled:
+        return
+    keys = sorted({key for model in models for key in model.group_levels_.tolist()})
+    grid_end = models[0].grid_end_
+    # CPU and memory in two threads: the work is numpy sorting, which releases the GIL (1.7x on 2 cores).
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for key in keys:
+            levels = dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
+            settings = clone(forecaster).set_params(**levels).settings()
+            cpu = pool.submit(fit_resource_forecasts, [m.cpu_grid_ for m in models], settings, grid_end)
+            memory = pool.submit(fit_resource_forecasts, [m.memory_grid_ for m in models], settings, grid_end)
+            for model, cpu_part, memory_part in zip(models, cpu.result(), memory.result()):
+                model.cpu_forecasts_[key], model.memory_forecasts_[key] = cpu_part, memory_part
 
 
 def _significant(value: float, digits: int = 6) -> float:

@@ -18,10 +18,10 @@ from typing import Any
 
 from distributed import Client, Future, LocalCluster
 
+from pipelines.settings import ScaleSettings
 from pipelines.train import peak_rss_mib
 from recommender.errors import ConfigurationError
 from recommender.progress import Step
-from pipelines.settings import ScaleSettings
 
 
 @contextmanager

@@ -22,11 +22,11 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
 
+from cli.settings import Settings
 from models.histogram import ExponentialBuckets
 from pipelines.distributed import DaskExecutor
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
-from cli.settings import Settings
 from pipelines.settings import PrometheusSettings
 from pipelines.train import train_from_prometheus
 from tests.conftest import BUNDLED, Runner, entry_point

@@ -114,8 +114,8 @@ def test_a_recorded_plan_keeps_every_workload_in_its_partition(
 def test_one_process_in_partitions_gives_the_per_container_recommendations_of_one_fit() -> None:
     """`scale.partition_containers` set for a run in this process: partition after partition on the in-process
     executor, each container's VPA-side state as one fit makes it, with the fleet's one calibration factor."""
-    from pipelines.train import recommend_from_file
     from cli.settings import Settings
+    from pipelines.train import recommend_from_file
     from tests.conftest import BUNDLED
     from tests.support.compare import per_container
 
