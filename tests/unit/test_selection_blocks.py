@@ -30,7 +30,7 @@ from models.ensemble import (
 )
 from models.forecast import nan_quantiles
 from models.metrics import usage_to_line_ratio
-from models.workload import FleetStatistics, WorkloadRecommender, fit_fleet_forecasts
+from models.workload import FleetForecaster, FleetStatistics, WorkloadRecommender, fit_fleet_forecasts
 from recommender.arrays import FloatArray
 from recommender.settings import ForecastSettings
 from tests.conftest import make_usage
@@ -203,11 +203,11 @@ def fleet_usage() -> pd.DataFrame:
 def test_a_fleet_fitted_in_partitions_chooses_and_recommends_as_in_one_piece() -> None:
     usage = fleet_usage()
     settings_ = ForecastSettings(group_min_containers=2)
-    whole = WorkloadRecommender(forecast=settings_).fit(usage)
+    whole = WorkloadRecommender(forecast=FleetForecaster.from_settings(settings_)).fit(usage)
     data_end = int(usage["timestamp"].max())
     cuts = [["w0", "w1"], ["w2", "w3", "w4", "w5"], ["x0", "x1", "x2"]]
     parts = [
-        WorkloadRecommender(forecast=settings_).fit(
+        WorkloadRecommender(forecast=FleetForecaster.from_settings(settings_)).fit(
             usage[usage["workload"].isin(names)], data_end=data_end, fit_forecasts=False
         )
         for names in cuts
