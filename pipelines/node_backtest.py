@@ -12,22 +12,32 @@ measured usage exceeded that. Methods:
   selected and calibrated forecasters as the workload backtest, fitted on the node grid), its highest value over the
   next `batch_window_seconds`, and the last measured usage plus the node's rise allowance while that measurement is
   fresh (a stale one is dropped: the forecast, within its horizon, carries on with the forecast-only margin);
-- ours_forecast_only: the same without any measurement after the decision, at the forecast-only margin (what `serve`
-  offers between daily trainings, which see no live usage);
+- ours_live: what the live loop serves, updated every step from the newest measured usage (a pod without metrics at
+  its request, as Koordinator counts it): `colocation.live_reclaimable`, the measurement plus the node's largest
+  5-minute rise of the week, capped by the forecast where the settings say so; the forecast-only value while the
+  measurement is stale;
+- ours_forecast_only: the same as ours without any measurement after the decision, at the forecast-only margin
+  (what `serve` offers between daily trainings, which see no live usage);
 - koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
-  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`, its own margin, the node's largest rise
-  of the week): what a Koordinator cluster gets;
-- Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
-  last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
-- Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
-  (the bucket-free form of its histograms: bucket rounding adds up to 5 %), pods younger than 24 h at their request.
+  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_percent`, its own margin, the node's largest rise
+  of the week), credited with the percent Koordinator reads from the label text: what a Koordinator cluster gets;
+- Koordinator batch with its "usage" and "maxUsageRequest" policies, and for memory "request" (its CPU has no request
+  policy), at its default thresholds, from the last measured 5-minute values (reset once they are older than 15
+  minutes);
+- Koordinator mid as its source has it (`colocation.koordinator_mid`), recomputed every step (koordlet trains every
+  minute; the 5-minute data changes once a step) from koordlet's decaying histograms (`koordinator_peaks`) of each
+  pod and of the node's pooled priority usage, capped by capacity minus the node's last usage; during a metric gap
+  the value of the last report is held, and reset once it is older than 15 minutes.
 Two scenarios: complete metrics, and seeded metric outages (whole-node gaps) where staleness rules matter.
 (The decay of `colocation.staleness_weight` applies once a forecast runs past its horizon, which a daily decision
 never does; it is tested on hand-made cases.)
 The decision days are split in time: the first half is where the margin settings were chosen, the second is held out.
-For the two paths without our measurement floor (ours_forecast_only, koordinator_our_ratio) the margin is also swept
-(`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the smallest with at most the violations of
-Koordinator's usage policy on the validation days, the rule the settings' defaults were chosen by.
+For the three paths without our daily forecast's measurement floor (ours_forecast_only, koordinator_our_ratio,
+ours_live) the margin is also swept (`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the
+smallest with at most the violations of Koordinator's usage policy on the validation days, the rule the settings'
+defaults were chosen by. The fair comparison (`NodeBacktestResult.fair`) tunes Koordinator's knob (usage threshold,
+mid safety margin) on the validation days to at most each method's violations there and judges both on the
+held-out days.
 """
 
 from __future__ import annotations
@@ -630,7 +640,7 @@ def run_node_backtest(
 #: Koordinator's knobs swept for the fair comparison, most room first: the usage policy's reclaim threshold (whole
 #: percents, as Koordinator keeps it) and koordlet's mid safety margin (percent above the predicted peaks).
 USAGE_THRESHOLD_GRID = tuple(float(p) for p in range(100, 0, -1))
-MID_SAFETY_MARGIN_GRID = tuple(float(p) for p in range(0, 201, 5))
+MID_SAFETY_MARGIN_GRID = tuple(float(p) for p in range(0, 1001, 20))
 #: The method each fair comparison tunes Koordinator against, and which Koordinator rule it tunes.
 FAIR_PAIRS = {
     "ours": "usage",

@@ -238,13 +238,11 @@ def koordinator_reclaim_percent(label: str) -> int | None:
 
 def reclaim_ratio_label(percent: int) -> str:
     """The label text Koordinator reads as exactly `percent` (0-100): two decimals where their truncation gives it,
-    else the value a thousandth above ("0.291" for 29 %, since "0.29" reads as 28)."""
+    else the value a thousandth above ("0.291" for 29 %, since "0.29" reads as 28; tested for every percent)."""
     if not 0 <= percent <= 100:
         raise ValueError(f"reclaim percent {percent} is outside 0-100")
-    for text in (f"{percent / 100:.2f}", f"{(percent + 0.1) / 100:.3f}"):
-        if koordinator_reclaim_percent(text) == percent:
-            return text
-    raise AssertionError(f"no label reads as {percent} %")  # unreachable: the thousandth above always truncates right
+    text = f"{percent / 100:.2f}"
+    return text if koordinator_reclaim_percent(text) == percent else f"{(percent + 0.1) / 100:.3f}"
 
 
 #: For each whole percent we write, the percent Koordinator applies (equal by construction; the backtest credits it).
