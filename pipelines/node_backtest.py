@@ -12,27 +12,38 @@ measured usage exceeded that. Methods:
   selected and calibrated forecasters as the workload backtest, fitted on the node grid), its highest value over the
   next `batch_window_seconds`, and the last measured usage plus the node's rise allowance while that measurement is
   fresh (a stale one is dropped: the forecast, within its horizon, carries on with the forecast-only margin);
-- ours_forecast_only: the same without any measurement after the decision, at the forecast-only margin (what `serve`
-  offers between daily trainings, which see no live usage);
+- ours_live: what the live loop serves, updated every step from the newest measured usage (a pod without metrics at
+  its request, as Koordinator counts it): `colocation.live_reclaimable`, the measurement plus the node's largest
+  5-minute rise of the week, capped by the forecast where the settings say so; the forecast-only value while the
+  measurement is stale;
+- ours_forecast_only: the same as ours without any measurement after the decision, at the forecast-only margin
+  (what `serve` offers between daily trainings, which see no live usage);
 - koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
-  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_ratio`, its own margin, the node's largest rise
-  of the week): what a Koordinator cluster gets;
-- Koordinator batch with its "usage", "request" and "maxUsageRequest" policies at its default thresholds, from the
-  last measured 5-minute values (its batch is 0 once they are older than 15 minutes);
-- Koordinator mid, recomputed hourly from each pod's decayed p95 (CPU) / p98 (memory) x 1.10 of its 5-minute maxima
-  (the bucket-free form of its histograms: bucket rounding adds up to 5 %), pods younger than 24 h at their request.
+  `recommender sync --reclaim-ratios` sets it (`colocation.reclaim_percent`, its own margin, the node's largest rise
+  of the week), credited with the percent Koordinator reads from the label text: what a Koordinator cluster gets;
+- Koordinator batch with its "usage" and "maxUsageRequest" policies, and for memory "request" (its CPU has no request
+  policy), at its default thresholds, from the last measured 5-minute values (reset once they are older than 15
+  minutes);
+- Koordinator mid as its source has it (`colocation.koordinator_mid`), recomputed every step (koordlet trains every
+  minute; the 5-minute data changes once a step) from koordlet's decaying histograms (`koordinator_peaks`) of each
+  pod and of the node's pooled priority usage, capped by capacity minus the node's last usage; during a metric gap
+  the value of the last report is held, and reset once it is older than 15 minutes.
 Two scenarios: complete metrics, and seeded metric outages (whole-node gaps) where staleness rules matter.
 (The decay of `colocation.staleness_weight` applies once a forecast runs past its horizon, which a daily decision
 never does; it is tested on hand-made cases.)
 The decision days are split in time: the first half is where the margin settings were chosen, the second is held out.
-For the two paths without our measurement floor (ours_forecast_only, koordinator_our_ratio) the margin is also swept
-(`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the smallest with at most the violations of
-Koordinator's usage policy on the validation days, the rule the settings' defaults were chosen by.
+For the three paths without our daily forecast's measurement floor (ours_forecast_only, koordinator_our_ratio,
+ours_live) the margin is also swept (`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the
+smallest with at most the violations of Koordinator's usage policy on the validation days, the rule the settings'
+defaults were chosen by. The fair comparison (`NodeBacktestResult.fair`) tunes Koordinator's knob (usage threshold,
+mid safety margin) on the validation days to at most each method's violations there and judges both on the
+held-out days.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +53,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
-from models.forecast import DecayedQuantileForecaster
+from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets
 from models.nodes import rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
@@ -54,6 +65,7 @@ from recommender.progress import Step, quiet
 
 BATCH_METHODS = (
     "ours",
+    "ours_live",
     "ours_forecast_only",
     "koordinator_our_ratio",
     "koordinator_usage",
@@ -242,6 +254,8 @@ def _summary_of(offers: Offered, batch: FloatArray, columns: slice, step_seconds
 
 #: (margin as a share of allocatable, summary per part) for each swept margin, smallest first.
 Sweep = list[tuple[float, dict[str, MethodSummary]]]
+#: (Koordinator's tuned knob value, its summary per part), or None when no swept value was as safe.
+Tuned = tuple[float, dict[str, MethodSummary]] | None
 
 
 @dataclass(frozen=True)
@@ -254,6 +268,7 @@ class NodeBacktestResult:
     offered: dict[str, dict[str, Offered]]  # scenario -> resource -> offers
     summaries: dict[str, dict[str, dict[str, dict[str, MethodSummary]]]]  # part -> scenario -> resource -> method
     sweeps: dict[str, dict[str, Sweep]]  # resource -> method -> its margin sweep (complete metrics)
+    fair: dict[str, dict[str, Tuned]]  # resource -> method -> Koordinator tuned to its validation violations
     seconds: float
 
     def chosen_margin(self, resource: str, method: str) -> float | None:
@@ -295,38 +310,141 @@ def _forecast_lines(
     return out[0], out[1][:, :, 0]
 
 
-def _koordinator_mid(
-    pod_grid: FloatArray,
+#: koordlet's histogram layouts (predict_server.go): 5 % wider buckets, CPU from 0.025 core to 1024 cores, memory from
+#: 5 MiB to 2 TiB.
+KOORDINATOR_BUCKETS = {
+    "cpu": ExponentialBuckets(0.025, 1024.0, 0.05),
+    "memory": ExponentialBuckets(5 * 2**20, float(2**41), 0.05),
+}
+
+
+def koordinator_peaks(values: FloatArray, resource: str, step_seconds: int, start: int, end: int) -> FloatArray:
+    """koordlet's predicted peak of each row (a pod, or a node's pooled priority usage) at every step of [start, end):
+    the p95 (CPU) / p98 (memory) of a decaying histogram (12 h / 24 h half-life) of the row's samples before that
+    step, as its peak predictor reads it (the end of the bucket where the weight reaches the quantile); NaN before the
+    first sample. One sample a step of weight 1: koordlet samples every minute, the same 5-minute value 5 times here,
+    which leaves the quantiles unchanged. Buckets under VPA's epsilon (weights below 2^-100 of the newest) are kept."""
+    layout = KOORDINATOR_BUCKETS[resource]
+    quantile = colocation.KOORDINATOR_MID_QUANTILE[resource]
+    half_life_steps = colocation.KOORDINATOR_MID_HALF_LIFE_SECONDS[resource] / step_seconds
+    rows = np.arange(values.shape[0])
+    has = ~np.isnan(values)
+    buckets = layout.find(np.nan_to_num(values))
+    ends = np.append(layout.starts[1:], layout.starts[-1])  # a bucket's end; the last bucket has none: its start
+    weights = np.zeros((values.shape[0], layout.num_buckets))
+    out = np.full((values.shape[0], end - start), np.nan)
+    reference = 0
+    for t in range(end):
+        if t >= start:
+            cumulative = np.cumsum(weights, axis=1)
+            total = cumulative[:, -1]
+            found = np.argmax(cumulative >= quantile * total[:, None], axis=1)
+            out[:, t - start] = np.where(total > 0, ends[found], np.nan)
+        exponent = (t - reference) / half_life_steps
+        if exponent > MAX_DECAY_EXPONENT:  # re-base, as the decaying histogram does: quantiles are unchanged
+            weights *= 2.0**-exponent
+            reference, exponent = t, 0.0
+        live = rows[has[:, t]]
+        weights[live, buckets[live, t]] += 2.0**exponent
+    return out
+
+
+def _pods_by_node(node_of: IntArray, n_nodes: int) -> IntArray:
+    """(nodes x most pods on a node) pod indices, -1 where a node has fewer."""
+    width = max(int(np.bincount(node_of, minlength=n_nodes).max()), 1)
+    table = np.full((n_nodes, width), -1, dtype=np.int64)
+    for node in range(n_nodes):
+        members = np.flatnonzero(node_of == node)
+        table[node, : len(members)] = members
+    return table
+
+
+@dataclass(frozen=True)
+class MidInputs:
+    """What Koordinator's mid rule sees at every evaluated step, gathered per node (nodes x pods x steps) for
+    `colocation.koordinator_mid`: requests (NaN: no pod), predicted peaks, ages; and per node its pooled peak and usage."""
+
+    capacity: FloatArray
+    request: FloatArray
+    peak: FloatArray
+    age_seconds: FloatArray
+    pooled_peak: FloatArray
+    node_usage: FloatArray
+
+    def mid(self, metrics_age_seconds: FloatArray, safety_margin_percent: float) -> FloatArray:
+        return colocation.koordinator_mid(
+            self.capacity[:, None],
+            self.request,
+            self.peak,
+            self.age_seconds,
+            self.pooled_peak,
+            self.node_usage,
+            metrics_age_seconds,
+            safety_margin_percent,
+            axis=1,
+        )
+
+
+def koordinator_mid_inputs(
+    pods: FloatArray,
+    grid: FloatArray,
     requests: FloatArray,
     present: npt.NDArray[np.bool_],
     first_step: IntArray,
     node_of: IntArray,
-    allocatable: FloatArray,
+    capacity: FloatArray,
     resource: str,
+    step_seconds: int,
     start: int,
     end: int,
-    per_hour: int,
-) -> FloatArray:
-    """Koordinator's mid reclaimable per node at every step of [start, end), recomputed every hour."""
-    half_life_steps = (12 if resource == "cpu" else 24) * per_hour
-    quantile = 0.95 if resource == "cpu" else 0.98
-    n_nodes = len(allocatable)
-    out = np.zeros((n_nodes, end - start))
-    for hour_start in range(start, end, per_hour):
-        model = DecayedQuantileForecaster(days=7, quantile=quantile, half_life_steps=half_life_steps).fit(
-            pod_grid[:, :hour_start]
-        )
-        peak = model.level_ * 1.10
-        alive = present[:, hour_start]
-        age = (hour_start - first_step) * (3600 / per_hour)
-        request = np.where(alive, requests, np.nan)
-        per_node = np.full((n_nodes, len(requests)), np.nan)
-        per_node[node_of, np.arange(len(requests))] = request
-        mid = colocation.koordinator_mid(
-            allocatable, per_node, np.broadcast_to(peak, per_node.shape), np.broadcast_to(age, per_node.shape)
-        )
-        out[:, hour_start - start : min(hour_start + per_hour, end) - start] = mid[:, None]
-    return out
+) -> MidInputs:
+    """Koordinator's mid inputs at every step of [start, end), refreshed every step as koordlet (training every
+    minute) and the slo-controller (on every NodeMetric report) do: per pod its peak and age, per node the pooled
+    peak (the prod item's, plus the system and none items, whose samples here are all 0: each contributes its first
+    bucket's end) and the last reported usage."""
+    table = _pods_by_node(node_of, len(capacity))
+    valid = table >= 0
+    index = np.where(valid, table, 0)
+    peaks = koordinator_peaks(pods, resource, step_seconds, start, end)
+    pooled = koordinator_peaks(np.nan_to_num(grid), resource, step_seconds, start, end)
+    empty_items = 2 * KOORDINATOR_BUCKETS[resource].starts[1]
+    steps = np.arange(start, end)
+    request = np.where(present[:, start:end], requests[:, None], np.nan)
+    age: FloatArray = ((steps[None, :] - first_step[:, None]) * step_seconds).astype(np.float64)
+
+    def gather(values: FloatArray) -> FloatArray:
+        result: FloatArray = np.where(valid[:, :, None], values[index], np.nan)
+        return result
+
+    usage, _ = last_measured(np.nan_to_num(grid), np.ones(grid.shape, dtype=bool))
+    return MidInputs(capacity, gather(request), gather(peaks), gather(age), pooled + empty_items, usage[:, start:end])
+
+
+def reported(values: FloatArray, measured: npt.NDArray[np.bool_], start: int) -> FloatArray:
+    """Per step t of `values` (computed at each step from the data before it), the one computed right after the last
+    measured step before t: what a controller acting on the last report holds during a metric gap."""
+    full = np.zeros((values.shape[0], start + values.shape[1] + 1))
+    full[:, start : start + values.shape[1]] = values
+    held, _ = last_measured(full[:, 1:], measured)
+    result: FloatArray = np.nan_to_num(held)[:, start:]
+    return result
+
+
+def tuned_threshold(
+    offers: Offered,
+    make: Callable[[float], FloatArray],
+    grid: Sequence[float],
+    bound: int,
+    parts: dict[str, slice],
+    step_seconds: int,
+) -> tuple[float, dict[str, MethodSummary]] | None:
+    """The value of a Koordinator knob (from `grid`, most room first) whose validation violations are at most `bound`,
+    with its summaries per part: Koordinator tuned to the violations of the method it is compared with."""
+    for value in grid:
+        found = {part: _summary_of(offers, make(value), parts[part], step_seconds) for part in SWEEP_PARTS}
+        if found["validation"].violations <= bound:
+            return value, found
+    return None
 
 
 def run_node_backtest(
@@ -343,7 +461,6 @@ def run_node_backtest(
     fleet = load_fleet(path, settings.reservation.step_seconds, SampleBounds.at(settings.ingest, time.time()))
     where = placement(fleet, node_size, seed)
     per_day, step_seconds = fleet.steps_per_day, fleet.step_seconds
-    per_hour = 3600 // step_seconds
     n_nodes = len(where.names)
     decision_days = list(range(7, fleet.days))
     start, end = decision_days[0] * per_day, fleet.days * per_day
@@ -357,6 +474,7 @@ def run_node_backtest(
     outages = outage_mask(n_nodes, end - start, outage_fraction, seed)
     offered: dict[str, dict[str, Offered]] = {s: {} for s in SCENARIOS}
     sweeps: dict[str, dict[str, Sweep]] = {}
+    fair: dict[str, dict[str, Tuned]] = {}
     half = len(decision_days) // 2 * per_day
     parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
     for resource in RESOURCES:
@@ -370,10 +488,10 @@ def run_node_backtest(
         margin = mine.margin_fraction * alloc[:, None]
         blind_fraction = mine.forecast_only_margin_fraction
         blind_margin = blind_fraction * alloc[:, None]
-        ratio_fraction = mine.reclaim_ratio_margin_fraction
         reclaim_percent = mine.koordinator_reclaim_percent
         request_now = np.where(present, requests[resource][:, None], np.nan)
         limit = node_sums(request_now, where.node_of_pod, n_nodes)[:, start:end]
+        policies = colocation.KOORDINATOR_RESOURCE_POLICIES[resource]
         hp_used = {
             policy: node_sums(
                 np.where(
@@ -382,11 +500,21 @@ def run_node_backtest(
                 where.node_of_pod,
                 n_nodes,
             )
-            for policy in colocation.KOORDINATOR_POLICIES
+            for policy in policies
         }
-        step(f"{resource}: Koordinator mid, hourly")
-        koord_mid = _koordinator_mid(
-            pods, requests[resource], present, first_step, where.node_of_pod, alloc, resource, start, end, per_hour
+        step(f"{resource}: Koordinator mid, every step (koordlet's histograms per pod and per node)")
+        mid_inputs = koordinator_mid_inputs(
+            pods,
+            grid,
+            requests[resource],
+            present,
+            first_step,
+            where.node_of_pod,
+            alloc,
+            resource,
+            step_seconds,
+            start,
+            end,
         )
         window = max(col.batch_window_seconds // step_seconds, 1)
         quantile = mine.jump_quantile
@@ -420,15 +548,35 @@ def run_node_backtest(
                 return colocation.reclaimable(alloc[:, None], fraction * alloc[:, None], 0.0, 0.0, ahead, np.nan, limit)
 
             def with_our_ratio(fraction: float) -> FloatArray:
-                """Koordinator's usage policy on the node's live usage with the reclaim ratio our writer labels the
-                node with at this margin (recomputed every step, as `sync` can): our headroom over its measurement."""
-                ratio = colocation.reclaim_ratio(
+                """Koordinator's usage policy on the node's live usage with the reclaim-ratio label our writer puts
+                on the node at this margin (recomputed every step, as `sync` can), credited with the percent
+                Koordinator reads from the label text: our headroom over its measurement."""
+                written = colocation.reclaim_percent(
                     alloc[:, None], fraction * alloc[:, None], ahead - short_flat, largest_jump
                 )
-                return colocation.koordinator_batch(alloc[:, None], ratio * 100, 0.0, 0.0, live[:, start:end], age)
+                applied = colocation.KOORDINATOR_READS[written.astype(np.int64)]
+                return colocation.koordinator_batch(alloc[:, None], applied, 0.0, 0.0, live[:, start:end], age)
+
+            # The live loop's level: the newest measured usage, a pod without metrics at its request (as Koordinator).
+            live_level = np.where(age <= col.fresh_seconds, live[:, start:end], np.nan)
+            cap = short_flat if mine.live_forecast_cap else np.nan
+
+            def served_live(fraction: float) -> FloatArray:
+                """What the live loop serves, updated every step from the newest measurement (the forecast-only
+                value where that is stale): `colocation.live_reclaimable`, capped by the next step's forecast."""
+                value = colocation.live_reclaimable(
+                    alloc[:, None], fraction * alloc[:, None], 0.0, 0.0, live_level, largest_jump, cap
+                )
+                return np.where(np.isnan(value), offers.batch["ours_forecast_only"], value)
 
             offers.batch["ours_forecast_only"] = forecast_only(blind_fraction)
-            offers.batch["koordinator_our_ratio"] = with_our_ratio(ratio_fraction)
+            offers.batch["ours_live"] = served_live(mine.live_margin_fraction)
+            offers.batch["koordinator_our_ratio"] = with_our_ratio(mine.reclaim_ratio_margin_fraction)
+            paths = (
+                ("ours_forecast_only", forecast_only),
+                ("koordinator_our_ratio", with_our_ratio),
+                ("ours_live", served_live),
+            )
             if scenario == "complete":
                 sweeps[resource] = {
                     path: [
@@ -441,9 +589,9 @@ def run_node_backtest(
                         )
                         for fraction in MARGIN_GRID
                     ]
-                    for path, make in (("ours_forecast_only", forecast_only), ("koordinator_our_ratio", with_our_ratio))
+                    for path, make in paths
                 }
-            for policy in colocation.KOORDINATOR_POLICIES:
+            for policy in policies:
                 used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
                 offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(
                     alloc[:, None], reclaim_percent, 0.0, 0.0, used[:, start:end], age
@@ -451,8 +599,20 @@ def run_node_backtest(
             offers.batch["ours_mid"] = colocation.reclaimable(
                 alloc[:, None], margin, 0.0, 0.0, long_flat, last_usage, limit, jump, unmeasured_margin=blind_margin
             )
-            offers.batch["koordinator_mid"] = koord_mid
+
+            def koordinator_mid(safety_margin_percent: float) -> FloatArray:
+                """Koordinator's mid as the controller holds it: computed after each report, reset when stale."""
+                computed = mid_inputs.mid(np.zeros_like(age), safety_margin_percent)
+                return np.where(
+                    age <= colocation.KOORDINATOR_DEGRADE_SECONDS, reported(computed, full_measured, start), 0.0
+                )
+
+            offers.batch["koordinator_mid"] = koordinator_mid(colocation.KOORDINATOR_MID_SAFETY_MARGIN_PERCENT)
             offered[scenario][resource] = offers
+            if scenario == "complete":
+                fair[resource] = _fair_comparisons(
+                    offers, parts, step_seconds, alloc, live[:, start:end], age, koordinator_mid
+                )
     summaries = {
         part: {
             scenario: {
@@ -472,5 +632,43 @@ def run_node_backtest(
         offered,
         summaries,
         sweeps,
+        fair,
         time.perf_counter() - started,
     )
+
+
+#: Koordinator's knobs swept for the fair comparison, most room first: the usage policy's reclaim threshold (whole
+#: percents, as Koordinator keeps it) and koordlet's mid safety margin (percent above the predicted peaks).
+USAGE_THRESHOLD_GRID = tuple(float(p) for p in range(100, 0, -1))
+MID_SAFETY_MARGIN_GRID = tuple(float(p) for p in range(0, 1001, 20))
+#: The method each fair comparison tunes Koordinator against, and which Koordinator rule it tunes.
+FAIR_PAIRS = {
+    "ours": "usage",
+    "ours_forecast_only": "usage",
+    "koordinator_our_ratio": "usage",
+    "ours_live": "usage",
+    "ours_mid": "mid",
+}
+
+
+def _fair_comparisons(
+    offers: Offered,
+    parts: dict[str, slice],
+    step_seconds: int,
+    alloc: FloatArray,
+    live_usage: FloatArray,
+    age: FloatArray,
+    koordinator_mid: Callable[[float], FloatArray],
+) -> dict[str, Tuned]:
+    """Per method, Koordinator with its knob tuned on the validation days to at most that method's violations there
+    (`tuned_threshold`); None when no swept value is that safe."""
+
+    def usage(percent: float) -> FloatArray:
+        return colocation.koordinator_batch(alloc[:, None], percent, 0.0, 0.0, live_usage, age)
+
+    out: dict[str, Tuned] = {}
+    for method, rule in FAIR_PAIRS.items():
+        bound = _summary_of(offers, offers.batch[method], parts["validation"], step_seconds).violations
+        make, grid = (usage, USAGE_THRESHOLD_GRID) if rule == "usage" else (koordinator_mid, MID_SAFETY_MARGIN_GRID)
+        out[method] = tuned_threshold(offers, make, grid, bound, parts, step_seconds)
+    return out

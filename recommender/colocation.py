@@ -17,16 +17,25 @@ the forecast itself runs past its horizon, both values decay toward the conserva
 pods did not request at all: `allocatable - margin - max(system, reserved) - limit`) with a half-life, instead of
 Koordinator's drop to 0.
 
-Koordinator's (anchors.md section 1), for comparison:
-    batch = max(0, capacity x threshold% - max(system, reserved) - HP)
-with HP by policy: "usage" (sum of pods' recent usage, their request where a pod has no metrics), "request" (sum of
-requests), "maxUsageRequest" (sum of max(request, usage) per pod); batch is 0 once node metrics are older than
-15 minutes. Mid: sum(max(0, request - peak)) over pods, capped by allocatable - sum(peak), each pod's peak its
-decayed p95 (CPU) / p98 (memory) x 1.10, pods younger than 24 h counting their full request.
+Live (what `recommender live` serves, updated every few minutes from the node's newest high-priority usage):
+    batch = max(0, allocatable - margin - max(system, reserved) - max(last_usage, min(last_usage + rise, forecast)))
+the measured level plus only the rise possible before the next update (`rise`: the node's largest 5-minute rise of
+the week), for CPU capped by the short-term forecast (a rise the forecast does not expect is not reserved for) but
+never below the measured usage itself; `live_reclaimable`.
+
+Koordinator's, for comparison and for what we write for it (its source, koordinator-sh/koordinator; docs/benchmarks.md
+"Node colocation backtest" cites each rule):
+    batch = max(0, capacity x threshold% - max(system, reserved) - HPUsed)
+(slo-controller `plugins/util/util.go` CalculateBatchResourceByPolicy) with HPUsed by policy: "usage" (sum of pods'
+recent usage, their request where a pod has no metrics), "maxUsageRequest" (sum of max(request, usage) per pod), and
+for memory only "request" (sum of requests): CPU has no request policy. Batch and mid are reset once node metrics are
+older than 15 minutes (degradeTimeMinutes). The reclaim-ratio label is read as `int64(float64(label) x 100)` percent
+(`sloconfig` getNodeReclaimPercent): truncated, so "0.29" is 28 %. Mid: `koordinator_mid`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
@@ -36,10 +45,21 @@ from recommender.arrays import FloatArray
 ArrayLike = float | FloatArray
 KoordinatorPolicy = Literal["usage", "request", "maxUsageRequest"]
 KOORDINATOR_POLICIES: tuple[KoordinatorPolicy, ...] = ("usage", "request", "maxUsageRequest")
-#: Koordinator removes batch resources when node metrics are older than this, seconds.
+#: The batch policies Koordinator accepts per resource: cpuCalculatePolicy is "usage" or "maxUsageRequest" only.
+KOORDINATOR_RESOURCE_POLICIES: dict[str, tuple[KoordinatorPolicy, ...]] = {
+    "cpu": ("usage", "maxUsageRequest"),
+    "memory": KOORDINATOR_POLICIES,
+}
+#: Koordinator resets batch and mid resources when node metrics are older than this (degradeTimeMinutes), seconds.
 KOORDINATOR_DEGRADE_SECONDS = 15 * 60
-#: Koordinator's mid rule: a pod younger than this reclaims nothing, seconds.
-KOORDINATOR_MID_MIN_AGE_SECONDS = 24 * 3600
+#: koordlet's prediction: a pod younger than this (ColdStartDuration) is left out of the per-pod predictor, seconds.
+KOORDINATOR_MID_COLD_START_SECONDS = 24 * 3600
+#: koordlet's SafetyMarginPercent: predicted peaks are scaled by 1 + this / 100.
+KOORDINATOR_MID_SAFETY_MARGIN_PERCENT = 10.0
+#: Percentiles of koordlet's peak predictor: p95 for CPU, p98 for memory.
+KOORDINATOR_MID_QUANTILE = {"cpu": 0.95, "memory": 0.98}
+#: Half-lives of koordlet's decaying histograms (CPUHistogramDecayHalfLife, MemoryHistogramDecayHalfLife), seconds.
+KOORDINATOR_MID_HALF_LIFE_SECONDS = {"cpu": 12 * 3600, "memory": 24 * 3600}
 NODE_RECLAIM_LABEL = {
     "cpu": "node.koordinator.sh/cpu-reclaim-ratio",
     "memory": "node.koordinator.sh/memory-reclaim-ratio",
@@ -134,32 +154,124 @@ def koordinator_batch(
 
 
 def koordinator_mid(
-    allocatable: ArrayLike, request: FloatArray, peak: FloatArray, age_seconds: FloatArray, axis: int = -1
+    capacity: ArrayLike,
+    request: FloatArray,
+    peak: FloatArray,
+    age_seconds: FloatArray,
+    pooled_peak: ArrayLike,
+    node_usage: ArrayLike,
+    metrics_age_seconds: ArrayLike = 0.0,
+    safety_margin_percent: ArrayLike = KOORDINATOR_MID_SAFETY_MARGIN_PERCENT,
+    threshold_percent: ArrayLike = 100.0,
+    unallocated_percent: ArrayLike = 0.0,
+    axis: int = -1,
 ) -> FloatArray:
-    """Koordinator's mid reclaimable over the pods along `axis` (NaN requests or peaks count as absent pods)."""
+    """Koordinator's mid allocatable of a node, from its high-priority (prod and none) pods along `axis`.
+
+    Inputs, all in one unit (cores or bytes) except ages (seconds) and percents: `request` per pod (NaN: the pod is
+    not on the node), `peak` its predicted p95 (CPU) / p98 (memory) usage from koordlet's decaying histogram,
+    `age_seconds` since it started, `pooled_peak` the same percentile of the node's pooled items (system usage plus
+    the prod and none priority totals, each its own histogram, summed), `node_usage` the node's last reported usage.
+    As koordlet's `minPredictor` and the slo-controller's MidResource plugin compute it:
+    - per pod (podReclaimablePredictor): pods older than the cold start add max(0, request - peak') to the reclaimable
+      and peak' to the unreclaimable, peak' = peak x (1 + margin); younger ones add nothing to either;
+      result min(capacity - unreclaimable, reclaimable), floored at 0;
+    - pooled (priorityReclaimablePredictor): every pod's request against pooled_peak x (1 + margin):
+      min(capacity - that, max(0, requests - that));
+    - prodReclaimable = the smaller of the two; mid = min(prodReclaimable, capacity x threshold%, capacity - node
+      usage), floored at 0, plus the unallocated requests x unallocated% (default 0); 0 once the node's metrics are
+      older than the degrade time.
+    """
     request = np.asarray(request, dtype=np.float64)
-    young = np.asarray(age_seconds, dtype=np.float64) < KOORDINATOR_MID_MIN_AGE_SECONDS
+    scale = 1.0 + np.asarray(safety_margin_percent, dtype=np.float64) / 100.0
+    scale_pods = np.expand_dims(scale, axis) if np.ndim(scale) else scale
     present = ~np.isnan(request)
-    own_peak = np.where(young | np.isnan(peak), request, peak)
-    unused = np.where(present, np.maximum(request - own_peak, 0.0), 0.0).sum(axis=axis)
-    peaks = np.where(present, own_peak, 0.0).sum(axis=axis)
-    result: FloatArray = _floor0(np.minimum(unused, np.asarray(allocatable, dtype=np.float64) - peaks))
+    mature = (
+        present & ~np.isnan(peak) & (np.asarray(age_seconds, dtype=np.float64) > KOORDINATOR_MID_COLD_START_SECONDS)
+    )
+    own_peak = np.where(mature, np.asarray(peak, dtype=np.float64) * scale_pods, 0.0)
+    capacity = np.asarray(capacity, dtype=np.float64)
+    pods_reclaimable = np.where(mature, np.maximum(np.nan_to_num(request) - own_peak, 0.0), 0.0).sum(axis=axis)
+    per_pod = np.minimum(_floor0(capacity - own_peak.sum(axis=axis)), pods_reclaimable)
+    requested = np.where(present, request, 0.0).sum(axis=axis)
+    pooled = np.asarray(pooled_peak, dtype=np.float64) * scale
+    per_priority = np.minimum(_floor0(capacity - pooled), _floor0(requested - pooled))
+    prod_reclaimable = np.minimum(per_pod, per_priority)
+    mid = _floor0(
+        np.minimum(
+            np.minimum(prod_reclaimable, capacity * np.asarray(threshold_percent) / 100.0),
+            capacity - np.asarray(node_usage, dtype=np.float64),
+        )
+    )
+    mid = mid + _floor0(capacity - requested) * np.asarray(unallocated_percent) / 100.0
+    fresh = np.asarray(metrics_age_seconds, dtype=np.float64) <= KOORDINATOR_DEGRADE_SECONDS
+    result: FloatArray = np.where(fresh, mid, 0.0)
     return result
 
 
-def reclaim_ratio(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump: ArrayLike) -> FloatArray:
-    """The node's `<resource>-reclaim-ratio` label value: Koordinator then offers `capacity x ratio - max(system,
-    reserved) - HPUsed` with its own live HPUsed; with `capacity x (1 - ratio) = margin + max(rise, jump)` that is
-    `allocatable - margin - (live usage + the rise our forecast expects over the batch window, at least `jump`, a
-    5-minute rise: the writer passes the node's largest of the week, since Koordinator acts on a step-old
-    measurement)`. Koordinator supplies the level, our forecast the headroom. Within [0, 1], rounded down
-    to a whole percent (Koordinator reads the label as one), so rounding never takes headroom away."""
+def reclaim_percent(capacity: ArrayLike, margin: ArrayLike, rise: ArrayLike, jump: ArrayLike) -> FloatArray:
+    """The whole percent our `<resource>-reclaim-ratio` label gives Koordinator: it then offers `capacity x percent
+    / 100 - max(system, reserved) - HPUsed` with its own live HPUsed; with `capacity x (1 - percent / 100) = margin +
+    max(rise, jump)` that is `allocatable - margin - (live usage + the rise our forecast expects over the batch
+    window, at least `jump`, a 5-minute rise: the writer passes the node's largest of the week, since Koordinator acts
+    on a step-old measurement)`. Koordinator supplies the level, our forecast the headroom. Within [0, 100], rounded
+    down (Koordinator keeps whole percents), so rounding never takes headroom away; `reclaim_ratio_label` writes it."""
     capacity = np.asarray(capacity, dtype=np.float64)
     headroom = np.asarray(margin, dtype=np.float64) + np.fmax(np.maximum(rise, 0.0), jump)
     ratio = np.where(capacity > 0, np.clip(1.0 - headroom / np.where(capacity > 0, capacity, 1.0), 0.0, 1.0), 0.0)
-    # The small epsilon keeps 0.75 from flooring to 0.74 through binary rounding.
-    result: FloatArray = np.floor(ratio * 100 + 1e-9) / 100
+    # The small epsilon keeps 0.75 from flooring to 74 through binary rounding.
+    result: FloatArray = np.floor(ratio * 100 + 1e-9)
     return result
+
+
+def koordinator_reclaim_percent(label: str) -> int | None:
+    """What Koordinator makes of a reclaim-ratio label: `int64(ParseFloat(label) x 100)`, truncated toward zero (so
+    "0.29", 28.999... in binary, is 28); None (the label is ignored) when it is not a number or negative."""
+    try:
+        value = float(label)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value * 100)
+
+
+def reclaim_ratio_label(percent: int) -> str:
+    """The label text Koordinator reads as exactly `percent` (0-100): two decimals where their truncation gives it,
+    else the value a thousandth above ("0.291" for 29 %, since "0.29" reads as 28; tested for every percent)."""
+    if not 0 <= percent <= 100:
+        raise ValueError(f"reclaim percent {percent} is outside 0-100")
+    text = f"{percent / 100:.2f}"
+    return text if koordinator_reclaim_percent(text) == percent else f"{(percent + 0.1) / 100:.3f}"
+
+
+#: For each whole percent we write, the percent Koordinator applies (equal by construction; the backtest credits it).
+KOORDINATOR_READS = np.array([koordinator_reclaim_percent(reclaim_ratio_label(p)) for p in range(101)], dtype=float)
+
+
+def live_reclaimable(
+    allocatable: ArrayLike,
+    margin: ArrayLike,
+    system: ArrayLike,
+    reserved: ArrayLike,
+    last_usage: ArrayLike,
+    rise: ArrayLike,
+    forecast: ArrayLike,
+) -> FloatArray:
+    """The batch (short-term `forecast`) or mid (long-term) room served between live updates, floored at 0.
+
+    `last_usage` is the node's newest measured high-priority usage (a pod without metrics at its request, as
+    Koordinator counts it), `rise` the most it can climb before the next update (the node's largest 5-minute rise of
+    the week), `forecast` our short-term line over that interval, the cap (NaN: no cap; memory runs uncapped, since
+    its spikes pass the forecast); all in cores or bytes. The reserved usage is the measured level plus the rise,
+    capped by the forecast (a day-ahead quantile line: a rise beyond it is not expected) and never below the
+    measurement. NaN where `last_usage` is NaN:
+    with no fresh measurement the caller serves the forecast-only value (`reclaimable`) instead.
+    """
+    last = np.asarray(last_usage, dtype=np.float64)
+    expected = np.maximum(last, np.fmin(last + np.asarray(rise, dtype=np.float64), forecast))
+    result: FloatArray = _floor0(room(allocatable, margin, system, reserved) - expected)
+    return np.where(np.isnan(last), np.nan, result)
 
 
 def usage_threshold_percent(

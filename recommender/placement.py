@@ -298,8 +298,9 @@ def node_reclaimable(
     measurement is fresh. The service measures usage only when it trains, so between trainings the forecast alone
     carries the offer, with the wider forecast-only margin. Stale: the forecast ran past its horizon (training
     stopped), and the values decay toward the request-based ones. Koordinator's values come from what the service
-    knows: its usage policy on the node's last pooled usage (the requests where there is none), its mid rule on the
-    node's requests and long-term line as one aggregate, allocatable as capacity. Koordinator's batch is 0 once that
+    knows: its usage policy on the node's last pooled usage (the requests where there is none), "request" for memory
+    only (Koordinator has no CPU request policy), its mid rule with the node's requests and long-term line as one
+    aggregate pod and as the pooled peak, capped by allocatable minus that usage, allocatable as capacity. Koordinator's batch is 0 once that
     usage is older than 15 minutes, as Koordinator does without fresh metrics.
     """
     capacity = loads.capacity.get(name)
@@ -341,18 +342,22 @@ def node_reclaimable(
     percent = mine.koordinator_reclaim_percent
     measured = pooled.last_usage if pooled is not None else None
     used = requested if measured is None else measured
+    long_term = np.array([state.long_term[resource]])
     koordinator_values = {
         "usage": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, used, age)),
-        "request": float(colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, requested, age)),
         "max_usage_request": float(
             colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, max(used, requested), age)
         ),
         "mid": float(
             colocation.koordinator_mid(
-                allocatable, np.array([requested]), np.array([state.long_term[resource]]), np.array([np.inf])
+                allocatable, np.array([requested]), long_term, np.array([np.inf]), long_term[0], used, age
             )
         ),
     }
+    if resource == "memory":  # Koordinator's "request" policy exists for memory only
+        koordinator_values["request"] = float(
+            colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, requested, age)
+        )
     policy = "forecast" if state.forecast is not None else "per-pod lines"
     return Reclaimable(batch, mid, policy, weight < 1.0, koordinator_values)
 
@@ -363,7 +368,8 @@ def node_metadata(
     """The labels and annotations Koordinator already reads that we want on a node the model learned (None for others).
 
     `node.koordinator.sh/<resource>-reclaim-ratio`: the ratio making Koordinator's usage policy keep our headroom above
-    its live usage (`colocation.reclaim_ratio`: the reclaim-ratio margin + the forecast's rise over the batch window, at
+    its live usage (`colocation.reclaim_percent`, written by `colocation.reclaim_ratio_label` as text Koordinator's
+    truncating parser reads as that very percent: the reclaim-ratio margin + the forecast's rise over the batch window, at
     least the node's largest 5-minute rise of the week). `scheduling.koordinator.sh/
     usage-thresholds`: its `usageThresholds` lowered by the rise the forecast expects over the extender's window,
     always from the operator's thresholds (their per-node value, else the configured default; never from the value
@@ -400,8 +406,8 @@ def node_metadata(
             ahead = loads.timeline.window(now, settings.batch_window_seconds)
             margin = allocatable * settings.of(resource).reclaim_ratio_margin_fraction
             jump = pooled.jump if pooled.largest_jump is None else pooled.largest_jump
-            ratio = float(colocation.reclaim_ratio(capacity, margin, float(line[ahead].max() - line[ahead[0]]), jump))
-            labels[colocation.NODE_RECLAIM_LABEL[resource]] = f"{ratio:.2f}"
+            percent = colocation.reclaim_percent(capacity, margin, float(line[ahead].max() - line[ahead[0]]), jump)
+            labels[colocation.NODE_RECLAIM_LABEL[resource]] = colocation.reclaim_ratio_label(int(percent))
         current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
         peak = float(line[window].max())
         default = operator.get(

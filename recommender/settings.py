@@ -468,6 +468,31 @@ class ColocationSettings(BaseModel):
     memory_reclaim_ratio_margin_fraction: float = Field(
         0.11, ge=0, lt=1, description="Same for the memory-reclaim-ratio label (chosen the same way)."
     )
+    cpu_live_margin_fraction: float = Field(
+        0.04,
+        ge=0,
+        lt=1,
+        description=(
+            "Margin of the node room served from live usage (`colocation.live_reclaimable`: the newest measured "
+            "high-priority usage plus the node's largest 5-minute rise of the week, capped by the short-term "
+            "forecast where cpu_live_forecast_cap), share of allocatable CPU (chosen on the validation days of the --nodes backtest: no more "
+            "violations than Koordinator's usage policy, with the most room)."
+        ),
+    )
+    memory_live_margin_fraction: float = Field(
+        0.12, ge=0, lt=1, description="Same for memory (chosen the same way; uncapped, see memory_live_forecast_cap)."
+    )
+    cpu_live_forecast_cap: bool = Field(
+        True,
+        description=(
+            "Cap the rise reserved above the live CPU usage at the short-term forecast (a rise the forecast does not "
+            "expect is not reserved for; CPU is compressible). Chosen on the validation days of the --nodes backtest."
+        ),
+    )
+    memory_live_forecast_cap: bool = Field(
+        False,
+        description="Same for memory: off, since memory spikes past the forecast (chosen the same way).",
+    )
     cpu_jump_quantile: float = Field(
         0.99,
         gt=0,
@@ -537,6 +562,8 @@ class ColocationSettings(BaseModel):
             margin_fraction=getattr(self, f"{resource}_margin_fraction"),
             forecast_only_margin_fraction=getattr(self, f"{resource}_forecast_only_margin_fraction"),
             reclaim_ratio_margin_fraction=getattr(self, f"{resource}_reclaim_ratio_margin_fraction"),
+            live_margin_fraction=getattr(self, f"{resource}_live_margin_fraction"),
+            live_forecast_cap=getattr(self, f"{resource}_live_forecast_cap"),
             jump_quantile=getattr(self, f"{resource}_jump_quantile"),
             koordinator_reclaim_percent=getattr(self, f"koordinator_{resource}_reclaim_percent"),
         )
@@ -549,5 +576,7 @@ class ResourceColocation:
     margin_fraction: float
     forecast_only_margin_fraction: float
     reclaim_ratio_margin_fraction: float
+    live_margin_fraction: float
+    live_forecast_cap: bool
     jump_quantile: float
     koordinator_reclaim_percent: float

@@ -38,9 +38,16 @@ class KoordinatorReclaimable(BaseModel):
     usage: float = Field(
         description="Batch allocatable, policy usage: capacity x reclaim% - HP usage (0 on stale metrics)."
     )
-    request: float = Field(description="Batch allocatable, policy request: HP requests instead of usage.")
+    request: float | None = Field(
+        None,
+        description="Batch allocatable, policy request: HP requests instead of usage; memory only (null for CPU: "
+        "Koordinator has no CPU request policy).",
+    )
     max_usage_request: float = Field(description="Batch allocatable, policy maxUsageRequest: max(request, usage).")
-    mid: float = Field(description="Mid reclaimable: HP requests - long-term peak, capped by allocatable - peak.")
+    mid: float = Field(
+        description="Mid allocatable: the smaller of per-pod and pooled HP requests - long-term peak x 1.1, capped by "
+        "allocatable - peak and allocatable - usage (0 on stale metrics)."
+    )
 
 
 class Reclaimable(BaseModel):

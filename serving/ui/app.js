@@ -576,7 +576,7 @@ function reclaimableTable(lines) {
     ["koord-batch (below the short-term line)", (r) => r.reclaimable.batch],
     ["koord-mid (below the long-term line)", (r) => r.reclaimable.mid],
     ["Koordinator's batch, policy usage", (r) => koord(r, "usage")],
-    ["Koordinator's batch, policy request", (r) => koord(r, "request")],
+    ["Koordinator's batch, policy request (memory only)", (r) => koord(r, "request")],
     ["Koordinator's batch, policy maxUsageRequest", (r) => koord(r, "max_usage_request")],
     ["Koordinator's mid", (r) => koord(r, "mid")],
   ];

@@ -72,8 +72,10 @@ def test_sync_writes_reclaim_ratios_and_usage_thresholds_on_learned_nodes(
     for name in ("learned-a", "learned-b"):
         meta = core.read_node(name).metadata
         for resource in ("cpu", "memory"):
-            ratio = float(meta.labels[colocation.NODE_RECLAIM_LABEL[resource]])
-            assert 0.0 < ratio <= 1.0
+            # written as text Koordinator's truncating parser reads as the intended whole percent
+            label = meta.labels[colocation.NODE_RECLAIM_LABEL[resource]]
+            percent = colocation.koordinator_reclaim_percent(label)
+            assert percent is not None and 0 < percent <= 100 and label == colocation.reclaim_ratio_label(percent)
         thresholds = json.loads(meta.annotations[k.USAGE_THRESHOLDS_ANNOTATION])
         assert 30 <= thresholds["usageThresholds"]["cpu"] <= 65 and 30 <= thresholds["usageThresholds"]["memory"] <= 95
         # the record of what we wrote: the extender and the next pass go back to the operator's (here the default)

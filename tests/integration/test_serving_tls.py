@@ -316,6 +316,8 @@ def test_rest_auth_etag_lines_chart_and_nodes(server: Server) -> None:
     reclaimable = cpu["reclaimable"]
     assert 0 <= reclaimable["batch"] <= 8 and 0 <= reclaimable["mid"] <= 8 and reclaimable["policy"] == "per-pod lines"
     assert set(reclaimable["koordinator"]) == {"usage", "request", "max_usage_request", "mid"}
+    assert reclaimable["koordinator"]["request"] is None  # Koordinator's request policy is memory-only
+    assert busy["memory_bytes"]["reclaimable"]["koordinator"]["request"] is not None
     chart = server.client.get("/api/v1/nodes/busy/chart.png", headers=auth())
     assert chart.headers["content-type"] == "image/png" and chart.content.startswith(b"\x89PNG")
     assert server.client.get("/api/v1/nodes/nowhere/lines", headers=auth()).status_code == 404

@@ -10,16 +10,22 @@ import pandas as pd
 import pytest
 
 from models.nodes import NodeForecaster, rise_allowance
+from models.vpa import DecayingHistogram
 from models.workload import FleetForecaster
 from pipelines.node_backtest import (
+    KOORDINATOR_BUCKETS,
     MethodSummary,
     NodeBacktestResult,
+    Offered,
     Placement,
     forward_max,
+    koordinator_peaks,
     last_measured,
     node_sums,
     outage_mask,
     pack_pods,
+    reported,
+    tuned_threshold,
 )
 from recommender import colocation
 from recommender import koordinator as k
@@ -150,10 +156,56 @@ def test_the_chosen_margin_is_the_smallest_as_safe_as_koordinator_on_validation_
             }
         },
         sweeps={"cpu": {"ours_forecast_only": sweep}, "memory": {"ours_forecast_only": sweep}},
+        fair={},
         seconds=0.0,
     )
     assert result.chosen_margin("cpu", "ours_forecast_only") == 0.01  # 0 % had 9 violations, 1 % ties Koordinator's 3
     assert result.chosen_margin("memory", "ours_forecast_only") is None  # none as safe as Koordinator's 0
+
+
+@pytest.mark.parametrize("resource", ["cpu", "memory"])
+def test_koordinator_peaks_are_koordlets_decaying_histogram_percentiles(resource: str) -> None:
+    """Each step's value equals the percentile of the VPA histogram (koordlet's copy of it) fed the same samples."""
+    rng = np.random.default_rng(5)
+    scale = 4.0 if resource == "cpu" else 8 * GIB
+    values = rng.gamma(2.0, scale / 2, size=(3, 600))
+    values[1, 100:140] = np.nan  # a gap: no samples, the histogram keeps its weights
+    values[2, :50] = np.nan  # a pod that starts later
+    found = koordinator_peaks(values, resource, 300, 10, 600)
+    quantile = colocation.KOORDINATOR_MID_QUANTILE[resource]
+    for row in range(3):
+        histogram = DecayingHistogram(
+            KOORDINATOR_BUCKETS[resource], 1e-12, colocation.KOORDINATOR_MID_HALF_LIFE_SECONDS[resource]
+        )
+        for t in range(600):
+            if t >= 10:
+                expected = histogram.percentile(quantile) if not histogram.is_empty() else np.nan
+                np.testing.assert_allclose(found[row, t - 10], expected, rtol=1e-12, equal_nan=True)
+            if not np.isnan(values[row, t]):
+                histogram.add_at(float(values[row, t]), 1.0, 1_700_000_000 + 300.0 * t)
+    assert np.isnan(found[2, 0]) and not np.isnan(found[2, -1])
+
+
+def test_a_controller_holds_the_last_report_through_a_gap() -> None:
+    # values computed at steps 2..5 from the data before each; step 3 and 4 not measured: 4 and 5 see step 2's report
+    computed = np.array([[10.0, 20.0, 30.0, 40.0]])
+    measured = np.array([[True, True, True, False, False, True]])
+    np.testing.assert_allclose(reported(computed, measured, 2), [[10.0, 20.0, 20.0, 20.0]])
+
+
+def test_koordinator_tuned_to_the_violations_of_the_method_it_is_compared_with() -> None:
+    hp = np.array([[5.0, 5.0, 9.0, 5.0]])
+    offers = Offered(hp, np.array([10.0]), hp, hp)
+    parts = {"validation": slice(0, 2), "held_out": slice(2, None)}
+
+    def offer(percent: float) -> np.ndarray:
+        return np.full((1, 4), percent / 10.0)
+
+    # validation usage 5: an offer above 5 violates both validation steps; at most 0 allowed -> 50 %
+    tuned = tuned_threshold(offers, offer, [70.0, 60.0, 50.0, 40.0], 0, parts, 300)
+    assert tuned is not None and tuned[0] == 50.0
+    assert tuned[1]["held_out"].violations == 1  # the 9 on the held-out days
+    assert tuned_threshold(offers, offer, [90.0, 80.0], 0, parts, 300) is None
 
 
 AS_OF = 1_800_000_000
@@ -242,12 +294,10 @@ def test_reclaimable_now_fresh_and_stale() -> None:
     # room = 10 - 1; the high-priority line over the window is 4 (pooled 3 + new pod 1)
     assert fresh.batch == pytest.approx(5.0)
     assert fresh.mid == pytest.approx(9.0 - 4.5)
-    assert fresh.koordinator == {
-        "usage": pytest.approx(4.0),
-        "request": pytest.approx(3.0),
-        "max_usage_request": pytest.approx(3.0),
-        "mid": 0.0,
-    }
+    # Koordinator's CPU has no "request" policy; its mid: the long-term line 3.5 x 1.1 is above the requests 3
+    assert fresh.koordinator == {"usage": pytest.approx(4.0), "max_usage_request": pytest.approx(3.0), "mid": 0.0}
+    memory = node_reclaimable(view(AS_OF), "a", "memory", AS_OF + 60, COLOCATION)
+    assert memory is not None and set(memory.koordinator) == {"usage", "request", "max_usage_request", "mid"}
     # within the forecast's horizon a stale measurement only stops flooring the offer: a rise to 9 measured then
     # would cap batch at 0 while fresh; an hour later the forecast alone carries it, with the forecast-only margin
     # (20 % of 10): 10 - 2 - 4
