@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import webbrowser
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -735,16 +735,18 @@ def live(
     if settings.prometheus.url is None:
         raise ConfigurationError("the live loop reads Prometheus: set KOORD_RECOMMENDER_PROMETHEUS__URL")
     stop = threading.Event()
-    leading = always_leading
+    leading, writer = always_leading, ""
     if settings.live.leader_election and not once:
-        leading = _lease(settings, stop, log)
+        leading, writer = _lease(settings, stop, log)
     else:
         log.info("leader election off: a single instance, writing")
     metrics = LiveMetrics()
     if settings.live.metrics_port is not None and not once:
         server, _ = start_http_server(settings.live.metrics_port, settings.live.metrics_host, metrics.registry)
         log.info("metrics on %s:%d/metrics", settings.live.metrics_host, server.server_port)
-    loop = LiveLoop(settings, ModelStore(settings.store.path, settings.store.retention_versions), leading, metrics)
+    loop = LiveLoop(
+        settings, ModelStore(settings.store.path, settings.store.retention_versions), leading, metrics, writer=writer
+    )
 
     def report(done: StepReport) -> None:
         published = f"update {done.update.revision}" if done.update else "nothing written (not the leader)"
@@ -776,8 +778,9 @@ def live(
         loop.checkpoint()
 
 
-def _lease(settings: Settings, stop: threading.Event, log: Any) -> Any:
-    """The Lease's `leading`, its elector running until `stop`; without Kubernetes credentials, a single instance."""
+def _lease(settings: Settings, stop: threading.Event, log: Any) -> tuple[Callable[[], bool], str]:
+    """The Lease's `leading` and our identity, its elector running until `stop`; without Kubernetes credentials, a
+    single instance."""
     from serving.kube import api_client
     from serving.lease import LeaseElector, own_namespace
 
@@ -785,7 +788,7 @@ def _lease(settings: Settings, stop: threading.Event, log: Any) -> Any:
         api = api_client(settings.live.kubeconfig)
     except KubernetesError as error:
         log.warning("no Kubernetes credentials (%s): running as a single instance, without leader election", error)
-        return lambda: True
+        return (lambda: True), ""
     elector = LeaseElector(
         api,
         settings.live.lease_name,
@@ -794,7 +797,7 @@ def _lease(settings: Settings, stop: threading.Event, log: Any) -> Any:
     )
     log.info("competing for the Lease %s/%s as %s", elector.namespace, elector.name, elector.holder)
     elector.start(stop)
-    return elector.leading
+    return elector.leading, elector.holder
 
 
 @app.command("cluster-files")

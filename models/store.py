@@ -137,6 +137,7 @@ class LiveUpdate(BaseModel):
     file: str = Field(description="Name of its recommendations file under live/.")
     entry: FileEntry = Field(description="Checksum and size of that file.")
     read_metrics: dict[str, float] = Field(default_factory=dict, description="Cost of the read behind it.")
+    writer: str = Field("", description="Which loop replica wrote it (its Lease identity).")
 
     @property
     def revision(self) -> str:
@@ -693,6 +694,7 @@ class ModelStore:
         last_sample: int,
         read_metrics: dict[str, float] | None = None,
         retained: int = 3,
+        writer: str = "",
     ) -> LiveUpdate:
         """Publish a light update beside `version`: its recommendations file first (gzip-compressed JSON, atomic),
         then the pointer naming it with its checksum (atomic), so a reader sees the previous update or this one
@@ -714,6 +716,7 @@ class ModelStore:
             file=name,
             entry=entry,
             read_metrics=read_metrics or {},
+            writer=writer,
         )
         self.files.put(self._live(LIVE_POINTER), update.model_dump_json().encode())
         self._prune_live(retained)

@@ -16,6 +16,7 @@ Prometheus down: the read fails after its retries, nothing is written, the serve
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -126,12 +127,15 @@ class LiveLoop:
         leading: Callable[[], bool] = always_leading,
         metrics: LiveMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        writer: str = "",
     ) -> None:
+        """`leading`: whether this replica may write now (the Lease); `writer`: its name in the updates."""
         self.settings = settings
         self.store = store
         self.leading = leading
         self.metrics = metrics or LiveMetrics()
         self.clock = clock
+        self.writer = writer or socket.gethostname()
         self.state: LoopState | None = None
         self._checkpointed_at = 0.0
 
@@ -267,6 +271,7 @@ class LiveLoop:
             last_sample=state.last_sample,
             read_metrics=costs,
             retained=self.settings.live.retained_updates,
+            writer=self.writer,
         )
         self.metrics.last_success.set(update.written_at)
         self.metrics.last_sample.set(state.last_sample)

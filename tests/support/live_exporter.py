@@ -7,6 +7,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
 
 from tests.support.openmetrics import COUNTER_START, _labels, owner_series
 
@@ -111,3 +116,64 @@ class LiveExporter:
                         labels = _labels({**own, "resource": resource, "unit": unit})
                         lines.append(f"kube_pod_container_resource_{kind}{labels} {value:.6f}")
             return "\n".join(lines) + "\n"
+
+
+def write_history(containers: list[Container], path: Path, end: int, days: int = 3, seed: int = 0) -> None:
+    """`days` of 5-minute usage of the exporter's containers before `end` (their current level with a daily swing
+    and noise), as a usage CSV: what the daily training learned before the live loop takes over."""
+    rng = np.random.default_rng(seed)
+    times = np.arange(end - days * 86400, end, 300)
+    swing = 1 + 0.2 * np.sin(2 * np.pi * (times % 86400) / 86400)
+    frames = [
+        pd.DataFrame(
+            {
+                "timestamp": times,
+                "namespace": c.namespace,
+                "workload": c.workload,
+                "pod": c.pod,
+                "container": c.container,
+                "cpu_cores": c.cpu_cores * swing * (1 + 0.05 * rng.standard_normal(times.size)),
+                "memory_bytes": c.memory_bytes * (1 + 0.02 * rng.standard_normal(times.size)),
+                "cpu_request_cores": c.cpu_request_cores,
+                "memory_request_bytes": c.memory_request_bytes,
+                "memory_limit_bytes": c.memory_limit_bytes,
+            }
+        )
+        for c in containers
+    ]
+    pd.concat(frames, ignore_index=True).to_csv(path, index=False)
+
+
+def live_environment(prometheus_url: str, store: Path) -> dict[str, str]:
+    """The settings of a live loop over the exporter as environment variables: 2-second steps (scrapes every
+    second), a loop every 2 s, a checkpoint every 4 s, no Lease (the e2e test adds one)."""
+    return {
+        "KOORD_RECOMMENDER_STORE__PATH": str(store),
+        "KOORD_RECOMMENDER_PROMETHEUS__URL": prometheus_url,
+        "KOORD_RECOMMENDER_PROMETHEUS__STEP_SECONDS": "2",
+        "KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS": "4",
+        "KOORD_RECOMMENDER_PROMETHEUS__MEMORY_WINDOW_SECONDS": "2",
+        "KOORD_RECOMMENDER_PROMETHEUS__RETRIES": "1",
+        "KOORD_RECOMMENDER_PROMETHEUS__BACKOFF_INITIAL_SECONDS": "0.05",
+        "KOORD_RECOMMENDER_PROMETHEUS__TIMEOUT_SECONDS": "5",
+        "KOORD_RECOMMENDER_LIVE__INTERVAL_SECONDS": "2",
+        "KOORD_RECOMMENDER_LIVE__READ_LAG_SECONDS": "2",
+        "KOORD_RECOMMENDER_LIVE__CHECKPOINT_INTERVAL_SECONDS": "4",
+        "KOORD_RECOMMENDER_LIVE__LEADER_ELECTION": "false",
+        "KOORD_RECOMMENDER_LIVE__METRICS_HOST": "127.0.0.1",
+        "KOORD_RECOMMENDER_LIVE__METRICS_PORT": "0",
+    }
+
+
+def wait_for_scrapes(prometheus_url: str, timeout: float = 30) -> None:
+    """Until Prometheus holds the exporter's first samples (its first scrape comes a few seconds after start)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            answer = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": "container_memory_working_set_bytes"})
+            if answer.json()["data"]["result"]:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError("Prometheus did not scrape the exporter in time")
