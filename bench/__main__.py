@@ -114,7 +114,9 @@ def main() -> None:
         default=0,
         help="train ours on a local Dask cluster of N workers (0: one process, with the file path)",
     )
-    live_cost = sub.add_parser("live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train")
+    live_cost = sub.add_parser(
+        "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"
+    )
     live_cost.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     live_cost.add_argument("--containers", type=int, default=1000)
     live_cost.add_argument("--passes", type=int, default=12, help="passes, one 5-minute step each")

@@ -194,7 +194,9 @@ def _replay(usage: pd.DataFrame, step_at: int, level: float) -> dict[str, Any]:
         ):
             if found[name] is None and value >= level:
                 found[name] = round(elapsed, 3)
-        timeline.append((round(elapsed, 3), round(mine.target, 3), round(mine.short_term[0], 3), round(theirs.target, 3)))
+        timeline.append(
+            (round(elapsed, 3), round(mine.target, 3), round(mine.short_term[0], 3), round(theirs.target, 3))
+        )
         if all(v is not None for v in found.values()):
             break
     return {"level_cores": round(level, 3), "hours_until_covered": found, "first_steps": timeline[:6]}

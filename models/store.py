@@ -732,7 +732,9 @@ class ModelStore:
         try:
             update = LiveUpdate.model_validate_json(data)
         except ValidationError as error:
-            raise ModelStoreError(f"{self.files.url(path)}: not a live update pointer: {error.errors()[0]['msg']}") from None
+            raise ModelStoreError(
+                f"{self.files.url(path)}: not a live update pointer: {error.errors()[0]['msg']}"
+            ) from None
         if update.schema_version != LIVE_SCHEMA_VERSION:
             raise ModelStoreError(
                 f"{self.files.url(path)}: live schema version {update.schema_version}, this release reads "
@@ -758,9 +760,7 @@ class ModelStore:
 
     def _prune_live(self, retained: int) -> None:
         """Keep the newest `retained` update files (names sort by version, then sequence)."""
-        files = sorted(
-            posixpath.basename(p) for p in self.files.fs.glob(posixpath.join(self.root, LIVE, "*.json.gz"))
-        )
+        files = sorted(posixpath.basename(p) for p in self.files.fs.glob(posixpath.join(self.root, LIVE, "*.json.gz")))
         updates = sorted(files, key=lambda n: int(n.removesuffix(".json.gz").rsplit("-", 1)[1]))
         for old in updates[: max(0, len(updates) - retained)]:
             self.files.remove(self._live(old))
@@ -780,8 +780,10 @@ class ModelStore:
             return None
         try:
             return joblib.load(io.BytesIO(data))
-        except Exception as error:  # noqa: BLE001 - any unpickling failure means the same: start from the version
-            log.warning("%s: unreadable live checkpoint (%s); starting from the latest version", self.files.url(path), error)
+        except Exception as error:
+            log.warning(
+                "%s: unreadable live checkpoint (%s); starting from the latest version", self.files.url(path), error
+            )
             return None
 
     def load_node_model(self, name: str | None = None) -> NodeForecaster | None:

@@ -90,7 +90,9 @@ class LiveMetrics:
             "koord_recommender_live_errors", "Passes that failed, by reason.", ["reason"], registry=self.registry
         )
         self.sequence = Gauge(
-            "koord_recommender_live_update_sequence", "Sequence number of the last update written.", registry=self.registry
+            "koord_recommender_live_update_sequence",
+            "Sequence number of the last update written.",
+            registry=self.registry,
         )
         self.leader = Gauge(
             "koord_recommender_live_leader", "1 while this replica holds the Lease and writes.", registry=self.registry
@@ -107,9 +109,7 @@ class LiveMetrics:
         self.bytes = Counter(
             "koord_recommender_live_read_bytes", "Bytes the loop read from Prometheus.", registry=self.registry
         )
-        self.checkpoints = Counter(
-            "koord_recommender_live_checkpoints", "Checkpoints written.", registry=self.registry
-        )
+        self.checkpoints = Counter("koord_recommender_live_checkpoints", "Checkpoints written.", registry=self.registry)
 
 
 def always_leading() -> bool:
@@ -217,7 +217,9 @@ class LiveLoop:
         if start > end:
             return None
         prom = self.settings.prometheus
-        live_prom = prom.model_copy(update={"history_seconds": max(end - start + prom.step_seconds, FACTS_WINDOW_SECONDS)})
+        live_prom = prom.model_copy(
+            update={"history_seconds": max(end - start + prom.step_seconds, FACTS_WINDOW_SECONDS)}
+        )
         with PrometheusClient(live_prom) as client:
             try:
                 read = PrometheusSource(client, live_prom).read(start, end, log.debug)
@@ -228,7 +230,9 @@ class LiveLoop:
         if read.skipped:
             # Every namespace or none: a step applied without some would be lost to them, not replayed.
             raise PrometheusError(f"{len(read.skipped)} batch(es) unreadable: {'; '.join(read.skipped.values())}")
-        usage, quarantined = tidy_prometheus_usage(read.usage, self.settings, start, end, SampleBounds.at(self.settings.ingest, now))
+        usage, quarantined = tidy_prometheus_usage(
+            read.usage, self.settings, start, end, SampleBounds.at(self.settings.ingest, now)
+        )
         oom = self._new_oom_kills(state, read.oom_events)
         state.model.live_update(usage, oom_events=oom)
         state.kinds.update(read.workload_kinds)
@@ -236,7 +240,10 @@ class LiveLoop:
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
         recommendations = recommendations.model_copy(update={"nodes": state.nodes})
         update = self._publish(state, recommendations, costs)
-        if update is not None and self.clock() - self._checkpointed_at >= self.settings.live.checkpoint_interval_seconds:
+        if (
+            update is not None
+            and self.clock() - self._checkpointed_at >= self.settings.live.checkpoint_interval_seconds
+        ):
             self.checkpoint()
         seconds = time.perf_counter() - started
         self.metrics.duration.observe(seconds)

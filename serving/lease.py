@@ -113,7 +113,7 @@ class LeaseElector:
         while not stop.is_set():
             try:
                 self.try_acquire_or_renew()
-            except Exception as error:  # noqa: BLE001 - a network error is one failed attempt, never the end
+            except Exception as error:
                 log.warning("Lease %s/%s: %s", self.namespace, self.name, error)
             stop.wait(self.duration / 3)
         self.release()
@@ -137,4 +137,6 @@ class LeaseElector:
                 lease.spec.acquire_time = None
                 self.api.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as error:
-            log.info("Lease %s/%s not released (it expires by itself): %s", self.namespace, self.name, api_message(error))
+            log.info(
+                "Lease %s/%s not released (it expires by itself): %s", self.namespace, self.name, api_message(error)
+            )

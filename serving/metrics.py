@@ -56,7 +56,10 @@ class ModelCollector(Collector):
 
     def collect(self) -> list[Metric]:
         info = GaugeMetricFamily("koord_recommender_model_info", "Loaded model version (value 1).", labels=["version"])
-        age = GaugeMetricFamily("koord_recommender_model_age_seconds", "Now minus the decision time of the served lines (the live update's, else the version's).")
+        age = GaugeMetricFamily(
+            "koord_recommender_model_age_seconds",
+            "Now minus the decision time of the served lines (the live update's, else the version's).",
+        )
         recommendation = GaugeMetricFamily(
             "koord_recommender_recommendation",
             "Per container recommendation, as VPA's status: target, lowerBound, upperBound, uncappedTarget (cores or bytes).",

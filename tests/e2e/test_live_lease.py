@@ -53,9 +53,7 @@ def test_of_two_candidates_one_holds_the_lease_until_it_stops_renewing(plane: Co
 def live_prometheus(tmp_path: Path) -> Iterator[tuple[LiveExporter, PrometheusServer]]:
     if not binaries_present():
         pytest.skip("Debian's prometheus package is missing: `make test` installs it (scripts/install-test-deps.sh)")
-    exporter = LiveExporter(
-        [Container("shop", "web", "web-5d4f8b9c7-abcde", "main", 0.2, 300 * 2**20, 2**30)]
-    ).start()
+    exporter = LiveExporter([Container("shop", "web", "web-5d4f8b9c7-abcde", "main", 0.2, 300 * 2**20, 2**30)]).start()
     server = PrometheusServer(None, tmp_path / "prometheus", scrape=[exporter.target]).start()
     try:
         wait_for_scrapes(server.url)

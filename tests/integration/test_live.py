@@ -47,7 +47,9 @@ def exporter() -> Iterator[LiveExporter]:
     live = LiveExporter(
         [
             Container("shop", "web", pod, "main", cpu_cores=0.2, memory_bytes=300 * MIB, memory_limit_bytes=1024 * MIB),
-            Container("shop", "web", pod, "sidecar", cpu_cores=0.05, memory_bytes=100 * MIB, memory_limit_bytes=512 * MIB),
+            Container(
+                "shop", "web", pod, "sidecar", cpu_cores=0.05, memory_bytes=100 * MIB, memory_limit_bytes=512 * MIB
+            ),
         ]
     ).start()
     yield live
@@ -182,7 +184,15 @@ def test_prometheus_down_keeps_the_lines_served_then_the_loop_catches_up(
             before = store.live_update()
             assert before is not None
             wait_until(
-                lambda: (loop.metrics.registry.get_sample_value("koord_recommender_live_errors_total", {"reason": "prometheus"}) or 0) >= 1,
+                lambda: (
+                    (
+                        loop.metrics.registry.get_sample_value(
+                            "koord_recommender_live_errors_total", {"reason": "prometheus"}
+                        )
+                        or 0
+                    )
+                    >= 1
+                ),
                 20,
                 "a failed pass counted",
             )
@@ -191,7 +201,9 @@ def test_prometheus_down_keeps_the_lines_served_then_the_loop_catches_up(
             assert store.live_update() == before
             assert served(state) is not None and state.require().revision == before.revision
             assert state.require().age_seconds() >= time.time() - down - 1
-            last_success = loop.metrics.registry.get_sample_value("koord_recommender_live_last_success_timestamp_seconds")
+            last_success = loop.metrics.registry.get_sample_value(
+                "koord_recommender_live_last_success_timestamp_seconds"
+            )
             assert last_success is not None and last_success < down + 1
             own.start()
             caught = wait_until(
@@ -211,7 +223,7 @@ def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         [entry_point(), "live"],
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),  # noqa: SIM115 - open while the loop runs
+        stderr=open(log, "wb"),
         start_new_session=True,
     )
 
@@ -270,7 +282,9 @@ def test_a_loop_killed_with_sigkill_resumes_from_its_checkpoint_with_the_histogr
     assert isinstance(final, LoopState) and final.last_sample > killed_at.last_sample
 
     # The reference: the same version continued by one read up to the same end, as one uninterrupted loop reads.
-    reference_settings = settings.model_copy(update={"store": settings.store.model_copy(update={"path": str(pristine)})})
+    reference_settings = settings.model_copy(
+        update={"store": settings.store.model_copy(update={"path": str(pristine)})}
+    )
     reference = LiveLoop(
         reference_settings,
         ModelStore(pristine),

@@ -48,7 +48,7 @@ class LiveExporter:
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            def do_GET(self) -> None:
                 body = exporter.text().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
