@@ -48,7 +48,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import fsspec
 import joblib
@@ -143,6 +143,9 @@ class LiveUpdate(BaseModel):
     def revision(self) -> str:
         """The version and the update, e.g. `20261201T170000000000Z-1a2b3c+live.42` (an ETag, a cache key)."""
         return f"{self.version}+live.{self.sequence}"
+
+
+_Schema = TypeVar("_Schema", Manifest, LiveUpdate)
 
 
 @dataclass(frozen=True)
@@ -608,18 +611,22 @@ class ModelStore:
         path = self._version_path(name)
         manifest_path = posixpath.join(path, MANIFEST)
         try:
-            manifest = Manifest.model_validate_json(self.files.read(manifest_path))
+            data = self.files.read(manifest_path)
         except FileNotFoundError:
             raise ModelStoreError(f"{self.files.url(manifest_path)}: missing; the version is partial") from None
+        return self._parsed(Manifest, data, manifest_path, "a valid manifest", SCHEMA_VERSION)
+
+    def _parsed(self, model: type[_Schema], data: bytes, path: str, what: str, schema: int) -> _Schema:
+        """`data` as `model`, refused naming the file when it is not one or has another schema version."""
+        try:
+            parsed = model.model_validate_json(data)
         except ValidationError as error:
+            raise ModelStoreError(f"{self.files.url(path)}: not {what}: {error.errors()[0]['msg']}") from None
+        if parsed.schema_version != schema:
             raise ModelStoreError(
-                f"{self.files.url(manifest_path)}: not a valid manifest: {error.errors()[0]['msg']}"
-            ) from None
-        if manifest.schema_version != SCHEMA_VERSION:
-            raise ModelStoreError(
-                f"{self.files.url(manifest_path)}: schema version {manifest.schema_version}, this release reads {SCHEMA_VERSION}"
+                f"{self.files.url(path)}: schema version {parsed.schema_version}, this release reads {schema}"
             )
-        return manifest
+        return parsed
 
     def _verified_bytes(self, path: str, manifest: Manifest, filename: str) -> bytes:
         entry = manifest.files.get(filename)
@@ -729,18 +736,7 @@ class ModelStore:
             data = self.files.read(path)
         except (FileNotFoundError, IsADirectoryError):
             return None
-        try:
-            update = LiveUpdate.model_validate_json(data)
-        except ValidationError as error:
-            raise ModelStoreError(
-                f"{self.files.url(path)}: not a live update pointer: {error.errors()[0]['msg']}"
-            ) from None
-        if update.schema_version != LIVE_SCHEMA_VERSION:
-            raise ModelStoreError(
-                f"{self.files.url(path)}: live schema version {update.schema_version}, this release reads "
-                f"{LIVE_SCHEMA_VERSION}"
-            )
-        return update
+        return self._parsed(LiveUpdate, data, path, "a live update pointer", LIVE_SCHEMA_VERSION)
 
     def load_live(self, update: LiveUpdate) -> RecommendationSet:
         """The recommendations of a light update, checked against the pointer's checksum."""

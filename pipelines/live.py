@@ -32,7 +32,7 @@ from pipelines.ingest import SampleBounds
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.train import tidy_prometheus_usage, with_kinds
-from recommender.errors import ModelStoreError, PrometheusError
+from recommender.errors import ModelStoreError, PrometheusError, RecommenderError
 from recommender.resources import RecommendationSet
 from recommender.settings import Settings
 
@@ -308,6 +308,9 @@ class LiveLoop:
                     log.warning("live pass failed, the last update stays served: %s", error)
                 except ModelStoreError as error:
                     self.metrics.errors.labels(reason="store").inc()
+                    log.warning("live pass failed: %s", error)
+                except RecommenderError as error:  # bad settings or data: say so, try again, keep what is served
+                    self.metrics.errors.labels(reason="other").inc()
                     log.warning("live pass failed: %s", error)
                 else:
                     if report is not None:

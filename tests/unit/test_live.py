@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.store import LIVE, DataWindow, ModelStore
+from models.store import LIVE, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.live import LiveLoop, LoopState
 from recommender.errors import ModelStoreError
 from recommender.settings import LiveSettings, Settings, StoreSettings
 from serving.state import ServiceState
 from tests.conftest import make_usage
+from tests.unit.test_store import publish
 
 DAY = 86400
 
@@ -107,23 +108,11 @@ def _small_model() -> WorkloadRecommender:
     return _MODEL[0]
 
 
-def _publish(store: ModelStore, model: WorkloadRecommender) -> str:
-    return store.publish(
-        model.predict(),
-        model,
-        source="test",
-        parameters={},
-        row_counts={"usage_rows": 1},
-        fit_metrics={},
-        data_window=DataWindow(first_sample=0, last_sample=model.data_end_, as_of=model.data_end_ + 1),
-    ).version
-
-
 def test_light_updates_are_numbered_checked_pruned_and_followed_by_serve(
     tmp_path: Path, fitted: WorkloadRecommender
 ) -> None:
     store = ModelStore(tmp_path)
-    version = _publish(store, fitted)
+    version = publish(store, fitted)
     state = ServiceState(store)
     assert state.refresh_if_published() and state.require().live is None
     assert state.require().revision == version
@@ -141,7 +130,7 @@ def test_light_updates_are_numbered_checked_pruned_and_followed_by_serve(
     assert not state.refresh_if_published()
     assert state.require().revision == f"{version}+live.3" and "checksum" in (state.live_error or "")
     # A new version replaces the live lines of the old one until the loop continues it.
-    newer_version = _publish(store, fitted)
+    newer_version = publish(store, fitted)
     assert state.refresh_if_published() and state.require().revision == newer_version
     store.publish_live(recs, version=version, last_sample=5)  # a late update of the old version is ignored
     assert not state.refresh_if_published() and state.require().live is None
@@ -158,7 +147,7 @@ def test_a_restart_resumes_from_a_recent_checkpoint_of_the_latest_version_only(
     tmp_path: Path, fitted: WorkloadRecommender
 ) -> None:
     store = ModelStore(tmp_path)
-    version = _publish(store, fitted)
+    version = publish(store, fitted)
     settings = Settings(store=StoreSettings(path=str(tmp_path)), live=LiveSettings(max_gap_seconds=DAY))
     now = fitted.data_end_ + 600.0
     loop = LiveLoop(settings, store, clock=lambda: now)
@@ -173,7 +162,7 @@ def test_a_restart_resumes_from_a_recent_checkpoint_of_the_latest_version_only(
     step = settings.prometheus.step_seconds
     assert resumed.last_sample == (late - DAY) // step * step
     # A checkpoint of another version: the new version is what it would have continued.
-    _publish(store, fitted)
+    publish(store, fitted)
     assert loop.resume(now).version != version
     (tmp_path / LIVE / "checkpoint.joblib").write_bytes(b"garbage")
     assert store.load_live_checkpoint() is None
@@ -183,3 +172,21 @@ def test_live_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="interval_seconds"):
         LiveSettings(interval_seconds=0)
     assert LiveSettings().interval_seconds == 60 and LiveSettings().lease_duration_seconds == 15
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_any_pointer_either_reads_or_is_refused_with_a_store_error(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    """`serve` polls the pointer every second: whatever a broken disk or a stray writer leaves there, the answer is an
+    update or a ModelStoreError naming the file (the previous lines then stay served), never another exception."""
+    root = tmp_path_factory.mktemp("pointer")
+    (root / LIVE).mkdir()
+    (root / LIVE / "latest").write_bytes(data)
+    try:
+        update = ModelStore(root).live_update()
+    except ModelStoreError as error:
+        assert "live/latest" in str(error)
+    else:
+        assert update is not None and update.sequence >= 1
