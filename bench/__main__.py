@@ -119,7 +119,7 @@ def main() -> None:
     )
     live_cost.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     live_cost.add_argument("--containers", type=int, default=1000)
-    live_cost.add_argument("--passes", type=int, default=12, help="passes, one 5-minute step each")
+    live_cost.add_argument("--passes", type=int, default=11, help="passes, one 5-minute step each")
     live_reaction = sub.add_parser("live-reaction", help="time from a step up to the line following it, ours vs VPA")
     live_reaction.add_argument("--trace", type=Path, default=DEFAULT_INPUT, help="5-minute usage (bitbrains-aug)")
     decode = sub.add_parser(
