@@ -1,7 +1,8 @@
 """Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus-train` (bench/prometheus.py:
 training from a real Prometheus vs the file path and a KRR-equivalent reference), `scale` (bench/scale.py: distributed
 training at 1k-50k containers on
-1-4 Dask workers), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
+1-4 Dask workers), `live-cost` and `live-reaction` (bench/live.py: the live loop's cost per pass, and its reaction
+to a step up against VPA's rule), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
@@ -113,6 +114,14 @@ def main() -> None:
         default=0,
         help="train ours on a local Dask cluster of N workers (0: one process, with the file path)",
     )
+    live_cost = sub.add_parser(
+        "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"
+    )
+    live_cost.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    live_cost.add_argument("--containers", type=int, default=1000)
+    live_cost.add_argument("--passes", type=int, default=11, help="passes, one 5-minute step each")
+    live_reaction = sub.add_parser("live-reaction", help="time from a step up to the line following it, ours vs VPA")
+    live_reaction.add_argument("--trace", type=Path, default=DEFAULT_INPUT, help="5-minute usage (bitbrains-aug)")
     decode = sub.add_parser(
         "prometheus-decode", help="our streaming decoder of range answers vs orjson.loads of the whole body"
     )
@@ -143,7 +152,7 @@ def main() -> None:
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if args.name in ("recommend", "prometheus-train", "scale") and not args.input.is_file():
+    if args.name in ("recommend", "prometheus-train", "scale", "live-cost") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
     if args.name == "recommend":
         result = bench_recommend(args.input, args.runs, args.as_of)
@@ -151,6 +160,14 @@ def main() -> None:
         from bench.prometheus import main as bench_prometheus
 
         result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers)
+    elif args.name == "live-cost":
+        from bench.live import bench_cost
+
+        result = bench_cost(args.input, args.containers, args.passes)
+    elif args.name == "live-reaction":
+        from bench.live import bench_reaction
+
+        result = bench_reaction(args.trace)
     elif args.name == "prometheus-decode":
         from bench.prometheus import bench_decode
 
@@ -174,7 +191,7 @@ def main() -> None:
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = args.name if args.name != "prometheus-train" else f"prometheus-train-{args.containers}"
+    name = args.name if args.name not in ("prometheus-train", "live-cost") else f"{args.name}-{args.containers}"
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

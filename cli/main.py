@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import webbrowser
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -670,6 +670,119 @@ def sync(
         syncer.run(stop, show)
     except KeyboardInterrupt:
         stop.set()
+
+
+@app.command()
+def live(
+    store: StoreOption = None,
+    interval: Annotated[
+        str | None,
+        typer.Option("--interval", help="Time between two reads, e.g. 60s." + _env("live", "interval_seconds", "60s")),
+    ] = None,
+    leader_election: Annotated[
+        bool | None,
+        typer.Option(
+            "--leader-election/--no-leader-election",
+            help="Write only while holding the Lease (off: a single instance, e.g. a local run)."
+            + _env("live", "leader_election"),
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="Kubeconfig for the Lease." + _env("live", "kubeconfig")),
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="One pass (read, update, publish, checkpoint), then exit.")
+    ] = False,
+) -> None:
+    """Continue the latest model version from Prometheus every interval and publish light updates that `serve` and
+    `sync` pick up: the request and its bounds, OOM kills and the short-term line follow usage within minutes (the
+    daily `train` still refits the forecasts)."""
+    import logging.config
+    import signal
+
+    from prometheus_client import start_http_server
+
+    from models.store import ModelStore
+    from pipelines.live import LiveLoop, LiveMetrics, StepReport, always_leading
+    from serving.logs import LOG_CONFIG
+
+    logging.config.dictConfig(LOG_CONFIG)
+    log = logging.getLogger("recommender.live")
+    settings = _settings(
+        store={"path": store},
+        live={
+            "interval_seconds": None if interval is None else _duration(interval, "--interval"),
+            "leader_election": leader_election,
+            "kubeconfig": kubeconfig,
+        },
+    )
+    if settings.prometheus.url is None:
+        raise ConfigurationError("the live loop reads Prometheus: set KOORD_RECOMMENDER_PROMETHEUS__URL")
+    stop = threading.Event()
+    leading, writer = always_leading, ""
+    if settings.live.leader_election and not once:
+        leading, writer = _lease(settings, stop, log)
+    else:
+        log.info("leader election off: a single instance, writing")
+    metrics = LiveMetrics()
+    if settings.live.metrics_port is not None and not once:
+        server, _ = start_http_server(settings.live.metrics_port, settings.live.metrics_host, metrics.registry)
+        log.info("metrics on %s:%d/metrics", settings.live.metrics_host, server.server_port)
+    loop = LiveLoop(
+        settings, ModelStore(settings.store.path, settings.store.retention_versions), leading, metrics, writer=writer
+    )
+
+    def report(done: StepReport) -> None:
+        published = f"update {done.update.revision}" if done.update else "nothing written (not the leader)"
+        log.info(
+            "read %d rows (%d OOM kills) of %d..%d in %.2f s, %d queries, %d bytes: %s",
+            done.rows,
+            done.oom_kills,
+            done.start,
+            done.end,
+            done.seconds,
+            done.costs.get("queries", 0),
+            done.costs.get("bytes", 0),
+            published,
+        )
+
+    if once:
+        done = loop.step()
+        if done is None:
+            log.info("nothing new to read since the last update")
+        else:
+            report(done)
+        loop.checkpoint()
+        return
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        loop.run(stop, report)
+    except KeyboardInterrupt:
+        stop.set()
+        loop.checkpoint()
+
+
+def _lease(settings: Settings, stop: threading.Event, log: Any) -> tuple[Callable[[], bool], str]:
+    """The Lease's `leading` and our identity, its elector running until `stop`; without Kubernetes credentials, a
+    single instance."""
+    from serving.kube import api_client
+    from serving.lease import LeaseElector, own_namespace
+
+    try:
+        api = api_client(settings.live.kubeconfig)
+    except KubernetesError as error:
+        log.warning("no Kubernetes credentials (%s): running as a single instance, without leader election", error)
+        return (lambda: True), ""
+    elector = LeaseElector(
+        api,
+        settings.live.lease_name,
+        settings.live.lease_namespace or own_namespace(),
+        settings.live.lease_duration_seconds,
+    )
+    log.info("competing for the Lease %s/%s as %s", elector.namespace, elector.name, elector.holder)
+    elector.start(stop)
+    return elector.leading, elector.holder
 
 
 @app.command("cluster-files")

@@ -871,14 +871,16 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         finished = finish_line(picked, summary, recent, self.cold_start_factor, self.steps_per_day, self.stale_steps)
         return self._shape(finished)
 
-    def predict(self, n_steps: int) -> FloatArray:
+    def predict(self, n_steps: int, offset: int = 0) -> FloatArray:
+        """The line of `n_steps` from `offset` steps after the fitted grid's end, finished with the recent state
+        (`summary_`: the fast-up head is its first steps)."""
         check_is_fitted(self, "fitted_")
         if self.choice_.size == 0:
             return np.zeros((0, n_steps))
         rows = getattr(self, "rows_", None)  # None also in models stored before rows were kept: every row fitted
 
         def drawn(model: BaseEstimator) -> FloatArray:
-            line: FloatArray = self._shape(model.predict(n_steps))
+            line: FloatArray = self._shape(model.predict(offset + n_steps)[:, offset:])
             if rows is None:
                 return line
             full = np.full((self.choice_.size, n_steps), np.nan)

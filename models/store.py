@@ -8,6 +8,9 @@ or memory://name; object stores need their fsspec package, e.g. s3fs):
     versions/<version>/models/part-*.joblib one per partition when the version was fitted in several partitions
     versions/<version>/nodes.joblib         the fitted NodeForecaster, when the usage said where pods ran
     latest                                  the name of the newest published version
+    live/latest                             the newest light update of the live loop (`LiveUpdate`, small JSON)
+    live/<version>-<sequence>.json.gz       its recommendations: the version's, re-issued from newer samples
+    live/checkpoint.joblib                  the live loop's state, for a restart or a failover to resume from
     .publish.lock, .publishing               (local) the lock every publish and cleanup holds; the version being published
     versions/.incoming-<version>.lock       (local) held by the run writing that version for as long as it runs
 
@@ -31,6 +34,7 @@ store, which has no locks, unfinished versions older than STALE_INCOMING_SECONDS
 from __future__ import annotations
 
 import fcntl
+import gzip
 import hashlib
 import io
 import logging
@@ -44,7 +48,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import fsspec
 import joblib
@@ -75,6 +79,10 @@ PUBLISH_LOCK = ".publish.lock"
 PUBLISHING = ".publishing"
 #: On an object store (no locks), an unfinished publish older than this is a crashed run's leftover and is removed.
 STALE_INCOMING_SECONDS = 3600
+LIVE = "live"
+LIVE_POINTER = "latest"
+LIVE_CHECKPOINT = "checkpoint.joblib"
+LIVE_SCHEMA_VERSION = 1
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +133,30 @@ class Manifest(BaseModel):
         "training continues each partition's model.",
     )
     files: dict[str, FileEntry]
+
+
+class LiveUpdate(BaseModel):
+    """One light update of the live loop: which version it continues, its place in the sequence and its age. The
+    pointer `live/latest` holds it (small, read every poll); its recommendations are in `file`."""
+
+    schema_version: int = LIVE_SCHEMA_VERSION
+    version: str = Field(description="The model version whose models the loop continued.")
+    sequence: int = Field(ge=1, description="Number of this update; grows by one per publish.")
+    written_at: float = Field(description="When it was published, Unix seconds.")
+    as_of: int = Field(description="Decision time of its recommendations, Unix seconds.")
+    last_sample: int = Field(description="Newest sample read, Unix seconds (the end of its last Prometheus read).")
+    file: str = Field(description="Name of its recommendations file under live/.")
+    entry: FileEntry = Field(description="Checksum and size of that file.")
+    read_metrics: dict[str, float] = Field(default_factory=dict, description="Cost of the read behind it.")
+    writer: str = Field("", description="Which loop replica wrote it (its Lease identity).")
+
+    @property
+    def revision(self) -> str:
+        """The version and the update, e.g. `20261201T170000000000Z-1a2b3c+live.42` (an ETag, a cache key)."""
+        return f"{self.version}+live.{self.sequence}"
+
+
+_Schema = TypeVar("_Schema", Manifest, LiveUpdate)
 
 
 @dataclass(frozen=True)
@@ -365,7 +397,8 @@ class VersionWriter:
 
 
 class ModelStore:
-    """Publish and load model versions under one directory or fsspec URL."""
+    """Publish and load model versions (and the live loop's light updates beside them) under one directory or
+    fsspec URL."""
 
     def __init__(self, root: str | Path, retention_versions: int = 10) -> None:
         if retention_versions < 1:
@@ -595,18 +628,22 @@ class ModelStore:
         path = self._version_path(name)
         manifest_path = posixpath.join(path, MANIFEST)
         try:
-            manifest = Manifest.model_validate_json(self.files.read(manifest_path))
+            data = self.files.read(manifest_path)
         except FileNotFoundError:
             raise ModelStoreError(f"{self.files.url(manifest_path)}: missing; the version is partial") from None
+        return self._parsed(Manifest, data, manifest_path, "a valid manifest", SCHEMA_VERSION)
+
+    def _parsed(self, model: type[_Schema], data: bytes, path: str, what: str, schema: int) -> _Schema:
+        """`data` as `model`, refused naming the file when it is not one or has another schema version."""
+        try:
+            parsed = model.model_validate_json(data)
         except ValidationError as error:
+            raise ModelStoreError(f"{self.files.url(path)}: not {what}: {error.errors()[0]['msg']}") from None
+        if parsed.schema_version != schema:
             raise ModelStoreError(
-                f"{self.files.url(manifest_path)}: not a valid manifest: {error.errors()[0]['msg']}"
-            ) from None
-        if manifest.schema_version != SCHEMA_VERSION:
-            raise ModelStoreError(
-                f"{self.files.url(manifest_path)}: schema version {manifest.schema_version}, this release reads {SCHEMA_VERSION}"
+                f"{self.files.url(path)}: schema version {parsed.schema_version}, this release reads {schema}"
             )
-        return manifest
+        return parsed
 
     def _verified_bytes(self, path: str, manifest: Manifest, filename: str) -> bytes:
         entry = manifest.files.get(filename)
@@ -676,6 +713,99 @@ class ModelStore:
                 f"{self.files.url(path)}/{filename}: holds a {type(model).__name__}, not a WorkloadRecommender"
             )
         return model
+
+    # -- the live loop's light updates ------------------------------------------------------------------------
+    def _live(self, name: str) -> str:
+        return posixpath.join(self.root, LIVE, name)
+
+    def publish_live(
+        self,
+        recommendations: RecommendationSet,
+        *,
+        version: str,
+        last_sample: int,
+        read_metrics: dict[str, float] | None = None,
+        retained: int = 3,
+        writer: str = "",
+    ) -> LiveUpdate:
+        """Publish a light update beside `version`: its recommendations file first (gzip-compressed JSON, atomic),
+        then the pointer naming it with its checksum (atomic), so a reader sees the previous update or this one
+        whole. Updates beyond `retained` go. One writer at a time (the loop's Lease): the sequence is the
+        pointer's plus one."""
+        self.files.fs.makedirs(posixpath.join(self.root, LIVE), exist_ok=True)
+        previous = self.live_update()
+        sequence = previous.sequence + 1 if previous is not None else 1
+        name = f"{version}-{sequence:012d}.json.gz"
+        chunks = (r.model_dump_json().encode() for r in recommendations.recommendations)
+        data = gzip.compress(b"".join(recommendation_set_chunks(recommendations, chunks)), compresslevel=3, mtime=0)
+        entry = self.files.put(self._live(name), data)
+        update = LiveUpdate(
+            version=version,
+            sequence=sequence,
+            written_at=time.time(),
+            as_of=recommendations.as_of,
+            last_sample=last_sample,
+            file=name,
+            entry=entry,
+            read_metrics=read_metrics or {},
+            writer=writer,
+        )
+        self.files.put(self._live(LIVE_POINTER), update.model_dump_json().encode())
+        self._prune_live(retained)
+        return update
+
+    def live_update(self) -> LiveUpdate | None:
+        """The newest light update (one small read), or None when there is none; an unreadable pointer is an error."""
+        path = self._live(LIVE_POINTER)
+        try:
+            data = self.files.read(path)
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        return self._parsed(LiveUpdate, data, path, "a live update pointer", LIVE_SCHEMA_VERSION)
+
+    def load_live(self, update: LiveUpdate) -> RecommendationSet:
+        """The recommendations of a light update, checked against the pointer's checksum."""
+        if "/" in update.file or update.file.startswith("."):
+            raise ModelStoreError(f"{self}: {update.file!r} is not a live update file name")
+        path = self._live(update.file)
+        try:
+            data = self.files.read(path)
+        except FileNotFoundError:
+            raise ModelStoreError(f"{self.files.url(path)}: missing (pruned by a newer update?)") from None
+        if len(data) != update.entry.bytes or hashlib.sha256(data).hexdigest() != update.entry.sha256:
+            raise ModelStoreError(f"{self.files.url(path)}: checksum does not match live/latest; the file is corrupt")
+        try:
+            return RecommendationSet.model_validate_json(gzip.decompress(data))
+        except (ValidationError, OSError, EOFError) as error:
+            raise ModelStoreError(f"{self.files.url(path)}: not a valid recommendation set: {error}") from None
+
+    def _prune_live(self, retained: int) -> None:
+        """Keep the newest `retained` update files (names sort by version, then sequence)."""
+        files = sorted(posixpath.basename(p) for p in self.files.fs.glob(posixpath.join(self.root, LIVE, "*.json.gz")))
+        updates = sorted(files, key=lambda n: int(n.removesuffix(".json.gz").rsplit("-", 1)[1]))
+        for old in updates[: max(0, len(updates) - retained)]:
+            self.files.remove(self._live(old))
+
+    def write_live_checkpoint(self, state: Any) -> FileEntry:
+        """The live loop's state (atomic: a crash mid-write leaves the previous checkpoint)."""
+        self.files.fs.makedirs(posixpath.join(self.root, LIVE), exist_ok=True)
+        return self.files.put_model(self._live(LIVE_CHECKPOINT), state, compress=1)
+
+    def load_live_checkpoint(self) -> Any | None:
+        """The live loop's last checkpoint, or None when there is none or it cannot be read (logged: the loop then
+        starts from the latest version, losing nothing the store or Prometheus still has)."""
+        path = self._live(LIVE_CHECKPOINT)
+        try:
+            data = self.files.read(path)
+        except FileNotFoundError:
+            return None
+        try:
+            return joblib.load(io.BytesIO(data))
+        except Exception as error:
+            log.warning(
+                "%s: unreadable live checkpoint (%s); starting from the latest version", self.files.url(path), error
+            )
+            return None
 
     def load_node_model(self, name: str | None = None) -> NodeForecaster | None:
         """The fitted node model of a version (None when it has none), after its checksum is verified."""

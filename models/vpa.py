@@ -741,6 +741,7 @@ def _peak_candidates(events: list[tuple[float, int, int]], container: ContainerS
         elif running != 0 and value > running:
             running = value
             kept.append(event)
-    if kept[-1] is not events[-1] and events[-1][2] >= 0:
+    # (Every sample may be dropped: a live update of one sample inside the window, under its running maximum.)
+    if (not kept or kept[-1] is not events[-1]) and events[-1][2] >= 0:
         kept.append(events[-1])
     return kept

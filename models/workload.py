@@ -19,7 +19,7 @@ import functools
 import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Self
 
 import numpy as np
@@ -37,13 +37,14 @@ from models.ensemble import (
     SelectedForecaster,
     candidate_lines,
     constant_candidates,
+    history_summary,
     merge_sketches,
     model_name,
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
 )
-from models.forecast import STEPS_PER_DAY, usage_grid
+from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
 from models.migration import migrate_workload_state
 from models.pods import (
@@ -87,16 +88,37 @@ class ResourceForecast:
     long_term: SelectedForecaster
     peak: PeakForecaster
     grid_end: int
+    #: Set by the live loop (`WorkloadRecommender.live_update`): the grid end its newest samples reach, where the
+    #: lines' recent state (fast up, staleness) now stands, and the request's floor from those samples.
+    recent_end: int | None = None
+    request_floor: FloatArray | None = None
 
     def lines(self, as_of: int, horizon_seconds: int, step_seconds: int) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Short-term line (groups x steps), request and long-term values at `as_of` (NaN where none)."""
-        gap = max(int((as_of - self.grid_end) // step_seconds), 0)
-        # Lines repeat daily after the first day, so a long gap is cut to a day plus its remainder (bounded memory).
+        """Short-term line (groups x steps), request and long-term values at `as_of` (NaN where none). The fitted
+        profiles keep their place from `grid_end`; the fast-up head follows the recent state (`recent_end`)."""
         per_day = self.short_term.steps_per_day
-        gap = gap if gap < per_day else per_day + gap % per_day
+        gap = max(int((as_of - self.grid_end) // step_seconds), 0)
+        # Steps since the recent state; past a day the head is long gone, so the drawn array stays bounded.
+        recent = min(max(int((as_of - (self.recent_end or self.grid_end)) // step_seconds), 0), per_day, gap)
+        # Lines repeat daily after the first day, so a long offset is cut to a day plus its remainder (bounded memory).
+        offset = gap - recent
+        offset = offset if offset < per_day else per_day + offset % per_day
         steps = int(np.ceil(horizon_seconds / step_seconds))
-        short = self.short_term.predict(gap + steps)[:, gap:]
-        return short, self.request.predict(gap + 1)[:, -1], self.long_term.predict(gap + 1)[:, -1]
+        short = self.short_term.predict(recent + steps, offset)[:, recent:]
+        request = self.request.predict(recent + 1, offset)[:, -1]
+        if self.request_floor is not None:
+            # Fast up for the request too: never below the recent samples at its own risk level (NaN stays NaN).
+            request = np.where(np.isnan(request), request, np.fmax(request, self.request_floor))
+        return short, request, self.long_term.predict(recent + 1, offset)[:, -1]
+
+    def following(self, grid: FloatArray, grid_end: int) -> ResourceForecast:
+        """These fitted models with their recent state taken from `grid` (the same rows, newer samples, ending at
+        `grid_end`): no refit, so a minute's update costs a pass over the grid."""
+        for model in (self.short_term, self.request, self.long_term):
+            model.summary_ = history_summary(grid, model.recent_steps)
+        recent = grid[:, -self.request.recent_steps :]
+        floor = nan_quantile(recent, 1.0 - self.request.target_violation) if recent.shape[1] else None
+        return replace(self, recent_end=grid_end, request_floor=floor)
 
     def quality(self, model: SelectedForecaster, group: int) -> LineQuality:
         """The chosen candidate's rolling-origin cost for a group, the best other cost, and the calibration factor."""
@@ -567,6 +589,30 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         require_columns(X, USAGE_COLUMNS, type(self).__name__)
         if len(X) == 0:
             return self
+        self._continue(X, oom_events, data_end, new_forecast_groups=True)
+        self._fit_forecasts()
+        return self
+
+    def live_update(self, X: pd.DataFrame, oom_events: pd.DataFrame | None = None) -> Self:
+        """`partial_fit` without the refit of the forecast models (the live loop, every minute): the histograms, OOM
+        kills, request bounds and usage grid continue exactly; the fitted forecasts keep their choice, calibration
+        and profiles and take only their recent state from the new samples (fast up). Containers that become
+        forecastable meanwhile keep the foundation's lines until the next training refits."""
+        check_is_fitted(self, "workloads_")
+        require_columns(X, USAGE_COLUMNS, type(self).__name__)
+        if len(X) == 0:
+            return self
+        self._continue(X, oom_events, None, new_forecast_groups=False)
+        for name, grid in (("cpu_forecasts_", self.cpu_grid_), ("memory_forecasts_", self.memory_grid_)):
+            forecasts: dict[str, ResourceForecast] = getattr(self, name)
+            setattr(self, name, {key: f.following(grid, self.grid_end_) for key, f in forecasts.items()})
+        return self
+
+    def _continue(
+        self, X: pd.DataFrame, oom_events: pd.DataFrame | None, data_end: int | None, new_forecast_groups: bool
+    ) -> None:
+        """Everything of `partial_fit` but the forecasts' refit (`data_end` as there); `new_forecast_groups`: let groups that now have
+        enough samples into the grid (only a refit can draw their lines)."""
         usage = with_group_labels(X)
         samples = _samples(usage)
         kills = oom_frame(oom_events, usage)
@@ -585,9 +631,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()) if data_end is None else int(data_end))
         self.oom_kills_ = self.oom_kills_.add(oom_counts(kills), fill_value=0).astype(np.int64)
-        # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it.
+        # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it, except by `live_update`.
         old_groups = pd.Index(self.forecast_groups_)
-        groups = old_groups.append(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))).unique()
+        groups = (
+            old_groups.append(self._forecast_groups(pd.Index(usage["group"].cat.categories.astype(str)))).unique()
+            if new_forecast_groups
+            else old_groups
+        )
         end = self._grid_end()
         step = self._step_seconds()
         shift = max(int((end - self.grid_end_) // step), 0)
@@ -603,8 +653,6 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 slid[: len(old_groups), first + offset : old.shape[1] + offset] = old[:, first:]
             setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
         self.forecast_groups_ = np.asarray(groups, dtype=str)
-        self._fit_forecasts()
-        return self
 
     def fleet_statistics(self) -> FleetStatistics:
         """This fit's share of the fleet-level quantities (see `FleetStatistics`)."""
@@ -893,7 +941,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             out["peak"][rows] = forecast.peak.predict()[own[rows]]
             # Steps without a sample up to the decision time, not only to the data's end: a model used days later
             # (or a decision long after the last row) must not call a silent container fresh.
-            late = max(int((as_of - forecast.grid_end) // step), 0)
+            late = max(int((as_of - (forecast.recent_end or forecast.grid_end)) // step), 0)
             out["stale"][rows] = forecast.short_term.summary_[own[rows], 3] + late >= forecast.short_term.stale_steps
             names = {line: getattr(forecast, line).model_names() for line in LINES}
             levels = parse_level_key(key)

@@ -183,8 +183,62 @@ class PrometheusSettings(BaseModel):
         return self
 
 
+class LiveSettings(BaseModel):
+    """The live loop (`recommender live`): minute-by-minute updates of the latest version's lines from Prometheus."""
+
+    interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Time between two reads, seconds (1 minute, as VPA's recommender loop). Each read takes only the "
+        "completed `prometheus.step_seconds` steps since the last one, so a step shorter than the training's 5 "
+        "minutes (e.g. 60) is what makes the lines follow usage minute by minute.",
+    )
+    read_lag_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="A step is read only once it ended this long ago, seconds: the last scrape of it has arrived "
+        "(a step read too early would be read again with other values after a restart).",
+    )
+    checkpoint_interval_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="Loop state written to the store at most this often, seconds (VPA: 10 minutes); a restart or "
+        "a failover replays only the steps after it.",
+    )
+    max_gap_seconds: int = Field(
+        86400,
+        gt=0,
+        description="Longest stretch a restart replays, seconds (a day: the CPU histogram's half-life, and the "
+        "daily training reads anything older in full). A checkpoint older than this is dropped and the loop starts "
+        "again from the latest version, reading at most this far back.",
+    )
+    retained_updates: int = Field(3, ge=1, description="Light updates kept beside a version; older ones are deleted.")
+    leader_election: bool = Field(
+        True,
+        description="Hold a coordination.k8s.io/v1 Lease while writing, so two replicas never both write. Off (or "
+        "no Kubernetes credentials): a single instance, said in the log.",
+    )
+    kubeconfig: Path | None = Field(
+        None, description="Kubeconfig for the Lease; unset: in-cluster service account, then ~/.kube/config."
+    )
+    lease_name: str = Field("koord-recommender-live", description="Name of the Lease the replicas compete for.")
+    lease_namespace: str | None = Field(
+        None, description="Namespace of the Lease; unset: the pod's own namespace (service account), else default."
+    )
+    lease_duration_seconds: int = Field(
+        15,
+        ge=2,
+        description="A leader that has not renewed for this long is replaced, seconds (client-go's default, 15 s); "
+        "it renews every third of it and stops writing if it cannot renew in time.",
+    )
+    metrics_host: str = Field("0.0.0.0", description="Listen address of the loop's /metrics (Prometheus scrapes it).")
+    metrics_port: int | None = Field(
+        9091, ge=0, le=65535, description="Port of the loop's /metrics (0: any free port; unset: no endpoint)."
+    )
+
+
 class TrainingSettings(ModelSettings):
-    """What training, `recommend` and the backtests read: the model parameters, the input's bounds and sources, the
+    """What training, the live loop, `recommend` and the backtests read: the model parameters, the input's bounds and sources, the
     store and (for node lines) the colocation rules."""
 
     ingest: IngestSettings = IngestSettings()
@@ -192,3 +246,4 @@ class TrainingSettings(ModelSettings):
     scale: ScaleSettings = ScaleSettings()
     colocation: ColocationSettings = ColocationSettings()
     prometheus: PrometheusSettings = PrometheusSettings()
+    live: LiveSettings = LiveSettings()

@@ -28,6 +28,7 @@ FILES = {
     "sync.yaml": "sync.yaml",
     "train.yaml": "train-cronjob.yaml",
     "webhook.yaml": "webhook.yaml",
+    "live.yaml": "live.yaml",
 }
 #: Labels only Helm's release bookkeeping needs.
 HELM_ONLY = ("app.kubernetes.io/managed-by: Helm", "helm.sh/chart: ")

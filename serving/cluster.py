@@ -56,7 +56,7 @@ class ClusterView:
         self.generation = 0
 
     def refresh(self, snapshot: Snapshot | None) -> None:
-        inputs = (_stamp(self.settings.pods_file), _stamp(self.settings.nodes_file), snapshot and snapshot.version)
+        inputs = (_stamp(self.settings.pods_file), _stamp(self.settings.nodes_file), snapshot and snapshot.revision)
         if inputs == self._inputs:
             return
         lookup = snapshot.lookup if snapshot is not None else (lambda key: None)

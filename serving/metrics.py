@@ -50,13 +50,16 @@ class ModelCollector(Collector):
 
     def quality(self, snapshot: Snapshot) -> dict[str, tuple[list[tuple[str, float]], float]]:
         """The quality histograms of the loaded version, computed once per version."""
-        if self._quality is None or self._quality[0] != snapshot.version:
-            self._quality = (snapshot.version, _quality(snapshot))
+        if self._quality is None or self._quality[0] != snapshot.revision:
+            self._quality = (snapshot.revision, _quality(snapshot))
         return self._quality[1]
 
     def collect(self) -> list[Metric]:
         info = GaugeMetricFamily("koord_recommender_model_info", "Loaded model version (value 1).", labels=["version"])
-        age = GaugeMetricFamily("koord_recommender_model_age_seconds", "Now minus the loaded version's decision time.")
+        age = GaugeMetricFamily(
+            "koord_recommender_model_age_seconds",
+            "Now minus the decision time of the served lines (the live update's, else the version's).",
+        )
         recommendation = GaugeMetricFamily(
             "koord_recommender_recommendation",
             "Per container recommendation, as VPA's status: target, lowerBound, upperBound, uncappedTarget (cores or bytes).",
@@ -67,12 +70,25 @@ class ModelCollector(Collector):
             "(usage - target) / target over the last day of every container, as VPA's quality metric of that name.",
             labels=["resource"],
         )
+        live = GaugeMetricFamily(
+            "koord_recommender_live_update_info",
+            "The live loop's update served (value 1: its sequence number as a label); absent while the version's "
+            "own lines are served.",
+            labels=["version", "sequence"],
+        )
+        live_age = GaugeMetricFamily(
+            "koord_recommender_live_update_age_seconds",
+            "Now minus when the served live update was written: grows while the loop cannot read Prometheus.",
+        )
         snapshot = self.state.snapshot
+        if snapshot is not None and snapshot.live is not None:
+            live.add_metric([snapshot.live.version, str(snapshot.live.sequence)], 1)
+            live_age.add_metric([], time.time() - snapshot.live.written_at)
         if snapshot is not None:
             for resource, (buckets, total) in self.quality(snapshot).items():
                 quality.add_metric([resource], buckets, total)
             info.add_metric([snapshot.version], 1)
-            age.add_metric([], time.time() - snapshot.loaded.recommendations.as_of)
+            age.add_metric([], snapshot.age_seconds())
             for rec in snapshot.loaded.recommendations.recommendations:
                 for resource in ("cpu", "memory"):
                     learned = getattr(rec, resource)
@@ -85,7 +101,7 @@ class ModelCollector(Collector):
                         ("uncappedTarget", learned.uncapped_target),
                     ):
                         recommendation.add_metric([rec.namespace, rec.workload, rec.container, resource, bound], value)
-        return [info, age, recommendation, quality]
+        return [info, age, live, live_age, recommendation, quality]
 
 
 class Metrics:

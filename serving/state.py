@@ -1,11 +1,13 @@
-"""What the service has loaded: one verified model version, swapped as a whole so no request sees half of one."""
+"""What the service has loaded: one verified model version, or the live loop's newest light update of it, swapped
+as a whole so no request sees half of one."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 
-from models.store import LoadedVersion, ModelStore
+from models.store import LiveUpdate, LoadedVersion, ModelStore
 from recommender.errors import ModelStoreError, UnknownWorkloadError
 from recommender.identity import WorkloadKey
 from recommender.placement import Timeline
@@ -22,10 +24,12 @@ class Snapshot:
 
     loaded: LoadedVersion
     by_key: dict[WorkloadKey, WorkloadRecommendation] = field(repr=False)
+    #: The live loop's update whose recommendations `loaded` holds (None: the version's own).
+    live: LiveUpdate | None = None
 
     @classmethod
-    def of(cls, loaded: LoadedVersion) -> Snapshot:
-        return cls(loaded, {r.key: r for r in loaded.recommendations.recommendations})
+    def of(cls, loaded: LoadedVersion, live: LiveUpdate | None = None) -> Snapshot:
+        return cls(loaded, {r.key: r for r in loaded.recommendations.recommendations}, live)
 
     def lookup(self, key: WorkloadKey) -> WorkloadRecommendation | None:
         return self.by_key.get(key)
@@ -33,6 +37,15 @@ class Snapshot:
     @property
     def version(self) -> str:
         return self.loaded.manifest.version
+
+    @property
+    def revision(self) -> str:
+        """The version, and the live update when one is served: what ETags and caches key on."""
+        return self.live.revision if self.live is not None else self.version
+
+    def age_seconds(self, now: float | None = None) -> float:
+        """Now minus the decision time of the served lines (the live update's, else the version's)."""
+        return (time.time() if now is None else now) - self.loaded.recommendations.as_of
 
 
 class ServiceState:
@@ -42,20 +55,44 @@ class ServiceState:
         self.store = store
         self.snapshot: Snapshot | None = None
         self.last_error: str | None = None
+        self.live_error: str | None = None
         self._attempted: str | None = None
+        self._live_attempted: str | None = None
 
     def refresh_if_published(self) -> bool:
-        """Reload when `latest` names a version not yet tried (one small read per poll); True if a new one loaded.
+        """Reload when `latest` names a version not yet tried, or the live loop published a newer update of the
+        loaded one (two small reads per poll); True if something new loaded.
 
         A `latest` that failed to load is not retried every poll; the next publish moves it and is tried.
         """
         latest = self.store.latest_name()
-        if self.snapshot is not None and latest == self._attempted:
-            return False
         before = self.snapshot
-        self.refresh()
-        self._attempted = latest
+        if self.snapshot is None or latest != self._attempted:
+            self.refresh()
+            self._attempted = latest
+        else:
+            self._follow_live()
         return self.snapshot is not before
+
+    def _follow_live(self) -> None:
+        """Serve the newest light update when it continues the loaded version (an update of an older version is
+        ignored: the newer version is what it would have continued); a broken one leaves the lines as they are."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            return
+        try:
+            update = self.store.live_update()
+            if update is None or update.version != snapshot.version or update.revision == self._live_attempted:
+                return
+            self._live_attempted = update.revision
+            recommendations = self.store.load_live(update)
+        except ModelStoreError as error:
+            self.live_error = str(error)
+            log.warning("live update not loaded, serving the previous lines: %s", error)
+            return
+        self.live_error = None
+        self.snapshot = Snapshot.of(replace(snapshot.loaded, recommendations=recommendations), update)
+        log.debug("serving live update %s", update.revision)
 
     def refresh(self) -> None:
         """Load the newest valid version; the new snapshot replaces the old in one assignment."""
@@ -69,8 +106,10 @@ class ServiceState:
             log.warning("skipped a model version: %s", problem)
         if self.snapshot is None or self.snapshot.loaded.manifest.version != loaded.manifest.version:
             self.snapshot = Snapshot.of(loaded)
+            self._live_attempted = None
             log.info("loaded model version %s", loaded.manifest.version)
         self.last_error = "; ".join(skipped) or None
+        self._follow_live()
 
     def require(self) -> Snapshot:
         snapshot = self.snapshot

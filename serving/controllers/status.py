@@ -114,7 +114,7 @@ class StatusSync:
     def _desired(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The status we want on `obj`, or None when the object is not ours."""
         meta = obj.get("metadata") or {}
-        version = self.state.require().loaded.manifest.version
+        version = self.state.require().revision  # the live update, when one is served
         namespace = meta.get("namespace", "")
         if kind == VPA:
             spec = obj.get("spec") or {}

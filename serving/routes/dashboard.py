@@ -57,8 +57,8 @@ class OverviewCache:
 
     def get(self, loaded: Snapshot) -> Overview:
         entry = self._entry
-        if entry is None or entry[0] != loaded.version:
-            entry = (loaded.version, overview(loaded.loaded.recommendations, self.settings))
+        if entry is None or entry[0] != loaded.revision:
+            entry = (loaded.revision, overview(loaded.loaded.recommendations, self.settings))
             self._entry = entry
         return entry[1]
 

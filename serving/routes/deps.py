@@ -29,7 +29,7 @@ def conditional(request: Request, response: Response, tag: str) -> None:
 def snapshot(request: Request, response: Response) -> Snapshot:
     """The loaded version (503 without one), fixed for the whole request; its version is the ETag of every read."""
     found = service_state(request).require()
-    conditional(request, response, found.version)
+    conditional(request, response, found.revision)
     return found
 
 

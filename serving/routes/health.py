@@ -26,4 +26,12 @@ async def readyz(request: Request) -> JSONResponse | dict[str, Any]:
     snapshot = state.snapshot
     if snapshot is None:
         return JSONResponse(status_code=503, content={"status": "not ready", "detail": state.last_error})
-    return {"status": "ready", "version": snapshot.loaded.manifest.version}
+    live = snapshot.live
+    return {
+        "status": "ready",
+        "version": snapshot.loaded.manifest.version,
+        # Which lines are served and how old they are: a live loop that cannot read Prometheus lets them age.
+        "live_update": None if live is None else live.revision,
+        "age_seconds": round(snapshot.age_seconds(), 3),
+        **({"live_error": state.live_error} if state.live_error else {}),
+    }

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from models.store import DataWindow, Manifest
+from models.store import DataWindow, LiveUpdate, Manifest
 from recommender.errors import UnknownWorkloadError
 from recommender.identity import WorkloadKey
 from recommender.resources import WorkloadRecommendation
@@ -32,6 +32,10 @@ class RecommendationList(BaseModel):
     """A model version's recommendations (optionally filtered); same shape as `recommender show --format json`."""
 
     version: str
+    live_update: LiveUpdate | None = Field(
+        None, description="The live loop's update these lines come from (None: the version's own, from training)."
+    )
+    age_seconds: float = Field(description="Now minus `as_of`: how old the served lines are.")
     as_of: int
     horizon_seconds: int
     step_seconds: int
@@ -86,6 +90,8 @@ def list_recommendations(
     ]
     return {
         "version": loaded.version,
+        "live_update": loaded.live,
+        "age_seconds": round(loaded.age_seconds(), 3),
         "as_of": found.as_of,
         "horizon_seconds": found.horizon_seconds,
         "step_seconds": found.step_seconds,
@@ -172,7 +178,7 @@ async def chart(namespace: str, workload: str, container: str, loaded: Loaded, r
 
     pool: WorkPool = request.app.state.work_pool  # rendering takes tens of milliseconds of CPU
     image = await pool.run(render)
-    return Response(image, media_type="image/png", headers={"ETag": f'"{loaded.version}"'})
+    return Response(image, media_type="image/png", headers={"ETag": f'"{loaded.revision}"'})
 
 
 @router.get("/version", response_model=Manifest, summary="Manifest of the loaded model version")

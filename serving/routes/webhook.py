@@ -131,7 +131,7 @@ def decide(
     decided = opt_in(view, namespace, settings, sources)
     if isinstance(decided, str):
         return Answer("", None, [decided], "not_synced")
-    mutation = mutate(view, namespace, snapshot.lookup, settings.webhook, snapshot.version, decided)
+    mutation = mutate(view, namespace, snapshot.lookup, settings.webhook, snapshot.revision, decided)
     patch = jsonpatch.make_patch(view, mutation.pod).patch
     if mutation.workload is None:
         outcome = "skipped"

@@ -32,7 +32,16 @@ def binaries_present() -> bool:
 class PrometheusServer:
     """Backfills `openmetrics` into a TSDB under `workdir` (or copies an existing TSDB) and serves it on loopback."""
 
-    def __init__(self, openmetrics: Path | None, workdir: Path, copy_tsdb_from: Path | None = None) -> None:
+    def __init__(
+        self,
+        openmetrics: Path | None,
+        workdir: Path,
+        copy_tsdb_from: Path | None = None,
+        scrape: list[str] | None = None,
+        scrape_interval_seconds: float = 1.0,
+    ) -> None:
+        """`scrape`: host:port targets on loopback to scrape every `scrape_interval_seconds` (an empty TSDB to start
+        is then fine: the live loop's tests read what the scrapes bring)."""
         self.workdir = workdir
         self.data = workdir / "tsdb"
         self.query_log = workdir / "queries.log"
@@ -60,9 +69,15 @@ class PrometheusServer:
             )
             if result.returncode != 0:
                 raise RuntimeError(f"promtool backfill failed: {result.stderr[-2000:]}")
-        else:
-            raise ValueError("give an OpenMetrics file or a TSDB to copy")
-        (workdir / "prometheus.yml").write_text(f"global:\n  query_log_file: {self.query_log}\nscrape_configs: []\n")
+        elif not scrape:
+            raise ValueError("give an OpenMetrics file, a TSDB to copy or targets to scrape")
+        jobs = (
+            f"scrape_configs:\n  - job_name: live\n    honor_labels: true\n    scrape_interval: {scrape_interval_seconds * 1000:.0f}ms\n"
+            f"    scrape_timeout: {scrape_interval_seconds * 1000:.0f}ms\n    static_configs:\n      - targets: {list(scrape)}\n"
+            if scrape
+            else "scrape_configs: []\n"
+        )
+        (workdir / "prometheus.yml").write_text(f"global:\n  query_log_file: {self.query_log}\n{jobs}")
 
     def start(self, timeout: float = 60, extra_args: list[str] | None = None) -> PrometheusServer:
         self.process = subprocess.Popen(

@@ -177,6 +177,7 @@ def test_a_single_node_store_keeps_its_pods_beside_serve_and_drops_the_budget(de
     assert set(pod_specs(default)) == {
         "koord-recommender",
         "koord-recommender-sync",
+        "koord-recommender-live",
         "koord-recommender-train",
         "koord-recommender-first-train",
     }
@@ -322,3 +323,47 @@ def test_without_go_the_helm_build_says_so_and_exits_3(tmp_path: Path) -> None:
     assert built.stderr.strip().splitlines() == [
         "Go is missing: install Go >= 1.26 (https://go.dev/doc/install or Debian's golang) to build helm"
     ]
+
+
+def test_the_live_loop_runs_leader_elected_with_its_lease_and_the_prometheus_access_of_training() -> None:
+    objects = render(
+        values={
+            "live.replicas": 2,
+            "live.interval": "30s",
+            "prometheus.bearerToken.secretName": "prom-token",
+            "prometheus.headers": {"X-Scope-OrgID": "team-a"},
+        }
+    )
+    live = one(objects, "Deployment", "koord-recommender-live")
+    assert live["spec"]["replicas"] == 2
+    pod = live["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"].endswith("-train")  # it fits: the training libraries
+    assert container["args"] == ["live", "--store=/var/lib/koord-recommender/store", "--interval=30s"]
+    env = env_of(container)
+    assert env["KOORD_RECOMMENDER_PROMETHEUS__URL"] == "http://prometheus-operated.monitoring.svc:9090"
+    assert env["KOORD_RECOMMENDER_PROMETHEUS__BEARER_TOKEN_FILE"] == "/etc/koord-recommender/prometheus/token/token"
+    assert yaml.safe_load(env["KOORD_RECOMMENDER_PROMETHEUS__HEADERS"]) == {"X-Scope-OrgID": "team-a"}
+    assert env["KOORD_RECOMMENDER_LIVE__LEASE_NAME"] == "koord-recommender-live"
+    store = next(m for m in container["volumeMounts"] if m["name"] == "store")
+    assert not store.get("readOnly"), "the loop writes its updates and checkpoint into the store"
+    assert {v["name"] for v in pod["volumes"]} >= {"store", "tmp", "prometheus-token"}
+    assert pod["serviceAccountName"] == "koord-recommender-live"
+    role = one(objects, "Role", "koord-recommender-live")
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["koord-recommender-live"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = one(objects, "RoleBinding", "koord-recommender-live")
+    assert binding["subjects"][0]["name"] == "koord-recommender-live"
+    assert not [o for o in render(values={"live.enabled": False}) if o["metadata"]["name"] == "koord-recommender-live"]
+
+
+def test_more_than_two_live_replicas_are_refused() -> None:
+    rendered = helm("template", "kr", str(CHART), *values_args(values={"live.replicas": 3}))
+    assert rendered.returncode != 0 and "at '/live/replicas'" in rendered.stderr, rendered.stderr

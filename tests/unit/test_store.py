@@ -24,6 +24,7 @@ def fitted() -> WorkloadRecommender:
 
 
 def publish(store: ModelStore, model: WorkloadRecommender) -> str:
+    """A version of `model`, its data window ending at the model's newest sample."""
     return store.publish(
         model.predict(),
         model,
@@ -31,7 +32,7 @@ def publish(store: ModelStore, model: WorkloadRecommender) -> str:
         parameters={},
         row_counts={"usage_rows": 1},
         fit_metrics={},
-        data_window=DataWindow(first_sample=0, last_sample=1, as_of=2),
+        data_window=DataWindow(first_sample=0, last_sample=model.data_end_, as_of=model.data_end_ + 1),
     ).version
 
 

@@ -151,23 +151,7 @@ spec:
         {{- end }}
       env:
         {{- include "kr.env" (dict "env" .Values.train.env) | nindent 8 }}
-        {{- with .Values.prometheus.headers }}
-        - name: KOORD_RECOMMENDER_PROMETHEUS__HEADERS
-          value: {{ toJson . | quote }}
-        {{- end }}
-        {{- with .Values.prometheus.extraLabels }}
-        - name: KOORD_RECOMMENDER_PROMETHEUS__EXTRA_LABELS
-          value: {{ toJson . | quote }}
-        {{- end }}
-        {{- with .Values.prometheus.basicAuth.secretName }}
-        - name: KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_USERNAME
-          valueFrom:
-            secretKeyRef:
-              name: {{ . }}
-              key: username
-        - name: KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_PASSWORD_FILE
-          value: /etc/koord-recommender/prometheus/basic-auth/password
-        {{- end }}
+        {{- with include "kr.prometheusEnv" . | trim }}{{ . | nindent 8 }}{{- end }}
       {{- with include "kr.envFrom" . | trim }}{{ . | nindent 6 }}{{- end }}
       resources:
         {{- toYaml .Values.train.resources | nindent 8 }}
@@ -176,47 +160,76 @@ spec:
         {{- with include "kr.storeMount" (dict "root" . "readOnly" false) | trim }}{{ . | nindent 8 }}{{- end }}
         - name: tmp
           mountPath: /tmp
-        {{- if .Values.prometheus.bearerToken.secretName }}
-        - name: prometheus-token
-          mountPath: /etc/koord-recommender/prometheus/token
-          readOnly: true
-        {{- end }}
-        {{- if .Values.prometheus.basicAuth.secretName }}
-        - name: prometheus-basic-auth
-          mountPath: /etc/koord-recommender/prometheus/basic-auth
-          readOnly: true
-        {{- end }}
-        {{- if or .Values.prometheus.ca.configMapName .Values.prometheus.ca.secretName }}
-        - name: prometheus-ca
-          mountPath: /etc/koord-recommender/prometheus/ca
-          readOnly: true
-        {{- end }}
+        {{- with include "kr.prometheusMounts" . | trim }}{{ . | nindent 8 }}{{- end }}
   volumes:
     {{- with include "kr.storeVolume" . | trim }}{{ . | nindent 4 }}{{- end }}
     - name: tmp
       emptyDir:
         sizeLimit: 256Mi
-    {{- with .Values.prometheus.bearerToken.secretName }}
-    - name: prometheus-token
-      secret:
-        secretName: {{ . }}
-        items: [{key: {{ $.Values.prometheus.bearerToken.key }}, path: token}]
-    {{- end }}
-    {{- with .Values.prometheus.basicAuth.secretName }}
-    - name: prometheus-basic-auth
-      secret:
-        secretName: {{ . }}
-        items: [{key: password, path: password}]
-    {{- end }}
-    {{- if .Values.prometheus.ca.configMapName }}
-    - name: prometheus-ca
-      configMap:
-        name: {{ .Values.prometheus.ca.configMapName }}
-        items: [{key: {{ .Values.prometheus.ca.key }}, path: ca.crt}]
-    {{- else if .Values.prometheus.ca.secretName }}
-    - name: prometheus-ca
-      secret:
-        secretName: {{ .Values.prometheus.ca.secretName }}
-        items: [{key: {{ .Values.prometheus.ca.key }}, path: ca.crt}]
-    {{- end }}
+    {{- with include "kr.prometheusVolumes" . | trim }}{{ . | nindent 4 }}{{- end }}
+{{- end -}}
+
+{{/* How the Prometheus readers (training, the live loop) reach Prometheus: settings, then their secrets' files. */}}
+{{- define "kr.prometheusEnv" -}}
+{{- with .Values.prometheus.headers }}
+- name: KOORD_RECOMMENDER_PROMETHEUS__HEADERS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.prometheus.extraLabels }}
+- name: KOORD_RECOMMENDER_PROMETHEUS__EXTRA_LABELS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.prometheus.basicAuth.secretName }}
+- name: KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: username
+- name: KOORD_RECOMMENDER_PROMETHEUS__BASIC_AUTH_PASSWORD_FILE
+  value: /etc/koord-recommender/prometheus/basic-auth/password
+{{- end }}
+{{- end -}}
+
+{{- define "kr.prometheusMounts" -}}
+{{- if .Values.prometheus.bearerToken.secretName }}
+- name: prometheus-token
+  mountPath: /etc/koord-recommender/prometheus/token
+  readOnly: true
+{{- end }}
+{{- if .Values.prometheus.basicAuth.secretName }}
+- name: prometheus-basic-auth
+  mountPath: /etc/koord-recommender/prometheus/basic-auth
+  readOnly: true
+{{- end }}
+{{- if or .Values.prometheus.ca.configMapName .Values.prometheus.ca.secretName }}
+- name: prometheus-ca
+  mountPath: /etc/koord-recommender/prometheus/ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "kr.prometheusVolumes" -}}
+{{- with .Values.prometheus.bearerToken.secretName }}
+- name: prometheus-token
+  secret:
+    secretName: {{ . }}
+    items: [{key: {{ $.Values.prometheus.bearerToken.key }}, path: token}]
+{{- end }}
+{{- with .Values.prometheus.basicAuth.secretName }}
+- name: prometheus-basic-auth
+  secret:
+    secretName: {{ . }}
+    items: [{key: password, path: password}]
+{{- end }}
+{{- if .Values.prometheus.ca.configMapName }}
+- name: prometheus-ca
+  configMap:
+    name: {{ .Values.prometheus.ca.configMapName }}
+    items: [{key: {{ .Values.prometheus.ca.key }}, path: ca.crt}]
+{{- else if .Values.prometheus.ca.secretName }}
+- name: prometheus-ca
+  secret:
+    secretName: {{ .Values.prometheus.ca.secretName }}
+    items: [{key: {{ .Values.prometheus.ca.key }}, path: ca.crt}]
+{{- end }}
 {{- end -}}

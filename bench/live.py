@@ -1,0 +1,233 @@
+"""The live loop's figures: its cost per pass on a real Prometheus (`live-cost`) and its reaction to a step up
+against VPA's rule replayed on the same samples (`live-reaction`).
+
+`python -m bench live-cost --containers 1000 --passes 11`: the fleet of `prometheus-train` (cached TSDB), a version
+trained on its first 13 days, then `passes` passes of `LiveLoop` with a clock that moves one 5-minute step per pass
+(each reads one new step of every container, as the loop does at `prometheus.step_seconds` = 300). Per pass: wall
+and CPU seconds (ours and Prometheus'), queries, bytes received, the update's size. The reference, in the same run:
+bringing the lines up to date the daily way (`train --incremental` over the same hour: read, partial_fit, refit).
+
+`python -m bench live-reaction`: a container at 0.5 cores for 8 days that steps to 1.0 (synthetic), and the first
+sustained burst of a real trace (`google-2019`, the bundled data); after each 5-minute step the loop's model
+(`live_update`) and one sized by VPA's rule (`request_policy=vpa`: VPA's decaying histogram, p90 + 15 %) are
+continued with the same samples. Reaction: time from the step until the request (and our short-term line) covers
+the new level.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.prometheus import NO_COMPACTION, _as_of, load, process_figures
+from bench.prometheus_fleet import CACHE, DAY, STEP, tidy_file, tsdb
+from cli.settings import Settings
+from models.settings import StoreSettings
+from models.store import ModelStore
+from models.workload import WorkloadRecommender
+from pipelines.live import LiveLoop
+from pipelines.settings import LiveSettings, PrometheusSettings
+from pipelines.train import train_from_file, train_from_prometheus
+from tests.support.prometheus_server import PrometheusServer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _settings(url: str, store: Path, days: int) -> Settings:
+    return Settings(
+        store=StoreSettings(path=str(store)),
+        # The backfill scrapes every 5 minutes, so rate() needs a window of two scrapes (as in prometheus-train).
+        prometheus=PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=days * DAY),
+        live=LiveSettings(read_lag_seconds=0, leader_election=False, metrics_port=None),
+    )
+
+
+def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
+    data = tsdb(source, containers, days)
+    tidy = tidy_file(source, containers, days)
+    # The fleet's last step but one: a series read at its very last step has no sample inside the range.
+    end = _as_of(data) - 1 - STEP
+    start_live = end - passes * STEP
+    # The version the loop continues, cached beside the fleet (minutes to train at 1,000 containers).
+    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-{start_live}"
+    train_seconds = None
+    if not base.exists():
+        print(f"training the version on the days before {start_live} (cached in {base})", file=sys.stderr, flush=True)
+        trained = time.perf_counter()
+        building = base.with_name(base.name + ".building")
+        shutil.rmtree(building, ignore_errors=True)
+        train_from_file(tidy, _settings("http://unused", building, days), as_of=start_live + 1)
+        building.rename(base)
+        train_seconds = round(time.perf_counter() - trained, 1)
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        server = PrometheusServer(None, scratch / "prometheus", copy_tsdb_from=data).start(extra_args=NO_COMPACTION)
+        try:
+            assert server.process is not None
+            live_store = scratch / "live"
+            shutil.copytree(base, live_store)
+            now = [float(ModelStore(live_store).manifest().data_window.last_sample)]
+            settings = _settings(server.url, live_store, days)
+            loop = LiveLoop(settings, ModelStore(live_store), clock=lambda: now[0])
+            rows = []
+            for index in range(passes):
+                now[0] += STEP
+                _, prometheus_cpu = process_figures(server.process.pid)
+                cpu = time.process_time()
+                report = loop.step()
+                ours_cpu = time.process_time() - cpu
+                _, prometheus_after = process_figures(server.process.pid)
+                assert report is not None and report.update is not None
+                rows.append(
+                    {
+                        "seconds": round(report.seconds, 3),
+                        "cpu_seconds": round(ours_cpu, 3),
+                        "prometheus_cpu_seconds": round(prometheus_after - prometheus_cpu, 3),
+                        "queries": report.costs["queries"],
+                        "bytes": report.costs["bytes"],
+                        "rows": report.rows,
+                        "update_bytes": report.update.entry.bytes,
+                    }
+                )
+                print(f"pass {index + 1}/{passes}: {rows[-1]}", file=sys.stderr, flush=True)
+            checkpoint = time.perf_counter()
+            loop.checkpoint()
+            checkpoint_seconds = time.perf_counter() - checkpoint
+            checkpoint_bytes = (live_store / "live" / "checkpoint.joblib").stat().st_size
+            # The reference: the daily path brought up to date over the same hour (read, partial_fit, refit).
+            reference_store = scratch / "reference"
+            shutil.copytree(base, reference_store)
+            reference_settings = _settings(server.url, reference_store, days)
+            began = time.perf_counter()
+            cpu = time.process_time()
+            _, costs = train_from_prometheus(reference_settings, as_of=end + 1, incremental=True)
+            reference = {
+                "seconds": round(time.perf_counter() - began, 2),
+                "cpu_seconds": round(time.process_time() - cpu, 2),
+                "queries": costs["queries"],
+                "bytes": costs["bytes"],
+            }
+        finally:
+            server.stop()
+    steady = rows[1:] or rows
+    median = {key: float(np.median([r[key] for r in steady])) for key in steady[0]}
+    return {
+        "command": f"python -m bench live-cost --containers {containers} --passes {passes}",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "load_before": load(),
+        "cpus": os.cpu_count(),
+        "containers": containers,
+        "version_training_seconds": train_seconds,
+        "first_pass": rows[0],
+        "median_pass_after_the_first": median,
+        "share_of_a_60s_interval": round(median["seconds"] / 60, 4),
+        "checkpoint": {"seconds": round(checkpoint_seconds, 2), "bytes": checkpoint_bytes},
+        "reference_incremental_train_over_the_same_hour": reference,
+        "ratio_pass_to_reference_seconds": round(median["seconds"] / reference["seconds"], 4),
+        "passes": rows,
+    }
+
+
+# -- reaction ------------------------------------------------------------------------------------------------
+def _synthetic() -> tuple[pd.DataFrame, int, float]:
+    """8 days at 0.5 cores (5 % noise), then 1.0: the usage, the step's time and the new level."""
+    rng = np.random.default_rng(7)
+    start = 1_700_000_000 // DAY * DAY
+    times = np.arange(start, start + 9 * DAY, STEP)
+    step_at = start + 8 * DAY + 9 * 3600
+    cpu = np.where(times >= step_at, 1.0, 0.5) * (1 + 0.05 * rng.standard_normal(times.size))
+    usage = pd.DataFrame(
+        {
+            "timestamp": times,
+            "namespace": "synthetic",
+            "workload": "step",
+            "pod": "step-0",
+            "container": "main",
+            "cpu_cores": np.maximum(cpu, 0.0),
+            "memory_bytes": 5e8,
+        }
+    )
+    return usage, int(step_at), 1.0
+
+
+def _real_burst(path: Path) -> tuple[pd.DataFrame, int, float, str]:
+    """The first container of the trace whose 6 hours after some hour run at least twice the day before (median
+    over median, from at least 0.05 cores), with 8 days before it: its usage, the burst's start, its level (median of the 6 hours) and name."""
+    usage = pd.read_csv(path, engine="pyarrow")
+    for key, rows in usage.groupby(["namespace", "workload", "pod", "container"], sort=True):
+        rows = rows.sort_values("timestamp")
+        series = rows.set_index("timestamp")["cpu_cores"]
+        times = series.index.to_numpy()
+        hours = np.unique(times[times >= times[0] + 8 * DAY] // 3600 * 3600)
+        for hour in hours:
+            first = times[times >= hour]
+            if not first.size:
+                break
+            at = int(first[0])
+            before = series[(times >= at - DAY) & (times < at)]
+            after = series[(times >= at) & (times < at + 6 * 3600)]
+            if len(before) > 200 and len(after) > 60 and after.median() >= 2 * before.median() >= 0.1:
+                window = rows[(rows["timestamp"] >= at - 8 * DAY) & (rows["timestamp"] < at + 12 * 3600)]
+                return window, int(at), float(after.median()), "/".join(map(str, key))
+    raise SystemExit(f"{path}: no sustained burst found")
+
+
+def _replay(usage: pd.DataFrame, step_at: int, level: float) -> dict[str, Any]:
+    """Both models fitted before the step, then continued step by step: when each covers `level`."""
+    history = usage[usage["timestamp"] < step_at]
+    after = usage[usage["timestamp"] >= step_at]
+    ours = WorkloadRecommender().fit(history)
+    vpa = WorkloadRecommender(request_policy="vpa").fit(history)
+    reached = after[after["cpu_cores"] >= level]["timestamp"]
+    # The soonest any rule can follow: the first 5-minute sample at the level.
+    usage_reached = round((int(reached.min()) + STEP - step_at) / 3600, 3) if len(reached) else None
+    found: dict[str, float | None] = {"ours_request": None, "ours_short_term": None, "vpa_request": None}
+    timeline = []
+    for t in sorted(after["timestamp"].unique()):
+        rows = after[after["timestamp"] == t]
+        ours.live_update(rows)
+        vpa.live_update(rows)
+        mine, theirs = ours.predict().recommendations[0].cpu, vpa.predict().recommendations[0].cpu
+        assert mine is not None and theirs is not None
+        elapsed = (t + STEP - step_at) / 3600  # the sample at t covers the 5 minutes before it
+        for name, value in (
+            ("ours_request", mine.target),
+            ("ours_short_term", mine.short_term[0]),
+            ("vpa_request", theirs.target),
+        ):
+            if found[name] is None and value >= level:
+                found[name] = round(elapsed, 3)
+        timeline.append(
+            (round(elapsed, 3), round(mine.target, 3), round(mine.short_term[0], 3), round(theirs.target, 3))
+        )
+        if all(v is not None for v in found.values()):
+            break
+    return {
+        "level_cores": round(level, 3),
+        "hours_until_usage_reached_it": usage_reached,
+        "hours_until_covered": found,
+        "first_steps": timeline[:6],
+    }
+
+
+def bench_reaction(trace: Path) -> dict[str, object]:
+    usage, step_at, level = _synthetic()
+    synthetic = _replay(usage, step_at, level)
+    real, at, real_level, name = _real_burst(trace)
+    burst = _replay(real, at, real_level)
+    return {
+        "command": "python -m bench live-reaction",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "synthetic_step_0.5_to_1.0_cores": synthetic,
+        "real_burst": {"container": name, "trace": trace.parent.name, "at": at, **burst},
+        "note": "ours: the live loop's model (live_update, no refit); vpa: VPA's rule (request_policy=vpa) on the "
+        "same 5-minute samples; hours from the step until the request (or our short-term line) covers the level",
+    }

@@ -1,0 +1,319 @@
+"""The live loop (`recommender live`): minute-by-minute updates of the latest version's lines from Prometheus.
+
+The daily training refits every model on 14 days; between two trainings this loop continues the latest version's
+models with only the newest samples. Every `live.interval_seconds` it reads the completed steps since its last read
+(`PrometheusSource`: the training's batched, bounded, retried queries), continues the decaying histograms exactly and
+applies OOM kills (`WorkloadRecommender.live_update`), re-issues the request and its bounds and the short-term line
+from the already-fitted forecast models (fast up, no refit), and publishes a light update beside the version
+(`ModelStore.publish_live`) that `serve` and `sync` pick up on their next poll. Its state is checkpointed every few
+minutes, so a restart or a failover replays only the steps after the checkpoint; a gap longer than
+`live.max_gap_seconds` starts again from the latest version. Only the holder of the Lease writes (`leading`).
+
+Prometheus down: the read fails after its retries, nothing is written, the served lines age (the pointer's
+`written_at`), the errors counter and the last-success timestamp say so, and the next loop reads the whole gap.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from models.store import LiveUpdate, ModelStore
+from models.workload import WorkloadRecommender
+from pipelines.ingest import SampleBounds, quarantine
+from pipelines.prometheus import PrometheusClient
+from pipelines.prometheus_source import PrometheusSource
+from pipelines.settings import TrainingSettings
+from pipelines.train import with_kinds
+from recommender.errors import ModelStoreError, PrometheusError, RecommenderError
+from recommender.resources import RecommendationSet
+
+log = logging.getLogger(__name__)
+#: Requests, limits and pod placement are read over at least this much of the newest history, seconds: a short read
+#: must still find kube-state-metrics' last value (scraped every 30-60 s), and a missing one keeps the known one.
+FACTS_WINDOW_SECONDS = 3600
+CHECKPOINT_SCHEMA = 1
+
+
+@dataclass
+class LoopState:
+    """What a restart resumes from: the continued model of `version`, the end of the last read, and the newest OOM
+    kill already applied per container (an `increase()` over the rate window shows one kill at several steps)."""
+
+    version: str
+    model: WorkloadRecommender
+    last_sample: int
+    horizon_seconds: int
+    nodes: list[Any]
+    kinds: dict[tuple[str, str], str]
+    oom_seen: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    schema: int = CHECKPOINT_SCHEMA
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One pass of the loop: what was read and what was published (None when nothing was)."""
+
+    start: int
+    end: int
+    rows: int
+    oom_kills: int
+    seconds: float
+    costs: dict[str, float]
+    update: LiveUpdate | None
+
+
+class LiveMetrics:
+    """The loop's own metrics (its /metrics endpoint): when it last succeeded, its errors, its cost per pass."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.last_success = Gauge(
+            "koord_recommender_live_last_success_timestamp_seconds",
+            "When the loop last published an update (Unix seconds); stops moving while Prometheus is down.",
+            registry=self.registry,
+        )
+        self.last_sample = Gauge(
+            "koord_recommender_live_last_sample_timestamp_seconds",
+            "End of the newest Prometheus read the published lines include (Unix seconds).",
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "koord_recommender_live_errors", "Passes that failed, by reason.", ["reason"], registry=self.registry
+        )
+        self.sequence = Gauge(
+            "koord_recommender_live_update_sequence",
+            "Sequence number of the last update written.",
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "koord_recommender_live_leader", "1 while this replica holds the Lease and writes.", registry=self.registry
+        )
+        self.duration = Histogram(
+            "koord_recommender_live_pass_seconds",
+            "Wall time of one pass (read, update, publish).",
+            registry=self.registry,
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+        )
+        self.queries = Counter(
+            "koord_recommender_live_queries", "Prometheus queries of the loop.", registry=self.registry
+        )
+        self.bytes = Counter(
+            "koord_recommender_live_read_bytes", "Bytes the loop read from Prometheus.", registry=self.registry
+        )
+        self.checkpoints = Counter("koord_recommender_live_checkpoints", "Checkpoints written.", registry=self.registry)
+
+
+def always_leading() -> bool:
+    """The single-instance answer to "may I write?" (`--no-leader-election`, or no Kubernetes credentials)."""
+    return True
+
+
+class LiveLoop:
+    """Continues the latest model version from Prometheus and publishes light updates; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: TrainingSettings,
+        store: ModelStore,
+        leading: Callable[[], bool] = always_leading,
+        metrics: LiveMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        writer: str = "",
+    ) -> None:
+        """`leading`: whether this replica may write now (the Lease); `writer`: its name in the updates."""
+        self.settings = settings
+        self.store = store
+        self.leading = leading
+        self.metrics = metrics or LiveMetrics()
+        self.clock = clock
+        self.writer = writer or socket.gethostname()
+        self.state: LoopState | None = None
+        self._checkpointed_at = 0.0
+
+    # -- state -------------------------------------------------------------------------------------------------
+    def _from_version(self, version: str, now: float) -> LoopState:
+        """A fresh state at the end of `version`'s data window (at most `max_gap_seconds` before now)."""
+        manifest = self.store.manifest(version)
+        loaded = self.store.load(version)
+        model = self.store.load_model(version)
+        step = self.settings.prometheus.step_seconds
+        floor = int((now - self.settings.live.max_gap_seconds) // step * step)
+        last = manifest.data_window.last_sample
+        if last < floor:
+            log.warning(
+                "version %s ends %.1f h ago, more than live.max_gap_seconds: reading only the last %.1f h "
+                "(the next training reads the rest)",
+                version,
+                (now - last) / 3600,
+                self.settings.live.max_gap_seconds / 3600,
+            )
+            last = floor
+        kinds = {(r.namespace, r.workload): r.kind for r in loaded.recommendations.recommendations if r.kind}
+        rec = loaded.recommendations
+        return LoopState(version, model, last, rec.horizon_seconds, list(rec.nodes), kinds)
+
+    def resume(self, now: float) -> LoopState:
+        """The checkpoint when it continues the latest version and is recent enough, else the latest version."""
+        latest = self.store.latest_name()
+        if latest is None:
+            raise ModelStoreError(f"{self.store}: no model version published yet (run `recommender train`)")
+        saved = self.store.load_live_checkpoint()
+        if isinstance(saved, LoopState) and saved.schema == CHECKPOINT_SCHEMA and saved.version == latest:
+            if now - saved.last_sample <= self.settings.live.max_gap_seconds:
+                log.info(
+                    "resuming from the checkpoint of version %s at %d (%.0f s to replay)",
+                    latest,
+                    saved.last_sample,
+                    now - saved.last_sample,
+                )
+                return saved
+            log.warning(
+                "the checkpoint is %.1f h old, more than live.max_gap_seconds: starting again from version %s",
+                (now - saved.last_sample) / 3600,
+                latest,
+            )
+        elif saved is not None:
+            log.info("the checkpoint continues another version; starting from version %s", latest)
+        else:
+            log.info("no checkpoint: starting from version %s", latest)
+        return self._from_version(latest, now)
+
+    def checkpoint(self) -> None:
+        """Write the state now (a clean stop, or `checkpoint_interval_seconds` after the last one)."""
+        if self.state is None or not self.leading():
+            return
+        self.store.write_live_checkpoint(self.state)
+        self._checkpointed_at = self.clock()
+        self.metrics.checkpoints.inc()
+
+    # -- one pass ----------------------------------------------------------------------------------------------
+    def _window(self, state: LoopState, now: float) -> tuple[int, int]:
+        step = self.settings.prometheus.step_seconds
+        end = int((now - self.settings.live.read_lag_seconds) // step * step)
+        return state.last_sample + step, end
+
+    def step(self) -> StepReport | None:
+        """One pass: follow a newer version, read the steps since the last read, update, publish, checkpoint when
+        due. None when there was nothing new to read (the published lines stand). Raises PrometheusError and
+        ModelStoreError with nothing written (the caller counts it and tries again next interval)."""
+        started = time.perf_counter()
+        now = self.clock()
+        latest = self.store.latest_name()
+        if self.state is None or (latest is not None and latest != self.state.version):
+            if self.state is not None:
+                log.info("version %s published: continuing it instead of %s", latest, self.state.version)
+            self.state = self.resume(now)
+        state = self.state
+        start, end = self._window(state, now)
+        if start > end:
+            return None
+        prom = self.settings.prometheus
+        live_prom = prom.model_copy(
+            update={"history_seconds": max(end - start + prom.step_seconds, FACTS_WINDOW_SECONDS)}
+        )
+        with PrometheusClient(live_prom) as client:
+            try:
+                read = PrometheusSource(client, live_prom).read(start, end, log.debug)
+            finally:
+                self.metrics.queries.inc(client.stats.queries)
+                self.metrics.bytes.inc(client.stats.bytes)
+            costs = client.stats.summary()
+        if read.skipped:
+            # Every namespace or none: a step applied without some would be lost to them, not replayed.
+            raise PrometheusError(f"{len(read.skipped)} batch(es) unreadable: {'; '.join(read.skipped.values())}")
+        usage, quarantined = quarantine(read.usage, SampleBounds.at(self.settings.ingest, now))
+        if usage.empty:
+            raise PrometheusError(f"{self.settings.prometheus.url}: no usage samples between {start} and {end}")
+        oom = self._new_oom_kills(state, read.oom_events)
+        state.model.live_update(usage, oom_events=oom)
+        state.kinds.update(read.workload_kinds)
+        state.last_sample = end
+        recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
+        recommendations = recommendations.model_copy(update={"nodes": state.nodes})
+        update = self._publish(state, recommendations, costs)
+        if (
+            update is not None
+            and self.clock() - self._checkpointed_at >= self.settings.live.checkpoint_interval_seconds
+        ):
+            self.checkpoint()
+        seconds = time.perf_counter() - started
+        self.metrics.duration.observe(seconds)
+        if quarantined:
+            log.warning("left out %d containers with an impossible sample", len(quarantined))
+        return StepReport(start, end, len(usage), len(oom), seconds, costs, update)
+
+    def _new_oom_kills(self, state: LoopState, events: pd.DataFrame) -> pd.DataFrame:
+        """The kills not applied yet: one kill shows as an increase at every step of the rate window after it, and
+        a read may end inside that run; later steps of a run already applied are dropped."""
+        if events.empty:
+            return events
+        window = self.settings.prometheus.cpu_rate_window_seconds
+        keep = []
+        for index, row in events.sort_values("timestamp").iterrows():
+            key = (str(row["namespace"]), str(row["pod"]), str(row["container"]))
+            seen = state.oom_seen.get(key)
+            if seen is None or int(row["timestamp"]) - seen > window:
+                keep.append(index)
+                state.oom_seen[key] = int(row["timestamp"])
+        return events.loc[keep]
+
+    def _publish(
+        self, state: LoopState, recommendations: RecommendationSet, costs: dict[str, float]
+    ) -> LiveUpdate | None:
+        if not self.leading():
+            log.warning("lost the Lease during the pass: not writing (the new leader resumes from the checkpoint)")
+            return None
+        update = self.store.publish_live(
+            recommendations,
+            version=state.version,
+            last_sample=state.last_sample,
+            read_metrics=costs,
+            retained=self.settings.live.retained_updates,
+            writer=self.writer,
+        )
+        self.metrics.last_success.set(update.written_at)
+        self.metrics.last_sample.set(state.last_sample)
+        self.metrics.sequence.set(update.sequence)
+        return update
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, on_report: Callable[[StepReport], None] = lambda _: None) -> None:
+        """Pass every `interval_seconds` until `stop`; a follower waits for the Lease, a failed pass is counted and
+        retried next interval; a clean stop writes a checkpoint."""
+        interval = self.settings.live.interval_seconds
+        was_leading = False
+        while not stop.is_set():
+            began = time.monotonic()
+            leading = self.leading()
+            self.metrics.leader.set(float(leading))
+            if leading != was_leading:
+                log.info("holding the Lease: writing" if leading else "not the leader: waiting for the Lease")
+                if leading:
+                    self.state = None  # a new leader resumes from the store: the old one may have moved on
+                was_leading = leading
+            if leading:
+                try:
+                    report = self.step()
+                except PrometheusError as error:
+                    self.metrics.errors.labels(reason="prometheus").inc()
+                    log.warning("live pass failed, the last update stays served: %s", error)
+                except ModelStoreError as error:
+                    self.metrics.errors.labels(reason="store").inc()
+                    log.warning("live pass failed: %s", error)
+                except RecommenderError as error:  # bad settings or data: say so, try again, keep what is served
+                    self.metrics.errors.labels(reason="other").inc()
+                    log.warning("live pass failed: %s", error)
+                else:
+                    if report is not None:
+                        on_report(report)
+            stop.wait(max(0.0, interval - (time.monotonic() - began)))
+        self.checkpoint()

@@ -1,0 +1,194 @@
+"""The live loop's parts that need no Prometheus: the model's light update (exact histograms, no refit, fast up),
+the store's light updates and checkpoint, `serve`'s reload following them, and where a restart resumes."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cli.settings import Settings
+from models.settings import StoreSettings
+from models.store import LIVE, ModelStore
+from models.workload import WorkloadRecommender
+from pipelines.live import LiveLoop, LoopState
+from pipelines.settings import LiveSettings
+from recommender.errors import ModelStoreError
+from serving.state import ServiceState
+from tests.conftest import make_usage
+from tests.unit.test_store import publish
+
+DAY = 86400
+
+
+@pytest.fixture(scope="module")
+def history() -> pd.DataFrame:
+    return make_usage(workloads=2, pods=1, days=3)
+
+
+@pytest.fixture(scope="module")
+def fitted(history: pd.DataFrame) -> WorkloadRecommender:
+    end = int(history["timestamp"].max()) - 3600
+    return WorkloadRecommender().fit(history[history["timestamp"] <= end])
+
+
+def newer(history: pd.DataFrame, fitted: WorkloadRecommender) -> pd.DataFrame:
+    return history[history["timestamp"] > fitted.data_end_]
+
+
+def test_a_live_update_continues_the_histograms_as_partial_fit_does_without_refitting(
+    history: pd.DataFrame, fitted: WorkloadRecommender
+) -> None:
+    rows = newer(history, fitted)
+    refit, live = copy.deepcopy(fitted).partial_fit(rows), copy.deepcopy(fitted)
+    chosen = {k: f.short_term.choice_.copy() for k, f in live.cpu_forecasts_.items()}
+    profiles = {k: f.short_term.fitted_ for k, f in live.cpu_forecasts_.items()}
+    # Minute by minute: one update per step gives the histograms of one partial_fit of them all.
+    for t in sorted(rows["timestamp"].unique()):
+        live.live_update(rows[rows["timestamp"] == t])
+    np.testing.assert_allclose(live.cpu_histogram_.weights_, refit.cpu_histogram_.weights_, rtol=1e-12)
+    assert live.memory_histogram_.peaks_.equals(refit.memory_histogram_.peaks_)
+    np.testing.assert_allclose(live.cpu_grid_, refit.cpu_grid_, equal_nan=True)
+    assert live.data_end_ == refit.data_end_
+    for key, forecast in live.cpu_forecasts_.items():
+        np.testing.assert_array_equal(forecast.short_term.choice_, chosen[key])
+        assert forecast.short_term.fitted_ is profiles[key], "the forecast models must not be refitted"
+        assert forecast.recent_end == live.grid_end_
+
+
+def test_a_step_up_lifts_the_short_term_line_and_the_request_at_once_and_an_oom_kill_the_memory(
+    history: pd.DataFrame, fitted: WorkloadRecommender
+) -> None:
+    end = fitted.data_end_
+    before = fitted.predict(as_of=end + 301)
+    rows = history[history["workload"] == "w0"].tail(1)
+    jumped = pd.concat([rows.assign(timestamp=end + 300 * i, cpu_cores=3.0) for i in (1, 2)], ignore_index=True)
+    live = copy.deepcopy(fitted).live_update(jumped)
+    after = live.predict()
+    old = next(r for r in before.recommendations if r.workload == "w0")
+    new = next(r for r in after.recommendations if r.workload == "w0")
+    assert old.cpu is not None and new.cpu is not None
+    assert old.cpu.short_term[0] < 2.0 and old.cpu.target < 2.0
+    assert new.cpu.short_term[0] >= 3.0 and new.cpu.target >= 3.0
+    other = next(r for r in after.recommendations if r.workload == "w1")
+    assert other.cpu == next(r for r in live.predict().recommendations if r.workload == "w1").cpu
+    kill = rows.assign(timestamp=end + 700)[["timestamp", "namespace", "workload", "pod", "container"]]
+    killed = copy.deepcopy(live).live_update(jumped.assign(timestamp=end + 900), oom_events=kill)
+    rec = next(r for r in killed.predict().recommendations if r.workload == "w0")
+    assert rec.history.oom_kills == 1
+    assert rec.memory is not None and new.memory is not None and rec.memory.target > 1.1 * new.memory.target
+
+
+@settings(max_examples=40, deadline=None)
+@given(gap_steps=st.integers(min_value=0, max_value=4 * 288))
+def test_without_a_live_update_the_lines_are_those_of_the_fitted_grid_at_any_gap(gap_steps: int) -> None:
+    """The live seam leaves a stored model's lines as they were: a decision `gap_steps` after the grid's end reads
+    the daily-repeating profile at that place, with the fast-up head only right after the end."""
+    model = _small_model()
+    forecast = next(iter(model.cpu_forecasts_.values()))
+    step = 300
+    as_of = forecast.grid_end + gap_steps * step
+    short, request, long_term = forecast.lines(as_of, DAY, step)
+    cut = gap_steps if gap_steps < 288 else 288 + gap_steps % 288
+    expected = forecast.short_term.predict(cut + 288)[:, cut:]
+    np.testing.assert_allclose(short, expected, equal_nan=True)
+    np.testing.assert_allclose(request, forecast.request.predict(cut + 1)[:, -1], equal_nan=True)
+    np.testing.assert_allclose(long_term, forecast.long_term.predict(cut + 1)[:, -1], equal_nan=True)
+
+
+_MODEL: list[WorkloadRecommender] = []
+
+
+def _small_model() -> WorkloadRecommender:
+    if not _MODEL:
+        _MODEL.append(WorkloadRecommender().fit(make_usage(workloads=2, pods=1, days=2)))
+    return _MODEL[0]
+
+
+def test_light_updates_are_numbered_checked_pruned_and_followed_by_serve(
+    tmp_path: Path, fitted: WorkloadRecommender
+) -> None:
+    store = ModelStore(tmp_path)
+    version = publish(store, fitted)
+    state = ServiceState(store)
+    assert state.refresh_if_published() and state.require().live is None
+    assert state.require().revision == version
+    recs = fitted.predict()
+    updates = [store.publish_live(recs, version=version, last_sample=i, retained=2, writer="a") for i in (1, 2, 3)]
+    assert [u.sequence for u in updates] == [1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / LIVE).glob("*.json.gz")) == [u.file for u in updates[1:]]
+    assert store.load_live(updates[-1]) == recs
+    assert state.refresh_if_published(), "a new update is picked up at the next poll"
+    assert state.require().revision == f"{version}+live.3" and state.require().live == updates[-1]
+    assert not state.refresh_if_published(), "and not reloaded while it stays the newest"
+    # A corrupt update leaves the lines served as they were, and says why.
+    broken = store.publish_live(recs, version=version, last_sample=4, writer="a")
+    (tmp_path / LIVE / broken.file).write_bytes(b"not gzip")
+    assert not state.refresh_if_published()
+    assert state.require().revision == f"{version}+live.3" and "checksum" in (state.live_error or "")
+    # A new version replaces the live lines of the old one until the loop continues it.
+    newer_version = publish(store, fitted)
+    assert state.refresh_if_published() and state.require().revision == newer_version
+    store.publish_live(recs, version=version, last_sample=5)  # a late update of the old version is ignored
+    assert not state.refresh_if_published() and state.require().live is None
+
+
+def test_a_broken_pointer_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / LIVE).mkdir()
+    (tmp_path / LIVE / "latest").write_text("{")
+    with pytest.raises(ModelStoreError, match="live/latest: not a live update pointer"):
+        ModelStore(tmp_path).live_update()
+
+
+def test_a_restart_resumes_from_a_recent_checkpoint_of_the_latest_version_only(
+    tmp_path: Path, fitted: WorkloadRecommender
+) -> None:
+    store = ModelStore(tmp_path)
+    version = publish(store, fitted)
+    settings = Settings(store=StoreSettings(path=str(tmp_path)), live=LiveSettings(max_gap_seconds=DAY))
+    now = fitted.data_end_ + 600.0
+    loop = LiveLoop(settings, store, clock=lambda: now)
+    fresh = loop.resume(now)
+    assert fresh.version == version and fresh.last_sample == fitted.data_end_
+    saved = LoopState(version, fitted, fitted.data_end_ + 300, DAY, [], {})
+    store.write_live_checkpoint(saved)
+    assert loop.resume(now).last_sample == fitted.data_end_ + 300
+    # Older than the longest gap it replays: the version again, read back at most that far.
+    late = fitted.data_end_ + 3 * DAY
+    resumed = loop.resume(late)
+    step = settings.prometheus.step_seconds
+    assert resumed.last_sample == (late - DAY) // step * step
+    # A checkpoint of another version: the new version is what it would have continued.
+    publish(store, fitted)
+    assert loop.resume(now).version != version
+    (tmp_path / LIVE / "checkpoint.joblib").write_bytes(b"garbage")
+    assert store.load_live_checkpoint() is None
+
+
+def test_live_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="interval_seconds"):
+        LiveSettings(interval_seconds=0)
+    assert LiveSettings().interval_seconds == 60 and LiveSettings().lease_duration_seconds == 15
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_any_pointer_either_reads_or_is_refused_with_a_store_error(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    """`serve` polls the pointer every second: whatever a broken disk or a stray writer leaves there, the answer is an
+    update or a ModelStoreError naming the file (the previous lines then stay served), never another exception."""
+    root = tmp_path_factory.mktemp("pointer")
+    (root / LIVE).mkdir()
+    (root / LIVE / "latest").write_bytes(data)
+    try:
+        update = ModelStore(root).live_update()
+    except ModelStoreError as error:
+        assert "live/latest" in str(error)
+    else:
+        assert update is not None and update.sequence >= 1
