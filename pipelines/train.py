@@ -434,7 +434,7 @@ class _Run:
         self, phase: str, function: Callable[..., Any], calls: dict[int, tuple[Any, ...]], keep: Callable[[Any], Any]
     ) -> dict[int, Any]:
         done, failed = self.executor.map(phase, function, calls, keep, self.step)
-        for index, error in failed.items():
+        for index, error in failed.items() if len(self.partitions) > 1 else ():  # one partition: its error is raised
             log.warning("%s failed: %s", printable(self.partitions[index].name), printable(_why(error)))
         self.failed.update(failed)
         self.check_tolerance()
