@@ -31,7 +31,7 @@ import pandas as pd
 
 from models.nodes import NodeForecaster, PooledNodeUsage, last_node_sample
 from models.store import MODEL, DataWindow, Manifest, ModelStore, VersionWriter, partition_model
-from models.workload import FleetStatistics, WorkloadRecommender, summarize_selection
+from models.workload import FleetStatistics, WorkloadRecommender, fit_fleet_forecasts, summarize_selection
 from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usage
 from pipelines.partitions import (
     Kept,
@@ -214,6 +214,9 @@ class FitPlan:
     parent_store: str | None = None
     parent_version: str | None = None
     parent_partitions: frozenset[int] = frozenset()
+    #: The forecasts are left to the driver, which fits them on every partition at once as one fleet
+    #: (`fit_fleet_forecasts`): partitions held in this process, so a partitioned fit equals one fit.
+    fleet_forecasts: bool = False
 
 
 @dataclass(frozen=True)
@@ -256,14 +259,16 @@ def fit_partition(
         if continued:
             model = model.partial_fit(usage, oom_events=oom_events, data_end=plan.data_end)
         else:
-            model = model.fit(usage, oom_events=oom_events, data_end=plan.data_end)
+            model = model.fit(
+                usage, oom_events=oom_events, data_end=plan.data_end, fit_forecasts=not plan.fleet_forecasts
+            )
         if plan.node_model is not None and plan.node_data_end is not None and "node" in usage.columns:
             nodes = plan.node_model.pool(usage, plan.node_data_end)
     workspace.put_fitted(model)
     rows = usage if usage is not None else pd.DataFrame({"pod": [], "timestamp": []})
     return PartitionFit(
         index=partition.index,
-        statistics=model.fleet_statistics(),
+        statistics=FleetStatistics.merge([]) if plan.fleet_forecasts else model.fleet_statistics(),
         nodes=nodes,
         usage_rows=len(rows),
         pod_names=sorted(rows["pod"].unique().tolist()),
@@ -472,6 +477,7 @@ class _Run:
             self.parent.store if self.parent else None,
             self.parent.manifest.version if self.parent else None,
             self.parent.partitions if self.parent else frozenset(),
+            fleet_forecasts=self.executor.in_memory and len(self.partitions) > 1 and self.parent is None,
         )
         # A partition with no rows is fitted only to carry its parent's model on (a skipped read has nothing).
         reads = {i: r for i, r in reads.items() if r.last_sample is not None or i in plan.parent_partitions}
@@ -499,6 +505,8 @@ class _Run:
             for i, r in sorted(reads.items())
         }
         fits: dict[int, PartitionFit] = self.run("fit", fit_partition, calls, fold)
+        if plan.fleet_forecasts:
+            reduction = self._fleet_forecasts(sorted(fits), reduction)
         self.step(f"computing recommendations with the fleet's calibration ({len(fits)} partitions)")
         fleet = self.executor.share(reduction.statistics)
         finishing = {
@@ -507,6 +515,18 @@ class _Run:
         }
         results: dict[int, PartitionResult] = self.run("finish", finish_partition, finishing, lambda r: r)
         return fits, reduction, results
+
+    def _fleet_forecasts(self, fitted: list[int], reduction: FleetReduction) -> FleetReduction:
+        """The forecasts of the partitions held in this process, chosen and calibrated on all of them as one fleet,
+        and the fleet statistics they give (the calibration sketches exist only once the forecasts do)."""
+        self.step(f"choosing the forecasts of {len(fitted)} partitions as one fleet")
+        models = []
+        for i in fitted:
+            workspace = self.workspaces[i]
+            assert isinstance(workspace, MemoryWorkspace) and workspace.fitted is not None
+            models.append(workspace.fitted)
+        fit_fleet_forecasts(models)
+        return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
     def _oom_of(self, oom: pd.DataFrame | None, index: int, read: PartitionRead) -> pd.DataFrame | None:
         """A partition's OOM events: those its own read found, or its workloads' share of the run's."""

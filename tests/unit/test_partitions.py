@@ -111,19 +111,18 @@ def test_a_recorded_plan_keeps_every_workload_in_its_partition(
     assert flat == sorted(flat, key=label_key) and sorted(flat) == sorted({**first, **later})
 
 
-def test_one_process_in_partitions_gives_the_per_container_recommendations_of_one_fit() -> None:
+def test_one_process_in_partitions_gives_the_recommendations_of_one_fit() -> None:
     """`scale.partition_containers` set for a run in this process: partition after partition on the in-process
-    executor, each container's VPA-side state as one fit makes it, with the fleet's one calibration factor."""
+    executor, the forecasts chosen on all partitions as one fleet: every recommendation equals one fit's."""
     from cli.settings import Settings
     from pipelines.train import recommend_from_file
     from tests.conftest import BUNDLED
-    from tests.support.compare import per_container
 
     as_of = 1559347200
     whole = recommend_from_file(BUNDLED, as_of, 86400, Settings(forecast={}))
     parts = recommend_from_file(BUNDLED, as_of, 86400, Settings(forecast={}, scale={"partition_containers": 1}))
-    expected = [per_container(r.model_dump(mode="json")) for r in whole.recommendations]
-    assert [per_container(r.model_dump(mode="json")) for r in parts.recommendations] == expected
+    expected = [r.model_dump(mode="json") for r in whole.recommendations]
+    assert [r.model_dump(mode="json") for r in parts.recommendations] == expected
     assert len(expected) == 4
     lines = [r.cpu.models.quality for r in parts.recommendations if r.cpu.models is not None]
     for line in ("short_term", "target", "long_term"):
