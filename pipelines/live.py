@@ -158,6 +158,8 @@ class LiveLoop:
         self.clock = clock
         self.writer = writer or socket.gethostname()
         self.state: LoopState | None = None
+        #: each node's newest live measurement (not checkpointed: the first pass after a restart measures again)
+        self.measured: dict[str, LiveNodeUsage] = {}
         self._checkpointed_at = 0.0
 
     # -- state -------------------------------------------------------------------------------------------------
@@ -257,10 +259,10 @@ class LiveLoop:
         oom = self._new_oom_kills(state, read.oom_events)
         state.model.live_update(usage, oom_events=oom)
         state.kinds.update(read.workload_kinds)
-        state.nodes = with_live_usage(state.nodes, newest_node_usage(usage))
+        self.measured.update(newest_node_usage(usage))
         state.last_sample = end
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
-        recommendations = recommendations.model_copy(update={"nodes": state.nodes})
+        recommendations = recommendations.model_copy(update={"nodes": with_live_usage(state.nodes, self.measured)})
         update = self._publish(state, recommendations, costs)
         if (
             update is not None

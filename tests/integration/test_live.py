@@ -1,10 +1,10 @@
 """The live loop against a real Prometheus scraping a test exporter on 127.0.0.1 every second, whose usage changes
 during the test; the loop runs every 2 s on 2-second steps, over a version trained on 3 days of history.
 
-A step up in CPU is served (short-term line and request) within two loops of the step being readable, an OOM kill
-raises memory within one; with Prometheus killed the last lines stay served and age, then the loop catches up; a
-loop killed with SIGKILL resumes from its checkpoint, replays only what it missed, and ends with the histograms of
-one uninterrupted read."""
+A step up in CPU is served (short-term line and request, and the node room of its pod's node, which drops) within two
+loops of the step being readable, an OOM kill raises memory within one; with Prometheus killed the last lines stay
+served and age, then the loop catches up; a loop killed with SIGKILL resumes from its checkpoint, replays only what it
+missed, and ends with the histograms of one uninterrupted read."""
 
 from __future__ import annotations
 
@@ -71,10 +71,18 @@ def prometheus(exporter: LiveExporter, tmp_path_factory: pytest.TempPathFactory)
     server.stop()
 
 
+NODE = "node-0"
+NODE_CPU_CORES = 4
+
+
 def trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: LiveExporter, url: str) -> Settings:
-    """Settings of a loop over `url` and a store holding a version trained on 3 days that end now."""
+    """Settings of a loop over `url` and a store holding a version trained on 3 days that end now; `serve` knows
+    the exporter's node (4 cores, 8 GiB allocatable) from a nodes file."""
     for name, value in live_environment(url, tmp_path / "store").items():
         monkeypatch.setenv(name, value)
+    nodes = {"items": [{"metadata": {"name": NODE}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}]}
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    monkeypatch.setenv("KOORD_RECOMMENDER_EXTENDER__NODES_FILE", str(tmp_path / "nodes.json"))
     settings = Settings()
     write_history(list(exporter.containers.values()), tmp_path / "usage.csv", int(time.time()))
     train_from_file(tmp_path / "usage.csv", settings, end_at=int(time.time()))
@@ -129,17 +137,36 @@ def first_covering(store: ModelStore, after: float, timeout: float) -> tuple[Liv
     return found
 
 
+def listing(http: TestClient, at_least: int = 0) -> dict[str, Any] | None:
+    """`GET /api/v1/recommendations` once `serve` (polling the store every second) has loaded the live update
+    numbered `at_least` or a later one."""
+    listed: dict[str, Any] = http.get("/api/v1/recommendations").json()
+    live = listed.get("live_update")
+    return listed if live is not None and live["sequence"] >= at_least else None
+
+
+def node_room(http: TestClient, at_least: int = 0) -> dict[str, Any] | None:
+    """The served CPU room of the exporter's node (`GET /api/v1/nodes/{node}/lines`), as `listing` waits."""
+    if listing(http, at_least) is None:
+        return None
+    found: dict[str, Any] = http.get(f"/api/v1/nodes/{NODE}/lines").json()["cpu_cores"]["reclaimable"]
+    return found
+
+
 def test_a_step_up_and_an_oom_kill_are_served_within_loops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: LiveExporter, prometheus: PrometheusServer
 ) -> None:
     settings = trained(tmp_path, monkeypatch, exporter, prometheus.url)
     store = ModelStore(settings.store.path)
     state = ServiceState(store)
-    with Running(settings):
+    with Running(settings), TestClient(create_app(settings)) as http:
         wait_until(lambda: served(state) and state.require().live is not None, 30, "a first live update served")
         before = served(state)
         assert before.cpu is not None and before.memory is not None
         assert before.cpu.target < 0.5 and before.cpu.short_term[0] < 0.5
+        room_before = wait_until(
+            lambda: (r := node_room(http)) is not None and r["policy"] == "live" and r, 30, "the node's live room"
+        )
         stepped = exporter.set("main", cpu_cores=1.0)
         readable = stepped + READABLE_AFTER_SECONDS
         # The first update whose read covers the step's readable end, and the one after it at the latest: two loops.
@@ -152,15 +179,22 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         assert update.written_at - stepped < 2 * INTERVAL_SECONDS + READABLE_AFTER_SECONDS + 2 + 3  # lag, slack
         # Served by `serve`'s reload: the REST answer says which update and how old.
         assert served(state).cpu.target >= 0.9  # type: ignore[union-attr]
+        # The same update measured the node (main + sidecar: 1.05 cores), and the room `serve` offers drops by the
+        # step, less the week's largest 5-minute rise the room before it already kept free.
+        measured = next(n for n in store.load_live(update).nodes if n.node == NODE)
+        assert measured.cpu is not None and measured.cpu.live_usage is not None
+        assert measured.cpu.live_usage >= 1.0, measured.cpu.live_usage
+        room_after = wait_until(lambda: node_room(http, update.sequence), 10, "serve loading that update")
+        assert room_after["policy"] == "live"
+        assert room_after["batch"] <= room_before["batch"] - 0.6, (room_before, room_after)
 
         memory_before = served(state).memory.target  # type: ignore[union-attr]
         killed = exporter.oom_kill("main")
         update, rec = first_covering(store, killed + READABLE_AFTER_SECONDS, 30)
         assert rec.history.oom_kills == 1
         assert rec.memory is not None and rec.memory.target > 1.2 * memory_before, (rec.memory, memory_before)
-        with TestClient(create_app(settings)) as http:
-            listed = http.get("/api/v1/recommendations").json()
-            ready = http.get("/readyz").json()
+        listed = wait_until(lambda: listing(http, update.sequence), 10, "serve loading the update")
+        ready = http.get("/readyz").json()
         assert listed["live_update"]["version"] == store.latest_name()
         assert listed["live_update"]["sequence"] >= update.sequence
         assert 0 <= listed["age_seconds"] < 30
