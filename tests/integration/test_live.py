@@ -72,7 +72,6 @@ def prometheus(exporter: LiveExporter, tmp_path_factory: pytest.TempPathFactory)
 
 
 NODE = "node-0"
-NODE_CPU_CORES = 4
 
 
 def trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: LiveExporter, url: str) -> Settings:
@@ -137,19 +136,11 @@ def first_covering(store: ModelStore, after: float, timeout: float) -> tuple[Liv
     return found
 
 
-def listing(http: TestClient, at_least: int = 0) -> dict[str, Any] | None:
-    """`GET /api/v1/recommendations` once `serve` (polling the store every second) has loaded the live update
-    numbered `at_least` or a later one."""
-    listed: dict[str, Any] = http.get("/api/v1/recommendations").json()
-    live = listed.get("live_update")
-    return listed if live is not None and live["sequence"] >= at_least else None
-
-
-def node_room(http: TestClient, at_least: int = 0) -> dict[str, Any] | None:
-    """The served CPU room of the exporter's node (`GET /api/v1/nodes/{node}/lines`), as `listing` waits."""
-    if listing(http, at_least) is None:
-        return None
-    found: dict[str, Any] = http.get(f"/api/v1/nodes/{NODE}/lines").json()["cpu_cores"]["reclaimable"]
+def node_room(settings: Settings) -> dict[str, Any]:
+    """The CPU room of the exporter's node as a `serve` replica starting now serves it
+    (`GET /api/v1/nodes/{node}/lines`, over the newest live update)."""
+    with TestClient(create_app(settings)) as http:
+        found: dict[str, Any] = http.get(f"/api/v1/nodes/{NODE}/lines").json()["cpu_cores"]["reclaimable"]
     return found
 
 
@@ -159,14 +150,13 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
     settings = trained(tmp_path, monkeypatch, exporter, prometheus.url)
     store = ModelStore(settings.store.path)
     state = ServiceState(store)
-    with Running(settings), TestClient(create_app(settings)) as http:
+    with Running(settings):
         wait_until(lambda: served(state) and state.require().live is not None, 30, "a first live update served")
         before = served(state)
         assert before.cpu is not None and before.memory is not None
         assert before.cpu.target < 0.5 and before.cpu.short_term[0] < 0.5
-        room_before = wait_until(
-            lambda: (r := node_room(http)) is not None and r["policy"] == "live" and r, 30, "the node's live room"
-        )
+        room_before = node_room(settings)
+        assert room_before["policy"] == "live", room_before
         stepped = exporter.set("main", cpu_cores=1.0)
         readable = stepped + READABLE_AFTER_SECONDS
         # The first update whose read covers the step's readable end, and the one after it at the latest: two loops.
@@ -184,7 +174,7 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         measured = next(n for n in store.load_live(update).nodes if n.node == NODE)
         assert measured.cpu is not None and measured.cpu.live_usage is not None
         assert measured.cpu.live_usage >= 1.0, measured.cpu.live_usage
-        room_after = wait_until(lambda: node_room(http, update.sequence), 10, "serve loading that update")
+        room_after = node_room(settings)
         assert room_after["policy"] == "live"
         assert room_after["batch"] <= room_before["batch"] - 0.6, (room_before, room_after)
 
@@ -193,8 +183,9 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         update, rec = first_covering(store, killed + READABLE_AFTER_SECONDS, 30)
         assert rec.history.oom_kills == 1
         assert rec.memory is not None and rec.memory.target > 1.2 * memory_before, (rec.memory, memory_before)
-        listed = wait_until(lambda: listing(http, update.sequence), 10, "serve loading the update")
-        ready = http.get("/readyz").json()
+        with TestClient(create_app(settings)) as http:
+            listed = http.get("/api/v1/recommendations").json()
+            ready = http.get("/readyz").json()
         assert listed["live_update"]["version"] == store.latest_name()
         assert listed["live_update"]["sequence"] >= update.sequence
         assert 0 <= listed["age_seconds"] < 30

@@ -148,8 +148,7 @@ def write_history(containers: list[Container], path: Path, end: int, days: int =
 
 def live_environment(prometheus_url: str, store: Path) -> dict[str, str]:
     """The settings of a live loop over the exporter as environment variables: 2-second steps (scrapes every
-    second), a loop every 2 s, a checkpoint every 4 s, no Lease (the e2e test adds one), `serve` polling the store
-    every second."""
+    second), a loop every 2 s, a checkpoint every 4 s, no Lease (the e2e test adds one)."""
     return {
         "KOORD_RECOMMENDER_STORE__PATH": str(store),
         "KOORD_RECOMMENDER_PROMETHEUS__URL": prometheus_url,
@@ -165,7 +164,6 @@ def live_environment(prometheus_url: str, store: Path) -> dict[str, str]:
         "KOORD_RECOMMENDER_LIVE__LEADER_ELECTION": "false",
         "KOORD_RECOMMENDER_LIVE__METRICS_HOST": "127.0.0.1",
         "KOORD_RECOMMENDER_LIVE__METRICS_PORT": "0",
-        "KOORD_RECOMMENDER_SERVE__STORE_POLL_SECONDS": "1",
     }
 
 
