@@ -28,7 +28,7 @@ from models.migration import migrate_node_state
 from models.pods import USAGE_COLUMNS
 from models.settings import ModelSettings
 from models.workload import FleetForecaster
-from recommender import koordinator
+from recommender import colocation, koordinator
 from recommender.arrays import FloatArray, IntArray
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ColocationSettings
@@ -76,6 +76,44 @@ def last_node_sample(usage: pd.DataFrame) -> int | None:
         return None
     placed = high_priority_rows(usage)
     return None if placed.empty else int(placed["timestamp"].max())
+
+
+@dataclass(frozen=True)
+class LiveNodeUsage:
+    """One node's pooled high-priority usage at its newest sampled step (`newest_node_usage`), cores and bytes."""
+
+    sample: int
+    cpu_cores: float
+    memory_bytes: float
+
+
+def newest_node_usage(usage: pd.DataFrame) -> dict[str, LiveNodeUsage]:
+    """Per node, the pooled usage of its high-priority pod containers at the node's newest sampled step, as
+    Koordinator's usage policy counts it (`colocation.koordinator_hp_used`): each container's value at that step,
+    its last request (limit where none) when it has no sample there. Containers are those of the rows (a live read:
+    the pods that reported in it); nodes without such rows are left out."""
+    if "node" not in usage.columns:
+        return {}
+    rows = high_priority_rows(usage)
+    if rows.empty:
+        return {}
+    keys = ["node", "namespace", "pod", "container"]
+    rows = rows.assign(node=rows["node"].astype(str)).sort_values("timestamp", kind="stable")
+    newest = rows.groupby("node")["timestamp"].transform("max")
+    last = rows.groupby(keys, sort=True).last()
+    at_newest = rows[rows["timestamp"] == newest].groupby(keys)[[c for c, _, _ in RESOURCE_COLUMNS.values()]].max()
+    out_values = {}
+    for resource, (column, request, limit) in RESOURCE_COLUMNS.items():
+        missing = pd.Series(np.nan, index=last.index)
+        asked: FloatArray = np.asarray(last.get(request, missing).fillna(last.get(limit, missing)), dtype=np.float64)
+        measured: FloatArray = np.asarray(at_newest[column].reindex(last.index), dtype=np.float64)
+        per_pod = colocation.koordinator_hp_used("usage", measured[:, None], asked[:, None])
+        out_values[resource] = pd.Series(per_pod, index=last.index).groupby(level="node").sum()
+    samples = newest.groupby(rows["node"]).max()
+    return {
+        str(node): LiveNodeUsage(int(samples[node]), float(out_values["cpu"][node]), float(out_values["memory"][node]))
+        for node in samples.index
+    }
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ The daily training refits every model on 14 days; between two trainings this loo
 models with only the newest samples. Every `live.interval_seconds` it reads the completed steps since its last read
 (`PrometheusSource`: the training's batched, bounded, retried queries), continues the decaying histograms exactly and
 applies OOM kills (`WorkloadRecommender.live_update`), re-issues the request and its bounds and the short-term line
-from the already-fitted forecast models (fast up, no refit), and publishes a light update beside the version
+from the already-fitted forecast models (fast up, no refit), measures each node's pooled high-priority usage at the
+read's newest step (`models.nodes.newest_node_usage`, into the version's node lines: `serve` and `sync` offer the
+batch / mid room from it, `placement.node_reclaimable`), and publishes a light update beside the version
 (`ModelStore.publish_live`) that `serve` and `sync` pick up on their next poll. Its state is checkpointed every few
 minutes, so a restart or a failover replays only the steps after the checkpoint; a gap longer than
 `live.max_gap_seconds` starts again from the latest version. Only the holder of the Lease writes (`leading`).
@@ -26,6 +28,7 @@ from typing import Any
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from models.nodes import LiveNodeUsage, newest_node_usage
 from models.store import LiveUpdate, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.ingest import SampleBounds, quarantine
@@ -34,7 +37,7 @@ from pipelines.prometheus_source import PrometheusSource
 from pipelines.settings import TrainingSettings
 from pipelines.train import with_kinds
 from recommender.errors import ModelStoreError, PrometheusError, RecommenderError
-from recommender.resources import RecommendationSet
+from recommender.resources import NodeForecast, RecommendationSet
 
 log = logging.getLogger(__name__)
 #: Requests, limits and pod placement are read over at least this much of the newest history, seconds: a short read
@@ -52,7 +55,7 @@ class LoopState:
     model: WorkloadRecommender
     last_sample: int
     horizon_seconds: int
-    nodes: list[Any]
+    nodes: list[NodeForecast]
     kinds: dict[tuple[str, str], str]
     oom_seen: dict[tuple[str, str, str], int] = field(default_factory=dict)
     schema: int = CHECKPOINT_SCHEMA
@@ -69,6 +72,24 @@ class StepReport:
     seconds: float
     costs: dict[str, float]
     update: LiveUpdate | None
+
+
+def with_live_usage(nodes: list[NodeForecast], measured: dict[str, LiveNodeUsage]) -> list[NodeForecast]:
+    """The version's node lines with each measured node's live usage and its time (`serve` and `sync` then offer the
+    room from it, `colocation.live_reclaimable`); nodes not measured keep their last live usage, which ages out."""
+    out = []
+    for node in nodes:
+        found = measured.get(node.node)
+        if found is None:
+            out.append(node)
+            continue
+        update: dict[str, Any] = {"live_sample": found.sample}
+        for resource, value in (("cpu", found.cpu_cores), ("memory", found.memory_bytes)):
+            lines = getattr(node, resource)
+            if lines is not None:
+                update[resource] = lines.model_copy(update={"live_usage": value})
+        out.append(node.model_copy(update=update))
+    return out
 
 
 class LiveMetrics:
@@ -137,6 +158,8 @@ class LiveLoop:
         self.clock = clock
         self.writer = writer or socket.gethostname()
         self.state: LoopState | None = None
+        #: each node's newest live measurement (not checkpointed: the first pass after a restart measures again)
+        self.measured: dict[str, LiveNodeUsage] = {}
         self._checkpointed_at = 0.0
 
     # -- state -------------------------------------------------------------------------------------------------
@@ -236,9 +259,10 @@ class LiveLoop:
         oom = self._new_oom_kills(state, read.oom_events)
         state.model.live_update(usage, oom_events=oom)
         state.kinds.update(read.workload_kinds)
+        self.measured.update(newest_node_usage(usage))
         state.last_sample = end
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
-        recommendations = recommendations.model_copy(update={"nodes": state.nodes})
+        recommendations = recommendations.model_copy(update={"nodes": with_live_usage(state.nodes, self.measured)})
         update = self._publish(state, recommendations, costs)
         if (
             update is not None

@@ -295,10 +295,12 @@ def node_reclaimable(
 
     Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
     mid their long-term reservation; both at least the last measured usage plus the node's rise allowance while that
-    measurement is fresh. The service measures usage only when it trains, so between trainings the forecast alone
-    carries the offer, with the wider forecast-only margin. Stale: the forecast ran past its horizon (training
+    measurement is fresh. While the live loop's measurement of the node (`live_level`) is fresh, both are instead
+    `colocation.live_reclaimable` of it (the value the node backtest scores as ours_live; policy "live"). Without
+    it the service measures usage only when it trains, so between trainings the forecast alone carries the offer,
+    with the wider forecast-only margin. Stale: the forecast ran past its horizon (training
     stopped), and the values decay toward the request-based ones. Koordinator's values come from what the service
-    knows: its usage policy on the node's last pooled usage (the requests where there is none), "request" for memory
+    knows: its usage policy on the node's last pooled usage (the live one while fresh, the requests where there is none), "request" for memory
     only (Koordinator has no CPU request policy), its mid rule with the node's requests and long-term line as one
     aggregate pod and as the pooled peak, capped by allocatable minus that usage, allocatable as capacity. Koordinator's batch is 0 once that
     usage is older than 15 minutes, as Koordinator does without fresh metrics.
@@ -310,7 +312,8 @@ def node_reclaimable(
     state = loads.states[name]
     pooled = getattr(state.forecast, resource) if state.forecast is not None else None
     column = loads.hp_cpu_cores if resource == "cpu" else loads.hp_memory_bytes
-    reservation = float(column[loads.timeline.window(now, settings.batch_window_seconds), loads.index[name]].max())
+    ahead = loads.timeline.window(now, settings.batch_window_seconds)
+    reservation = float(column[ahead, loads.index[name]].max())
     forecast = state.forecast
     age = now - forecast.last_sample if forecast is not None else float("inf")
     # The measurement floors the offer only while fresh; the forecast is trusted over its horizon, then decays.
@@ -339,8 +342,20 @@ def node_reclaimable(
             allocatable, margin, 0.0, 0.0, state.long_term[resource], last, requested, jump, weight, blind
         )
     )
-    percent = mine.koordinator_reclaim_percent
     measured = pooled.last_usage if pooled is not None else None
+    live = live_level(state.forecast, resource, now, settings)
+    if live is not None and pooled is not None:
+        # The live loop's fresh measurement: its level plus the rise possible before the next update.
+        rise = pooled.jump if pooled.largest_jump is None else pooled.largest_jump
+        cap = float(column[ahead[0], loads.index[name]]) if mine.live_forecast_cap else float("nan")
+        long_cap = state.long_term[resource] if mine.live_forecast_cap else float("nan")
+        live_margin = allocatable * mine.live_margin_fraction
+        batch, mid = (
+            float(colocation.live_reclaimable(allocatable, live_margin, 0.0, 0.0, live[0], rise, line))
+            for line in (cap, long_cap)
+        )
+        measured, age = live[0], now - live[1]
+    percent = mine.koordinator_reclaim_percent
     used = requested if measured is None else measured
     long_term = np.array([state.long_term[resource]])
     koordinator_values = {
@@ -358,8 +373,21 @@ def node_reclaimable(
         koordinator_values["request"] = float(
             colocation.koordinator_batch(allocatable, percent, 0.0, 0.0, requested, age)
         )
-    policy = "forecast" if state.forecast is not None else "per-pod lines"
-    return Reclaimable(batch, mid, policy, weight < 1.0, koordinator_values)
+    policy = "live" if live is not None else "forecast" if state.forecast is not None else "per-pod lines"
+    return Reclaimable(batch, mid, policy, live is None and weight < 1.0, koordinator_values)
+
+
+def live_level(
+    forecast: NodeForecast | None, resource: str, now: float, settings: ColocationSettings
+) -> tuple[float, int] | None:
+    """(usage, when) of the node's pooled high-priority usage from the live loop (`NodeResourceLines.live_usage`)
+    while at most `fresh_seconds` old, else None (the forecast-only value is served)."""
+    if forecast is None or forecast.live_sample is None:
+        return None
+    pooled = getattr(forecast, resource)
+    if pooled is None or pooled.live_usage is None or now - forecast.live_sample > settings.fresh_seconds:
+        return None
+    return float(pooled.live_usage), forecast.live_sample
 
 
 def node_metadata(
@@ -408,7 +436,9 @@ def node_metadata(
             jump = pooled.jump if pooled.largest_jump is None else pooled.largest_jump
             percent = colocation.reclaim_percent(capacity, margin, float(line[ahead].max() - line[ahead[0]]), jump)
             labels[colocation.NODE_RECLAIM_LABEL[resource]] = colocation.reclaim_ratio_label(int(percent))
-        current = pooled.last_usage if pooled.last_usage is not None else (state.limit[resource] or 0.0)
+        live = live_level(state.forecast, resource, now, settings)
+        measured = pooled.last_usage if live is None else live[0]
+        current = measured if measured is not None else (state.limit[resource] or 0.0)
         peak = float(line[window].max())
         default = operator.get(
             resource, extender.cpu_threshold_percent if resource == "cpu" else extender.memory_threshold_percent

@@ -199,6 +199,13 @@ class NodeResourceLines(BaseModel):
         description="Short-term reservation: forecast of the pooled usage per step from as_of."
     )
     long_term: float = Field(description="Long-term reservation: steady forecast of the pooled usage over days.")
+    live_usage: float | None = Field(
+        None,
+        description=(
+            "Pooled high-priority usage at the live loop's newest read (a pod container without a sample there at its "
+            "request, as Koordinator counts it), at the node's `live_sample`; None in a version or before a live read."
+        ),
+    )
 
 
 class NodeForecast(BaseModel):
@@ -206,6 +213,9 @@ class NodeForecast(BaseModel):
 
     node: str
     last_sample: int = Field(description="Newest usage sample on the node, Unix seconds (for staleness).")
+    live_sample: int | None = Field(
+        None, description="When the live loop last measured the node (its resources' `live_usage`), Unix seconds."
+    )
     cpu: NodeResourceLines | None
     memory: NodeResourceLines | None
     pods: list[NodePod]

@@ -53,17 +53,20 @@ class KoordinatorReclaimable(BaseModel):
 class Reclaimable(BaseModel):
     batch: float = Field(
         description=(
-            "Our batch allocatable now: allocatable - margin - the highest short-term reservation over the batch window. "
-            "The service sees usage only when it trains, so this is forecast-only between trainings (no live usage) and "
-            "keeps the wider forecast-only margin (colocation.*_forecast_only_margin_fraction); only within fresh_seconds "
-            "of the training's last sample does the measured usage + rise allowance floor it with the normal margin."
+            "Our batch allocatable now. While the live loop's measurement of the node is at most fresh_seconds old "
+            "(policy live): allocatable - live margin - the live high-priority usage plus the node's largest 5-minute "
+            "rise of the week, for CPU capped by the short-term reservation (colocation.live_reclaimable). Otherwise "
+            "allocatable - margin - the highest short-term reservation over the batch window, forecast-only with the "
+            "wider forecast-only margin (colocation.*_forecast_only_margin_fraction) except within fresh_seconds of "
+            "the training's last sample, where the measured usage + rise allowance floor it with the normal margin."
         )
     )
     mid: float = Field(
         description="Our mid allocatable: the same with the long-term reservation in place of the short-term one."
     )
     policy: str = Field(
-        description="forecast (the node's pooled forecast) or per-pod lines (no node model: sum of pods' lines)."
+        description="live (the live loop's fresh measurement), forecast (the node's pooled forecast) or per-pod lines "
+        "(no node model: sum of pods' lines)."
     )
     stale: bool = Field(
         description="The forecast ran past its horizon (no new training): values decay toward the request-based ones."

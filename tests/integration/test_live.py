@@ -1,10 +1,10 @@
 """The live loop against a real Prometheus scraping a test exporter on 127.0.0.1 every second, whose usage changes
 during the test; the loop runs every 2 s on 2-second steps, over a version trained on 3 days of history.
 
-A step up in CPU is served (short-term line and request) within two loops of the step being readable, an OOM kill
-raises memory within one; with Prometheus killed the last lines stay served and age, then the loop catches up; a
-loop killed with SIGKILL resumes from its checkpoint, replays only what it missed, and ends with the histograms of
-one uninterrupted read."""
+A step up in CPU is served (short-term line and request, and the node room of its pod's node, which drops) within two
+loops of the step being readable, an OOM kill raises memory within one; with Prometheus killed the last lines stay
+served and age, then the loop catches up; a loop killed with SIGKILL resumes from its checkpoint, replays only what it
+missed, and ends with the histograms of one uninterrupted read."""
 
 from __future__ import annotations
 
@@ -71,10 +71,17 @@ def prometheus(exporter: LiveExporter, tmp_path_factory: pytest.TempPathFactory)
     server.stop()
 
 
+NODE = "node-0"
+
+
 def trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: LiveExporter, url: str) -> Settings:
-    """Settings of a loop over `url` and a store holding a version trained on 3 days that end now."""
+    """Settings of a loop over `url` and a store holding a version trained on 3 days that end now; `serve` knows
+    the exporter's node (4 cores, 8 GiB allocatable) from a nodes file."""
     for name, value in live_environment(url, tmp_path / "store").items():
         monkeypatch.setenv(name, value)
+    nodes = {"items": [{"metadata": {"name": NODE}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}]}
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    monkeypatch.setenv("KOORD_RECOMMENDER_EXTENDER__NODES_FILE", str(tmp_path / "nodes.json"))
     settings = Settings()
     write_history(list(exporter.containers.values()), tmp_path / "usage.csv", int(time.time()))
     train_from_file(tmp_path / "usage.csv", settings, end_at=int(time.time()))
@@ -129,6 +136,14 @@ def first_covering(store: ModelStore, after: float, timeout: float) -> tuple[Liv
     return found
 
 
+def node_room(settings: Settings) -> dict[str, Any]:
+    """The CPU room of the exporter's node as a `serve` replica starting now serves it
+    (`GET /api/v1/nodes/{node}/lines`, over the newest live update)."""
+    with TestClient(create_app(settings)) as http:
+        found: dict[str, Any] = http.get(f"/api/v1/nodes/{NODE}/lines").json()["cpu_cores"]["reclaimable"]
+    return found
+
+
 def test_a_step_up_and_an_oom_kill_are_served_within_loops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: LiveExporter, prometheus: PrometheusServer
 ) -> None:
@@ -140,6 +155,8 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         before = served(state)
         assert before.cpu is not None and before.memory is not None
         assert before.cpu.target < 0.5 and before.cpu.short_term[0] < 0.5
+        room_before = node_room(settings)
+        assert room_before["policy"] == "live", room_before
         stepped = exporter.set("main", cpu_cores=1.0)
         readable = stepped + READABLE_AFTER_SECONDS
         # The first update whose read covers the step's readable end, and the one after it at the latest: two loops.
@@ -152,6 +169,14 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         assert update.written_at - stepped < 2 * INTERVAL_SECONDS + READABLE_AFTER_SECONDS + 2 + 3  # lag, slack
         # Served by `serve`'s reload: the REST answer says which update and how old.
         assert served(state).cpu.target >= 0.9  # type: ignore[union-attr]
+        # The same update measured the node (main + sidecar: 1.05 cores), and the room `serve` offers drops by the
+        # step, less the week's largest 5-minute rise the room before it already kept free.
+        measured = next(n for n in store.load_live(update).nodes if n.node == NODE)
+        assert measured.cpu is not None and measured.cpu.live_usage is not None
+        assert measured.cpu.live_usage >= 1.0, measured.cpu.live_usage
+        room_after = node_room(settings)
+        assert room_after["policy"] == "live"
+        assert room_after["batch"] <= room_before["batch"] - 0.6, (room_before, room_after)
 
         memory_before = served(state).memory.target  # type: ignore[union-attr]
         killed = exporter.oom_kill("main")

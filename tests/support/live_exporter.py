@@ -29,6 +29,7 @@ class Container:
     memory_bytes: float
     memory_limit_bytes: float
     cpu_request_cores: float = 0.25
+    node: str = "node-0"
     memory_request_bytes: float = 256 * 2**20
     counter: float = COUNTER_START
     since: float = field(default_factory=time.time)
@@ -103,7 +104,7 @@ class LiveExporter:
                     f"container_memory_working_set_bytes{_labels({**own, 'image': 'app:1'})} {c.memory_bytes:.0f}",
                     f"kube_pod_owner{_labels(pod_owner)} 1",
                     *(f"{name}{_labels(labels)} 1" for name, labels in parents),
-                    f"kube_pod_info{_labels({'namespace': c.namespace, 'pod': c.pod, 'node': 'node-0'})} 1",
+                    f"kube_pod_info{_labels({'namespace': c.namespace, 'pod': c.pod, 'node': c.node})} 1",
                     f"kube_pod_container_status_restarts_total{_labels(own)} {c.restarts}",
                     f"kube_pod_container_status_last_terminated_reason{_labels({**own, 'reason': 'OOMKilled'})} "
                     f"{int(c.oom_killed)}",
@@ -120,7 +121,7 @@ class LiveExporter:
 
 def write_history(containers: list[Container], path: Path, end: int, days: int = 3, seed: int = 0) -> None:
     """`days` of 5-minute usage of the exporter's containers before `end` (their current level with a daily swing
-    and noise), as a usage CSV: what the daily training learned before the live loop takes over."""
+    and noise) on their nodes, as a usage CSV: what the daily training learned before the live loop takes over."""
     rng = np.random.default_rng(seed)
     times = np.arange(end - days * 86400, end, 300)
     swing = 1 + 0.2 * np.sin(2 * np.pi * (times % 86400) / 86400)
@@ -132,6 +133,7 @@ def write_history(containers: list[Container], path: Path, end: int, days: int =
                 "workload": c.workload,
                 "pod": c.pod,
                 "container": c.container,
+                "node": c.node,
                 "cpu_cores": c.cpu_cores * swing * (1 + 0.05 * rng.standard_normal(times.size)),
                 "memory_bytes": c.memory_bytes * (1 + 0.02 * rng.standard_normal(times.size)),
                 "cpu_request_cores": c.cpu_request_cores,

@@ -13,14 +13,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.settings import Settings
+from models.nodes import newest_node_usage
 from models.settings import StoreSettings
 from models.store import LIVE, ModelStore
 from models.workload import WorkloadRecommender
-from pipelines.live import LiveLoop, LoopState
+from pipelines.live import LiveLoop, LoopState, with_live_usage
 from pipelines.settings import LiveSettings
+from recommender import colocation
 from recommender.errors import ModelStoreError
+from recommender.placement import NodeLoads, Reclaimable, node_reclaimable
+from recommender.resources import NodeForecast
+from recommender.units import GIB
+from serving.settings import ExtenderSettings
 from serving.state import ServiceState
 from tests.conftest import make_usage
+from tests.k8s import node
+from tests.unit.test_nodes import AS_OF, COLOCATION, TIMELINE, forecast_of
 from tests.unit.test_store import publish
 
 DAY = 86400
@@ -192,3 +200,100 @@ def test_any_pointer_either_reads_or_is_refused_with_a_store_error(
         assert "live/latest" in str(error)
     else:
         assert update is not None and update.sequence >= 1
+
+
+def _read(at: int, cpu_cores: dict[str, float], node: str = "a", priority: str = "koord-prod") -> pd.DataFrame:
+    """A live read's usage rows at `at`: one container per pod, 1 GiB each, a 0.7-core / 2 GiB request."""
+    return pd.DataFrame(
+        {
+            "timestamp": at,
+            "namespace": "ns",
+            "workload": list(cpu_cores),
+            "pod": list(cpu_cores),
+            "container": "main",
+            "node": node,
+            "priority_class": priority,
+            "cpu_cores": list(cpu_cores.values()),
+            "memory_bytes": float(GIB),
+            "cpu_request_cores": 0.7,
+            "memory_request_bytes": 2.0 * GIB,
+        }
+    )
+
+
+def _room(nodes: list[NodeForecast], resource: str, now: float) -> Reclaimable:
+    loads = NodeLoads.build(
+        [], [node("a", cpu="10", memory="16Gi")], lambda key: None, TIMELINE, ExtenderSettings(), {"a": nodes[0]}
+    )
+    found = node_reclaimable(loads, "a", resource, now, COLOCATION)
+    assert found is not None
+    return found
+
+
+def test_a_nodes_room_follows_a_step_in_its_pods_live_usage_within_one_update() -> None:
+    """Each pass measures the node's pooled high-priority usage from its read (a pod without a sample at the newest
+    step at its request, borrowing pods left out) and the served room is `live_reclaimable` of it; once the
+    measurement is older than fresh_seconds the forecast-only value is served again."""
+    version = [forecast_of(AS_OF - 600)]
+    t0, t1 = AS_OF + 60, AS_OF + 120
+    first = pd.concat([_read(t0, {"p1": 1.0, "p2": 0.5, "p3": 0.2}), _read(t0, {"spare": 3.0}, priority="koord-batch")])
+    nodes = with_live_usage(version, newest_node_usage(first))
+    # p1 steps up; p3 has no sample at the newest step of this read: counted at its 0.7-core request.
+    second = pd.concat([_read(t1, {"p1": 4.0, "p2": 0.5}), _read(t1 - 30, {"p3": 0.2})])
+    stepped = with_live_usage(nodes, newest_node_usage(second))
+    assert nodes[0].live_sample == t0 and stepped[0].live_sample == t1
+    assert nodes[0].cpu is not None and nodes[0].cpu.live_usage == pytest.approx(1.7)
+    assert stepped[0].cpu is not None and stepped[0].cpu.live_usage == pytest.approx(5.2)
+    assert stepped[0].memory is not None and stepped[0].memory.live_usage == pytest.approx(4.0 * GIB)
+    assert version[0].cpu is not None and version[0].cpu.live_usage is None, "the version's lines stay untouched"
+    cpu = COLOCATION.of("cpu")
+    short_term, long_term, rise = 3.0, 3.5, 0.8  # forecast_of's lines and largest 5-minute rise
+
+    def expected(level: float, cap: float) -> float:
+        return float(colocation.live_reclaimable(10.0, 10.0 * cpu.live_margin_fraction, 0.0, 0.0, level, rise, cap))
+
+    before, after = _room(nodes, "cpu", t0 + 30), _room(stepped, "cpu", t1 + 30)
+    assert before.policy == after.policy == "live" and not after.stale
+    assert before.batch == pytest.approx(expected(1.7, short_term)) and before.mid == pytest.approx(
+        expected(1.7, long_term)
+    )
+    assert after.batch == pytest.approx(expected(5.2, short_term)) and after.mid == pytest.approx(
+        expected(5.2, long_term)
+    )
+    assert after.batch < before.batch - 2.5, "the step of 3 cores (less the rise the live room already kept) is taken"
+    assert after.koordinator["usage"] == pytest.approx(10.0 * COLOCATION.koordinator_cpu_reclaim_percent / 100 - 5.2)
+    memory = _room(stepped, "memory", t1 + 30)
+    assert memory.batch == pytest.approx(
+        float(
+            colocation.live_reclaimable(
+                16.0 * GIB, 16.0 * GIB * COLOCATION.of("memory").live_margin_fraction, 0.0, 0.0, 4.0 * GIB, 0.0, np.nan
+            )
+        )
+    )
+    stale = _room(stepped, "cpu", t1 + COLOCATION.fresh_seconds + 1)
+    assert stale.policy == "forecast"
+    assert stale.batch == _room(version, "cpu", t1 + COLOCATION.fresh_seconds + 1).batch
+    # A node the read does not cover keeps its lines (its last live usage ages out by fresh_seconds).
+    assert with_live_usage(stepped, newest_node_usage(_read(t1 + 60, {"q": 1.0}, node="b"))) == stepped
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    usage=st.lists(st.one_of(st.none(), st.floats(0, 64)), min_size=1, max_size=6),
+    requests=st.lists(st.floats(0, 8), min_size=6, max_size=6),
+)
+def test_the_live_node_usage_is_koordinators_usage_sum_at_the_newest_step(
+    usage: list[float | None], requests: list[float]
+) -> None:
+    """Any mix of pods with and without a sample at the node's newest step: the pooled value is the sum of each
+    one's sample there, else its request (`colocation.koordinator_hp_used`, the backtest's rule)."""
+    at = AS_OF
+    rows = []
+    for index, value in enumerate(usage):
+        row = _read(at if value is not None else at - 60, {f"p{index}": 0.0 if value is None else value})
+        rows.append(row.assign(cpu_request_cores=requests[index]))
+    rows.append(_read(at, {"anchor": 0.0}).assign(cpu_request_cores=0.0))
+    found = newest_node_usage(pd.concat(rows, ignore_index=True))["a"]
+    assert found.sample == at
+    want = sum(requests[i] if v is None else v for i, v in enumerate(usage))
+    assert found.cpu_cores == pytest.approx(want)
