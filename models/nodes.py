@@ -13,12 +13,14 @@ the column is present) are left out: they use the reclaimed room rather than res
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -175,6 +177,39 @@ def rise_allowance(grid: FloatArray, quantile: float, steps: int) -> FloatArray:
     return result
 
 
+def level_rise_table(grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int) -> FloatArray:
+    """Per row of `grid` (nodes x steps, ending at the decision) and level bin (`colocation.LEVEL_BINS` of the row's
+    `reference`), the largest rise between consecutive steps of the last `steps` that started from a level within
+    `band_fraction` x reference of the bin: how far the node climbed in one step from about that level (Mondrian by
+    node and level band; a node idling can jump by a whole burst, a busy one only by what is left). A bin no step
+    started near takes the node's largest rise; 0 where none is known. Only the columns given are read: a line built
+    from it at the grid's end sees nothing after it (`colocation.level_rise` reads it)."""
+    recent = grid[:, -(steps + 1) :]
+    level, rises = recent[:, :-1], np.diff(recent, axis=1)
+    known = ~np.isnan(level) & ~np.isnan(rises)
+    rows, _ = np.nonzero(known)
+    bins = colocation.level_bin(level, np.asarray(reference, dtype=np.float64)[:, None])
+    table = np.full((grid.shape[0], colocation.LEVEL_BINS), -np.inf)
+    np.maximum.at(table, (rows, bins[known]), rises[known])
+    width = int(round(band_fraction * colocation.LEVEL_BINS))
+    padded = np.pad(table, ((0, 0), (width, width)), constant_values=-np.inf)
+    banded = sliding_window_view(padded, 2 * width + 1, axis=1).max(axis=2)
+    largest = table.max(axis=1, keepdims=True)
+    result: FloatArray = np.maximum(
+        np.where(np.isfinite(banded), banded, np.where(np.isfinite(largest), largest, 0)), 0
+    )
+    return result
+
+
+def live_rise_reference(grid: FloatArray, limit: float | None) -> float:
+    """The level a node's live rise table is binned over: its pods' requests (what fills a node), else its largest
+    pooled usage in `grid` (1 x steps), else 1 (nothing known; a NaN limit is none)."""
+    if limit is not None and limit > 0:
+        return limit
+    peak = float(np.nanmax(grid)) if np.any(~np.isnan(grid)) else 0.0
+    return peak if peak > 0 else 1.0
+
+
 class NodeForecaster(BaseEstimator):  # type: ignore[misc]
     """Pooled high-priority usage per node and its short-term (per step) and long-term (steady) forecasts.
 
@@ -189,12 +224,18 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         alive_seconds: int = 3600,
         cpu_jump_quantile: float = 0.99,
         memory_jump_quantile: float = 1.0,
+        live_rise_band_fraction: float = 0.2,
+        cpu_live_rise_history_days: int = 14,
+        memory_live_rise_history_days: int = 7,
     ) -> None:
         self.forecast = forecast
         self.step_seconds = step_seconds
         self.alive_seconds = alive_seconds
         self.cpu_jump_quantile = cpu_jump_quantile
         self.memory_jump_quantile = memory_jump_quantile
+        self.live_rise_band_fraction = live_rise_band_fraction
+        self.cpu_live_rise_history_days = cpu_live_rise_history_days
+        self.memory_live_rise_history_days = memory_live_rise_history_days
 
     @classmethod
     def from_settings(cls, settings: ModelSettings, colocation: ColocationSettings) -> NodeForecaster:
@@ -204,9 +245,15 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
             step_seconds=settings.reservation.step_seconds,
             cpu_jump_quantile=colocation.cpu_jump_quantile,
             memory_jump_quantile=colocation.memory_jump_quantile,
+            live_rise_band_fraction=colocation.live_rise_band_fraction,
+            cpu_live_rise_history_days=colocation.cpu_live_rise_history_days,
+            memory_live_rise_history_days=colocation.memory_live_rise_history_days,
         )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        # A model pickled before a parameter existed gets its default (the live rise table's, issue 18).
+        defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
+        state = {**{k: v for k, v in defaults.items() if k != "self"}, **state}
         super().__setstate__(migrate_node_state(state, FleetForecaster.from_settings))
 
     def _forecaster(self) -> FleetForecaster:
@@ -348,11 +395,14 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 recent = grid[row, -steps_per_day:]
                 known = recent[~np.isnan(recent)]
                 requests = alive[f"{resource}_request"]
+                limit = float(requests.sum()) if requests.notna().any() else None
+                reference = live_rise_reference(grid[row : row + 1], limit)
+                rise_days = getattr(self, f"{resource}_live_rise_history_days")
                 per_resource[resource] = (
                     None
                     if np.all(np.isnan(short[row]))
                     else NodeResourceLines(
-                        limit=float(requests.sum()) if requests.notna().any() else None,
+                        limit=limit,
                         last_usage=float(known[-1]) if known.size else None,
                         jump=float(
                             rise_allowance(
@@ -360,6 +410,13 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                             )[0]
                         ),
                         largest_jump=float(rise_allowance(grid[row : row + 1], 1.0, 7 * steps_per_day)[0]),
+                        live_rise=level_rise_table(
+                            grid[row : row + 1],
+                            np.array([reference]),
+                            self.live_rise_band_fraction,
+                            rise_days * steps_per_day,
+                        )[0].tolist(),
+                        live_rise_reference=reference,
                         recent_usage=[None if np.isnan(v) else float(v) for v in recent],
                         short_term=np.nan_to_num(short[row]).tolist(),
                         long_term=float(np.nan_to_num(long[row])),

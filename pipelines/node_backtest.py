@@ -13,9 +13,10 @@ measured usage exceeded that. Methods:
   next `batch_window_seconds`, and the last measured usage plus the node's rise allowance while that measurement is
   fresh (a stale one is dropped: the forecast, within its horizon, carries on with the forecast-only margin);
 - ours_live: what the live loop serves, updated every step from the newest measured usage (a pod without metrics at
-  its request, as Koordinator counts it): `colocation.live_reclaimable`, the measurement plus the node's largest
-  5-minute rise of the week, capped by the forecast where the settings say so; the forecast-only value while the
-  measurement is stale;
+  its request, as Koordinator counts it): `colocation.live_reclaimable`, the measurement plus the rise the node's
+  live rise table allows from that level (`models.nodes.level_rise_table`, learned at each decision from the days
+  before it, as the daily training does), capped by the forecast where the settings say so; the forecast-only value
+  while the measurement is stale;
 - ours_forecast_only: the same as ours without any measurement after the decision, at the forecast-only margin
   (what `serve` offers between daily trainings, which see no live usage);
 - koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
@@ -33,7 +34,8 @@ Two scenarios: complete metrics, and seeded metric outages (whole-node gaps) whe
 never does; it is tested on hand-made cases.)
 The decision days are split in time: the first half is where the margin settings were chosen, the second is held out.
 For the three paths without our daily forecast's measurement floor (ours_forecast_only, koordinator_our_ratio,
-ours_live) the margin is also swept (`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the
+ours_live; beside them ours_live_weekly_max, the live room's earlier form: the node's largest rise of the week at
+every level, for the record) the margin is also swept (`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the
 smallest with at most the violations of Koordinator's usage policy on the validation days, the rule the settings'
 defaults were chosen by. The fair comparison (`NodeBacktestResult.fair`) tunes Koordinator's knob (usage threshold,
 mid safety margin) on the validation days to at most each method's violations there and judges both on the
@@ -54,7 +56,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
 from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets
-from models.nodes import rise_allowance
+from models.nodes import level_rise_table, live_rise_reference, rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
@@ -62,6 +64,7 @@ from pipelines.settings import TrainingSettings
 from recommender import colocation
 from recommender.arrays import FloatArray, IntArray
 from recommender.progress import Step, quiet
+from recommender.settings import ResourceColocation
 
 BATCH_METHODS = (
     "ours",
@@ -76,7 +79,7 @@ MID_METHODS = ("ours_mid", "koordinator_mid")
 SCENARIOS = ("complete", "outages")
 #: Margins (share of allocatable) swept for the two paths that run without our fresh measurement floor: the value
 #: `serve` offers between trainings and the reclaim-ratio label; the settings' defaults are chosen from this sweep.
-MARGIN_GRID = tuple(round(0.01 * i, 2) for i in range(31))
+MARGIN_GRID = tuple(round(0.005 * i, 3) for i in range(61))
 SWEEP_PARTS = ("validation", "held_out")
 
 
@@ -490,7 +493,8 @@ def run_node_backtest(
         blind_margin = blind_fraction * alloc[:, None]
         reclaim_percent = mine.koordinator_reclaim_percent
         request_now = np.where(present, requests[resource][:, None], np.nan)
-        limit = node_sums(request_now, where.node_of_pod, n_nodes)[:, start:end]
+        requested = node_sums(request_now, where.node_of_pod, n_nodes)
+        limit = requested[:, start:end]
         policies = colocation.KOORDINATOR_RESOURCE_POLICIES[resource]
         hp_used = {
             policy: node_sums(
@@ -528,6 +532,7 @@ def run_node_backtest(
             )
             for q in (quantile, 1.0)
         )
+        rise_tables = live_rise_tables(grid, requested, decision_days, per_day, col.live_rise_band_fraction, mine)
         for scenario in SCENARIOS:
             measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
             full_measured = np.concatenate([np.ones((n_nodes, start), dtype=bool), measured], axis=1)
@@ -560,14 +565,20 @@ def run_node_backtest(
             # The live loop's level: the newest measured usage, a pod without metrics at its request (as Koordinator).
             live_level = np.where(age <= col.fresh_seconds, live[:, start:end], np.nan)
             cap = short_flat if mine.live_forecast_cap else np.nan
+            live_rise = rise_tables.rise(live_level)
 
-            def served_live(fraction: float) -> FloatArray:
-                """What the live loop serves, updated every step from the newest measurement (the forecast-only
-                value where that is stale): `colocation.live_reclaimable`, capped by the next step's forecast."""
-                value = colocation.live_reclaimable(
-                    alloc[:, None], fraction * alloc[:, None], 0.0, 0.0, live_level, largest_jump, cap
-                )
-                return np.where(np.isnan(value), offers.batch["ours_forecast_only"], value)
+            def live_room(rise: FloatArray) -> Callable[[float], FloatArray]:
+                def served(fraction: float) -> FloatArray:
+                    """What the live loop serves, updated every step from the newest measurement (the forecast-only
+                    value where that is stale): `colocation.live_reclaimable` with this rise above the level."""
+                    value = colocation.live_reclaimable(
+                        alloc[:, None], fraction * alloc[:, None], 0.0, 0.0, live_level, rise, cap
+                    )
+                    return np.where(np.isnan(value), offers.batch["ours_forecast_only"], value)
+
+                return served
+
+            served_live = live_room(live_rise)
 
             offers.batch["ours_forecast_only"] = forecast_only(blind_fraction)
             offers.batch["ours_live"] = served_live(mine.live_margin_fraction)
@@ -576,6 +587,7 @@ def run_node_backtest(
                 ("ours_forecast_only", forecast_only),
                 ("koordinator_our_ratio", with_our_ratio),
                 ("ours_live", served_live),
+                ("ours_live_weekly_max", live_room(largest_jump)),
             )
             if scenario == "complete":
                 sweeps[resource] = {
@@ -635,6 +647,47 @@ def run_node_backtest(
         fair,
         time.perf_counter() - started,
     )
+
+
+@dataclass(frozen=True)
+class LiveRiseTables:
+    """Per decision day, each node's live rise table as the daily training learns it then (`level_rise_table` of
+    the days before it) and the level it is binned over."""
+
+    tables: list[FloatArray]  # per day: nodes x LEVEL_BINS
+    references: list[FloatArray]  # per day: nodes
+    per_day: int
+
+    def rise(self, level: FloatArray) -> FloatArray:
+        """The rise allowed above each live `level` (nodes x evaluated steps), by the table of its day."""
+        days = range(len(self.tables))
+        span = [slice(d * self.per_day, (d + 1) * self.per_day) for d in days]
+        return np.concatenate(
+            [colocation.level_rise(self.tables[d], level[:, span[d]], self.references[d]) for d in days], axis=1
+        )
+
+
+def live_rise_tables(
+    grid: FloatArray,
+    requested: FloatArray,
+    decision_days: list[int],
+    per_day: int,
+    band_fraction: float,
+    settings: ResourceColocation,
+) -> LiveRiseTables:
+    """The live rise tables of every decision day, from the node grid before it; binned over the node's requests at
+    the decision (its peak usage where it has none), as `NodeForecaster.predict` does."""
+    tables, references = [], []
+    for day in decision_days:
+        t = day * per_day
+        reference = np.array(
+            [live_rise_reference(grid[n : n + 1, :t], float(requested[n, t - 1])) for n in range(len(grid))]
+        )
+        tables.append(
+            level_rise_table(grid[:, :t], reference, band_fraction, settings.live_rise_history_days * per_day)
+        )
+        references.append(reference)
+    return LiveRiseTables(tables, references, per_day)
 
 
 #: Koordinator's knobs swept for the fair comparison, most room first: the usage policy's reclaim threshold (whole

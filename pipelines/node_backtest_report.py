@@ -111,10 +111,10 @@ def sweep_table(result: NodeBacktestResult, resource: str) -> str:
                 base = reference[part].reclaimed
                 ratio = f"{(found[part].reclaimed / base - 1) * 100:+.1f} %" if base > 0 else "n/a"
                 cells.append(f"{ratio}, {found[part].violations}")
-        rows.append(f"| {fraction * 100:.0f} % | " + " | ".join(cells) + " |")
+        rows.append(f"| {fraction * 100:g} % | " + " | ".join(cells) + " |")
     bounds = ", ".join(f"{part.replace('_', ' ')} {reference[part].violations}" for part in SWEEP_PARTS)
     chosen = "; ".join(
-        f"{m}: {'none of the swept margins' if (c := result.chosen_margin(resource, m)) is None else f'{c * 100:.0f} %'}"
+        f"{m}: {'none of the swept margins' if (c := result.chosen_margin(resource, m)) is None else f'{c * 100:g} %'}"
         for m in methods
     )
     rows += [

@@ -19,9 +19,11 @@ Koordinator's drop to 0.
 
 Live (what `recommender live` serves, updated every few minutes from the node's newest high-priority usage):
     batch = max(0, allocatable - margin - max(system, reserved) - max(last_usage, min(last_usage + rise, forecast)))
-the measured level plus only the rise possible before the next update (`rise`: the node's largest 5-minute rise of
-the week), for CPU capped by the short-term forecast (a rise the forecast does not expect is not reserved for) but
-never below the measured usage itself; `live_reclaimable`.
+the measured level plus only the rise possible before the next update, optionally capped by the short-term forecast
+(off by default: capped, the held-out violations were several times Koordinator's) but never below the measured usage
+itself; `live_reclaimable`. `rise` depends on the level (`level_rise`): the largest 5-minute rise the node showed in
+the last days from a level near the current one (Mondrian by node and level band: a node idling can jump by a whole
+burst, a node already busy only by what is left), a table the daily training learns (`models.nodes.level_rise_table`).
 
 Koordinator's, for comparison and for what we write for it (its source, koordinator-sh/koordinator; docs/benchmarks.md
 "Node colocation backtest" cites each rule):
@@ -40,7 +42,7 @@ from typing import Literal
 
 import numpy as np
 
-from recommender.arrays import FloatArray
+from recommender.arrays import FloatArray, IntArray
 
 ArrayLike = float | FloatArray
 KoordinatorPolicy = Literal["usage", "request", "maxUsageRequest"]
@@ -249,6 +251,27 @@ def reclaim_ratio_label(percent: int) -> str:
 KOORDINATOR_READS = np.array([koordinator_reclaim_percent(reclaim_ratio_label(p)) for p in range(101)], dtype=float)
 
 
+#: Level bins of a node's live rise table (`level_rise`): each 1 % of the node's reference level.
+LEVEL_BINS = 100
+
+
+def level_bin(level: ArrayLike, reference: ArrayLike) -> IntArray:
+    """The bin of each `level` (cores or bytes) in a rise table over [0, `reference`) in `LEVEL_BINS` equal bins; a
+    level at or above the reference falls in the last bin, a NaN level or a reference of 0 in the first."""
+    ref = np.asarray(reference, dtype=np.float64)
+    share = np.nan_to_num(np.asarray(level, dtype=np.float64) / np.where(ref > 0, ref, np.inf))
+    result: IntArray = np.clip(np.floor(share * LEVEL_BINS), 0, LEVEL_BINS - 1).astype(np.int64)
+    return result
+
+
+def level_rise(table: FloatArray, level: ArrayLike, reference: ArrayLike) -> FloatArray:
+    """The rise a node's `table` (..., LEVEL_BINS) allows above each `level` (..., k): its value at the level's bin
+    (`level_bin`), in the table's unit."""
+    bins = level_bin(level, np.expand_dims(np.asarray(reference, dtype=np.float64), -1))
+    result: FloatArray = np.take_along_axis(np.asarray(table, dtype=np.float64), bins, axis=-1)
+    return result
+
+
 def live_reclaimable(
     allocatable: ArrayLike,
     margin: ArrayLike,
@@ -261,10 +284,9 @@ def live_reclaimable(
     """The batch (short-term `forecast`) or mid (long-term) room served between live updates, floored at 0.
 
     `last_usage` is the node's newest measured high-priority usage (a pod without metrics at its request, as
-    Koordinator counts it), `rise` the most it can climb before the next update (the node's largest 5-minute rise of
-    the week), `forecast` our short-term line over that interval, the cap (NaN: no cap; memory runs uncapped, since
-    its spikes pass the forecast); all in cores or bytes. The reserved usage is the measured level plus the rise,
-    capped by the forecast (a day-ahead quantile line: a rise beyond it is not expected) and never below the
+    Koordinator counts it), `rise` the most it can climb before the next update (`level_rise` of that level),
+    `forecast` our short-term line over that interval, the cap (NaN: no cap, the default); all in cores or bytes. The
+    reserved usage is the measured level plus the rise, capped by the forecast where one is given and never below the
     measurement. NaN where `last_usage` is NaN:
     with no fresh measurement the caller serves the forecast-only value (`reclaimable`) instead.
     """

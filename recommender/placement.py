@@ -27,7 +27,7 @@ import numpy.typing as npt
 from recommender import colocation, koordinator
 from recommender.identity import WorkloadKey
 from recommender.owners import workload_candidates
-from recommender.resources import NodeForecast, NodePod, WorkloadRecommendation
+from recommender.resources import NodeForecast, NodePod, NodeResourceLines, WorkloadRecommendation
 from recommender.settings import ColocationSettings, PlacementSettings
 from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantity
 
@@ -345,8 +345,8 @@ def node_reclaimable(
     measured = pooled.last_usage if pooled is not None else None
     live = live_level(state.forecast, resource, now, settings)
     if live is not None and pooled is not None:
-        # The live loop's fresh measurement: its level plus the rise possible before the next update.
-        rise = pooled.jump if pooled.largest_jump is None else pooled.largest_jump
+        # The live loop's fresh measurement: its level plus the rise possible before the next update from it.
+        rise = live_rise(pooled, live[0])
         cap = float(column[ahead[0], loads.index[name]]) if mine.live_forecast_cap else float("nan")
         long_cap = state.long_term[resource] if mine.live_forecast_cap else float("nan")
         live_margin = allocatable * mine.live_margin_fraction
@@ -375,6 +375,15 @@ def node_reclaimable(
         )
     policy = "live" if live is not None else "forecast" if state.forecast is not None else "per-pod lines"
     return Reclaimable(batch, mid, policy, live is None and weight < 1.0, koordinator_values)
+
+
+def live_rise(pooled: NodeResourceLines, level: float) -> float:
+    """The rise the live room keeps above a measured `level`: the node's rise table at that level
+    (`colocation.level_rise`); for a version stored before the table, the largest rise of the week (else `jump`)."""
+    if pooled.live_rise is not None and pooled.live_rise_reference is not None:
+        table = np.asarray([pooled.live_rise], dtype=np.float64)
+        return float(colocation.level_rise(table, np.array([[level]]), np.array([pooled.live_rise_reference]))[0, 0])
+    return pooled.jump if pooled.largest_jump is None else pooled.largest_jump
 
 
 def live_level(

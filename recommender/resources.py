@@ -192,6 +192,18 @@ class NodeResourceLines(BaseModel):
             "measurement up to a step old); None in versions from before it was stored (then `jump`)."
         ),
     )
+    live_rise: list[float] | None = Field(
+        None,
+        description=(
+            "The live room's rise table: per level bin (`colocation.LEVEL_BINS` of live_rise_reference), the largest "
+            "5-minute rise of the pooled usage from about that level in the last days (`models.nodes.level_rise_table`); "
+            "None in versions from before it was stored (then largest_jump)."
+        ),
+    )
+    live_rise_reference: float | None = Field(
+        None,
+        description="The level live_rise is binned over (the pods' requests, else the peak usage), cores or bytes.",
+    )
     recent_usage: list[float | None] = Field(
         description="Pooled high-priority usage per step over the last day before as_of."
     )

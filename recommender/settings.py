@@ -469,29 +469,49 @@ class ColocationSettings(BaseModel):
         0.11, ge=0, lt=1, description="Same for the memory-reclaim-ratio label (chosen the same way)."
     )
     cpu_live_margin_fraction: float = Field(
-        0.04,
+        0.025,
         ge=0,
         lt=1,
         description=(
             "Margin of the node room served from live usage (`colocation.live_reclaimable`: the newest measured "
-            "high-priority usage plus the node's largest 5-minute rise of the week, capped by the short-term "
-            "forecast where cpu_live_forecast_cap), share of allocatable CPU (chosen on the validation days of the --nodes backtest: no more "
-            "violations than Koordinator's usage policy, with the most room)."
+            "high-priority usage plus the node's largest 5-minute rise from about that level, the live rise table), "
+            "share of allocatable CPU (chosen on the validation days of the --nodes backtest: the smallest with no "
+            "more violations than Koordinator's usage policy; docs/benchmarks.md)."
         ),
     )
-    memory_live_margin_fraction: float = Field(
-        0.12, ge=0, lt=1, description="Same for memory (chosen the same way; uncapped, see memory_live_forecast_cap)."
-    )
+    memory_live_margin_fraction: float = Field(0.12, ge=0, lt=1, description="Same for memory (chosen the same way).")
     cpu_live_forecast_cap: bool = Field(
-        True,
+        False,
         description=(
             "Cap the rise reserved above the live CPU usage at the short-term forecast (a rise the forecast does not "
-            "expect is not reserved for; CPU is compressible). Chosen on the validation days of the --nodes backtest."
+            "expect is not reserved for). Off: capped, the held-out and unseen-July violations were several times "
+            "Koordinator's (--nodes backtest)."
         ),
     )
     memory_live_forecast_cap: bool = Field(
         False,
         description="Same for memory: off, since memory spikes past the forecast (chosen the same way).",
+    )
+    live_rise_band_fraction: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description=(
+            "Live rise table: a node's rise allowed above a level is the largest 5-minute rise it showed from a level "
+            "within this share of its requests (Mondrian by level band; 0: the same 1 % bin only, 1: any level, the "
+            "largest rise). Chosen on the validation days of the --nodes backtest (10-30 % tried)."
+        ),
+    )
+    cpu_live_rise_history_days: int = Field(
+        14,
+        gt=0,
+        description=(
+            "Days of 5-minute CPU rises the live rise table learns from (chosen on the validation days: 14 kept fewer "
+            "violations than 7)."
+        ),
+    )
+    memory_live_rise_history_days: int = Field(
+        7, gt=0, description="Same for memory (7: 14 days gave less room at the same violations)."
     )
     cpu_jump_quantile: float = Field(
         0.99,
@@ -564,6 +584,7 @@ class ColocationSettings(BaseModel):
             reclaim_ratio_margin_fraction=getattr(self, f"{resource}_reclaim_ratio_margin_fraction"),
             live_margin_fraction=getattr(self, f"{resource}_live_margin_fraction"),
             live_forecast_cap=getattr(self, f"{resource}_live_forecast_cap"),
+            live_rise_history_days=getattr(self, f"{resource}_live_rise_history_days"),
             jump_quantile=getattr(self, f"{resource}_jump_quantile"),
             koordinator_reclaim_percent=getattr(self, f"koordinator_{resource}_reclaim_percent"),
         )
@@ -578,5 +599,6 @@ class ResourceColocation:
     reclaim_ratio_margin_fraction: float
     live_margin_fraction: float
     live_forecast_cap: bool
+    live_rise_history_days: int
     jump_quantile: float
     koordinator_reclaim_percent: float

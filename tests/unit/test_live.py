@@ -250,6 +250,7 @@ def test_a_nodes_room_follows_a_step_in_its_pods_live_usage_within_one_update() 
     short_term, long_term, rise = 3.0, 3.5, 0.8  # forecast_of's lines and largest 5-minute rise
 
     def expected(level: float, cap: float) -> float:
+        cap = cap if cpu.live_forecast_cap else np.nan
         return float(colocation.live_reclaimable(10.0, 10.0 * cpu.live_margin_fraction, 0.0, 0.0, level, rise, cap))
 
     before, after = _room(nodes, "cpu", t0 + 30), _room(stepped, "cpu", t1 + 30)
