@@ -438,21 +438,22 @@ class ColocationSettings(BaseModel):
         description="Same for memory (not compressible: the smallest margin with no more violations than Koordinator on the validation days).",
     )
     cpu_forecast_only_margin_fraction: float = Field(
-        0.13,
+        0.29,
         ge=0,
         lt=1,
         description=(
             "Margin used instead of cpu_margin_fraction when no usage measurement younger than fresh_seconds floors "
-            "the offer (what `serve` offers between trainings, and during metric outages), share of allocatable CPU: "
-            "the forecast alone must absorb its own day-ahead error (chosen on the validation days of the --nodes "
-            "backtest: no more violations than Koordinator's usage policy)."
+            "the offer (what `serve` offers between trainings without the live loop, and during metric outages), "
+            "share of allocatable CPU: the forecast alone must absorb its own day-ahead error (chosen on the "
+            "validation days of the --nodes backtest on bitbrains-aug and on bitbrains-jul-aug's July days: the "
+            "smallest with no more violations than Koordinator's usage policy on both)."
         ),
     )
     memory_forecast_only_margin_fraction: float = Field(
-        0.28,
+        0.21,
         ge=0,
         lt=1,
-        description="Same for memory (chosen the same way: Koordinator had no memory violation on the validation days, so it is wide).",
+        description="Same for memory (chosen the same way: Koordinator had no memory violation on those days, so it is wide).",
     )
     cpu_reclaim_ratio_margin_fraction: float = Field(
         0.02,
