@@ -54,8 +54,8 @@ class Reclaimable(BaseModel):
     batch: float = Field(
         description=(
             "Our batch allocatable now. While the live loop's measurement of the node is at most fresh_seconds old "
-            "(policy live): allocatable - live margin - the live high-priority usage plus the node's largest 5-minute "
-            "rise of the week, for CPU capped by the short-term reservation (colocation.live_reclaimable). Otherwise "
+            "(policy live): allocatable - live margin - the live high-priority usage plus the largest 5-minute rise "
+            "the node showed from about that level (its live rise table; colocation.live_reclaimable). Otherwise "
             "allocatable - margin - the highest short-term reservation over the batch window, forecast-only with the "
             "wider forecast-only margin (colocation.*_forecast_only_margin_fraction) except within fresh_seconds of "
             "the training's last sample, where the measured usage + rise allowance floor it with the normal margin."

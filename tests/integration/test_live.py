@@ -170,7 +170,7 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         # Served by `serve`'s reload: the REST answer says which update and how old.
         assert served(state).cpu.target >= 0.9  # type: ignore[union-attr]
         # The same update measured the node (main + sidecar: 1.05 cores), and the room `serve` offers drops by the
-        # step, less the week's largest 5-minute rise the room before it already kept free.
+        # step, less the rise above the level (the node's rise table) the room before it already kept free.
         measured = next(n for n in store.load_live(update).nodes if n.node == NODE)
         assert measured.cpu is not None and measured.cpu.live_usage is not None
         assert measured.cpu.live_usage >= 1.0, measured.cpu.live_usage
