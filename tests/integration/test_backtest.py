@@ -83,6 +83,7 @@ def test_node_backtest_on_a_small_fleet(small_usage: Path) -> None:
             "ours_forecast_only",
             "koordinator_our_ratio",
             "ours_live",
+            "ours_live_weekly_max",
         }
         # during outages the mid held from the last report drops to 0 once it is older than 15 minutes
         assert result.summaries["all"]["outages"][resource]["koordinator_mid"].zero_drops >= 1
