@@ -36,6 +36,7 @@ from models.forecast import (
     StlForecaster,
     WindowQuantileForecaster,
     check_grid,
+    fit_together,
     nan_quantile,
     nan_quantiles,
 )
@@ -580,14 +581,21 @@ def rolling_origins(n_steps: int, selection_days: int, steps_per_day: int) -> li
 
 
 def candidate_lines(
-    grid: FloatArray, candidate: BaseEstimator, origins: list[int], steps_per_day: int, constant: bool
-) -> FloatArray:
-    """One candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
-    or (origins x containers x 1) when `constant` (a constant line is one value: memory stays small)."""
-    out = np.full((len(origins), grid.shape[0], 1 if constant else steps_per_day), np.nan)
+    grid: FloatArray,
+    candidates: Sequence[BaseEstimator],
+    origins: list[int],
+    steps_per_day: int,
+    constant: Sequence[bool],
+) -> list[FloatArray]:
+    """Each candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
+    or (origins x containers x 1) where `constant[m]` (a constant line is one value: memory stays small). The
+    candidates are fitted together at each origin (`fit_together`: one sort for the decayed quantiles, one windowed
+    quantile for the time-of-day windows that differ in their floor)."""
+    out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
     for o, origin in enumerate(origins):
-        line = clone(candidate).fit(grid[:, :origin]).predict(steps_per_day)
-        out[o] = constant_line(line)[:, :1] if constant else line
+        for m, model in enumerate(fit_together(candidates, grid[:, :origin])):
+            line = model.predict(steps_per_day)
+            out[m][o] = constant_line(line)[:, :1] if constant[m] else line
     return out
 
 
@@ -611,7 +619,7 @@ def rolling_lines(
     """Every candidate's `candidate_lines` (origins x containers x steps, or x 1 when `constant`) and the usage that
     followed each origin (origins x containers x steps: a day, or `horizon_days` when constant)."""
     origins = rolling_origins(grid.shape[1], selection_days, steps_per_day)
-    past = [candidate_lines(grid, c, origins, steps_per_day, constant) for c in candidates]
+    past = candidate_lines(grid, candidates, origins, steps_per_day, [constant] * len(candidates))
     return past, usage_after(grid, origins, (horizon_days if constant else 1) * steps_per_day)
 
 

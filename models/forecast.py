@@ -15,18 +15,20 @@ step i of the forecast is "i steps after the decision", and a day is `steps_per_
 
 from __future__ import annotations
 
-from typing import Any, Self
+from collections.abc import Callable, Sequence
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from recommender.arrays import FloatArray
 
 STEPS_PER_DAY = 288
+_T = TypeVar("_T")
 #: Values of the (rows x steps x window) array a `WindowQuantileForecaster` sorts at once (4M: 32 MB).
 WINDOW_BLOCK_VALUES = 4_000_000
 
@@ -104,6 +106,64 @@ def repeat_daily(profile: FloatArray, n_steps: int) -> FloatArray:
     return result
 
 
+class SharedFit:
+    """One grid's intermediate results, computed once for every candidate fitted on it (`fit_together`): candidates
+    of one family differ in a parameter applied after the costly part (the decayed quantiles' half-lives after one
+    sort, the time-of-day windows' floors after one windowed quantile), and flat quantiles of the same last steps
+    recur across families. Keys are what the result depends on, so a shared result is the one each would compute."""
+
+    def __init__(self, grid: FloatArray) -> None:
+        self.grid = grid
+        self._memo: dict[tuple[object, ...], Any] = {}
+
+    def recent(self, n_steps: int) -> FloatArray:
+        """The last `n_steps` columns (all when the grid is narrower)."""
+        result: FloatArray = self.grid[:, -max(n_steps, 1) :]
+        return result
+
+    def quantile(self, n_steps: int, q: float) -> FloatArray:
+        """`nan_quantile` of the last `n_steps` columns."""
+        return self.once(
+            ("quantile", min(max(n_steps, 1), self.grid.shape[1]), q), lambda: _flat_quantile(self.recent(n_steps), q)
+        )
+
+    def sorted_recent(self, n_steps: int) -> tuple[npt.NDArray[np.intp], FloatArray]:
+        """The argsort (NaN last) of each row of the last `n_steps` columns and the sorted values."""
+
+        def sort() -> tuple[npt.NDArray[np.intp], FloatArray]:
+            window = self.recent(n_steps)
+            order = np.argsort(window, axis=1)
+            return order, np.take_along_axis(window, order, axis=1)
+
+        return self.once(("sorted", min(max(n_steps, 1), self.grid.shape[1])), sort)
+
+    def once(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
+        """`make()`, computed the first time `key` is asked for."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        result: _T = self._memo[key]
+        return result
+
+
+def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
+    """`nan_quantile` of each row; the max (as `nan_quantile` gives it) without a sort when q >= 1."""
+    if q >= 1.0:
+        result: FloatArray = np.fmax.reduce(window, axis=1) if window.shape[1] else np.full(window.shape[0], np.nan)
+        return result
+    return nan_quantile(window, q)
+
+
+def fit_together(candidates: Sequence[BaseEstimator], X: Any) -> list[BaseEstimator]:
+    """Clones of `candidates`, each fitted on the grid X as its own `fit` would, sharing what they have in common
+    (`SharedFit`)."""
+    shared = SharedFit(check_grid(X, "fit_together"))
+    fitted = []
+    for candidate in candidates:
+        model = clone(candidate)
+        fitted.append(model.fit_shared(shared) if hasattr(model, "fit_shared") else model.fit(shared.grid))
+    return fitted
+
+
 class _ConstantLine(BaseEstimator):  # type: ignore[misc]
     """A line that holds one fitted `level_` per container over any horizon, learned from the last `days` days."""
 
@@ -111,10 +171,14 @@ class _ConstantLine(BaseEstimator):  # type: ignore[misc]
     steps_per_day: int
     level_: FloatArray
 
-    def _window(self, X: Any) -> FloatArray:
-        grid = check_grid(X, type(self).__name__)
-        result: FloatArray = grid[:, -max(int(self.days * self.steps_per_day), 1) :]
-        return result
+    def _steps(self) -> int:
+        return int(self.days * self.steps_per_day)
+
+    def fit(self, X: Any, y: Any = None) -> Self:
+        return self.fit_shared(SharedFit(check_grid(X, type(self).__name__)))
+
+    def fit_shared(self, shared: SharedFit) -> Self:
+        raise NotImplementedError
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "level_")
@@ -130,12 +194,8 @@ class FlatQuantileForecaster(_ConstantLine):
         self.quantile = quantile
         self.steps_per_day = steps_per_day
 
-    def fit(self, X: Any, y: Any = None) -> Self:
-        window = self._window(X)
-        if self.quantile >= 1.0:  # the max, as `nan_quantile` gives it, without a sort
-            self.level_ = np.fmax.reduce(window, axis=1) if window.shape[1] else np.full(window.shape[0], np.nan)
-        else:
-            self.level_ = nan_quantile(window, self.quantile)
+    def fit_shared(self, shared: SharedFit) -> Self:
+        self.level_ = shared.quantile(self._steps(), self.quantile)
         return self
 
 
@@ -158,10 +218,11 @@ class MultiWindowQuantileForecaster(_ConstantLine):
         self.quantile = quantile
         self.steps_per_day = steps_per_day
 
-    def fit(self, X: Any, y: Any = None) -> Self:
-        window = self._window(X)
+    def fit_shared(self, shared: SharedFit) -> Self:
+        # Each span's last steps within the window of `days` (a span is at most `days`).
         spans = np.geomspace(self.shortest_days, self.days, max(self.windows, 1))
-        levels = [nan_quantile(window[:, -max(int(d * self.steps_per_day), 1) :], self.quantile) for d in spans]
+        steps = max(self._steps(), 1)
+        levels = [shared.quantile(min(max(int(d * self.steps_per_day), 1), steps), self.quantile) for d in spans]
         stacked = np.stack(levels)
         known = ~np.isnan(stacked)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -187,15 +248,16 @@ class DecayedQuantileForecaster(_ConstantLine):
         self.half_life_steps = half_life_steps
         self.steps_per_day = steps_per_day
 
-    def fit(self, X: Any, y: Any = None) -> Self:
-        window = self._window(X)
-        age = np.arange(window.shape[1] - 1, -1, -1, dtype=np.float64)
-        weights = np.where(np.isnan(window), 0.0, np.exp2(-age / self.half_life_steps)[None, :])
-        order = np.argsort(window, axis=1)  # NaN last, with weight 0
-        cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
-        total = cumulative[:, -1:] if window.shape[1] else np.zeros((window.shape[0], 1))
-        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(window.shape[1] - 1, 0))
-        picked = np.take_along_axis(np.take_along_axis(window, order, axis=1), rank[:, None], axis=1)[:, 0]
+    def fit_shared(self, shared: SharedFit) -> Self:
+        # The sort is the costly part and does not depend on the half-life: candidates differing in it share it.
+        order, ordered = shared.sorted_recent(self._steps())  # NaN last, with weight 0
+        width = ordered.shape[1]
+        age = np.arange(width - 1, -1, -1, dtype=np.float64)
+        weights = np.where(np.isnan(ordered), 0.0, np.exp2(-age / self.half_life_steps)[order])
+        cumulative = np.cumsum(weights, axis=1)
+        total = cumulative[:, -1:] if width else np.zeros((ordered.shape[0], 1))
+        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(width - 1, 0))
+        picked = np.take_along_axis(ordered, rank[:, None], axis=1)[:, 0]
         self.level_ = np.where(total[:, 0] > 0, picked, np.nan)
         return self
 
@@ -224,19 +286,24 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        grid = check_grid(X, type(self).__name__)
-        per_day = self.steps_per_day
-        # Rows are independent: blocks of them bound the (rows x steps x window) array to tens of MB whatever the fleet.
-        block = max(1, WINDOW_BLOCK_VALUES // max(per_day * self.days * (2 * self.window_steps + 1), 1))
-        seasonal = (
-            np.concatenate([self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)])
-            if grid.shape[0]
-            else np.zeros((0, per_day))
-        )
-        recent = grid[:, -self.days * per_day :]
-        floor = self.floor_fraction * nan_quantile(recent, self.floor_quantile)
+        return self.fit_shared(SharedFit(check_grid(X, type(self).__name__)))
+
+    def fit_shared(self, shared: SharedFit) -> Self:
+        # The windowed quantile is the costly part; candidates differing only in the floor share it.
+        key = ("seasonal", self.days, self.window_steps, self.quantile, self.steps_per_day)
+        seasonal = shared.once(key, lambda: self._seasonal_blocks(shared.grid))
+        floor = self.floor_fraction * shared.quantile(self.days * self.steps_per_day, self.floor_quantile)
         self.profile_ = np.fmax(seasonal, floor[:, None])
         return self
+
+    def _seasonal_blocks(self, grid: FloatArray) -> FloatArray:
+        """`_seasonal` of every row: rows are independent, so blocks of them bound the (rows x steps x window) array
+        to tens of MB whatever the fleet."""
+        per_day = self.steps_per_day
+        block = max(1, WINDOW_BLOCK_VALUES // max(per_day * self.days * (2 * self.window_steps + 1), 1))
+        if not grid.shape[0]:
+            return np.zeros((0, per_day))
+        return np.concatenate([self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)])
 
     def _seasonal(self, grid: FloatArray) -> FloatArray:
         """The windowed quantile per row and time of day over the last `days` days of `grid`."""

@@ -230,15 +230,15 @@ def fit_resource_forecasts(
     fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
     def backtest(candidates: list[BaseEstimator]) -> list[FloatArray]:
-        out = []
-        for candidate in candidates:
-            key = model_name(candidate)
-            if key not in past:
-                constant = isinstance(candidate, CONSTANT_FORECASTERS)
-                lines = [candidate_lines(part, candidate, origins, per_day, constant) for part in scored]
-                past[key] = lines[0] if len(lines) == 1 else np.concatenate(lines, axis=1)
-            out.append(past[key])
-        return out
+        # Every candidate not yet backtested, fitted together at each origin (`candidate_lines`).
+        new = list({model_name(c): c for c in candidates if model_name(c) not in past}.values())
+        if new:
+            constant = [isinstance(c, CONSTANT_FORECASTERS) for c in new]
+            lines = [candidate_lines(part, new, origins, per_day, constant) for part in scored]
+            for m, candidate in enumerate(new):
+                parts = [part[m] for part in lines]
+                past[model_name(candidate)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        return [past[model_name(c)] for c in candidates]
 
     def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
         def fit(m: int) -> BaseEstimator:
@@ -251,11 +251,13 @@ def fit_resource_forecasts(
 
     short, request, long = (settings.target_for(line) for line in LINES)
     models = []
-    for target, candidates, constant, days in (
+    specs = (
         (short, short_term_candidates(settings, short), False, 1),
         (request, constant_candidates(settings, request), True, 1),
         (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
-    ):
+    )
+    backtest([candidate for _, candidates, _, _ in specs for candidate in candidates])  # all lines' at once
+    for target, candidates, constant, days in specs:
         fleet = selected_forecaster(settings, candidates, target, constant, days)
         fleet.decide(backtest(candidates), usage.first(days * per_day))
         models.append(
