@@ -25,6 +25,7 @@ from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -55,15 +56,28 @@ SELECTION_BLOCK_VALUES = 2_000_000
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
-    containers)."""
+    containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
+    a block is a read-only view of the grid, not a copy."""
 
     def __init__(self, grid: FloatArray, origins: list[int], steps: int) -> None:
         self.grid = grid
         self.origins = origins
         self.steps = steps
         self.shape = (len(origins), grid.shape[0], steps)
+        spacing = set(np.diff(origins).tolist())
+        self._view: FloatArray | None = None
+        if origins and len(spacing) <= 1 and origins[0] >= 0 and origins[-1] + steps <= grid.shape[1]:
+            row_stride, step_stride = grid.strides
+            self._view = as_strided(
+                grid[:, origins[0] :],
+                shape=self.shape,
+                strides=((spacing.pop() if spacing else 0) * step_stride, row_stride, step_stride),
+                writeable=False,
+            )
 
     def rows(self, rows: slice) -> FloatArray:
+        if self._view is not None:
+            return self._view[:, rows]
         return usage_after(self.grid[rows], self.origins, self.steps)
 
     def first(self, steps: int) -> FutureUsage:
@@ -621,6 +635,14 @@ def candidate_lines(
         for m, model in enumerate(fit_together(candidates, grid[:, :origin])):
             line = model.predict(steps_per_day)
             out[m][o] = constant_line(line)[:, :1] if constant[m] else line
+    return out
+
+
+def with_room(grid: FloatArray, steps: int) -> FloatArray:
+    """The grid followed by `steps` NaN columns: the same usage after each origin (`usage_after`), and room for a
+    `FutureUsage` to read it as a view."""
+    out = np.full((grid.shape[0], grid.shape[1] + steps), np.nan)
+    out[:, : grid.shape[1]] = grid
     return out
 
 

@@ -43,6 +43,7 @@ from models.ensemble import (
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
+    with_room,
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -223,9 +224,11 @@ def fit_resource_forecasts(
         for g in grids
     ]
     rows = [np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day) for grid in grids]
-    scored = [grid[r] for grid, r in zip(grids, rows)]
+    # The scored rows with a week of NaN after them: the usage after each origin is a view of them, not a copy.
+    padded = [with_room(grid[r], LONG_TERM_DAYS * per_day) for grid, r in zip(grids, rows)]
+    scored = [part[:, :width] for part in padded]
     origins = rolling_origins(width, settings.selection_days, per_day)
-    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in scored])
+    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in padded])
     past: dict[str, FloatArray] = {}
     fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
