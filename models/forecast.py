@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from recommender.arrays import FloatArray
+from recommender.arrays import FloatArray, IntArray
 
 STEPS_PER_DAY = 288
 _T = TypeVar("_T")
@@ -56,6 +56,9 @@ def nan_quantiles(values: FloatArray, qs: tuple[float, ...]) -> list[FloatArray]
     last = max(values.shape[-1] - 1, 0)
     ranks = [np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, last) for q in qs]
     distinct = np.unique(np.concatenate([r.ravel() for r in ranks])) if values.size else np.empty(0, dtype=np.int64)
+    depths = [count - 1 - rank for rank in ranks]
+    if values.size and (deepest := max(int(np.max(d)) for d in depths)) <= TOP_MAX_DEPTH:
+        return _pick_tops(_tops(values, deepest), depths, count)
     if values.size == 0:
         ordered = values
     elif distinct.size <= PARTITION_MAX_RANKS and values.shape[-1] >= PARTITION_MIN_ROW:
@@ -71,6 +74,56 @@ def nan_quantiles(values: FloatArray, qs: tuple[float, ...]) -> list[FloatArray]
         )
         out.append(np.where(count > 0, picked, np.nan))
     return out
+
+
+#: Places from the top (0: the max) up to which `nan_quantiles` takes maxima instead of sorting: a high quantile of a
+#: short row (the 99th of at most 100 values is their max, of 101 to 200 the second largest).
+TOP_MAX_DEPTH = 2
+
+
+def _tops(values: FloatArray, deepest: int) -> list[FloatArray]:
+    """The `deepest` + 1 largest of each row (last axis; NaN and -inf count as missing, -inf when none is left), by
+    repeated maxima, taking one out each time (ties keep their multiplicity)."""
+    if deepest == 0:
+        top = np.max(np.where(np.isnan(values), -np.inf, values), axis=-1) if values.shape[-1] else values[..., 0]
+        return [top]
+    work = np.where(np.isnan(values), -np.inf, values)
+    tops = []
+    for place in range(deepest + 1):
+        at = np.argmax(work, axis=-1)[..., None]
+        tops.append(np.take_along_axis(work, at, axis=-1)[..., 0])
+        if place < deepest:
+            np.put_along_axis(work, at, -np.inf, axis=-1)
+    return tops
+
+
+def _pick_tops(tops: list[FloatArray], depths: list[IntArray], count: IntArray) -> list[FloatArray]:
+    """For each of `depths`, the value that many places below the top (`_tops`); NaN for rows without any value."""
+    return [np.where(count > 0, np.choose(np.clip(depth, 0, len(tops) - 1), tops), np.nan) for depth in depths]
+
+
+def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
+    """`nan_quantile` at each step of the union over days of a sliding window: `segments` (rows x days x (steps +
+    width - 1)) gives, per step t, the values segments[:, :, t : t + width]; the result is rows x steps.
+
+    A high quantile of such a union is one of its few largest values, and those are among the few largest of each
+    column across days: so when the quantile lies within `TOP_MAX_DEPTH` of the top everywhere, only each column's
+    largest values enter the windows (a fraction of the values, no sort); otherwise every value, sorted."""
+    rows, days, columns = segments.shape
+    known = ~np.isnan(segments)
+    cumulative = np.concatenate([np.zeros((rows, 1), dtype=np.int64), np.cumsum(known.sum(axis=1), axis=1)], axis=1)
+    count = cumulative[:, width:] - cumulative[:, :-width]
+    rank = np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, max(days * width - 1, 0))
+    depth = count - 1 - rank
+    deepest = int(depth[count > 0].max()) if (count > 0).any() else 0
+    if deepest > TOP_MAX_DEPTH or not segments.size:
+        windows = sliding_window_view(segments, width, axis=2)  # rows x days x steps x width
+        return nan_quantile(np.moveaxis(windows, 1, 2).reshape(rows, columns - width + 1, days * width), q)
+    per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)  # rows x places x cols
+    places = per_column.shape[1]
+    candidates = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2)  # rows x steps x places x width
+    tops = _tops(candidates.reshape(rows, columns - width + 1, places * width), deepest)
+    return _pick_tops(tops, [depth], count)[0]
 
 
 def usage_grid(
@@ -309,16 +362,14 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
         """The windowed quantile per row and time of day over the last `days` days of `grid`."""
         per_day, half = self.steps_per_day, self.window_steps
         n_groups, n = grid.shape
-        windows = []
+        # Per day back, the positions of the same time of day widened by the window; future or pre-history is NaN.
+        segments = np.full((n_groups, self.days, per_day + 2 * half), np.nan)
         for day in range(1, self.days + 1):
-            # Positions of the same time of day `day` days back, widened by the window; future or pre-history is NaN.
             start = n - day * per_day - half
-            segment = np.full((n_groups, per_day + 2 * half), np.nan)
             lo, hi = max(start, 0), min(start + per_day + 2 * half, n)
             if hi > lo:
-                segment[:, lo - start : hi - start] = grid[:, lo:hi]
-            windows.append(sliding_window_view(segment, 2 * half + 1, axis=1))
-        return nan_quantile(np.concatenate(windows, axis=2), self.quantile)
+                segments[:, day - 1, lo - start : hi - start] = grid[:, lo:hi]
+        return window_quantile(segments, 2 * half + 1, self.quantile)
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "profile_")
