@@ -260,17 +260,6 @@ def labelled_quantiles(blocks: RatioBlocks, labels: IntArray, n_labels: int, q: 
 
     Exact, holding a block at a time: a first pass counts the values per label in bins ordered as the floats are,
     a second keeps only the values of the bin that holds each rank."""
-    result, totals, _, _ = labelled_excess(blocks, labels, n_labels, q, None)
-    return result, totals
-
-
-def labelled_excess(
-    blocks: RatioBlocks, labels: IntArray, n_labels: int, q: float, lines: FloatArray | None
-) -> tuple[FloatArray, IntArray, IntArray, FloatArray]:
-    """`labelled_quantiles` and, from the same two passes when `lines` (the lines the ratios were scored against)
-    are given, per container: its known values above its label's quantile and above the union's (2 x containers;
-    labelled containers only) and the sum of its lines where its ratio is known. (Above a quantile is above its bin,
-    counted in the second pass, or in its bin and above it, read from the values that pass keeps.)"""
     spill = n_labels * _BIN_COUNT
     counts = np.zeros(spill, dtype=np.int64)
     for rows, ratio in blocks():
@@ -283,42 +272,23 @@ def labelled_excess(
     ranks = np.minimum(np.maximum(np.ceil(q * totals).astype(np.int64) - 1, 0), np.maximum(totals - 1, 0))
     target = np.array([np.searchsorted(row, rank, side="right") for row, rank in zip(cumulative, ranks)])
     below = np.where(target > 0, cumulative[np.arange(n_labels + 1), np.maximum(target - 1, 0)], 0)
-    n_containers = labels.size
-    above = np.zeros((2, n_containers), dtype=np.int64)
-    line_sums = np.zeros(n_containers)
-    # Per label (and the union, last): the values of the bin holding its rank, and their containers.
     picked: list[list[FloatArray]] = [[] for _ in range(n_labels + 1)]
-    owners: list[list[IntArray]] = [[] for _ in range(n_labels + 1)]
     for rows, ratio in blocks():
         mine = labels[rows]
         bins = blocks.bins(ratio)
         known = ~np.isnan(ratio)
-        labelled = (mine >= 0)[None, :, None]
-        # Each container's own label's bin (none for an unlabelled one), then the union's: a value may be kept for both.
-        own_bin = np.where(mine >= 0, target[np.maximum(mine, 0)], _BIN_COUNT + 1)[None, :, None]
-        own = known & (bins == own_bin)
-        _, column, _ = np.nonzero(own)
-        values, label = ratio[own], mine[column]
+        # Each container's own label's bin, then the union's: a value may be kept for both.
+        own = known & (bins == np.where(mine >= 0, target[np.maximum(mine, 0)], -1)[None, :, None])
+        values, label = ratio[own], np.broadcast_to(mine[None, :, None], ratio.shape)[own]
         for i in np.unique(label):
             picked[int(i)].append(values[label == i])
-            owners[int(i)].append(column[label == i] + rows.start)
-        union = known & labelled & (bins == target[n_labels])
-        _, column, _ = np.nonzero(union)
-        picked[n_labels].append(ratio[union])
-        owners[n_labels].append(column + rows.start)
-        if lines is not None:
-            above[0, rows] = (known & (bins > own_bin)).sum(axis=(0, 2))
-            above[1, rows] = (known & labelled & (bins > target[n_labels])).sum(axis=(0, 2))
-            line_sums[rows] = np.where(known, lines[:, rows], 0.0).sum(axis=(0, 2))
+        picked[n_labels].append(ratio[known & (mine >= 0)[None, :, None] & (bins == target[n_labels])])
     result = np.full(n_labels + 1, np.nan)
     for i in np.flatnonzero(totals > 0):
         values = np.concatenate(picked[i])
         rank = int(ranks[i] - below[i])
         result[i] = np.partition(values, rank)[rank]
-        if lines is not None:
-            over = np.concatenate(owners[i])[values > result[i]]
-            above[int(i == n_labels)] += np.bincount(over, minlength=n_containers)
-    return result, totals, above, line_sums
+    return result, totals
 
 
 def ratio_blocks(lines: FloatArray, past_usage: PastUsage) -> RatioBlocks:
@@ -350,10 +320,15 @@ def labelled_costs(
     used, known_total = per_label(used_per_container), per_label(per_container)
     costs = np.full((n_labels + 1, len(past_lines), 2), np.nan)
     for m, lines in enumerate(past_lines):
-        # Samples above each container's label's alpha and the union's, from the quantiles' own passes.
-        alpha, scored, over, line_per_container = labelled_excess(
-            ratio_blocks(lines, past_usage), labels, n_labels, 1.0 - target_violation, lines
-        )
+        blocks = ratio_blocks(lines, past_usage)
+        alpha, scored = labelled_quantiles(blocks, labels, n_labels, 1.0 - target_violation)
+        over = np.zeros((2, n_containers))  # samples above each container's label's alpha and the union's
+        line_per_container = np.zeros(n_containers)
+        for rows, ratio in blocks():
+            line_per_container[rows] = np.where(np.isnan(ratio), 0.0, lines[:, rows]).sum(axis=(0, 2))
+            level = np.where(labelled[rows], alpha[np.maximum(labels[rows], 0)], np.nan)
+            over[0, rows] = (ratio > level[None, :, None]).sum(axis=(0, 2))
+            over[1, rows] = (ratio > alpha[n_labels]).sum(axis=(0, 2))
         line_sum = per_label(line_per_container)
         for i in range(n_labels + 1):
             if used[i] <= 0 or scored[i] == 0:
