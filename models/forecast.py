@@ -58,7 +58,7 @@ def nan_quantiles(values: FloatArray, qs: tuple[float, ...]) -> list[FloatArray]
     distinct = np.unique(np.concatenate([r.ravel() for r in ranks])) if values.size else np.empty(0, dtype=np.int64)
     depths = [count - 1 - rank for rank in ranks]
     if values.size and (deepest := max(int(np.max(d)) for d in depths)) <= TOP_MAX_DEPTH:
-        return _pick_tops(_tops(values, deepest), depths, count)
+        return _pick_tops(_tops(values, max(deepest, 0)), depths, count)
     if values.size == 0:
         ordered = values
     elif distinct.size <= PARTITION_MAX_RANKS and values.shape[-1] >= PARTITION_MIN_ROW:

@@ -59,6 +59,9 @@ def test_window_quantile_is_the_sorted_quantile_of_the_union(segments: np.ndarra
     st.lists(st.sampled_from([0.0, 0.5, 0.98, 0.99, 0.995, 1.0]), min_size=1, max_size=3),
 )
 def test_nan_quantiles_by_maxima_or_sort_are_the_sorted_ones(values: np.ndarray, qs: list[float]) -> None:
+    values[0, : values.shape[1] // 2] = np.nan  # some rows empty or nearly, even with all-known draws
+    if values.shape[0] > 1:
+        values[1] = np.nan
     for got, want in zip(nan_quantiles(values, tuple(qs)), sorted_quantiles(values, tuple(qs))):
         np.testing.assert_array_equal(got, want)
 
