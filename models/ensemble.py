@@ -57,7 +57,7 @@ class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
     containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
-    a block is copied from a strided view of the grid in one pass."""
+    a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is made C-ordered)."""
 
     def __init__(self, grid: FloatArray, origins: list[int], steps: int) -> None:
         self.grid = grid
@@ -77,8 +77,7 @@ class FutureUsage:
 
     def rows(self, rows: slice) -> FloatArray:
         if self._view is not None:
-            # One C-ordered copy: the sums over it then add in the order they always did.
-            return np.ascontiguousarray(self._view[:, rows])
+            return self._view[:, rows]
         return usage_after(self.grid[rows], self.origins, self.steps)
 
     def first(self, steps: int) -> FutureUsage:
@@ -113,9 +112,11 @@ class FleetUsage:
 PastUsage = FloatArray | FutureUsage | FleetUsage
 
 
-def usage_rows(usage: PastUsage, rows: slice) -> FloatArray:
-    """The past usage of the containers `rows` (origins x rows x steps)."""
-    return usage.rows(rows) if isinstance(usage, FutureUsage | FleetUsage) else usage[:, rows]
+def usage_rows(usage: PastUsage, rows: slice, ordered: bool = False) -> FloatArray:
+    """The past usage of the containers `rows` (origins x rows x steps), possibly a strided view; `ordered`: C-ordered,
+    for sums over it (a sum adds in memory order, so it is then the same whether the usage was cut or viewed)."""
+    block = usage.rows(rows) if isinstance(usage, FutureUsage | FleetUsage) else usage[:, rows]
+    return np.ascontiguousarray(block) if ordered else block
 
 
 def container_blocks(usage: PastUsage) -> list[slice]:
@@ -136,7 +137,7 @@ def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
     """usage / line per sample as `usage_to_line_ratio` gives it (a line at or below 0: inf above it, else 0), NaN
     where the usage or the line is unknown; `lines` broadcast onto `usage` (a constant line is one step wide)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio: FloatArray = usage / lines
+        ratio: FloatArray = np.divide(usage, lines, order="C")  # C-ordered whatever the usage's layout
     low = lines <= 0  # rare: only those samples are mended
     if low.any():
         low = np.broadcast_to(low, ratio.shape)
@@ -183,7 +184,7 @@ def selection_costs(past_lines: Sequence[FloatArray], past_usage: PastUsage, tar
     did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
     for rows in container_blocks(past_usage):
-        block = usage_rows(past_usage, rows)
+        block = usage_rows(past_usage, rows, ordered=True)
         out[:, rows] = _block_selection_costs([lines[:, rows] for lines in past_lines], block, 1.0 - target_violation)
     return out
 
@@ -308,7 +309,7 @@ def labelled_costs(
     per_container = np.zeros(n_containers)
     used_per_container = np.zeros(n_containers)
     for rows in container_blocks(past_usage):
-        block = usage_rows(past_usage, rows)
+        block = usage_rows(past_usage, rows, ordered=True)
         known = ~np.isnan(block)
         per_container[rows] = known.sum(axis=(0, 2))
         used_per_container[rows] = np.where(known, block, 0.0).sum(axis=(0, 2))

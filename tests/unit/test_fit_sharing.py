@@ -12,7 +12,15 @@ from hypothesis.extra.numpy import arrays
 from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import clone
 
-from models.ensemble import FutureUsage, constant_candidates, short_term_candidates, usage_after, with_room
+from models.ensemble import (
+    FutureUsage,
+    constant_candidates,
+    scored_ratios,
+    short_term_candidates,
+    usage_after,
+    usage_rows,
+    with_room,
+)
 from models.forecast import (
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
@@ -105,4 +113,8 @@ def test_usage_after_read_from_a_padded_grid_is_usage_after(grid: np.ndarray, st
         want = usage_after(grid[rows], origins, steps)
         np.testing.assert_array_equal(padded.rows(rows), want)
         np.testing.assert_array_equal(plain.rows(rows), want)
-        assert padded.rows(rows).flags.c_contiguous
+        # What is summed is C-ordered, so sums add in the same order as over the cut copy.
+        assert usage_rows(padded, rows, ordered=True).flags.c_contiguous
+        ratio = scored_ratios(np.full((7, want.shape[1], 1), 1.5), padded.rows(rows))
+        assert ratio.flags.c_contiguous
+        assert ratio.sum(axis=(0, 2)).tobytes() == (want / 1.5).sum(axis=(0, 2)).tobytes()
