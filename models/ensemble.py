@@ -220,30 +220,37 @@ _BIN_SHIFT = 46
 _BIN_COUNT = (1 << (63 - _BIN_SHIFT)) + 1
 
 
+#: Blocks of ratios a `RatioBlocks` keeps between its passes (16 MB each, as much again for their bins): a fleet of a
+#: couple of thousand containers computes its day-ahead ratios once instead of once a pass.
+KEPT_BLOCKS = 2
+
+
 class RatioBlocks:
     """Blocks of (ratios: origins x containers x steps, NaN where unscored) over a fleet, regenerated on each call;
-    kept (with their `_order_bins`) when the fleet fits one block, so the passes over them share the work."""
+    kept (with their `_order_bins`) when the fleet fits `KEPT_BLOCKS` blocks, so the passes over them share the
+    work."""
 
     def __init__(self, make: Callable[[slice], FloatArray], blocks: list[slice]) -> None:
         self.make = make
         self.blocks = blocks
         self._kept: list[tuple[slice, FloatArray]] | None = None
-        self._bins: IntArray | None = None
+        self._bins: dict[int, IntArray] = {}
 
     def __call__(self) -> Iterator[tuple[slice, FloatArray]]:
-        if len(self.blocks) != 1:
+        if len(self.blocks) > KEPT_BLOCKS:
             return ((rows, self.make(rows)) for rows in self.blocks)
         if self._kept is None:
-            self._kept = [(self.blocks[0], self.make(self.blocks[0]))]
+            self._kept = [(rows, self.make(rows)) for rows in self.blocks]
         return iter(self._kept)
 
     def bins(self, ratio: FloatArray) -> IntArray:
         """`_order_bins(ratio)` of a block this produced (computed once for a kept block)."""
-        if self._kept is None:
-            return _order_bins(ratio)
-        if self._bins is None:
-            self._bins = _order_bins(ratio)
-        return self._bins
+        for index, (_, kept) in enumerate(self._kept or []):
+            if kept is ratio:
+                if index not in self._bins:
+                    self._bins[index] = _order_bins(ratio)
+                return self._bins[index]
+        return _order_bins(ratio)
 
 
 def _order_bins(values: FloatArray) -> IntArray:
