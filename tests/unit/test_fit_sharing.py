@@ -56,7 +56,7 @@ def sorted_quantiles(values: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarr
 )
 def test_window_quantile_is_the_sorted_quantile_of_the_union(segments: np.ndarray, width: int, q: float) -> None:
     width = min(width, segments.shape[2])
-    rows, days, columns = segments.shape
+    rows, days, _ = segments.shape
     union = np.moveaxis(sliding_window_view(segments, width, axis=2), 1, 2).reshape(rows, -1, days * width)
     np.testing.assert_array_equal(window_quantile(segments, width, q), sorted_quantiles(union, (q,))[0])
 
