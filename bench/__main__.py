@@ -5,6 +5,8 @@ training at 1k-50k containers on
 to a step up against VPA's rule), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
+`fit` (bench/fit.py: the workload model's fit alone, on rows in memory, next to KRR's `simple` on the same rows).
+
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
 (`recommender recommend ... --horizon 24h`) and, as the reference, a bare pandas+pyarrow read of the same file
 in a fresh interpreter: the ratio says what our work costs on top of just loading the data. Peak memory is the
@@ -114,6 +116,10 @@ def main() -> None:
         default=0,
         help="train ours on a local Dask cluster of N workers (0: one process, with the file path)",
     )
+    fit = sub.add_parser("fit", help="the workload model's fit alone on rows in memory vs KRR's simple on them")
+    fit.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    fit.add_argument("--runs", type=int, default=3)
+    fit.add_argument("--as-of", type=int, default=None, help="fit on the rows before this time (default: all)")
     live_cost = sub.add_parser(
         "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"
     )
@@ -152,7 +158,7 @@ def main() -> None:
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if args.name in ("recommend", "prometheus-train", "scale", "live-cost") and not args.input.is_file():
+    if args.name in ("recommend", "prometheus-train", "scale", "live-cost", "fit") and not args.input.is_file():
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
     if args.name == "recommend":
         result = bench_recommend(args.input, args.runs, args.as_of)
@@ -160,6 +166,10 @@ def main() -> None:
         from bench.prometheus import main as bench_prometheus
 
         result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers)
+    elif args.name == "fit":
+        from bench.fit import main as bench_fit
+
+        result = bench_fit(args.input, args.runs, args.as_of)
     elif args.name == "live-cost":
         from bench.live import bench_cost
 

@@ -25,6 +25,7 @@ from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -36,6 +37,7 @@ from models.forecast import (
     StlForecaster,
     WindowQuantileForecaster,
     check_grid,
+    fit_together,
     nan_quantile,
     nan_quantiles,
 )
@@ -54,15 +56,28 @@ SELECTION_BLOCK_VALUES = 2_000_000
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
-    containers)."""
+    containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
+    a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is made C-ordered)."""
 
     def __init__(self, grid: FloatArray, origins: list[int], steps: int) -> None:
         self.grid = grid
         self.origins = origins
         self.steps = steps
         self.shape = (len(origins), grid.shape[0], steps)
+        spacing = set(np.diff(origins).tolist())
+        self._view: FloatArray | None = None
+        if origins and len(spacing) <= 1 and origins[0] >= 0 and origins[-1] + steps <= grid.shape[1]:
+            row_stride, step_stride = grid.strides
+            self._view = as_strided(
+                grid[:, origins[0] :],
+                shape=self.shape,
+                strides=((spacing.pop() if spacing else 0) * step_stride, row_stride, step_stride),
+                writeable=False,
+            )
 
     def rows(self, rows: slice) -> FloatArray:
+        if self._view is not None:
+            return self._view[:, rows]
         return usage_after(self.grid[rows], self.origins, self.steps)
 
     def first(self, steps: int) -> FutureUsage:
@@ -97,9 +112,11 @@ class FleetUsage:
 PastUsage = FloatArray | FutureUsage | FleetUsage
 
 
-def usage_rows(usage: PastUsage, rows: slice) -> FloatArray:
-    """The past usage of the containers `rows` (origins x rows x steps)."""
-    return usage.rows(rows) if isinstance(usage, FutureUsage | FleetUsage) else usage[:, rows]
+def usage_rows(usage: PastUsage, rows: slice, ordered: bool = False) -> FloatArray:
+    """The past usage of the containers `rows` (origins x rows x steps), possibly a strided view; `ordered`: C-ordered,
+    for sums over it (a sum adds in memory order, so it is then the same whether the usage was cut or viewed)."""
+    block = usage.rows(rows) if isinstance(usage, FutureUsage | FleetUsage) else usage[:, rows]
+    return np.ascontiguousarray(block) if ordered else block
 
 
 def container_blocks(usage: PastUsage) -> list[slice]:
@@ -120,7 +137,7 @@ def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
     """usage / line per sample as `usage_to_line_ratio` gives it (a line at or below 0: inf above it, else 0), NaN
     where the usage or the line is unknown; `lines` broadcast onto `usage` (a constant line is one step wide)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio: FloatArray = usage / lines
+        ratio: FloatArray = np.divide(usage, lines, order="C")  # C-ordered whatever the usage's layout
     low = lines <= 0  # rare: only those samples are mended
     if low.any():
         low = np.broadcast_to(low, ratio.shape)
@@ -167,7 +184,7 @@ def selection_costs(past_lines: Sequence[FloatArray], past_usage: PastUsage, tar
     did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
     for rows in container_blocks(past_usage):
-        block = usage_rows(past_usage, rows)
+        block = usage_rows(past_usage, rows, ordered=True)
         out[:, rows] = _block_selection_costs([lines[:, rows] for lines in past_lines], block, 1.0 - target_violation)
     return out
 
@@ -203,30 +220,37 @@ _BIN_SHIFT = 46
 _BIN_COUNT = (1 << (63 - _BIN_SHIFT)) + 1
 
 
+#: Blocks of ratios a `RatioBlocks` keeps between its passes (16 MB each, as much again for their bins): a fleet of a
+#: couple of thousand containers computes its day-ahead ratios once instead of once a pass.
+KEPT_BLOCKS = 2
+
+
 class RatioBlocks:
     """Blocks of (ratios: origins x containers x steps, NaN where unscored) over a fleet, regenerated on each call;
-    kept (with their `_order_bins`) when the fleet fits one block, so the passes over them share the work."""
+    kept (with their `_order_bins`) when the fleet fits `KEPT_BLOCKS` blocks, so the passes over them share the
+    work."""
 
     def __init__(self, make: Callable[[slice], FloatArray], blocks: list[slice]) -> None:
         self.make = make
         self.blocks = blocks
         self._kept: list[tuple[slice, FloatArray]] | None = None
-        self._bins: IntArray | None = None
+        self._bins: dict[int, IntArray] = {}
 
     def __call__(self) -> Iterator[tuple[slice, FloatArray]]:
-        if len(self.blocks) != 1:
+        if len(self.blocks) > KEPT_BLOCKS:
             return ((rows, self.make(rows)) for rows in self.blocks)
         if self._kept is None:
-            self._kept = [(self.blocks[0], self.make(self.blocks[0]))]
+            self._kept = [(rows, self.make(rows)) for rows in self.blocks]
         return iter(self._kept)
 
     def bins(self, ratio: FloatArray) -> IntArray:
         """`_order_bins(ratio)` of a block this produced (computed once for a kept block)."""
-        if self._kept is None:
-            return _order_bins(ratio)
-        if self._bins is None:
-            self._bins = _order_bins(ratio)
-        return self._bins
+        for index, (_, kept) in enumerate(self._kept or []):
+            if kept is ratio:
+                if index not in self._bins:
+                    self._bins[index] = _order_bins(ratio)
+                return self._bins[index]
+        return _order_bins(ratio)
 
 
 def _order_bins(values: FloatArray) -> IntArray:
@@ -292,7 +316,7 @@ def labelled_costs(
     per_container = np.zeros(n_containers)
     used_per_container = np.zeros(n_containers)
     for rows in container_blocks(past_usage):
-        block = usage_rows(past_usage, rows)
+        block = usage_rows(past_usage, rows, ordered=True)
         known = ~np.isnan(block)
         per_container[rows] = known.sum(axis=(0, 2))
         used_per_container[rows] = np.where(known, block, 0.0).sum(axis=(0, 2))
@@ -580,14 +604,29 @@ def rolling_origins(n_steps: int, selection_days: int, steps_per_day: int) -> li
 
 
 def candidate_lines(
-    grid: FloatArray, candidate: BaseEstimator, origins: list[int], steps_per_day: int, constant: bool
-) -> FloatArray:
-    """One candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
-    or (origins x containers x 1) when `constant` (a constant line is one value: memory stays small)."""
-    out = np.full((len(origins), grid.shape[0], 1 if constant else steps_per_day), np.nan)
+    grid: FloatArray,
+    candidates: Sequence[BaseEstimator],
+    origins: list[int],
+    steps_per_day: int,
+    constant: Sequence[bool],
+) -> list[FloatArray]:
+    """Each candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
+    or (origins x containers x 1) where `constant[m]` (a constant line is one value: memory stays small). The
+    candidates are fitted together at each origin (`fit_together`: one sort for the decayed quantiles, one windowed
+    quantile for the time-of-day windows that differ in their floor)."""
+    out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
     for o, origin in enumerate(origins):
-        line = clone(candidate).fit(grid[:, :origin]).predict(steps_per_day)
-        out[o] = constant_line(line)[:, :1] if constant else line
+        for m, model in enumerate(fit_together(candidates, grid[:, :origin])):
+            line = model.predict(steps_per_day)
+            out[m][o] = constant_line(line)[:, :1] if constant[m] else line
+    return out
+
+
+def with_room(grid: FloatArray, steps: int) -> FloatArray:
+    """The grid followed by `steps` NaN columns: the same usage after each origin (`usage_after`), and room for a
+    `FutureUsage` to read it as a view."""
+    out = np.full((grid.shape[0], grid.shape[1] + steps), np.nan)
+    out[:, : grid.shape[1]] = grid
     return out
 
 
@@ -611,7 +650,7 @@ def rolling_lines(
     """Every candidate's `candidate_lines` (origins x containers x steps, or x 1 when `constant`) and the usage that
     followed each origin (origins x containers x steps: a day, or `horizon_days` when constant)."""
     origins = rolling_origins(grid.shape[1], selection_days, steps_per_day)
-    past = [candidate_lines(grid, c, origins, steps_per_day, constant) for c in candidates]
+    past = candidate_lines(grid, candidates, origins, steps_per_day, [constant] * len(candidates))
     return past, usage_after(grid, origins, (horizon_days if constant else 1) * steps_per_day)
 
 

@@ -15,18 +15,20 @@ step i of the forecast is "i steps after the decision", and a day is `steps_per_
 
 from __future__ import annotations
 
-from typing import Any, Self
+from collections.abc import Callable, Sequence
+from typing import Any, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from recommender.arrays import FloatArray
+from recommender.arrays import FloatArray, IntArray
 
 STEPS_PER_DAY = 288
+_T = TypeVar("_T")
 #: Values of the (rows x steps x window) array a `WindowQuantileForecaster` sorts at once (4M: 32 MB).
 WINDOW_BLOCK_VALUES = 4_000_000
 
@@ -54,6 +56,9 @@ def nan_quantiles(values: FloatArray, qs: tuple[float, ...]) -> list[FloatArray]
     last = max(values.shape[-1] - 1, 0)
     ranks = [np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, last) for q in qs]
     distinct = np.unique(np.concatenate([r.ravel() for r in ranks])) if values.size else np.empty(0, dtype=np.int64)
+    depths = [count - 1 - rank for rank in ranks]
+    if values.size and (deepest := max(int(np.max(d)) for d in depths)) <= TOP_MAX_DEPTH:
+        return _pick_tops(_tops(values, max(deepest, 0)), depths, count)
     if values.size == 0:
         ordered = values
     elif distinct.size <= PARTITION_MAX_RANKS and values.shape[-1] >= PARTITION_MIN_ROW:
@@ -69,6 +74,56 @@ def nan_quantiles(values: FloatArray, qs: tuple[float, ...]) -> list[FloatArray]
         )
         out.append(np.where(count > 0, picked, np.nan))
     return out
+
+
+#: Places from the top (0: the max) up to which `nan_quantiles` takes maxima instead of sorting: a high quantile of a
+#: short row (the 99th of at most 100 values is their max, of 101 to 200 the second largest).
+TOP_MAX_DEPTH = 2
+
+
+def _tops(values: FloatArray, deepest: int) -> list[FloatArray]:
+    """The `deepest` + 1 largest of each row (last axis; NaN and -inf count as missing, -inf when none is left), by
+    repeated maxima, taking one out each time (ties keep their multiplicity)."""
+    if deepest == 0:
+        top = np.max(np.where(np.isnan(values), -np.inf, values), axis=-1) if values.shape[-1] else values[..., 0]
+        return [top]
+    work = np.where(np.isnan(values), -np.inf, values)
+    tops = []
+    for place in range(deepest + 1):
+        at = np.argmax(work, axis=-1)[..., None]
+        tops.append(np.take_along_axis(work, at, axis=-1)[..., 0])
+        if place < deepest:
+            np.put_along_axis(work, at, -np.inf, axis=-1)
+    return tops
+
+
+def _pick_tops(tops: list[FloatArray], depths: list[IntArray], count: IntArray) -> list[FloatArray]:
+    """For each of `depths`, the value that many places below the top (`_tops`); NaN for rows without any value."""
+    return [np.where(count > 0, np.choose(np.clip(depth, 0, len(tops) - 1), tops), np.nan) for depth in depths]
+
+
+def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
+    """`nan_quantile` at each step of the union over days of a sliding window: `segments` (rows x days x (steps +
+    width - 1)) gives, per step t, the values segments[:, :, t : t + width]; the result is rows x steps.
+
+    A high quantile of such a union is one of its few largest values, and those are among the few largest of each
+    column across days: so when the quantile lies within `TOP_MAX_DEPTH` of the top everywhere, only each column's
+    largest values enter the windows (a fraction of the values, no sort); otherwise every value, sorted."""
+    rows, days, columns = segments.shape
+    known = ~np.isnan(segments)
+    cumulative = np.concatenate([np.zeros((rows, 1), dtype=np.int64), np.cumsum(known.sum(axis=1), axis=1)], axis=1)
+    count = cumulative[:, width:] - cumulative[:, :-width]
+    rank = np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, max(days * width - 1, 0))
+    depth = count - 1 - rank
+    deepest = int(depth[count > 0].max()) if (count > 0).any() else 0
+    if deepest > TOP_MAX_DEPTH or not segments.size:
+        windows = sliding_window_view(segments, width, axis=2)  # rows x days x steps x width
+        return nan_quantile(np.moveaxis(windows, 1, 2).reshape(rows, columns - width + 1, days * width), q)
+    per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)  # rows x places x cols
+    places = per_column.shape[1]
+    candidates = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2)  # rows x steps x places x width
+    tops = _tops(candidates.reshape(rows, columns - width + 1, places * width), deepest)
+    return _pick_tops(tops, [depth], count)[0]
 
 
 def usage_grid(
@@ -104,6 +159,64 @@ def repeat_daily(profile: FloatArray, n_steps: int) -> FloatArray:
     return result
 
 
+class SharedFit:
+    """One grid's intermediate results, computed once for every candidate fitted on it (`fit_together`): candidates
+    of one family differ in a parameter applied after the costly part (the decayed quantiles' half-lives after one
+    sort, the time-of-day windows' floors after one windowed quantile), and flat quantiles of the same last steps
+    recur across families. Keys are what the result depends on, so a shared result is the one each would compute."""
+
+    def __init__(self, grid: FloatArray) -> None:
+        self.grid = grid
+        self._memo: dict[tuple[object, ...], Any] = {}
+
+    def recent(self, n_steps: int) -> FloatArray:
+        """The last `n_steps` columns (all when the grid is narrower)."""
+        result: FloatArray = self.grid[:, -max(n_steps, 1) :]
+        return result
+
+    def quantile(self, n_steps: int, q: float) -> FloatArray:
+        """`nan_quantile` of the last `n_steps` columns."""
+        return self.once(
+            ("quantile", min(max(n_steps, 1), self.grid.shape[1]), q), lambda: _flat_quantile(self.recent(n_steps), q)
+        )
+
+    def sorted_recent(self, n_steps: int) -> tuple[npt.NDArray[np.intp], FloatArray]:
+        """The argsort (NaN last) of each row of the last `n_steps` columns and the sorted values."""
+
+        def sort() -> tuple[npt.NDArray[np.intp], FloatArray]:
+            window = self.recent(n_steps)
+            order = np.argsort(window, axis=1)
+            return order, np.take_along_axis(window, order, axis=1)
+
+        return self.once(("sorted", min(max(n_steps, 1), self.grid.shape[1])), sort)
+
+    def once(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
+        """`make()`, computed the first time `key` is asked for."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        result: _T = self._memo[key]
+        return result
+
+
+def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
+    """`nan_quantile` of each row; the max (as `nan_quantile` gives it) without a sort when q >= 1."""
+    if q >= 1.0:
+        result: FloatArray = np.fmax.reduce(window, axis=1) if window.shape[1] else np.full(window.shape[0], np.nan)
+        return result
+    return nan_quantile(window, q)
+
+
+def fit_together(candidates: Sequence[BaseEstimator], X: Any) -> list[BaseEstimator]:
+    """Clones of `candidates`, each fitted on the grid X as its own `fit` would, sharing what they have in common
+    (`SharedFit`)."""
+    shared = SharedFit(check_grid(X, "fit_together"))
+    fitted = []
+    for candidate in candidates:
+        model = clone(candidate)
+        fitted.append(model.fit_shared(shared) if hasattr(model, "fit_shared") else model.fit(shared.grid))
+    return fitted
+
+
 class _ConstantLine(BaseEstimator):  # type: ignore[misc]
     """A line that holds one fitted `level_` per container over any horizon, learned from the last `days` days."""
 
@@ -111,10 +224,14 @@ class _ConstantLine(BaseEstimator):  # type: ignore[misc]
     steps_per_day: int
     level_: FloatArray
 
-    def _window(self, X: Any) -> FloatArray:
-        grid = check_grid(X, type(self).__name__)
-        result: FloatArray = grid[:, -max(int(self.days * self.steps_per_day), 1) :]
-        return result
+    def _steps(self) -> int:
+        return int(self.days * self.steps_per_day)
+
+    def fit(self, X: Any, y: Any = None) -> Self:
+        return self.fit_shared(SharedFit(check_grid(X, type(self).__name__)))
+
+    def fit_shared(self, shared: SharedFit) -> Self:
+        raise NotImplementedError
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "level_")
@@ -130,12 +247,8 @@ class FlatQuantileForecaster(_ConstantLine):
         self.quantile = quantile
         self.steps_per_day = steps_per_day
 
-    def fit(self, X: Any, y: Any = None) -> Self:
-        window = self._window(X)
-        if self.quantile >= 1.0:  # the max, as `nan_quantile` gives it, without a sort
-            self.level_ = np.fmax.reduce(window, axis=1) if window.shape[1] else np.full(window.shape[0], np.nan)
-        else:
-            self.level_ = nan_quantile(window, self.quantile)
+    def fit_shared(self, shared: SharedFit) -> Self:
+        self.level_ = shared.quantile(self._steps(), self.quantile)
         return self
 
 
@@ -158,10 +271,11 @@ class MultiWindowQuantileForecaster(_ConstantLine):
         self.quantile = quantile
         self.steps_per_day = steps_per_day
 
-    def fit(self, X: Any, y: Any = None) -> Self:
-        window = self._window(X)
+    def fit_shared(self, shared: SharedFit) -> Self:
+        # Each span's last steps within the window of `days` (a span is at most `days`).
         spans = np.geomspace(self.shortest_days, self.days, max(self.windows, 1))
-        levels = [nan_quantile(window[:, -max(int(d * self.steps_per_day), 1) :], self.quantile) for d in spans]
+        steps = max(self._steps(), 1)
+        levels = [shared.quantile(min(max(int(d * self.steps_per_day), 1), steps), self.quantile) for d in spans]
         stacked = np.stack(levels)
         known = ~np.isnan(stacked)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -187,15 +301,16 @@ class DecayedQuantileForecaster(_ConstantLine):
         self.half_life_steps = half_life_steps
         self.steps_per_day = steps_per_day
 
-    def fit(self, X: Any, y: Any = None) -> Self:
-        window = self._window(X)
-        age = np.arange(window.shape[1] - 1, -1, -1, dtype=np.float64)
-        weights = np.where(np.isnan(window), 0.0, np.exp2(-age / self.half_life_steps)[None, :])
-        order = np.argsort(window, axis=1)  # NaN last, with weight 0
-        cumulative = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
-        total = cumulative[:, -1:] if window.shape[1] else np.zeros((window.shape[0], 1))
-        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(window.shape[1] - 1, 0))
-        picked = np.take_along_axis(np.take_along_axis(window, order, axis=1), rank[:, None], axis=1)[:, 0]
+    def fit_shared(self, shared: SharedFit) -> Self:
+        # The sort is the costly part and does not depend on the half-life: candidates differing in it share it.
+        order, ordered = shared.sorted_recent(self._steps())  # NaN last, with weight 0
+        width = ordered.shape[1]
+        age = np.arange(width - 1, -1, -1, dtype=np.float64)
+        weights = np.where(np.isnan(ordered), 0.0, np.exp2(-age / self.half_life_steps)[order])
+        cumulative = np.cumsum(weights, axis=1)
+        total = cumulative[:, -1:] if width else np.zeros((ordered.shape[0], 1))
+        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(width - 1, 0))
+        picked = np.take_along_axis(ordered, rank[:, None], axis=1)[:, 0]
         self.level_ = np.where(total[:, 0] > 0, picked, np.nan)
         return self
 
@@ -224,34 +339,37 @@ class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        grid = check_grid(X, type(self).__name__)
-        per_day = self.steps_per_day
-        # Rows are independent: blocks of them bound the (rows x steps x window) array to tens of MB whatever the fleet.
-        block = max(1, WINDOW_BLOCK_VALUES // max(per_day * self.days * (2 * self.window_steps + 1), 1))
-        seasonal = (
-            np.concatenate([self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)])
-            if grid.shape[0]
-            else np.zeros((0, per_day))
-        )
-        recent = grid[:, -self.days * per_day :]
-        floor = self.floor_fraction * nan_quantile(recent, self.floor_quantile)
+        return self.fit_shared(SharedFit(check_grid(X, type(self).__name__)))
+
+    def fit_shared(self, shared: SharedFit) -> Self:
+        # The windowed quantile is the costly part; candidates differing only in the floor share it.
+        key = ("seasonal", self.days, self.window_steps, self.quantile, self.steps_per_day)
+        seasonal = shared.once(key, lambda: self._seasonal_blocks(shared.grid))
+        floor = self.floor_fraction * shared.quantile(self.days * self.steps_per_day, self.floor_quantile)
         self.profile_ = np.fmax(seasonal, floor[:, None])
         return self
+
+    def _seasonal_blocks(self, grid: FloatArray) -> FloatArray:
+        """`_seasonal` of every row: rows are independent, so blocks of them bound the (rows x steps x window) array
+        to tens of MB whatever the fleet."""
+        per_day = self.steps_per_day
+        block = max(1, WINDOW_BLOCK_VALUES // max(per_day * self.days * (2 * self.window_steps + 1), 1))
+        if not grid.shape[0]:
+            return np.zeros((0, per_day))
+        return np.concatenate([self._seasonal(grid[rows : rows + block]) for rows in range(0, grid.shape[0], block)])
 
     def _seasonal(self, grid: FloatArray) -> FloatArray:
         """The windowed quantile per row and time of day over the last `days` days of `grid`."""
         per_day, half = self.steps_per_day, self.window_steps
         n_groups, n = grid.shape
-        windows = []
+        # Per day back, the positions of the same time of day widened by the window; future or pre-history is NaN.
+        segments = np.full((n_groups, self.days, per_day + 2 * half), np.nan)
         for day in range(1, self.days + 1):
-            # Positions of the same time of day `day` days back, widened by the window; future or pre-history is NaN.
             start = n - day * per_day - half
-            segment = np.full((n_groups, per_day + 2 * half), np.nan)
             lo, hi = max(start, 0), min(start + per_day + 2 * half, n)
             if hi > lo:
-                segment[:, lo - start : hi - start] = grid[:, lo:hi]
-            windows.append(sliding_window_view(segment, 2 * half + 1, axis=1))
-        return nan_quantile(np.concatenate(windows, axis=2), self.quantile)
+                segments[:, day - 1, lo - start : hi - start] = grid[:, lo:hi]
+        return window_quantile(segments, 2 * half + 1, self.quantile)
 
     def predict(self, n_steps: int) -> FloatArray:
         check_is_fitted(self, "profile_")

@@ -75,13 +75,16 @@ def oom_counts(frame: pd.DataFrame | None) -> pd.Series:
 
 def pod_states(usage: pd.DataFrame) -> pd.DataFrame:
     """Per (group, pod): first and last sample, sample count, and the last requests/limits it reported."""
-    ordered = usage.sort_values("timestamp", kind="stable")
+    present = [c for c in CURRENT_COLUMNS if c in usage.columns]
+    # Only the columns read here are put in time order (the last requests reported are the newest), not every row's
+    # every column: the copy of the whole frame was the per-sample fit's largest temporary.
+    columns = ["group", "pod", "timestamp", *SAMPLE_COLUMNS.values(), *present]
+    ordered = usage[columns].sort_values("timestamp", kind="stable")
     grouped = ordered.groupby([ordered["group"].astype(str), "pod"], sort=False)
     pods: pd.DataFrame = (
         grouped["timestamp"].agg(["min", "max", "size"]).set_axis(["first_sample", "last_sample", "samples"], axis=1)
     )
     pods = pods.join(grouped[list(SAMPLE_COLUMNS.values())].count().set_axis(list(SAMPLE_COLUMNS), axis=1))
-    present = [c for c in CURRENT_COLUMNS if c in usage.columns]
     if present:
         pods = pods.join(grouped[present].last())
     for column in CURRENT_COLUMNS:

@@ -43,6 +43,7 @@ from models.ensemble import (
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
+    with_room,
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -223,22 +224,24 @@ def fit_resource_forecasts(
         for g in grids
     ]
     rows = [np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day) for grid in grids]
-    scored = [grid[r] for grid, r in zip(grids, rows)]
+    # The scored rows with a week of NaN after them: the usage after each origin is a view of them, not a copy.
+    padded = [with_room(grid[r], LONG_TERM_DAYS * per_day) for grid, r in zip(grids, rows)]
+    scored = [part[:, :width] for part in padded]
     origins = rolling_origins(width, settings.selection_days, per_day)
-    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in scored])
+    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in padded])
     past: dict[str, FloatArray] = {}
     fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
     def backtest(candidates: list[BaseEstimator]) -> list[FloatArray]:
-        out = []
-        for candidate in candidates:
-            key = model_name(candidate)
-            if key not in past:
-                constant = isinstance(candidate, CONSTANT_FORECASTERS)
-                lines = [candidate_lines(part, candidate, origins, per_day, constant) for part in scored]
-                past[key] = lines[0] if len(lines) == 1 else np.concatenate(lines, axis=1)
-            out.append(past[key])
-        return out
+        # Every candidate not yet backtested, fitted together at each origin (`candidate_lines`).
+        new = list({model_name(c): c for c in candidates if model_name(c) not in past}.values())
+        if new:
+            constant = [isinstance(c, CONSTANT_FORECASTERS) for c in new]
+            lines = [candidate_lines(part, new, origins, per_day, constant) for part in scored]
+            for m, candidate in enumerate(new):
+                parts = [part[m] for part in lines]
+                past[model_name(candidate)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        return [past[model_name(c)] for c in candidates]
 
     def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
         def fit(m: int) -> BaseEstimator:
@@ -251,11 +254,13 @@ def fit_resource_forecasts(
 
     short, request, long = (settings.target_for(line) for line in LINES)
     models = []
-    for target, candidates, constant, days in (
+    specs = (
         (short, short_term_candidates(settings, short), False, 1),
         (request, constant_candidates(settings, request), True, 1),
         (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
-    ):
+    )
+    backtest([candidate for _, candidates, _, _ in specs for candidate in candidates])  # all lines' at once
+    for target, candidates, constant, days in specs:
         fleet = selected_forecaster(settings, candidates, target, constant, days)
         fleet.decide(backtest(candidates), usage.first(days * per_day))
         models.append(
