@@ -31,29 +31,84 @@ from tests.support.prometheus_server import PrometheusServer  # noqa: E402
 DAY = 86400
 #: Only the blocks promtool wrote: Prometheus must not compact them while a path is measured.
 NO_COMPACTION = ["--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"]
-#: Runs one command and prints its peak RSS (KiB): a fresh parent per command, so each peak is its own.
-_MEASURE = (
-    "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(done.returncode)"
-)
+#: Runs one command under `trace_child` in a fresh parent, so each peak is its own.
+_MEASURE = "import sys; from bench.prometheus import trace_child; sys.exit(trace_child(sys.argv[1:]))"
+#: Seconds between two VmRSS samples of the measured child.
+TRACE_SECONDS = 0.5
 
 
-def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
-    """Wall seconds, peak RSS (MiB), stdout and stderr of one child process; raises if it fails."""
+def trace_child(command: list[str]) -> int:
+    """Run `command`, passing its output on, while sampling its VmRSS every `TRACE_SECONDS` and stamping each line
+    it logs; then print one JSON line to stderr: its peak RSS (KiB, ru_maxrss), the VmRSS trace (seconds, MiB) and
+    the stamped log lines (seconds, text), so a peak can be put against the step that made it."""
+    import resource
+    import threading
+
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    steps: list[tuple[float, str]] = []
+
+    def log() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            steps.append((round(time.perf_counter() - started, 2), line.rstrip()[:200]))
+            sys.stderr.write(line)
+
+    logger = threading.Thread(target=log, daemon=True)
+    logger.start()
+    trace: list[tuple[float, float]] = []
+    status = Path(f"/proc/{child.pid}/status")
+    while child.poll() is None:
+        try:
+            line = next((x for x in status.read_text().splitlines() if x.startswith("VmRSS:")), None)
+        except OSError:
+            line = None
+        if line is not None:
+            trace.append((round(time.perf_counter() - started, 2), round(int(line.split()[1]) / 1024, 1)))
+        time.sleep(TRACE_SECONDS)
+    logger.join(timeout=10)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps({"peak_kib": peak, "trace": trace, "steps": steps}), file=sys.stderr, flush=True)
+    return child.returncode
+
+
+def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str, dict[str, Any]]:
+    """Wall seconds, peak RSS (MiB), stdout and the VmRSS trace (`trace_child`) of one child process; raises if it
+    fails."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE, *command],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
-        timeout=3600,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=3600 * 3,
         stdin=subprocess.DEVNULL,
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
-    peak_kib = int(done.stderr.strip().splitlines()[-1])
-    return elapsed, peak_kib / 1024, done.stdout, done.stderr
+    traced: dict[str, Any] = json.loads(done.stderr.strip().splitlines()[-1])
+    return elapsed, traced["peak_kib"] / 1024, done.stdout, traced
+
+
+def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dict[str, Any]:
+    """The trace cut to one sample per `every_seconds` (and the peak sample), and the last log line before the peak."""
+    trace: list[list[float]] = traced["trace"]
+    if not trace:
+        return {}
+    top = max(trace, key=lambda x: x[1])
+    kept, next_at = [], 0.0
+    for t, mib in trace:
+        if t >= next_at or [t, mib] == top:
+            kept.append([t, mib])
+            next_at = t + every_seconds
+    before = [text for t, text in traced["steps"] if t <= top[0]]
+    return {
+        "peak_at_seconds": top[0],
+        "peak_vmrss_mib": top[1],
+        "step_at_peak": before[-1] if before else None,
+        "vmrss_mib": kept,
+    }
 
 
 def process_figures(pid: int) -> tuple[float, float]:
@@ -103,7 +158,7 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
 
         def ours(url: str) -> dict[str, Any]:
             store = scratch / f"ours-{len(results['ours'])}"
-            seconds, rss, _, _ = run_child(
+            seconds, rss, _, traced = run_child(
                 [script, "train", "--prometheus-url", url, "--store", str(store), "--as-of", str(as_of), *parallel], env
             )
             manifest = json.loads(next((store / "versions").iterdir()).joinpath("manifest.json").read_text())
@@ -113,10 +168,15 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
                 "queries": manifest["read_metrics"]["queries"],
                 "bytes_received": manifest["read_metrics"]["bytes"],
                 "read_seconds": manifest["read_metrics"].get("read_seconds"),
+                "read_wait_seconds": manifest["read_metrics"].get("read_wait_seconds"),
                 "containers": manifest["row_counts"]["workload_containers"],
+                "partitions": manifest["row_counts"]["partitions"],
                 "fit_metrics": {
-                    k: v for k, v in manifest["fit_metrics"].items() if "rss" in k or k in ("fit_seconds", "partitions")
+                    k: v
+                    for k, v in manifest["fit_metrics"].items()
+                    if "rss" in k or k in ("fit_seconds", "partition_fit_seconds_sum")
                 },
+                "rss": where_the_peak_is(traced),
             }
 
         def krr(url: str) -> dict[str, Any]:
@@ -130,7 +190,7 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
                 "--as-of",
                 str(as_of),
             ]
-            seconds, rss, out, _ = run_child(command, {"PYTHONPATH": str(REPO)})
+            seconds, rss, out, _ = run_child(command, {})
             answer = json.loads(out.strip().splitlines()[-1])
             return {
                 "seconds": round(seconds, 1),
@@ -152,7 +212,7 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
             if tidy is not None:
                 before = load()
                 print(f"run {run + 1}/{runs}: file (load {before})", file=sys.stderr, flush=True)
-                seconds, rss, _, _ = run_child(
+                seconds, rss, _, traced = run_child(
                     [
                         script,
                         "train",
@@ -166,7 +226,12 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
                     env,
                 )
                 results["file"].append(
-                    {"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": before}
+                    {
+                        "seconds": round(seconds, 1),
+                        "peak_rss_mib": round(rss),
+                        "load_before": before,
+                        "rss": where_the_peak_is(traced),
+                    }
                 )
                 print(f"  {json.dumps(results['file'][-1])}", file=sys.stderr, flush=True)
     best = {name: min(r["seconds"] for r in rows) for name, rows in results.items() if rows}

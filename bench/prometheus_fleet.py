@@ -76,7 +76,7 @@ def _lines(name: str, labels: pa.Array, values: pa.Array, times: np.ndarray) -> 
     text = pc.binary_join_element_wise(pc.binary_join_element_wise(pa.scalar(name), labels, ""), values, ends, " ")
     offsets, data = text.buffers()[1], text.buffers()[2]
     first, last = np.frombuffer(offsets, np.int32, count=len(text) + 1, offset=text.offset * 4)[[0, -1]]
-    return memoryview(data)[int(first) : int(last)]  # type: ignore[arg-type]
+    return memoryview(data)[int(first) : int(last)]
 
 
 def _floats(values: np.ndarray) -> pa.Array:
