@@ -114,6 +114,11 @@ def main() -> None:
         default=0,
         help="train ours on a local Dask cluster of N workers (0: one process, with the file path)",
     )
+    prom.add_argument(
+        "--no-file",
+        action="store_true",
+        help="leave out the file path (a 10,000-container fleet's rows read whole need some 10 GB)",
+    )
     live_cost = sub.add_parser(
         "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"
     )
@@ -159,7 +164,7 @@ def main() -> None:
     elif args.name == "prometheus-train":
         from bench.prometheus import main as bench_prometheus
 
-        result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers)
+        result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers, not args.no_file)
     elif args.name == "live-cost":
         from bench.live import bench_cost
 

@@ -138,11 +138,11 @@ def with_prometheus(data: Path, scratch: Path, run: Any) -> dict[str, Any]:
         server.stop()
 
 
-def main(source: Path, containers: int, days: int, runs: int, workers: int) -> dict[str, object]:
+def main(source: Path, containers: int, days: int, runs: int, workers: int, file: bool = True) -> dict[str, object]:
     started = time.perf_counter()
     print(f"fleet of {containers} containers x {days} days (cached after the first build)", file=sys.stderr, flush=True)
     data = tsdb(source, containers, days)
-    tidy = tidy_file(source, containers, days) if workers == 0 else None
+    tidy = tidy_file(source, containers, days) if workers == 0 and file else None
     as_of = _as_of(data)
     script = str(Path(sys.executable).parent / "recommender")
     env = {
@@ -239,7 +239,8 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
         "benchmark": "prometheus-train",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": f"python -m bench prometheus-train --containers {containers} --days {days} --runs {runs}"
-        + (f" --workers {workers}" if workers else ""),
+        + (f" --workers {workers}" if workers else "")
+        + ("" if file else " --no-file"),
         "containers": containers,
         "days": days,
         "cpu_count": os.cpu_count(),

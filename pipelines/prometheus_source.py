@@ -97,7 +97,10 @@ class PrometheusSource:
             for first, last in zip([0, *bounds], [*bounds, len(frame)]):
                 if last > first:
                     blocks[str(namespaces[first])] = frame.iloc[first:last]
-        usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
+        if len(blocks) == 1:  # one namespace (a partition of a streamed read): no copy
+            usage = next(iter(blocks.values())).reset_index(drop=True)
+        else:
+            usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
         del blocks
         kinds = plan.kinds(usage)
         return PrometheusUsage(usage.drop(columns=["workload_kind"]), plan.oom_events(usage), plan.skipped, kinds)
