@@ -123,6 +123,21 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+#: glibc's mallopt parameters (malloc.h) and what a streamed read sets them to: blocks of 1 MiB and more (a
+#: partition's columns and the estimators' temporaries) are mapped on their own and given back when freed, where
+#: glibc's default threshold grows with each big block freed until such blocks come from a heap that keeps them.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def map_big_blocks() -> None:
+    """Let freed big blocks leave the process at once (see `M_MMAP_THRESHOLD`; nothing where glibc is not)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        libc.mallopt(M_TRIM_THRESHOLD, 8 * MMAP_THRESHOLD_BYTES)
+
+
 def release_freed_memory() -> None:
     """Hand the heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere). glibc keeps the
     pages of freed blocks below its mmap threshold, which grows with the big frames freed before, so without this
@@ -929,6 +944,7 @@ def _stream_prometheus(run: _Run, start: int, end: int, allow_partial: bool) -> 
     Returns the query costs."""
     settings, step = run.settings, run.step
     prom = settings.prometheus
+    map_big_blocks()
     client = run.store.enter_context(PrometheusClient(prom))  # type: ignore[union-attr]
     source = PrometheusSource(client, prom)
     started = time.perf_counter()
