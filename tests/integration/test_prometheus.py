@@ -224,16 +224,8 @@ def test_streamed_partitions_give_one_partitions_recommendations(cluster: Cluste
     namespaces = len({namespace for namespace, _ in cluster.kinds})
     assert streamed["row_counts"]["partitions"] == namespaces
     assert streamed["row_counts"]["oom_events"] == 1
-    one = cli(
-        "train",
-        "--prometheus-url",
-        cluster.server.url,
-        "--store",
-        "one",
-        "--as-of",
-        str(cluster.as_of),
-        env=PROMETHEUS_ENV,
-    )
+    common = ("--prometheus-url", cluster.server.url, "--as-of", str(cluster.as_of))
+    one = cli("train", *common, "--store", "one", env=PROMETHEUS_ENV)
     assert one.returncode == 0, one.stderr
     versions = {store: latest_version(tmp_path / store) for store in ("prom", "one")}
     got, expected = (json.loads((versions[s] / "recommendations.json").read_bytes()) for s in ("prom", "one"))
