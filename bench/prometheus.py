@@ -26,7 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.prometheus_fleet import tidy_file, tsdb  # noqa: E402
-from bench.rss import trace_child  # noqa: E402, F401  (re-exported: runs started before the move import it here)
 from tests.support.prometheus_server import PrometheusServer  # noqa: E402
 
 DAY = 86400
@@ -58,7 +57,8 @@ def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, st
 
 
 def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dict[str, Any]:
-    """The trace cut to one sample per `every_seconds` (and the peak sample), and the last log line before the peak."""
+    """The trace cut to one sample per `every_seconds` (and the peak sample), the last log line before the peak,
+    and the stamped log lines (when each step began)."""
     trace: list[list[float]] = traced["trace"]
     if not trace:
         return {}
@@ -73,6 +73,7 @@ def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dic
         "peak_at_seconds": top[0],
         "peak_vmrss_mib": top[1],
         "step_at_peak": before[-1] if before else None,
+        "steps": traced["steps"],
         "vmrss_mib": kept,
     }
 
