@@ -1,8 +1,9 @@
 """Training, one path for one process and a cluster: plan partitions -> read each -> fit each -> reduce the fleet's
 statistics -> finish each -> commit one version (or, for the `recommend` contract, return its recommendations).
 
-The executor seam (`Executor`) runs each phase over the partitions: `InProcessExecutor` here (a default run is one
-partition, the whole fleet, and gives what one fit on everything gives), `pipelines.distributed.DaskExecutor` on a
+The executor seam (`Executor`) runs each phase over the partitions: `InProcessExecutor` here (a default run from a
+file is one partition, the whole fleet, and gives what one fit on everything gives; from Prometheus the read and
+the fit stream partition by partition, `_Run.read_and_fit`, and give what one partition gives), `pipelines.distributed.DaskExecutor` on a
 Dask cluster (many partitions, each read and fitted by a task, so no process holds the fleet's samples). What is
 per partition (rows, fitted models, results) waits between the phases in the partition's workspace
 (`pipelines.partitions`); what needs the whole fleet is folded over the partitions' fits on the driver
@@ -906,10 +907,10 @@ def train_from_prometheus(
 ) -> tuple[Manifest, dict[str, float]]:
     """Read the last `history_seconds` from Prometheus, fit, publish; returns the manifest and the query costs.
 
-    In partitions of whole namespaces, each read by its own scoped queries, on a cluster or when
-    `scale.partition_containers` is set (a run of one partition reads everything without discovery). See the
-    module's docstring for `allow_partial` and the failure tolerance. `incremental`: continue the latest
-    version's models, reading only the steps after its data window.
+    In partitions of whole namespaces: in this process streamed, of about `scale.partition_samples` samples each
+    (`_stream_prometheus`; a fleet that fits in one partition is read unscoped); on a cluster each read by its own
+    scoped queries in a task. See the module's docstring for `allow_partial` and the failure tolerance.
+    `incremental`: continue the latest version's models, reading only the steps after its data window.
     """
     prom = settings.prometheus
     start, end = prometheus_window(settings, as_of)
