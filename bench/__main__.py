@@ -1,5 +1,6 @@
 """Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus-train` (bench/prometheus.py:
-training from a real Prometheus vs the file path and a KRR-equivalent reference), `scale` (bench/scale.py: distributed
+training from a real Prometheus vs the file path and a KRR-equivalent reference; `prometheus-read`, its streamed read
+alone vs the KRR-equivalent, for fleets whose whole pass takes too long), `scale` (bench/scale.py: distributed
 training at 1k-50k containers on
 1-4 Dask workers), `live-cost` and `live-reaction` (bench/live.py: the live loop's cost per pass, and its reaction
 to a step up against VPA's rule), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
@@ -119,6 +120,14 @@ def main() -> None:
         action="store_true",
         help="leave out the file path (a 10,000-container fleet's rows read whole need some 10 GB)",
     )
+    read = sub.add_parser(
+        "prometheus-read",
+        help="the streamed Prometheus read without the fit vs the KRR-equivalent's whole pass, same run",
+    )
+    read.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    read.add_argument("--containers", type=int, default=10000, help="fleet size: 250 Bitbrains VMs per namespace")
+    read.add_argument("--days", type=int, default=14)
+    read.add_argument("--no-krr", action="store_true", help="leave out the KRR-equivalent reference")
     live_cost = sub.add_parser(
         "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"
     )
@@ -157,7 +166,10 @@ def main() -> None:
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if args.name in ("recommend", "prometheus-train", "scale", "live-cost") and not args.input.is_file():
+    if (
+        args.name in ("recommend", "prometheus-train", "prometheus-read", "scale", "live-cost")
+        and not args.input.is_file()
+    ):
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
     if args.name == "recommend":
         result = bench_recommend(args.input, args.runs, args.as_of)
@@ -165,6 +177,10 @@ def main() -> None:
         from bench.prometheus import main as bench_prometheus
 
         result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers, not args.no_file)
+    elif args.name == "prometheus-read":
+        from bench.prometheus import bench_read
+
+        result = bench_read(args.input, args.containers, args.days, not args.no_krr)
     elif args.name == "live-cost":
         from bench.live import bench_cost
 

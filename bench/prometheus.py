@@ -224,6 +224,85 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int, file
     }
 
 
+def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str, object]:
+    """`python -m bench prometheus-read`: the streamed read of training from Prometheus without the fit (the facts
+    and the newest-sample probe once, then each partition's usage as `train._stream_prometheus` cuts them), in
+    this process, against a fresh Prometheus; with `krr`, the KRR-equivalent's whole pass against another fresh
+    one: the read's cost per container at a size whose whole pass does not fit the time at hand."""
+    import gc
+
+    from pipelines.partitions import plan_partitions
+    from pipelines.prometheus import PrometheusClient
+    from pipelines.prometheus_source import PrometheusSource
+    from pipelines.settings import PrometheusSettings, ScaleSettings
+    from pipelines.train import map_big_blocks, peak_rss_mib, release_freed_memory
+
+    data = tsdb(source, containers, days)
+    as_of = _as_of(data)
+
+    def read(url: str) -> dict[str, Any]:
+        map_big_blocks()
+        settings = PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=days * DAY)
+        end = (as_of - 1) // settings.step_seconds * settings.step_seconds
+        start = end - settings.history_seconds
+        started = time.perf_counter()
+        with PrometheusClient(settings) as client:
+            prometheus = PrometheusSource(client, settings)
+            facts = prometheus.plan(start, end, lambda message: print(message, file=sys.stderr, flush=True))
+            newest = prometheus.newest_step(start, end)
+            steps = (end - start) // settings.step_seconds + 1
+            per_partition = max(1, ScaleSettings().partition_samples // steps)
+            partitions = plan_partitions({(ns, "*"): n for ns, n in facts.containers.items()}, per_partition)
+            samples = 0
+            for partition in partitions:
+                got = prometheus.read(start, end, lambda _: None, facts.scoped(partition.namespaces, settings))
+                samples += len(got.usage)
+                del got
+                gc.collect()
+                release_freed_memory()
+                print(f"  {partition.name}: {samples:,} samples so far", file=sys.stderr, flush=True)
+            costs = client.stats.summary()
+        return {
+            "containers": sum(facts.containers.values()),
+            "partitions": len(partitions),
+            "samples": samples,
+            "newest_step": newest,
+            "seconds": round(time.perf_counter() - started, 1),
+            "peak_rss_mib": round(peak_rss_mib()),
+            **costs,
+        }
+
+    def krr_pass(url: str) -> dict[str, Any]:
+        command = [sys.executable, "-m", "bench.krr", url, "--history-seconds", str(days * DAY), "--as-of", str(as_of)]
+        seconds, rss, out, _ = run_child(command, {})
+        answer = json.loads(out.strip().splitlines()[-1])
+        return {
+            "seconds": round(seconds, 1),
+            "peak_rss_mib": round(rss),
+            "queries": answer["queries"],
+            "bytes_received": answer["bytes"],
+            "containers": answer["containers"],
+        }
+
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = [("ours_read", read)] + ([("krr_equivalent", krr_pass)] if krr else [])
+        for name, path in paths:
+            before = load()
+            print(f"{name} (load {before})", file=sys.stderr, flush=True)
+            results[name] = {"load_before": before, **with_prometheus(data, Path(scratch) / name, path)}
+    return {
+        "benchmark": "prometheus-read",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench prometheus-read --containers {containers} --days {days}"
+        + ("" if krr else " --no-krr"),
+        "runs": results,
+        "ms_per_container": {
+            name: round(1000 * r["seconds"] / r["containers"], 1) for name, r in results.items() if r.get("containers")
+        },
+    }
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
