@@ -94,6 +94,15 @@ def bench_recommend(input_path: Path, runs: int, as_of: int | None) -> dict[str,
     }
 
 
+def fleet_arguments(parser: argparse.ArgumentParser, containers: int) -> None:
+    """The options of a benchmark on the Prometheus bench fleet (bench/prometheus_fleet.py)."""
+    parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    parser.add_argument(
+        "--containers", type=int, default=containers, help="fleet size: 250 Bitbrains VMs per namespace"
+    )
+    parser.add_argument("--days", type=int, default=14)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="name", required=True)
@@ -105,9 +114,7 @@ def main() -> None:
         "prometheus-train",
         help="train from a real Prometheus vs the file path and a KRR-equivalent reference, same run",
     )
-    prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
-    prom.add_argument("--containers", type=int, default=1000, help="fleet size: 250 Bitbrains VMs per namespace")
-    prom.add_argument("--days", type=int, default=14)
+    fleet_arguments(prom, 1000)
     prom.add_argument("--runs", type=int, default=2, help="alternating runs of each path")
     prom.add_argument(
         "--workers",
@@ -124,9 +131,7 @@ def main() -> None:
         "prometheus-read",
         help="the streamed Prometheus read without the fit vs the KRR-equivalent's whole pass, same run",
     )
-    read.add_argument("--input", type=Path, default=DEFAULT_INPUT)
-    read.add_argument("--containers", type=int, default=10000, help="fleet size: 250 Bitbrains VMs per namespace")
-    read.add_argument("--days", type=int, default=14)
+    fleet_arguments(read, 10000)
     read.add_argument("--no-krr", action="store_true", help="leave out the KRR-equivalent reference")
     live_cost = sub.add_parser(
         "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"

@@ -105,6 +105,21 @@ def with_prometheus(data: Path, scratch: Path, run: Any) -> dict[str, Any]:
         server.stop()
 
 
+def krr_pass(url: str, days: int, as_of: int) -> dict[str, Any]:
+    """The KRR-equivalent reference's pass (bench/krr.py) against `url`, as one measured child."""
+    command = [sys.executable, "-m", "bench.krr", url, "--history-seconds", str(days * DAY), "--as-of", str(as_of)]
+    seconds, rss, out, _ = run_child(command, {})
+    answer = json.loads(out.strip().splitlines()[-1])
+    return {
+        "seconds": round(seconds, 1),
+        "peak_rss_mib": round(rss),
+        "queries": answer["queries"],
+        "bytes_received": answer["bytes"],
+        "containers": answer["containers"],
+        "recommendations": answer["recommendations"],
+    }
+
+
 def main(source: Path, containers: int, days: int, runs: int, workers: int, file: bool = True) -> dict[str, object]:
     started = time.perf_counter()
     print(f"fleet of {containers} containers x {days} days (cached after the first build)", file=sys.stderr, flush=True)
@@ -147,26 +162,7 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int, file
             }
 
         def krr(url: str) -> dict[str, Any]:
-            command = [
-                sys.executable,
-                "-m",
-                "bench.krr",
-                url,
-                "--history-seconds",
-                str(days * DAY),
-                "--as-of",
-                str(as_of),
-            ]
-            seconds, rss, out, _ = run_child(command, {})
-            answer = json.loads(out.strip().splitlines()[-1])
-            return {
-                "seconds": round(seconds, 1),
-                "peak_rss_mib": round(rss),
-                "queries": answer["queries"],
-                "bytes_received": answer["bytes"],
-                "containers": answer["containers"],
-                "recommendations": answer["recommendations"],
-            }
+            return krr_pass(url, days, as_of)
 
         for run in range(runs):
             for name, path in (("ours", ours), ("krr_equivalent", krr)):
@@ -272,21 +268,9 @@ def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str,
             **costs,
         }
 
-    def krr_pass(url: str) -> dict[str, Any]:
-        command = [sys.executable, "-m", "bench.krr", url, "--history-seconds", str(days * DAY), "--as-of", str(as_of)]
-        seconds, rss, out, _ = run_child(command, {})
-        answer = json.loads(out.strip().splitlines()[-1])
-        return {
-            "seconds": round(seconds, 1),
-            "peak_rss_mib": round(rss),
-            "queries": answer["queries"],
-            "bytes_received": answer["bytes"],
-            "containers": answer["containers"],
-        }
-
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        paths = [("ours_read", read)] + ([("krr_equivalent", krr_pass)] if krr else [])
+        paths = [("ours_read", read)] + ([("krr_equivalent", lambda url: krr_pass(url, days, as_of))] if krr else [])
         for name, path in paths:
             before = load()
             print(f"{name} (load {before})", file=sys.stderr, flush=True)
