@@ -106,6 +106,7 @@ def test_pools_of_partitions_ending_apart_merge_into_the_fleets_pool(stops_early
     usage = alternating().sort_values(["namespace", "workload", "pod", "container", "timestamp"], ignore_index=True)
     early = usage["workload"].isin(["evening", "alone"])
     usage = usage[~early | (usage["timestamp"] <= usage["timestamp"].max() - stops_early_seconds)]
+    early = usage["workload"].isin(["evening", "alone"])
     model = NodeForecaster(FleetForecaster.from_settings(FAST))
     parts = [model.pool(usage[early]), model.pool(usage[~early])]
     assert parts[0] is not None and parts[1] is not None
