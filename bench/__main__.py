@@ -1,5 +1,6 @@
 """Benchmarks, each next to a reference measured in the same run: `recommend`, `prometheus-train` (bench/prometheus.py:
-training from a real Prometheus vs the file path and a KRR-equivalent reference), `scale` (bench/scale.py: distributed
+training from a real Prometheus vs the file path and a KRR-equivalent reference; `prometheus-read`, its streamed read
+alone vs the KRR-equivalent, for fleets whose whole pass takes too long), `scale` (bench/scale.py: distributed
 training at 1k-50k containers on
 1-4 Dask workers), `live-cost` and `live-reaction` (bench/live.py: the live loop's cost per pass, and its reaction
 to a step up against VPA's rule), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
@@ -95,6 +96,15 @@ def bench_recommend(input_path: Path, runs: int, as_of: int | None) -> dict[str,
     }
 
 
+def fleet_arguments(parser: argparse.ArgumentParser, containers: int) -> None:
+    """The options of a benchmark on the Prometheus bench fleet (bench/prometheus_fleet.py)."""
+    parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    parser.add_argument(
+        "--containers", type=int, default=containers, help="fleet size: 250 Bitbrains VMs per namespace"
+    )
+    parser.add_argument("--days", type=int, default=14)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="name", required=True)
@@ -106,9 +116,7 @@ def main() -> None:
         "prometheus-train",
         help="train from a real Prometheus vs the file path and a KRR-equivalent reference, same run",
     )
-    prom.add_argument("--input", type=Path, default=DEFAULT_INPUT)
-    prom.add_argument("--containers", type=int, default=1000, help="fleet size: 250 Bitbrains VMs per namespace")
-    prom.add_argument("--days", type=int, default=14)
+    fleet_arguments(prom, 1000)
     prom.add_argument("--runs", type=int, default=2, help="alternating runs of each path")
     prom.add_argument(
         "--workers",
@@ -116,6 +124,17 @@ def main() -> None:
         default=0,
         help="train ours on a local Dask cluster of N workers (0: one process, with the file path)",
     )
+    prom.add_argument(
+        "--no-file",
+        action="store_true",
+        help="leave out the file path (a 10,000-container fleet's rows read whole need some 10 GB)",
+    )
+    read = sub.add_parser(
+        "prometheus-read",
+        help="the streamed Prometheus read without the fit vs the KRR-equivalent's whole pass, same run",
+    )
+    fleet_arguments(read, 10000)
+    read.add_argument("--no-krr", action="store_true", help="leave out the KRR-equivalent reference")
     fit = sub.add_parser("fit", help="the workload model's fit alone on rows in memory vs KRR's simple on them")
     fit.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     fit.add_argument("--runs", type=int, default=3)
@@ -158,14 +177,21 @@ def main() -> None:
     isolation.add_argument("--rate", type=int, default=500, help="small reviews per second")
     isolation.add_argument("--big", choices=["env", "containers"], default="env", help="what makes the 1 MB review big")
     args = parser.parse_args(sys.argv[1:] or ["recommend"])
-    if args.name in ("recommend", "prometheus-train", "scale", "live-cost", "fit") and not args.input.is_file():
+    if (
+        args.name in ("recommend", "prometheus-train", "prometheus-read", "scale", "live-cost", "fit")
+        and not args.input.is_file()
+    ):
         raise SystemExit(f"{args.input}: no such file (the shared bitbrains-aug data is the default input)")
     if args.name == "recommend":
         result = bench_recommend(args.input, args.runs, args.as_of)
     elif args.name == "prometheus-train":
         from bench.prometheus import main as bench_prometheus
 
-        result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers)
+        result = bench_prometheus(args.input, args.containers, args.days, args.runs, args.workers, not args.no_file)
+    elif args.name == "prometheus-read":
+        from bench.prometheus import bench_read
+
+        result = bench_read(args.input, args.containers, args.days, not args.no_krr)
     elif args.name == "fit":
         from bench.fit import main as bench_fit
 

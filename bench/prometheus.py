@@ -31,29 +31,51 @@ from tests.support.prometheus_server import PrometheusServer  # noqa: E402
 DAY = 86400
 #: Only the blocks promtool wrote: Prometheus must not compact them while a path is measured.
 NO_COMPACTION = ["--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"]
-#: Runs one command and prints its peak RSS (KiB): a fresh parent per command, so each peak is its own.
-_MEASURE = (
-    "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(done.returncode)"
-)
+#: Runs one command under `trace_child` in a fresh parent of the standard library only: the child is forked from
+#: it, and a child's ru_maxrss counts the parent's image it was forked with (a parent with pandas loaded made the
+#: KRR-equivalent's 37 MiB read 110).
+_MEASURE = "import sys; from bench.rss import trace_child; sys.exit(trace_child(sys.argv[1:]))"
 
 
-def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str, str]:
-    """Wall seconds, peak RSS (MiB), stdout and stderr of one child process; raises if it fails."""
+def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str, dict[str, Any]]:
+    """Wall seconds, peak RSS (MiB), stdout and the VmRSS trace (`trace_child`) of one child process; raises if it
+    fails."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE, *command],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
-        timeout=3600,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=3600 * 3,
         stdin=subprocess.DEVNULL,
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
-    peak_kib = int(done.stderr.strip().splitlines()[-1])
-    return elapsed, peak_kib / 1024, done.stdout, done.stderr
+    traced: dict[str, Any] = json.loads(done.stderr.strip().splitlines()[-1])
+    return elapsed, traced["peak_kib"] / 1024, done.stdout, traced
+
+
+def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dict[str, Any]:
+    """The trace cut to one sample per `every_seconds` (and the peak sample), the last log line before the peak,
+    and the stamped log lines (when each step began)."""
+    trace: list[list[float]] = traced["trace"]
+    if not trace:
+        return {}
+    top = max(trace, key=lambda x: x[1])
+    kept, next_at = [], 0.0
+    for t, mib in trace:
+        if t >= next_at or [t, mib] == top:
+            kept.append([t, mib])
+            next_at = t + every_seconds
+    before = [text for t, text in traced["steps"] if t <= top[0]]
+    return {
+        "peak_at_seconds": top[0],
+        "peak_vmrss_mib": top[1],
+        "step_at_peak": before[-1] if before else None,
+        "steps": traced["steps"],
+        "vmrss_mib": kept,
+    }
 
 
 def process_figures(pid: int) -> tuple[float, float]:
@@ -83,11 +105,26 @@ def with_prometheus(data: Path, scratch: Path, run: Any) -> dict[str, Any]:
         server.stop()
 
 
-def main(source: Path, containers: int, days: int, runs: int, workers: int) -> dict[str, object]:
+def krr_pass(url: str, days: int, as_of: int) -> dict[str, Any]:
+    """The KRR-equivalent reference's pass (bench/krr.py) against `url`, as one measured child."""
+    command = [sys.executable, "-m", "bench.krr", url, "--history-seconds", str(days * DAY), "--as-of", str(as_of)]
+    seconds, rss, out, _ = run_child(command, {})
+    answer = json.loads(out.strip().splitlines()[-1])
+    return {
+        "seconds": round(seconds, 1),
+        "peak_rss_mib": round(rss),
+        "queries": answer["queries"],
+        "bytes_received": answer["bytes"],
+        "containers": answer["containers"],
+        "recommendations": answer["recommendations"],
+    }
+
+
+def main(source: Path, containers: int, days: int, runs: int, workers: int, file: bool = True) -> dict[str, object]:
     started = time.perf_counter()
     print(f"fleet of {containers} containers x {days} days (cached after the first build)", file=sys.stderr, flush=True)
     data = tsdb(source, containers, days)
-    tidy = tidy_file(source, containers, days) if workers == 0 else None
+    tidy = tidy_file(source, containers, days) if workers == 0 and file else None
     as_of = _as_of(data)
     script = str(Path(sys.executable).parent / "recommender")
     env = {
@@ -103,7 +140,7 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
 
         def ours(url: str) -> dict[str, Any]:
             store = scratch / f"ours-{len(results['ours'])}"
-            seconds, rss, _, _ = run_child(
+            seconds, rss, _, traced = run_child(
                 [script, "train", "--prometheus-url", url, "--store", str(store), "--as-of", str(as_of), *parallel], env
             )
             manifest = json.loads(next((store / "versions").iterdir()).joinpath("manifest.json").read_text())
@@ -113,33 +150,19 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
                 "queries": manifest["read_metrics"]["queries"],
                 "bytes_received": manifest["read_metrics"]["bytes"],
                 "read_seconds": manifest["read_metrics"].get("read_seconds"),
+                "read_wait_seconds": manifest["read_metrics"].get("read_wait_seconds"),
                 "containers": manifest["row_counts"]["workload_containers"],
+                "partitions": manifest["row_counts"]["partitions"],
                 "fit_metrics": {
-                    k: v for k, v in manifest["fit_metrics"].items() if "rss" in k or k in ("fit_seconds", "partitions")
+                    k: v
+                    for k, v in manifest["fit_metrics"].items()
+                    if "rss" in k or k in ("fit_seconds", "partition_fit_seconds_sum")
                 },
+                "rss": where_the_peak_is(traced),
             }
 
         def krr(url: str) -> dict[str, Any]:
-            command = [
-                sys.executable,
-                "-m",
-                "bench.krr",
-                url,
-                "--history-seconds",
-                str(days * DAY),
-                "--as-of",
-                str(as_of),
-            ]
-            seconds, rss, out, _ = run_child(command, {"PYTHONPATH": str(REPO)})
-            answer = json.loads(out.strip().splitlines()[-1])
-            return {
-                "seconds": round(seconds, 1),
-                "peak_rss_mib": round(rss),
-                "queries": answer["queries"],
-                "bytes_received": answer["bytes"],
-                "containers": answer["containers"],
-                "recommendations": answer["recommendations"],
-            }
+            return krr_pass(url, days, as_of)
 
         for run in range(runs):
             for name, path in (("ours", ours), ("krr_equivalent", krr)):
@@ -152,7 +175,7 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
             if tidy is not None:
                 before = load()
                 print(f"run {run + 1}/{runs}: file (load {before})", file=sys.stderr, flush=True)
-                seconds, rss, _, _ = run_child(
+                seconds, rss, _, traced = run_child(
                     [
                         script,
                         "train",
@@ -166,7 +189,12 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
                     env,
                 )
                 results["file"].append(
-                    {"seconds": round(seconds, 1), "peak_rss_mib": round(rss), "load_before": before}
+                    {
+                        "seconds": round(seconds, 1),
+                        "peak_rss_mib": round(rss),
+                        "load_before": before,
+                        "rss": where_the_peak_is(traced),
+                    }
                 )
                 print(f"  {json.dumps(results['file'][-1])}", file=sys.stderr, flush=True)
     best = {name: min(r["seconds"] for r in rows) for name, rows in results.items() if rows}
@@ -174,7 +202,8 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
         "benchmark": "prometheus-train",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": f"python -m bench prometheus-train --containers {containers} --days {days} --runs {runs}"
-        + (f" --workers {workers}" if workers else ""),
+        + (f" --workers {workers}" if workers else "")
+        + ("" if file else " --no-file"),
         "containers": containers,
         "days": days,
         "cpu_count": os.cpu_count(),
@@ -188,6 +217,73 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int) -> d
         ],
         "best_seconds": best,
         "total_seconds": round(time.perf_counter() - started),
+    }
+
+
+def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str, object]:
+    """`python -m bench prometheus-read`: the streamed read of training from Prometheus without the fit (the facts
+    and the newest-sample probe once, then each partition's usage as `train._stream_prometheus` cuts them), in
+    this process, against a fresh Prometheus; with `krr`, the KRR-equivalent's whole pass against another fresh
+    one: the read's cost per container at a size whose whole pass does not fit the time at hand."""
+    import gc
+
+    from pipelines.partitions import plan_partitions
+    from pipelines.prometheus import PrometheusClient
+    from pipelines.prometheus_source import PrometheusSource
+    from pipelines.settings import PrometheusSettings, ScaleSettings
+    from pipelines.train import map_big_blocks, peak_rss_mib, release_freed_memory
+
+    data = tsdb(source, containers, days)
+    as_of = _as_of(data)
+
+    def read(url: str) -> dict[str, Any]:
+        map_big_blocks()
+        settings = PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=days * DAY)
+        end = (as_of - 1) // settings.step_seconds * settings.step_seconds
+        start = end - settings.history_seconds
+        started = time.perf_counter()
+        with PrometheusClient(settings) as client:
+            prometheus = PrometheusSource(client, settings)
+            facts = prometheus.plan(start, end, lambda message: print(message, file=sys.stderr, flush=True))
+            newest = prometheus.newest_step(start, end)
+            steps = (end - start) // settings.step_seconds + 1
+            per_partition = max(1, ScaleSettings().partition_samples // steps)
+            partitions = plan_partitions({(ns, "*"): n for ns, n in facts.containers.items()}, per_partition)
+            samples = 0
+            for partition in partitions:
+                got = prometheus.read(start, end, lambda _: None, facts.scoped(partition.namespaces, settings))
+                samples += len(got.usage)
+                del got
+                gc.collect()
+                release_freed_memory()
+                print(f"  {partition.name}: {samples:,} samples so far", file=sys.stderr, flush=True)
+            costs = client.stats.summary()
+        return {
+            "containers": sum(facts.containers.values()),
+            "partitions": len(partitions),
+            "samples": samples,
+            "newest_step": newest,
+            "seconds": round(time.perf_counter() - started, 1),
+            "peak_rss_mib": round(peak_rss_mib()),
+            **costs,
+        }
+
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = [("ours_read", read)] + ([("krr_equivalent", lambda url: krr_pass(url, days, as_of))] if krr else [])
+        for name, path in paths:
+            before = load()
+            print(f"{name} (load {before})", file=sys.stderr, flush=True)
+            results[name] = {"load_before": before, **with_prometheus(data, Path(scratch) / name, path)}
+    return {
+        "benchmark": "prometheus-read",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench prometheus-read --containers {containers} --days {days}"
+        + ("" if krr else " --no-krr"),
+        "runs": results,
+        "ms_per_container": {
+            name: round(1000 * r["seconds"] / r["containers"], 1) for name, r in results.items() if r.get("containers")
+        },
     }
 
 

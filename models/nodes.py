@@ -130,6 +130,7 @@ class PooledNodeUsage:
     sums: dict[str, FloatArray]
     observed: dict[str, npt.NDArray[np.bool_]]
     instances: pd.DataFrame
+    step_seconds: int
 
     def grid(self, resource: str) -> FloatArray:
         """(nodes x steps) pooled usage, NaN where no container of the node has a sample."""
@@ -138,12 +139,13 @@ class PooledNodeUsage:
 
     @classmethod
     def merge(cls, parts: list[PooledNodeUsage | None]) -> PooledNodeUsage | None:
-        """The pools of partitions of one fleet (grids ending at the same step) as one; None when none has any."""
+        """The pools of partitions of one fleet as one; None when none has any. A pool whose grid ends earlier (its
+        partition's newest sample is older: partitions pooled as they stream in) is moved onto the latest end, as
+        the fleet's one pool would hold it: its oldest steps fall out of the window, the newest are empty."""
         present = [p for p in parts if p is not None]
         if len(present) < 2:
             return present[0] if present else None
-        if len({p.grid_end for p in present}) > 1:
-            raise ValueError("pooled node usage of partitions must end at the same step")
+        grid_end = max(p.grid_end for p in present)
         nodes = sorted(set().union(*(p.nodes for p in present)))
         index = pd.Index(nodes)
         sums, observed = {}, {}
@@ -153,8 +155,9 @@ class PooledNodeUsage:
             observed[resource] = np.zeros((len(nodes), steps), dtype=bool)
             for part in present:
                 rows = index.get_indexer(pd.Index(part.nodes))
-                sums[resource][rows] += part.sums[resource]
-                observed[resource][rows] |= part.observed[resource]
+                late = min((grid_end - part.grid_end) // part.step_seconds, steps)
+                sums[resource][rows, : steps - late] += part.sums[resource][:, late:]
+                observed[resource][rows, : steps - late] |= part.observed[resource][:, late:]
         # In the order one fit on the fleet's rows gives: by first sample, then as the rows sort.
         keys = ["namespace", "pod", "container", "node"]
         instances = (
@@ -163,7 +166,8 @@ class PooledNodeUsage:
             .sort_values(["first_sample", "namespace", "workload", "pod", "container"], kind="stable")
             .set_index(keys)
         )
-        return cls(nodes, max(p.data_end for p in present), present[0].grid_end, sums, observed, instances)
+        data_end = max(p.data_end for p in present)
+        return cls(nodes, data_end, grid_end, sums, observed, instances, present[0].step_seconds)
 
 
 def rise_allowance(grid: FloatArray, quantile: float, steps: int) -> FloatArray:
@@ -280,7 +284,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         sums, observed = {}, {}
         for resource in RESOURCE_COLUMNS:
             sums[resource], observed[resource] = self._grid(usage, resource, nodes, grid_end)
-        return PooledNodeUsage(list(nodes), end, grid_end, sums, observed, self._instances(usage))
+        return PooledNodeUsage(list(nodes), end, grid_end, sums, observed, self._instances(usage), self.step_seconds)
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
         pooled = self.pool(X)

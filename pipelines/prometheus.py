@@ -261,8 +261,13 @@ class MatrixDecoder:
         expected = sum(self._counts)
         if expected:
             try:
+                # The system allocator, not Arrow's mimalloc pool, which keeps what the decoded arrays held once
+                # they are freed: a streamed read would otherwise grow by every batch's arrays.
                 table = pacsv.read_csv(
-                    io.BytesIO(b"".join(self._pairs)), read_options=_PAIR_COLUMNS, convert_options=_PAIR_TYPES
+                    io.BytesIO(b"".join(self._pairs)),
+                    read_options=_PAIR_COLUMNS,
+                    convert_options=_PAIR_TYPES,
+                    memory_pool=pa.system_memory_pool(),
                 )
             except pa.ArrowInvalid as error:
                 raise self._fail(

@@ -16,7 +16,7 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -85,10 +85,11 @@ class PrometheusSource:
             )
         return {namespace: len(containers) for namespace, containers in per_namespace.items()}
 
-    def read(self, start: int, end: int, step: Step) -> PrometheusUsage:
+    def read(self, start: int, end: int, step: Step, plan: ReadPlan | None = None) -> PrometheusUsage:
         """Everything between `start` and `end` (Unix seconds, aligned to the step), as one tidy frame sorted as a
-        usage file is (each batch comes sorted; its namespaces are put in order without sorting the rows again)."""
-        plan = self.plan(start, end, step)
+        usage file is (each batch comes sorted; its namespaces are put in order without sorting the rows again).
+        `plan`: facts already read (`ReadPlan.scoped` to one partition's namespaces), so only the usage is asked for."""
+        plan = self.plan(start, end, step) if plan is None else plan
         blocks: dict[str, pd.DataFrame] = {}
         for frame in self.batches(plan, step):
             namespaces = frame["namespace"].to_numpy()
@@ -96,7 +97,10 @@ class PrometheusSource:
             for first, last in zip([0, *bounds], [*bounds, len(frame)]):
                 if last > first:
                     blocks[str(namespaces[first])] = frame.iloc[first:last]
-        usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
+        if len(blocks) == 1:  # one namespace (a partition of a streamed read): no copy
+            usage = next(iter(blocks.values())).reset_index(drop=True)
+        else:
+            usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
         del blocks
         kinds = plan.kinds(usage)
         return PrometheusUsage(usage.drop(columns=["workload_kind"]), plan.oom_events(usage), plan.skipped, kinds)
@@ -116,7 +120,7 @@ class PrometheusSource:
         oom = self._oom_series(start, end)
         steps = (end - start) // s.step_seconds + 1
         batches = plan_batches(per_namespace, steps, s.max_points_per_query, s.max_series_per_query)
-        return ReadPlan(start, end, s.step_seconds, batches, owners, resources, placement, oom)
+        return ReadPlan(start, end, s.step_seconds, batches, per_namespace, owners, resources, placement, oom)
 
     def batches(self, plan: ReadPlan, step: Step) -> Iterator[pd.DataFrame]:
         """The usage of each batch as a tidy frame, in the plan's order, as the batches are read (at most
@@ -150,17 +154,12 @@ class PrometheusSource:
     def _batch_frame(self, batch: Batch, plan: ReadPlan) -> pd.DataFrame:
         """One batch's CPU and memory lines on the step grid (several series of one container merged by max) and
         its throttled share, as tidy rows sorted as a usage file is, with the per-container facts attached."""
-        s = self.s
         matchers = self._container_matchers(batch.namespaces)
-        cpu = f"rate({promql.selector(s.cpu_usage_metric, matchers)}[{promql.duration(s.cpu_rate_window_seconds)}])"
-        memory = (
-            f"max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}])"
-        )
         # No `max by` here: aggregating per step doubles Prometheus' work; the rare duplicate series of one
         # container (a restart's new cgroup, a second scrape job) are merged by max on our side instead.
         lines = {
             column: self.client.query_range(query, plan.start, plan.end, plan.step_seconds, batch.steps_per_query)
-            for column, query in (("cpu_cores", cpu), ("memory_bytes", memory))
+            for column, query in self._usage_queries(matchers).items()
         }
         throttled = self._throttled(matchers, plan, batch.steps_per_query)
         keys = sorted(
@@ -194,6 +193,28 @@ class PrometheusSource:
             }
         )
         return frame
+
+    def _usage_queries(self, matchers: list[promql.Matcher]) -> dict[str, str]:
+        """The CPU and memory line of the containers `matchers` select, by tidy column."""
+        s = self.s
+        cpu = f"rate({promql.selector(s.cpu_usage_metric, matchers)}[{promql.duration(s.cpu_rate_window_seconds)}])"
+        memory = (
+            f"max_over_time({promql.selector(s.memory_metric, matchers)}[{promql.duration(s.memory_window_seconds)}])"
+        )
+        return {"cpu_cores": cpu, "memory_bytes": memory}
+
+    def newest_step(self, start: int, end: int) -> int | None:
+        """The newest step of [start, end] at which some container has a CPU or memory line: the fleet's newest
+        usage sample, where every partition's forecast grid ends, known before any partition is read. One instant
+        count at `end` (a live fleet), else one range query of the count per step (one point a step, though
+        Prometheus then reads the window's samples once); None when there is none."""
+        lines = self._usage_queries(self._container_matchers())
+        query = f"count({lines['cpu_cores']}) or count({lines['memory_bytes']})"
+        if self.client.query(query, end):
+            return end
+        counts = self.client.query_range(query, start, end, self.s.step_seconds)
+        stamps = [int(x.times[np.isfinite(x.values)].max()) for x in counts if np.isfinite(x.values).any()]
+        return max(stamps) if stamps else None
 
     def _key(self, labels: Labels) -> tuple[str, str, str]:
         s = self.s
@@ -371,11 +392,21 @@ class ReadPlan:
     end: int
     step_seconds: int
     batches: list[Batch]
+    containers: dict[str, int]
     owners: dict[tuple[str, str], tuple[str, str]]
     resources: dict[tuple[str, str, str], dict[str, float]]
     placement: dict[tuple[str, str], tuple[str | None, str | None]]
     oom: pd.DataFrame
     skipped: dict[str, str] = field(default_factory=dict)
+
+    def scoped(self, namespaces: list[str] | None, settings: PrometheusSettings) -> ReadPlan:
+        """This plan for the usage of `namespaces` only (None: all), batched anew within them and with its own
+        `skipped`: one partition's read, sharing the facts (which are per container: small) with the others."""
+        counts = self.containers if namespaces is None else {n: self.containers.get(n, 0) for n in namespaces}
+        counts = {namespace: n for namespace, n in counts.items() if n}
+        steps = (self.end - self.start) // self.step_seconds + 1
+        batches = plan_batches(counts, steps, settings.max_points_per_query, settings.max_series_per_query)
+        return replace(self, batches=batches, containers=counts, skipped={})
 
     def owner(self, key: tuple[str, str, str]) -> tuple[str, str]:
         """(kind, workload) of a pod container's pod; a pod without a known owner is its own workload."""

@@ -61,8 +61,19 @@ class ScaleSettings(BaseModel):
         None,
         ge=1,
         description="Workload containers per partition (a task's unit of work and memory); whole workloads stay "
-        "together, a bigger one is a partition alone. Unset: 500 on a cluster, and one partition (the whole fleet) "
-        "in one process, where setting it fits partition after partition so the fit's memory follows the partition.",
+        "together, a bigger one is a partition alone. Unset: 500 on a cluster; in one process, one partition (the whole "
+        "fleet) from a file and `partition_samples` from Prometheus; set, the fit goes partition after partition so "
+        "its memory follows the partition.",
+    )
+    partition_samples: int = Field(
+        1_000_000,
+        ge=1,
+        description="Samples (containers x steps of the history) per partition of a Prometheus read in this process "
+        "when `partition_containers` is unset, 1,000,000 by default (about 250 containers x 14 days at 5 minutes): "
+        "the read streams partition by partition into the estimators, one partition read ahead while the one before "
+        "it is fitted, so the rows held are about two partitions' (some 140 bytes a sample, a few times that while "
+        "the per-sample estimators fit) whatever the fleet; what outlives a partition is its compact state (histogram "
+        "counts, the forecast grids of containers x steps). Whole namespaces: a bigger namespace is a partition alone.",
     )
     failure_tolerance_fraction: float = Field(
         0.0,

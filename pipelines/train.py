@@ -1,8 +1,9 @@
 """Training, one path for one process and a cluster: plan partitions -> read each -> fit each -> reduce the fleet's
 statistics -> finish each -> commit one version (or, for the `recommend` contract, return its recommendations).
 
-The executor seam (`Executor`) runs each phase over the partitions: `InProcessExecutor` here (a default run is one
-partition, the whole fleet, and gives what one fit on everything gives), `pipelines.distributed.DaskExecutor` on a
+The executor seam (`Executor`) runs each phase over the partitions: `InProcessExecutor` here (a default run from a
+file is one partition, the whole fleet, and gives what one fit on everything gives; from Prometheus the read and
+the fit stream partition by partition, `_Run.read_and_fit`, and give what one partition gives), `pipelines.distributed.DaskExecutor` on a
 Dask cluster (many partitions, each read and fitted by a task, so no process holds the fleet's samples). What is
 per partition (rows, fitted models, results) waits between the phases in the partition's workspace
 (`pipelines.partitions`); what needs the whole fleet is folded over the partitions' fits on the driver
@@ -18,10 +19,14 @@ about one partition's Prometheus read: a namespace batch that fails after the cl
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import logging
 import resource
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +54,7 @@ from pipelines.partitions import (
     whole_fleet,
 )
 from pipelines.prometheus import PrometheusClient
-from pipelines.prometheus_source import PrometheusSource
+from pipelines.prometheus_source import PrometheusSource, ReadPlan
 from pipelines.settings import ScaleSettings, TrainingSettings
 from recommender.errors import (
     ConfigurationError,
@@ -111,6 +116,38 @@ def peak_rss_mib() -> float:
     return int(line.split()[1]) / 1024 if line else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+#: glibc's mallopt parameters (malloc.h) and what a streamed read sets them to: blocks of 1 MiB and more (a
+#: partition's columns and the estimators' temporaries) are mapped on their own and given back when freed, where
+#: glibc's default threshold grows with each big block freed until such blocks come from a heap that keeps them.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def map_big_blocks() -> None:
+    """Let freed big blocks leave the process at once (see `M_MMAP_THRESHOLD`; nothing where glibc is not)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+        libc.mallopt(M_TRIM_THRESHOLD, 8 * MMAP_THRESHOLD_BYTES)
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere). glibc keeps the
+    pages of freed blocks below its mmap threshold, which grows with the big frames freed before, so without this
+    the process' RSS keeps each partition's peak although the rows are gone."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 class InProcessExecutor:
     """The phases in this process, partition after partition: memory follows the partition being fitted."""
 
@@ -170,17 +207,24 @@ def read_prometheus_partition(
     end: int,
     allow_partial: bool,
     step: Step = quiet,
+    shared: SharedRead | None = None,
 ) -> PartitionRead:
     """Read a partition's namespaces (every query scoped to them; the whole fleet unscoped) and keep the rows in
     its workspace. A namespace batch that fails after the client's retries fails the partition unless
-    `allow_partial`."""
+    `allow_partial`. `shared`: the run's client and the per-container facts it read once for every partition (in
+    this process), so a partition asks only for its usage; without it (a cluster's task) the partition reads its
+    own facts with its own client."""
     namespaces = partition.namespaces
     if namespaces == []:
         return PartitionRead(partition.index, None, None)
     prom = settings.prometheus
-    with PrometheusClient(prom) as client:
-        read = PrometheusSource(client, prom, namespaces).read(start, end, step)
-        costs = client.stats.summary()
+    if shared is not None:
+        read = PrometheusSource(shared.client, prom).read(start, end, step, shared.plan.scoped(namespaces, prom))
+        costs: dict[str, float] = {}  # counted once for the run by the shared client
+    else:
+        with PrometheusClient(prom) as client:
+            read = PrometheusSource(client, prom, namespaces).read(start, end, step)
+            costs = client.stats.summary()
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
     usage, quarantined = quarantine(read.usage, SampleBounds.at(settings.ingest, time.time()))
@@ -202,10 +246,19 @@ def read_prometheus_partition(
 
 
 @dataclass(frozen=True)
+class SharedRead:
+    """What the partitions of a Prometheus read in this process share: one client and the facts read once."""
+
+    client: PrometheusClient
+    plan: ReadPlan
+
+
+@dataclass(frozen=True)
 class FitPlan:
     """What every partition's fit shares: the fleet's newest sample (all forecast grids end at its step) and newest
-    sample of a high-priority pod on a node (the node pools' grid end), the node model to pool for (the parent's in
-    an incremental run), and the parent version whose partition models are continued."""
+    sample of a high-priority pod on a node (the node pools' grid end; None: each partition's own, the pools are
+    aligned as they merge), the node model to pool for (the parent's in an incremental run), and the parent version
+    whose partition models are continued."""
 
     settings: TrainingSettings
     data_end: int
@@ -262,11 +315,11 @@ def fit_partition(
             model = model.fit(
                 usage, oom_events=oom_events, data_end=plan.data_end, fit_forecasts=not plan.fleet_forecasts
             )
-        if plan.node_model is not None and plan.node_data_end is not None and "node" in usage.columns:
+        if plan.node_model is not None and "node" in usage.columns:
             nodes = plan.node_model.pool(usage, plan.node_data_end)
     workspace.put_fitted(model)
     rows = usage if usage is not None else pd.DataFrame({"pod": [], "timestamp": []})
-    return PartitionFit(
+    fit = PartitionFit(
         index=partition.index,
         statistics=FleetStatistics.merge([]) if plan.fleet_forecasts else model.fleet_statistics(),
         nodes=nodes,
@@ -276,6 +329,8 @@ def fit_partition(
         last_sample=int(rows["timestamp"].max()) if len(rows) else None,
         fit_seconds=time.perf_counter() - started,
     )
+    del usage, rows  # the partition's rows go here: its estimators have taken what they keep
+    return fit
 
 
 @dataclass(frozen=True)
@@ -401,14 +456,19 @@ class _Run:
     oom_events: pd.DataFrame | None = None
     shift: int = 0
     started: float = field(default_factory=time.perf_counter)
+    #: The fits, fleet and results of a streamed read (`read_and_fit`), which fitted as it read.
+    streamed: tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]] | None = None
+    #: Seconds the fit waited for a partition's read (what the read-ahead did not hide; the cluster path: 0).
+    read_wait_seconds: float = 0.0
     _version: VersionWriter | None = None
 
-    def plan(self, containers: dict[WorkloadName, int] | None) -> None:
+    def plan(self, containers: dict[WorkloadName, int] | None, default_size: int | None = None) -> None:
         """Partitions of the fleet (`containers` per workload; None: unknown, the whole fleet in one) and their
-        workspaces: the parent's plan in an incremental run, else cut by `scale.partition_containers`."""
+        workspaces: the parent's plan in an incremental run, else cut by `scale.partition_containers` (unset: 500
+        on a cluster, `default_size` in this process)."""
         size = self.settings.scale.partition_containers
-        if not self.executor.in_memory and size is None:
-            size = CLUSTER_PARTITION_CONTAINERS
+        if size is None:
+            size = default_size if self.executor.in_memory else CLUSTER_PARTITION_CONTAINERS
         starts = self.parent.starts if self.parent is not None else []
         if len(starts) > 1:
             if containers is None:
@@ -461,24 +521,14 @@ class _Run:
         )
 
     def fit_and_finish(self) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
-        """Fit the partitions that were read, fold their fleet statistics, finish them with the fleet's."""
+        """Fit the partitions (read before, or streamed: `read_and_fit`), fold their fleet statistics, finish them
+        with the fleet's."""
+        if self.streamed is not None:
+            return self.streamed
         reads = {i: r for i, r in self.reads.items() if i not in self.failed}
         ends = [r.last_sample for r in reads.values() if r.last_sample is not None]
         node_ends = [r.last_node_sample for r in reads.values() if r.last_node_sample is not None]
-        if self.parent is not None and self.parent.node_model is not None:
-            node_model: NodeForecaster | None = self.parent.node_model
-        else:
-            node_model = new_node_model(self.settings) if node_ends else None
-        plan = FitPlan(
-            self.settings,
-            max(ends),
-            max(node_ends) if node_ends else None,
-            node_model,
-            self.parent.store if self.parent else None,
-            self.parent.manifest.version if self.parent else None,
-            self.parent.partitions if self.parent else frozenset(),
-            fleet_forecasts=self.executor.in_memory and len(self.partitions) > 1 and self.parent is None,
-        )
+        plan = self._fit_plan(max(ends), max(node_ends) if node_ends else None, bool(node_ends))
         # A partition with no rows is fitted only to carry its parent's model on (a skipped read has nothing).
         reads = {i: r for i, r in reads.items() if r.last_sample is not None or i in plan.parent_partitions}
         shared = self.executor.share(plan)
@@ -486,13 +536,7 @@ class _Run:
         if oom is not None and self.as_of is not None:
             oom = oom[oom["timestamp"] < self.as_of]
         self.oom_events = oom
-        if len(self.partitions) > 1:
-            what = f"{len(reads)} partitions on {self.executor.workers()} workers"
-        else:
-            what = (
-                f"{self.partitions[0].containers} workload containers" if self.partitions[0].containers else "the fleet"
-            )
-        self.step(f"{'continuing' if self.parent else 'fitting'} {what}")
+        self._fitting(len(reads))
         reduction = FleetReduction()
 
         def fold(fit: PartitionFit) -> PartitionFit:
@@ -505,12 +549,94 @@ class _Run:
             for i, r in sorted(reads.items())
         }
         fits: dict[int, PartitionFit] = self.run("fit", fit_partition, calls, fold)
+        return self._finish(plan, fits, reduction)
+
+    def _fit_plan(self, data_end: int, node_data_end: int | None, nodes: bool) -> FitPlan:
+        """The plan every partition's fit shares (`nodes`: some partition has high-priority rows on nodes)."""
+        if self.parent is not None and self.parent.node_model is not None:
+            node_model: NodeForecaster | None = self.parent.node_model
+        else:
+            node_model = new_node_model(self.settings) if nodes else None
+        return FitPlan(
+            self.settings,
+            data_end,
+            node_data_end,
+            node_model,
+            self.parent.store if self.parent else None,
+            self.parent.manifest.version if self.parent else None,
+            self.parent.partitions if self.parent else frozenset(),
+            fleet_forecasts=self.executor.in_memory and len(self.partitions) > 1 and self.parent is None,
+        )
+
+    def _fitting(self, partitions: int) -> None:
+        if len(self.partitions) > 1:
+            what = f"{partitions} partitions on {self.executor.workers()} workers"
+        else:
+            what = (
+                f"{self.partitions[0].containers} workload containers" if self.partitions[0].containers else "the fleet"
+            )
+        self.step(f"{'continuing' if self.parent else 'fitting'} {what}")
+
+    def read_and_fit(self, read: Callable[[Partition], PartitionRead], data_end: int) -> None:
+        """Read and fit the partitions in this process as a stream: partition i+1 is read in a thread (and answered by
+        Prometheus in its own process) while partition i is fitted, one read ahead at most, so the rows held are
+        about two partitions' and each partition's are freed once its estimators have taken them. `data_end`: the
+        fleet's newest sample (`PrometheusSource.newest_step`), which every partition's grid ends at; node pools
+        end at their own partition's newest sample and are aligned as they merge."""
+        assert self.executor.in_memory, "a cluster reads and fits in its tasks"
+        plan = self._fit_plan(data_end, None, True)
+        self._fitting(len(self.partitions))
+        reduction = FleetReduction()
+        fits: dict[int, PartitionFit] = {}
+        total = len(self.partitions)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-read") as reader:
+            ahead: Future[PartitionRead] | None = reader.submit(read, self.partitions[0])
+            for number, partition in enumerate(self.partitions, 1):
+                assert ahead is not None
+                current, ahead = ahead, None
+                waiting = time.perf_counter()
+                try:
+                    got: PartitionRead | None = current.result()
+                except Exception as error:
+                    self.failed[partition.index], got = error, None
+                self.read_wait_seconds += time.perf_counter() - waiting
+                if number < total:
+                    ahead = reader.submit(read, self.partitions[number])
+                if got is not None:
+                    self.reads[partition.index] = got
+                    if got.last_sample is not None or partition.index in plan.parent_partitions:
+                        oom = self._oom_of(None, partition.index, got)
+                        try:
+                            fit = fit_partition(partition, self.workspaces[partition.index], plan, oom, self.source)
+                        except Exception as error:
+                            self.failed[partition.index] = error
+                        else:
+                            reduction = reduction.add(fit)
+                            fits[partition.index] = replace(fit, statistics=FleetStatistics.merge([]), nodes=None)
+                        release_freed_memory()
+                if partition.index in self.failed and total > 1:
+                    log.warning(
+                        "%s failed: %s", printable(partition.name), printable(_why(self.failed[partition.index]))
+                    )
+                self.check_tolerance()
+                if total > 1:
+                    self.step(f"read and fitted {number} of {total} partitions")
+        if not fits:
+            raise PrometheusError(f"{self.source}: no usage samples to fit")
+        self.oom_events = pd.concat(
+            [r.oom_events for r in self.reads.values() if r.oom_events is not None], ignore_index=True
+        )
+        self.streamed = self._finish(plan, fits, reduction)
+
+    def _finish(
+        self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction
+    ) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
         if plan.fleet_forecasts:
             reduction = self._fleet_forecasts(sorted(fits), reduction)
         self.step(f"computing recommendations with the fleet's calibration ({len(fits)} partitions)")
         fleet = self.executor.share(reduction.statistics)
         finishing = {
-            i: (self.partitions[i], self.workspaces[i], fleet, self.as_of, self.horizon_seconds, reads[i].kinds)
+            i: (self.partitions[i], self.workspaces[i], fleet, self.as_of, self.horizon_seconds, self.reads[i].kinds)
             for i in sorted(fits)
         }
         results: dict[int, PartitionResult] = self.run("finish", finish_partition, finishing, lambda r: r)
@@ -781,10 +907,10 @@ def train_from_prometheus(
 ) -> tuple[Manifest, dict[str, float]]:
     """Read the last `history_seconds` from Prometheus, fit, publish; returns the manifest and the query costs.
 
-    In partitions of whole namespaces, each read by its own scoped queries, on a cluster or when
-    `scale.partition_containers` is set (a run of one partition reads everything without discovery). See the
-    module's docstring for `allow_partial` and the failure tolerance. `incremental`: continue the latest
-    version's models, reading only the steps after its data window.
+    In partitions of whole namespaces: in this process streamed, of about `scale.partition_samples` samples each
+    (`_stream_prometheus`; a fleet that fits in one partition is read unscoped); on a cluster each read by its own
+    scoped queries in a task. See the module's docstring for `allow_partial` and the failure tolerance.
+    `incremental`: continue the latest version's models, reading only the steps after its data window.
     """
     prom = settings.prometheus
     start, end = prometheus_window(settings, as_of)
@@ -804,30 +930,73 @@ def train_from_prometheus(
     started = time.perf_counter()
     with ExitStack() as store:
         run = _Run(settings, runner, store, str(prom.url), as_of, horizon_seconds, step, parent)
-        one = (
-            (parent is None or len(parent.starts) <= 1)
-            and runner.in_memory
-            and settings.scale.partition_containers is None
-        )
-        if one:
-            run.plan(None)
+        if runner.in_memory:
+            costs = _stream_prometheus(run, start, end, allow_partial)
         else:
-            step(f"discovering containers in {prom.url}")
-            with PrometheusClient(prom) as prometheus:
-                counts = PrometheusSource(prometheus, prom).containers_per_namespace(start, end)
-            # Whole namespaces: a partition is named `ns/*` as a skipped Prometheus batch is.
-            run.plan({(namespace, "*"): n for namespace, n in counts.items()})
-        step(f"reading {prom.url}" + (f" in {len(run.partitions)} partitions" if len(run.partitions) > 1 else ""))
-        progress = step if runner.in_memory and len(run.partitions) == 1 else quiet
-        calls = {
-            p.index: (p, run.workspaces[p.index], settings, start, end, allow_partial, progress) for p in run.partitions
-        }
-        run.reads = run.run("read", read_prometheus_partition, calls, lambda r: r)
-        if not any(r.last_sample is not None for r in run.reads.values()):
-            raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
-        reads = list(run.reads.values())
-        run.oom_events = pd.concat([r.oom_events for r in reads if r.oom_events is not None], ignore_index=True)
-        keys = sorted({key for r in reads for key in r.costs})
-        costs = {key: float(sum(r.costs.get(key, 0.0) for r in reads)) for key in keys}
-        costs["read_seconds"] = round(time.perf_counter() - started, 3)
+            costs = _read_prometheus_partitions(run, start, end, allow_partial)
+        costs.setdefault("read_seconds", round(time.perf_counter() - started, 3))
+        costs["read_wait_seconds"] = round(run.read_wait_seconds, 3)
         return run.commit(read_metrics=costs), costs
+
+
+def _stream_prometheus(run: _Run, start: int, end: int, allow_partial: bool) -> dict[str, float]:
+    """In this process: the per-container facts and the fleet's newest sample read once, the namespaces planned
+    into partitions of about `scale.partition_samples` samples, then read and fitted as a stream (`read_and_fit`).
+    Returns the query costs."""
+    settings, step = run.settings, run.step
+    prom = settings.prometheus
+    map_big_blocks()
+    client = run.store.enter_context(PrometheusClient(prom))  # type: ignore[union-attr]
+    source = PrometheusSource(client, prom)
+    started = time.perf_counter()
+    facts = source.plan(start, end, step)
+    data_end = source.newest_step(start, end)
+    facts_seconds = time.perf_counter() - started
+    if data_end is None:
+        raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
+    steps = (end - start) // prom.step_seconds + 1
+    # Whole namespaces: a partition is named `ns/*` as a skipped Prometheus batch is.
+    run.plan(
+        {(namespace, "*"): n for namespace, n in facts.containers.items()},
+        max(1, settings.scale.partition_samples // steps),
+    )
+    if len(run.partitions) == 1:  # one partition reads everything, unscoped
+        run.partitions, run.workspaces = whole_fleet(), {0: run.workspaces[0]}
+    total = len(run.partitions)
+    step(f"reading {prom.url} and fitting" + (f" in {total} partitions, one read ahead" if total > 1 else ""))
+    shared = SharedRead(client, facts)
+
+    reading: list[float] = []  # seconds each partition's read took, in the reading thread
+
+    def read(partition: Partition) -> PartitionRead:
+        progress = step if total == 1 else quiet
+        began = time.perf_counter()
+        try:
+            return read_prometheus_partition(
+                partition, run.workspaces[partition.index], settings, start, end, allow_partial, progress, shared
+            )
+        finally:
+            reading.append(time.perf_counter() - began)
+
+    run.read_and_fit(read, data_end)
+    return {**client.stats.summary(), "read_seconds": round(facts_seconds + sum(reading), 3)}
+
+
+def _read_prometheus_partitions(run: _Run, start: int, end: int, allow_partial: bool) -> dict[str, float]:
+    """On a cluster: the namespaces discovered and planned into partitions, each read (facts and usage, scoped to
+    its namespaces) by a task into its workspace on the store. Returns the query costs of the reads."""
+    settings, step = run.settings, run.step
+    prom = settings.prometheus
+    step(f"discovering containers in {prom.url}")
+    with PrometheusClient(prom) as prometheus:
+        counts = PrometheusSource(prometheus, prom).containers_per_namespace(start, end)
+    run.plan({(namespace, "*"): n for namespace, n in counts.items()})
+    step(f"reading {prom.url} in {len(run.partitions)} partitions")
+    calls = {p.index: (p, run.workspaces[p.index], settings, start, end, allow_partial) for p in run.partitions}
+    run.reads = run.run("read", read_prometheus_partition, calls, lambda r: r)
+    if not any(r.last_sample is not None for r in run.reads.values()):
+        raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
+    reads = list(run.reads.values())
+    run.oom_events = pd.concat([r.oom_events for r in reads if r.oom_events is not None], ignore_index=True)
+    keys = sorted({key for r in reads for key in r.costs})
+    return {key: float(sum(r.costs.get(key, 0.0) for r in reads)) for key in keys}

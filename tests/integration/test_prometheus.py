@@ -213,6 +213,30 @@ def test_small_streamed_batches_give_the_file_paths_recommendations(
     assert manifest["read_metrics"]["queries"] >= 8 + 5 * namespaces
 
 
+def test_streamed_partitions_give_one_partitions_recommendations(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
+    """`scale.partition_samples` of 1: every namespace is a partition of its own, read in a thread one ahead of the
+    partition being fitted, its rows freed once fitted. The recommendations and node lines are those of one
+    partition (the forecasts chosen as one fleet; node pools aligned as they merge) and, within one histogram
+    bucket, the file path's; the facts are read once for all partitions, so the queries are one partition's plus
+    one per usage batch and the newest-sample probe."""
+    env = {**PROMETHEUS_ENV, "KOORD_RECOMMENDER_SCALE__PARTITION_SAMPLES": "1"}
+    streamed = trained_alike(cluster, cli, tmp_path, env)
+    namespaces = len({namespace for namespace, _ in cluster.kinds})
+    assert streamed["row_counts"]["partitions"] == namespaces
+    assert streamed["row_counts"]["oom_events"] == 1
+    common = ("--prometheus-url", cluster.server.url, "--as-of", str(cluster.as_of))
+    one = cli("train", *common, "--store", "one", env=PROMETHEUS_ENV)
+    assert one.returncode == 0, one.stderr
+    versions = {store: latest_version(tmp_path / store) for store in ("prom", "one")}
+    got, expected = (json.loads((versions[s] / "recommendations.json").read_bytes()) for s in ("prom", "one"))
+    assert expected["nodes"]
+    assert_close(got, expected)
+    manifests = {s: json.loads((versions[s] / "manifest.json").read_text()) for s in ("prom", "one")}
+    assert manifests["one"]["row_counts"]["partitions"] == 1
+    # One batch per namespace (3 queries each) instead of one for all, plus the probe of the newest sample.
+    assert streamed["read_metrics"]["queries"] <= manifests["one"]["read_metrics"]["queries"] + 3 * namespaces + 1
+
+
 def test_prometheus_killed_mid_run_keeps_the_last_good_version(cluster: Cluster, cli: Runner, tmp_path: Path) -> None:
     good = cli("train", "--input", str(cluster.usage_csv), "--store", "store")
     assert good.returncode == 0, good.stderr

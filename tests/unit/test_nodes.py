@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.nodes import NodeForecaster, rise_allowance
+from models.nodes import NodeForecaster, PooledNodeUsage, rise_allowance
 from models.vpa import DecayingHistogram
 from models.workload import FleetForecaster
 from pipelines.node_backtest import (
@@ -37,6 +37,7 @@ from recommender.units import GIB
 from serving.settings import ExtenderSettings
 from tests.k8s import container, node, pod, running
 from tests.recs import STEPS
+from tests.support.compare import assert_close
 
 DAY = 86400
 FAST = ForecastSettings(selection_days=2, seasonal_days=2, history_days=3)
@@ -95,6 +96,32 @@ def test_partial_fit_slides_the_grid_to_the_new_samples() -> None:
     assert model.data_end_ == int(usage["timestamp"].max())
     full = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(usage)
     np.testing.assert_allclose(model.cpu_grid_, full.cpu_grid_, equal_nan=True)
+
+
+@pytest.mark.parametrize("stops_early_seconds", [0, 300, 7 * 3600, 2 * DAY])
+def test_pools_of_partitions_ending_apart_merge_into_the_fleets_pool(stops_early_seconds: int) -> None:
+    """A streamed read pools each partition at its own newest sample: merged, the pools are the fleet's one pool
+    (moved onto the latest end: the early partition's oldest steps fall out, its last ones are empty), and the node
+    lines fitted on them are one fit's."""
+    usage = alternating().sort_values(["namespace", "workload", "pod", "container", "timestamp"], ignore_index=True)
+    early = usage["workload"].isin(["evening", "alone"])
+    usage = usage[~early | (usage["timestamp"] <= usage["timestamp"].max() - stops_early_seconds)]
+    early = usage["workload"].isin(["evening", "alone"])
+    model = NodeForecaster(FleetForecaster.from_settings(FAST))
+    parts = [model.pool(usage[early]), model.pool(usage[~early])]
+    assert parts[0] is not None and parts[1] is not None
+    if stops_early_seconds:
+        assert parts[0].grid_end < parts[1].grid_end
+    merged = PooledNodeUsage.merge(parts)
+    whole = model.pool(usage)
+    assert merged is not None and whole is not None
+    assert (merged.nodes, merged.data_end, merged.grid_end) == (whole.nodes, whole.data_end, whole.grid_end)
+    for resource in ("cpu", "memory"):
+        np.testing.assert_array_equal(merged.observed[resource], whole.observed[resource])
+        np.testing.assert_allclose(merged.grid(resource), whole.grid(resource), equal_nan=True)
+    fitted = NodeForecaster(FleetForecaster.from_settings(FAST)).fit_pooled(merged).predict()
+    one = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(usage).predict()
+    assert_close([n.model_dump(mode="json") for n in fitted], [n.model_dump(mode="json") for n in one])
 
 
 def test_a_usage_without_placement_is_a_clear_error() -> None:

@@ -105,7 +105,9 @@ def poisoned(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"status": "success", "data": data})
     query = form["query"][0]
     if not request.url.path.endswith("/query_range"):
-        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+        # The probe of the newest sample (`PrometheusSource.newest_step`) finds the pods at the read's end.
+        result = [{"metric": {}, "value": [form["time"][0], "4"]}] if query.startswith("count(") else []
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
     if not query.startswith(("rate(", "max_over_time(")):
         return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
     part = "cpu" if query.startswith("rate(") else "memory"
@@ -139,6 +141,31 @@ def test_a_container_with_an_impossible_sample_is_quarantined_by_name_and_never_
     published = ModelStore(tmp_path).load().recommendations.recommendations
     assert [(r.workload, r.container) for r in published] == [("web-1", "main")]
     assert "quarantined a/bad-1/main (none of its samples are used): cpu_cores 1e+300" in caplog.text
+
+
+def test_the_newest_step_is_the_reads_end_for_a_live_fleet_else_the_last_step_with_a_line() -> None:
+    """A fleet still reporting: one instant count at the end. One that stopped: the last step of a range count
+    with a value, whatever gaps come before it; none at all: None."""
+    answers: dict[str, list[object]] = {}
+    asked: list[str] = []
+
+    def prometheus(request: httpx.Request) -> httpx.Response:
+        form = parse_qs(request.content.decode())
+        kind = "matrix" if request.url.path.endswith("/query_range") else "vector"
+        asked.append(f"{kind} {form['query'][0]}")
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": kind, "result": answers[kind]}})
+
+    settings = PrometheusSettings(url="http://prom.test", retries=0)
+    with PrometheusClient(settings, transport=httpx.MockTransport(prometheus)) as client:
+        source = PrometheusSource(client, settings, ["a"])
+        answers = {"vector": [{"metric": {}, "value": [START + 10 * STEP, "3"]}], "matrix": []}
+        assert source.newest_step(START, START + 10 * STEP) == START + 10 * STEP
+        assert len(asked) == 1 and asked[0].startswith("vector count(rate(") and 'namespace=~"a"' in asked[0]
+        counts = [[START + STEP * i, "2"] for i in (0, 1, 5)]
+        answers = {"vector": [], "matrix": [{"metric": {}, "values": counts}]}
+        assert source.newest_step(START, START + 10 * STEP) == START + 5 * STEP
+        answers = {"vector": [], "matrix": []}
+        assert source.newest_step(START, START + 10 * STEP) is None
 
 
 # -- batch sizing by the points an answer holds (issue 17) ------------------------------------------------------------
