@@ -164,14 +164,17 @@ def test_a_restart_resumes_from_a_recent_checkpoint_of_the_latest_version_only(
     now = fitted.data_end_ + 600.0
     loop = LiveLoop(settings, store, clock=lambda: now)
     fresh = loop.resume(now)
-    assert fresh.version == version and fresh.last_sample == fitted.data_end_
+    step = settings.prometheus.step_seconds
+    # The version's newest sample (at 200 s into a 5-minute step here) ends the step holding it: the first read
+    # begins on the step grid, where every later read and any re-read of the same steps evaluates.
+    assert fitted.data_end_ % step and fresh.last_sample % step == 0
+    assert fresh.version == version and fresh.last_sample == fitted.data_end_ // step * step
     saved = LoopState(version, fitted, fitted.data_end_ + 300, DAY, [], {})
     store.write_live_checkpoint(saved)
     assert loop.resume(now).last_sample == fitted.data_end_ + 300
     # Older than the longest gap it replays: the version again, read back at most that far.
     late = fitted.data_end_ + 3 * DAY
     resumed = loop.resume(late)
-    step = settings.prometheus.step_seconds
     assert resumed.last_sample == (late - DAY) // step * step
     # A checkpoint of another version: the new version is what it would have continued.
     publish(store, fitted)
