@@ -205,7 +205,7 @@ class LiveSettings(BaseModel):
         "commits a scrape's samples and its `up` together); a step ending later is left for the next pass. Without "
         "it a scrape committed more than `read_lag_seconds` late (a loaded Prometheus) would be missing from the "
         "loop's read for good, though in every later read of the same step. Narrow it to the jobs the loop reads "
-        "(`min(timestamp(up{job=~\"kubelet|kube-state-metrics\"}))`); empty: `read_lag_seconds` alone.",
+        '(`min(timestamp(up{job=~"kubelet|kube-state-metrics"}))`); empty: `read_lag_seconds` alone.',
     )
     checkpoint_interval_seconds: float = Field(
         300.0,
