@@ -74,6 +74,8 @@ class StepReport:
     seconds: float
     costs: dict[str, float]
     update: LiveUpdate | None
+    #: Wall seconds of the pass's parts: "read" (Prometheus), "update" (`live_update`), "predict", "publish".
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def with_live_usage(nodes: list[NodeForecast], measured: dict[str, LiveNodeUsage]) -> list[NodeForecast]:
@@ -273,24 +275,42 @@ class LiveLoop:
         usage, quarantined = quarantine(read.usage, SampleBounds.at(self.settings.ingest, now))
         if usage.empty:
             raise PrometheusError(f"{self.settings.prometheus.url}: no usage samples between {start} and {end}")
+        if quarantined:
+            log.warning("left out %d containers with an impossible sample", len(quarantined))
+        phases = {"read": time.perf_counter() - started}
         oom = self._new_oom_kills(state, read.oom_events)
-        state.model.live_update(usage, oom_events=oom)
         state.kinds.update(read.workload_kinds)
+        update = self.apply(usage, oom, end, costs, phases)
+        seconds = time.perf_counter() - started
+        self.metrics.duration.observe(seconds)
+        return StepReport(start, end, len(usage), len(oom), seconds, costs, update, phases)
+
+    def apply(
+        self, usage: pd.DataFrame, oom: pd.DataFrame, end: int, costs: dict[str, float], phases: dict[str, float]
+    ) -> LiveUpdate | None:
+        """The model part of a pass, after the read: continue the state with the samples up to `end` and the new OOM
+        kills, re-issue the recommendations, publish them, checkpoint when due; each part's wall seconds into
+        `phases` (the bench measures a pass's model part at fleet sizes without their Prometheus)."""
+        state = self.state
+        assert state is not None, "apply() continues a resumed state"
+        began = time.perf_counter()
+        state.model.live_update(usage, oom_events=oom)
         self.measured.update(newest_node_usage(usage))
         state.last_sample = end
+        phases["update"] = time.perf_counter() - began
+        began = time.perf_counter()
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
         recommendations = recommendations.model_copy(update={"nodes": with_live_usage(state.nodes, self.measured)})
+        phases["predict"] = time.perf_counter() - began
+        began = time.perf_counter()
         update = self._publish(state, recommendations, costs)
+        phases["publish"] = time.perf_counter() - began
         if (
             update is not None
             and self.clock() - self._checkpointed_at >= self.settings.live.checkpoint_interval_seconds
         ):
             self.checkpoint()
-        seconds = time.perf_counter() - started
-        self.metrics.duration.observe(seconds)
-        if quarantined:
-            log.warning("left out %d containers with an impossible sample", len(quarantined))
-        return StepReport(start, end, len(usage), len(oom), seconds, costs, update)
+        return update
 
     def _new_oom_kills(self, state: LoopState, events: pd.DataFrame) -> pd.DataFrame:
         """The kills not applied yet: one kill shows as an increase at every step of the rate window after it, and
