@@ -494,8 +494,9 @@ def token_review_env(api_server: tuple[str, trustme.CA, Path], tmp_path: Path, *
     return {f"KOORD_RECOMMENDER_AUTH__{name}": value for name, value in {**base, **auth}.items()}
 
 
-#: Concurrent requests of unknown tokens against the TokenReview rate (10 a second, a burst of 10).
-BURST = 30
+#: Concurrent requests of unknown tokens against the TokenReview rate (10 a second, a burst of 10): a burst
+#: answered within 5 s must see some refused, however loaded the machine.
+BURST = 60
 
 
 def bearer(client: httpx.Client, token: str) -> int:
@@ -513,6 +514,8 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
         ALLOWED_GROUPS=json.dumps(["ops"]),
         AUTHORIZATION_PATH="/koord-recommender/read",
         TOKEN_REVIEW_RATE_PER_SECOND="10",
+        # Not a test of timeouts: a review slowed past the default 2 s by a loaded machine would refuse uncounted.
+        TOKEN_REVIEW_TIMEOUT_SECONDS="60",
     )
     with start(store, tmp_path, env) as rig:
         with rig.client() as client:
@@ -532,7 +535,7 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
         with rig.client(limits=httpx.Limits(max_connections=BURST)) as crowd, ThreadPoolExecutor(BURST) as pool:
             # The bucket's contract, whatever the machine's load: at most 10 + 10 x (seconds the burst took) reviews.
             list(pool.map(lambda _: crowd.get("/healthz").raise_for_status(), range(BURST)))  # connections open
-            for _ in range(3):  # a burst slower than 2 s could be all admitted: it proves nothing, so send another
+            for _ in range(3):  # a burst slower than 5 s could be all admitted: it proves nothing, so send another
                 time.sleep(1.1)  # the bucket is full again (10 a second, a burst of 10)
                 asked = reviews(api, api_ca)
                 began = time.monotonic()
@@ -544,7 +547,7 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
                 if 10 + 10 * took < BURST:
                     break
             else:
-                pytest.fail(f"no burst of {BURST} requests took under 2 s; the last took {took:.1f} s")
+                pytest.fail(f"no burst of {BURST} requests took under 5 s; the last took {took:.1f} s")
 
 
 def test_slow_token_reviews_do_not_starve_probes(
