@@ -7,6 +7,9 @@ trained on its first 13 days, then `passes` passes of `LiveLoop` with a clock th
 and CPU seconds (ours and Prometheus'), queries, bytes received, the update's size. The reference, in the same run:
 bringing the lines up to date the daily way (`train --incremental` over the same hour: read, partial_fit, refit).
 
+`python -m bench live-cost --containers 10000 --model-only`: the model part of each pass only (`LiveLoop.apply`:
+live_update, predict, publish) on the fleet's file, for sizes whose TSDB is not built.
+
 `python -m bench live-reaction`: a container at 0.5 cores for 8 days that steps to 1.0 (synthetic), and the first
 sustained burst of a real trace (`google-2019`, the bundled data); after each 5-minute step the loop's model
 (`live_update`) and one sized by VPA's rule (`request_policy=vpa`: VPA's decaying histogram, p90 + 15 %) are
