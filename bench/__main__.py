@@ -145,6 +145,11 @@ def main() -> None:
     live_cost.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     live_cost.add_argument("--containers", type=int, default=1000)
     live_cost.add_argument("--passes", type=int, default=11, help="passes, one 5-minute step each")
+    live_cost.add_argument(
+        "--model-only",
+        action="store_true",
+        help="only the model part of each pass (live_update, predict, publish) on the fleet's file: no TSDB needed",
+    )
     live_reaction = sub.add_parser("live-reaction", help="time from a step up to the line following it, ours vs VPA")
     live_reaction.add_argument("--trace", type=Path, default=DEFAULT_INPUT, help="5-minute usage (bitbrains-aug)")
     decode = sub.add_parser(
@@ -197,9 +202,9 @@ def main() -> None:
 
         result = bench_fit(args.input, args.runs, args.as_of)
     elif args.name == "live-cost":
-        from bench.live import bench_cost
+        from bench.live import bench_cost, bench_model_part
 
-        result = bench_cost(args.input, args.containers, args.passes)
+        result = (bench_model_part if args.model_only else bench_cost)(args.input, args.containers, args.passes)
     elif args.name == "live-reaction":
         from bench.live import bench_reaction
 
@@ -228,6 +233,7 @@ def main() -> None:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = args.name if args.name not in ("prometheus-train", "live-cost") else f"{args.name}-{args.containers}"
+    name += "-model" if getattr(args, "model_only", False) else ""
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

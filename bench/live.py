@@ -7,6 +7,9 @@ trained on its first 13 days, then `passes` passes of `LiveLoop` with a clock th
 and CPU seconds (ours and Prometheus'), queries, bytes received, the update's size. The reference, in the same run:
 bringing the lines up to date the daily way (`train --incremental` over the same hour: read, partial_fit, refit).
 
+`python -m bench live-cost --containers 10000 --model-only`: the model part of each pass only (`LiveLoop.apply`:
+live_update, predict, publish) on the fleet's file, for sizes whose TSDB is not built.
+
 `python -m bench live-reaction`: a container at 0.5 cores for 8 days that steps to 1.0 (synthetic), and the first
 sustained burst of a real trace (`google-2019`, the bundled data); after each 5-minute step the loop's model
 (`live_update`) and one sized by VPA's rule (`request_policy=vpa`: VPA's decaying histogram, p90 + 15 %) are
@@ -50,23 +53,86 @@ def _settings(url: str, store: Path, days: int) -> Settings:
     )
 
 
+def _base(tidy: Path, containers: int, days: int, start_live: int) -> tuple[Path, float | None]:
+    """The version the loop continues, trained on the fleet's samples before `start_live` and cached beside the
+    fleet (minutes to train at 1,000 containers, about an hour at 10,000); and the seconds it took, if trained now."""
+    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-{start_live}"
+    if base.exists():
+        return base, None
+    print(f"training the version on the days before {start_live} (cached in {base})", file=sys.stderr, flush=True)
+    trained = time.perf_counter()
+    building = base.with_name(base.name + ".building")
+    shutil.rmtree(building, ignore_errors=True)
+    train_from_file(tidy, _settings("http://unused", building, days), as_of=start_live + 1)
+    building.rename(base)
+    return base, round(time.perf_counter() - trained, 1)
+
+
+def bench_model_part(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
+    """`live-cost --model-only`: a pass without its Prometheus read, for fleets whose TSDB is not built. The same
+    version as `live-cost`'s (trained from the fleet's file up to the same step), then `passes` passes of
+    `LiveLoop.apply` (live_update, predict, publish: the loop's own code after its read) with the file's samples of
+    one new 5-minute step each; the read's cost is what `live-cost` measures at the size it can."""
+    tidy = tidy_file(source, containers, days)
+    end = int(pd.read_parquet(tidy, columns=["timestamp"])["timestamp"].max()) - STEP
+    start_live = end - passes * STEP
+    base, train_seconds = _base(tidy, containers, days, start_live)
+    steps = pd.read_parquet(tidy, filters=[("timestamp", ">", start_live), ("timestamp", "<=", end)])
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        live_store = Path(scratch_dir) / "live"
+        shutil.copytree(base, live_store)
+        store = ModelStore(live_store)
+        now = [float(store.manifest().data_window.last_sample)]
+        loop = LiveLoop(_settings("http://unused", live_store, days), store, clock=lambda: now[0])
+        loaded = time.perf_counter()
+        loop.state = loop.resume(now[0])
+        load_seconds = time.perf_counter() - loaded
+        rows = []
+        for index in range(passes):
+            now[0] += STEP
+            at = start_live + (index + 1) * STEP
+            usage = steps[steps["timestamp"] == at].reset_index(drop=True)
+            phases: dict[str, float] = {}
+            cpu = time.process_time()
+            update = loop.apply(usage, usage.iloc[:0], at, {}, phases)
+            assert update is not None
+            rows.append(
+                {
+                    **{f"{name}_seconds": round(value, 3) for name, value in phases.items()},
+                    "cpu_seconds": round(time.process_time() - cpu, 3),
+                    "rows": len(usage),
+                    "update_bytes": update.entry.bytes,
+                }
+            )
+            print(f"pass {index + 1}/{passes}: {rows[-1]}", file=sys.stderr, flush=True)
+        checkpoint = time.perf_counter()
+        loop.checkpoint()
+        checkpoint_seconds = time.perf_counter() - checkpoint
+        checkpoint_bytes = (live_store / "live" / "checkpoint.joblib").stat().st_size
+    steady = rows[1:] or rows
+    return {
+        "command": f"python -m bench live-cost --containers {containers} --passes {passes} --model-only",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "load_before": load(),
+        "cpus": os.cpu_count(),
+        "containers": containers,
+        "measured": "the model part of a pass (LiveLoop.apply), not its Prometheus read",
+        "version_training_seconds": train_seconds,
+        "version_load_seconds": round(load_seconds, 2),
+        "first_pass": rows[0],
+        "median_pass_after_the_first": {key: float(np.median([r[key] for r in steady])) for key in steady[0]},
+        "checkpoint": {"seconds": round(checkpoint_seconds, 2), "bytes": checkpoint_bytes},
+        "passes": rows,
+    }
+
+
 def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
     data = tsdb(source, containers, days)
     tidy = tidy_file(source, containers, days)
     # The fleet's last step but one: a series read at its very last step has no sample inside the range.
     end = _as_of(data) - 1 - STEP
     start_live = end - passes * STEP
-    # The version the loop continues, cached beside the fleet (minutes to train at 1,000 containers).
-    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-{start_live}"
-    train_seconds = None
-    if not base.exists():
-        print(f"training the version on the days before {start_live} (cached in {base})", file=sys.stderr, flush=True)
-        trained = time.perf_counter()
-        building = base.with_name(base.name + ".building")
-        shutil.rmtree(building, ignore_errors=True)
-        train_from_file(tidy, _settings("http://unused", building, days), as_of=start_live + 1)
-        building.rename(base)
-        train_seconds = round(time.perf_counter() - trained, 1)
+    base, train_seconds = _base(tidy, containers, days, start_live)
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         server = PrometheusServer(None, scratch / "prometheus", copy_tsdb_from=data).start(extra_args=NO_COMPACTION)
@@ -95,6 +161,7 @@ def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> di
                         "bytes": report.costs["bytes"],
                         "rows": report.rows,
                         "update_bytes": report.update.entry.bytes,
+                        **{f"{name}_seconds": round(value, 3) for name, value in report.phases.items()},
                     }
                 )
                 print(f"pass {index + 1}/{passes}: {rows[-1]}", file=sys.stderr, flush=True)

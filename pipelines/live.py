@@ -9,7 +9,9 @@ read's newest step (`models.nodes.newest_node_usage`, into the version's node li
 batch / mid room from it, `placement.node_reclaimable`), and publishes a light update beside the version
 (`ModelStore.publish_live`) that `serve` and `sync` pick up on their next poll. Its state is checkpointed every few
 minutes, so a restart or a failover replays only the steps after the checkpoint; a gap longer than
-`live.max_gap_seconds` starts again from the latest version. Only the holder of the Lease writes (`leading`).
+`live.max_gap_seconds` starts again from the latest version. Only the holder of the Lease writes (`leading`). A step
+is read once every scrape up to its end is written (`live.scrape_watermark_query`, beside `live.read_lag_seconds`):
+a late scrape is then in the loop's read, as it is in any later read of the same step (a restart's, the training's).
 
 Prometheus down: the read fails after its retries, nothing is written, the served lines age (the pointer's
 `written_at`), the errors counter and the last-success timestamp say so, and the next loop reads the whole gap.
@@ -72,6 +74,8 @@ class StepReport:
     seconds: float
     costs: dict[str, float]
     update: LiveUpdate | None
+    #: Wall seconds of the pass's parts: "read" (Prometheus), "update" (`live_update`), "predict", "publish".
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def with_live_usage(nodes: list[NodeForecast], measured: dict[str, LiveNodeUsage]) -> list[NodeForecast]:
@@ -170,7 +174,10 @@ class LiveLoop:
         model = self.store.load_model(version)
         step = self.settings.prometheus.step_seconds
         floor = int((now - self.settings.live.max_gap_seconds) // step * step)
-        last = manifest.data_window.last_sample
+        # The reads evaluate on the step grid (`_window` ends on it): the first starts at the step after the one
+        # holding the version's newest sample, not at an odd second after it (a range query from an odd start
+        # evaluates at other times than the loop's later reads and any later read of the same steps).
+        last = manifest.data_window.last_sample // step * step
         if last < floor:
             log.warning(
                 "version %s ends %.1f h ago, more than live.max_gap_seconds: reading only the last %.1f h "
@@ -224,6 +231,15 @@ class LiveLoop:
         end = int((now - self.settings.live.read_lag_seconds) // step * step)
         return state.last_sample + step, end
 
+    def _watermark(self, client: PrometheusClient, now: float) -> int:
+        """End of the newest step every scrape has been written past (`live.scrape_watermark_query`), so a step is
+        read whole, once: what the loop reads is what any later read of the step finds. No answer (no `up` series,
+        e.g. a backfilled TSDB) or no query: no limit beyond the read lag."""
+        promql = self.settings.live.scrape_watermark_query
+        found = client.query(promql, int(now)) if promql else []
+        step = self.settings.prometheus.step_seconds
+        return int(min(value for _, value in found) // step * step) if found else int(now)
+
     def step(self) -> StepReport | None:
         """One pass: follow a newer version, read the steps since the last read, update, publish, checkpoint when
         due. None when there was nothing new to read (the published lines stand). Raises PrometheusError and
@@ -245,6 +261,9 @@ class LiveLoop:
         )
         with PrometheusClient(live_prom) as client:
             try:
+                end = min(end, self._watermark(client, now))
+                if start > end:
+                    return None
                 read = PrometheusSource(client, live_prom).read(start, end, log.debug)
             finally:
                 self.metrics.queries.inc(client.stats.queries)
@@ -256,24 +275,42 @@ class LiveLoop:
         usage, quarantined = quarantine(read.usage, SampleBounds.at(self.settings.ingest, now))
         if usage.empty:
             raise PrometheusError(f"{self.settings.prometheus.url}: no usage samples between {start} and {end}")
+        if quarantined:
+            log.warning("left out %d containers with an impossible sample", len(quarantined))
+        phases = {"read": time.perf_counter() - started}
         oom = self._new_oom_kills(state, read.oom_events)
-        state.model.live_update(usage, oom_events=oom)
         state.kinds.update(read.workload_kinds)
+        update = self.apply(usage, oom, end, costs, phases)
+        seconds = time.perf_counter() - started
+        self.metrics.duration.observe(seconds)
+        return StepReport(start, end, len(usage), len(oom), seconds, costs, update, phases)
+
+    def apply(
+        self, usage: pd.DataFrame, oom: pd.DataFrame, end: int, costs: dict[str, float], phases: dict[str, float]
+    ) -> LiveUpdate | None:
+        """The model part of a pass, after the read: continue the state with the samples up to `end` and the new OOM
+        kills, re-issue the recommendations, publish them, checkpoint when due; each part's wall seconds into
+        `phases` (the bench measures a pass's model part at fleet sizes without their Prometheus)."""
+        state = self.state
+        assert state is not None, "apply() continues a resumed state"
+        began = time.perf_counter()
+        state.model.live_update(usage, oom_events=oom)
         self.measured.update(newest_node_usage(usage))
         state.last_sample = end
+        phases["update"] = time.perf_counter() - began
+        began = time.perf_counter()
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
         recommendations = recommendations.model_copy(update={"nodes": with_live_usage(state.nodes, self.measured)})
+        phases["predict"] = time.perf_counter() - began
+        began = time.perf_counter()
         update = self._publish(state, recommendations, costs)
+        phases["publish"] = time.perf_counter() - began
         if (
             update is not None
             and self.clock() - self._checkpointed_at >= self.settings.live.checkpoint_interval_seconds
         ):
             self.checkpoint()
-        seconds = time.perf_counter() - started
-        self.metrics.duration.observe(seconds)
-        if quarantined:
-            log.warning("left out %d containers with an impossible sample", len(quarantined))
-        return StepReport(start, end, len(usage), len(oom), seconds, costs, update)
+        return update
 
     def _new_oom_kills(self, state: LoopState, events: pd.DataFrame) -> pd.DataFrame:
         """The kills not applied yet: one kill shows as an increase at every step of the rate window after it, and

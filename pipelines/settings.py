@@ -210,6 +210,14 @@ class LiveSettings(BaseModel):
         description="A step is read only once it ended this long ago, seconds: the last scrape of it has arrived "
         "(a step read too early would be read again with other values after a restart).",
     )
+    scrape_watermark_query: str = Field(
+        "min(timestamp(up))",
+        description="Instant PromQL giving the newest time up to which every scrape has been written (Prometheus "
+        "commits a scrape's samples and its `up` together); a step ending later is left for the next pass. Without "
+        "it a scrape committed more than `read_lag_seconds` late (a loaded Prometheus) would be missing from the "
+        "loop's read for good, though in every later read of the same step. Narrow it to the jobs the loop reads "
+        '(`min(timestamp(up{job=~"kubelet|kube-state-metrics"}))`); empty: `read_lag_seconds` alone.',
+    )
     checkpoint_interval_seconds: float = Field(
         300.0,
         gt=0,

@@ -2,7 +2,8 @@
 
 - VerticalPodAutoscaler (autoscaling.k8s.io/v1) status, as VPA's own recommender writes it: per container
   target / lowerBound / upperBound / uncappedTarget, after the VPA's resource policy (mode Off, controlled resources,
-  minAllowed / maxAllowed), with the RecommendationProvided and LowConfidence conditions.
+  minAllowed / maxAllowed), with the RecommendationProvided and LowConfidence conditions, and, while the live loop's
+  updates are served, RecommendationStale (True once the served update is older than it should be: the loop stalled).
 - Koordinator Recommendation (analysis.koordinator.sh/v1alpha1) status: per container recommended resources,
   updateTime and conditions.
 Conditions keep their lastTransitionTime while their status does not change, so an unchanged recommendation
@@ -12,6 +13,7 @@ produces an identical status and no write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +38,37 @@ BOUNDS = (
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(datetime.now(UTC).timestamp())
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class LiveFreshness:
+    """The live update served: its revision, when it was written (Unix seconds) and whether that is longer ago than
+    the sync's `live_stale_after_seconds` (decided by the caller, who has the clock)."""
+
+    revision: str
+    written_at: float
+    stale_after_seconds: float
+    stale: bool
+
+
+def _stale_condition(live: LiveFreshness, previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """VPA's conditions are negative where they warn (LowConfidence): this one is True while the lines age. Its
+    message names the update's write time, not its age, so an ageing status is written once, not every pass."""
+    written = _rfc3339(live.written_at)
+    if live.stale:
+        reason = "LiveUpdateAgeing"
+        message = (
+            f"live update {live.revision} was written at {written}, over {live.stale_after_seconds:.0f} s ago: the "
+            "live loop has stopped publishing (see its koord_recommender_live_errors); these are its last lines"
+        )
+    else:
+        reason, message = "LiveUpdateFresh", f"live update {live.revision} written at {written}"
+    return _condition("RecommendationStale", live.stale, reason, message, previous)
 
 
 def _condition(
@@ -93,9 +125,13 @@ def vpa_container_recommendation(rec: WorkloadRecommendation, policy: Mapping[st
 
 
 def vpa_status(
-    recommendations: Sequence[WorkloadRecommendation], vpa: Mapping[str, Any], version: str
+    recommendations: Sequence[WorkloadRecommendation],
+    vpa: Mapping[str, Any],
+    version: str,
+    live: LiveFreshness | None = None,
 ) -> dict[str, Any]:
-    """The whole VPA status for the workload its targetRef names (recommendations already filtered to it)."""
+    """The whole VPA status for the workload its targetRef names (recommendations already filtered to it); `live`:
+    the live update served, if any (the RecommendationStale condition)."""
     spec = vpa.get("spec") or {}
     previous = (vpa.get("status") or {}).get("conditions") or []
     containers = [c for r in recommendations if (c := vpa_container_recommendation(r, _policy_for(r.container, spec)))]
@@ -123,6 +159,8 @@ def vpa_status(
                 previous,
             )
         )
+    if containers and live is not None:
+        conditions.append(_stale_condition(live, previous))
     status: dict[str, Any] = {"conditions": conditions}
     if containers:
         status["recommendation"] = {"containerRecommendations": containers}

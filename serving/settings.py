@@ -258,6 +258,13 @@ class SyncSettings(BaseModel):
     vpa: bool = Field(True, description="Write VerticalPodAutoscaler statuses.")
     koordinator: bool = Field(True, description="Write Koordinator Recommendation statuses.")
     backoff_max_seconds: float = Field(60.0, gt=0, description="Longest wait after an API error, seconds.")
+    live_stale_after_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="A VPA's RecommendationStale condition turns True when the live update served was written longer "
+        "ago than this, seconds (5 passes of the loop's 1-minute interval: the loop stalled, e.g. Prometheus down); "
+        "only while live updates are served.",
+    )
     read_vpa_checkpoints: bool = Field(
         True,
         description="Warm-start the `vpa` policy of the VPAs naming us from the VerticalPodAutoscalerCheckpoints "

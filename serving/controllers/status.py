@@ -21,7 +21,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from recommender.cluster_status import koordinator_status, same_status, vpa_status
+from models.store import LiveUpdate
+from recommender.cluster_status import LiveFreshness, koordinator_status, same_status, vpa_status
 from recommender.errors import KubernetesError, ModelStoreError
 from recommender.resources import WorkloadRecommendation
 from serving.kube import api_message
@@ -62,12 +63,14 @@ class StatusSync:
         extra: Callable[[SyncReport], None] | None = None,
         adjust: Callable[[dict[str, Any], list[WorkloadRecommendation]], list[WorkloadRecommendation]] | None = None,
         watched: list[Informer] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`extra`: a further pass run at every full pass (the opt-in node writer of `serving.controllers.nodes`, the
         checkpoint writer of `serving.controllers.checkpoints`); `adjust`: what a VPA's recommendations become before
         its status is built (the checkpoint warm start); `watched`: the further informers `extra` reads, listed and
-        watched with ours."""
+        watched with ours; `clock`: what the live update's age is measured against."""
         self.custom = client.CustomObjectsApi(api)
+        self.clock = clock
         self.state = state
         self.settings = settings
         self.extra = extra
@@ -114,7 +117,8 @@ class StatusSync:
     def _desired(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The status we want on `obj`, or None when the object is not ours."""
         meta = obj.get("metadata") or {}
-        version = self.state.require().revision  # the live update, when one is served
+        snapshot = self.state.require()
+        version = snapshot.revision  # the live update, when one is served
         namespace = meta.get("namespace", "")
         if kind == VPA:
             spec = obj.get("spec") or {}
@@ -125,9 +129,15 @@ class StatusSync:
             recommendations = self._targets(namespace, target.get("name", ""))
             if self.adjust is not None:
                 recommendations = self.adjust(obj, recommendations)
-            return vpa_status(recommendations, obj, version)
+            return vpa_status(recommendations, obj, version, self._freshness(snapshot.live))
         target = ((obj.get("spec") or {}).get("target") or {}).get("workload") or {}
         return koordinator_status(self._targets(namespace, target.get("name", "")), obj, version)
+
+    def _freshness(self, live: LiveUpdate | None) -> LiveFreshness | None:
+        if live is None:
+            return None
+        limit = self.settings.live_stale_after_seconds
+        return LiveFreshness(live.revision, live.written_at, limit, self.clock() - live.written_at > limit)
 
     def reconcile(self, kind: Kind, obj: dict[str, Any], report: SyncReport) -> None:
         name = _name(obj)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import threading
 import time
@@ -176,3 +177,47 @@ def test_the_loop_answers_both_kinds_from_the_shared_caches(
         stop.set()
         thread.join(timeout=15)
     assert not thread.is_alive()
+
+
+def test_a_vpa_says_when_the_live_update_it_shows_has_aged(
+    plane: ControlPlane, store: Path, objects: client.CustomObjectsApi, tmp_path: Path
+) -> None:
+    """While `sync` serves the live loop's updates, each VPA carries RecommendationStale: False with a fresh update,
+    True once the update is older than `live_stale_after_seconds` (the loop stalled), written once as it ages, and
+    False again with the loop's next update."""
+    shutil.copytree(store, tmp_path / "store")
+    live_store = ModelStore(str(tmp_path / "store"))
+    version = live_store.latest_name()
+    assert version is not None
+    lines = live_store.load(version).recommendations
+
+    def publish() -> float:
+        update = live_store.publish_live(lines, version=version, last_sample=lines.as_of - 1)
+        return update.written_at
+
+    written = publish()
+    now = [written + 10.0]
+    syncer = StatusSync(
+        plane.api(), ServiceState(live_store), SyncSettings(live_stale_after_seconds=300), clock=lambda: now[0]
+    )
+
+    def stale() -> dict[str, Any]:
+        conditions = get(objects, VPA, "web")["status"]["conditions"]
+        found: dict[str, Any] = next(c for c in conditions if c["type"] == "RecommendationStale")
+        return found
+
+    syncer.sync_once()
+    fresh = stale()
+    assert (fresh["status"], fresh["reason"]) == ("False", "LiveUpdateFresh") and "+live.1" in fresh["message"]
+    assert "status" not in get(objects, VPA, "api-default")  # another recommender's VPA is still left alone
+    now[0] = written + 301.0  # the loop has not published for over 5 minutes
+    assert "VerticalPodAutoscaler shop/web" in syncer.sync_once().written
+    aged = stale()
+    assert (aged["status"], aged["reason"]) == ("True", "LiveUpdateAgeing"), aged
+    assert "RecommendationProvided" in {c["type"] for c in get(objects, VPA, "web")["status"]["conditions"]}
+    now[0] += 120.0
+    assert "VerticalPodAutoscaler shop/web" in syncer.sync_once().unchanged  # ageing further writes nothing
+    now[0] = publish() + 1.0  # the loop is back
+    syncer.sync_once()
+    back = stale()
+    assert (back["status"], back["reason"]) == ("False", "LiveUpdateFresh") and "+live.2" in back["message"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,7 +19,8 @@ from models.settings import StoreSettings
 from models.store import LIVE, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.live import LiveLoop, LoopState, with_live_usage
-from pipelines.settings import LiveSettings
+from pipelines.prometheus import PrometheusClient
+from pipelines.settings import LiveSettings, PrometheusSettings
 from recommender import colocation
 from recommender.errors import ModelStoreError
 from recommender.placement import NodeLoads, Reclaimable, node_reclaimable
@@ -162,14 +164,17 @@ def test_a_restart_resumes_from_a_recent_checkpoint_of_the_latest_version_only(
     now = fitted.data_end_ + 600.0
     loop = LiveLoop(settings, store, clock=lambda: now)
     fresh = loop.resume(now)
-    assert fresh.version == version and fresh.last_sample == fitted.data_end_
+    step = settings.prometheus.step_seconds
+    # The version's newest sample (at 200 s into a 5-minute step here) ends the step holding it: the first read
+    # begins on the step grid, where every later read and any re-read of the same steps evaluates.
+    assert fitted.data_end_ % step and fresh.last_sample % step == 0
+    assert fresh.version == version and fresh.last_sample == fitted.data_end_ // step * step
     saved = LoopState(version, fitted, fitted.data_end_ + 300, DAY, [], {})
     store.write_live_checkpoint(saved)
     assert loop.resume(now).last_sample == fitted.data_end_ + 300
     # Older than the longest gap it replays: the version again, read back at most that far.
     late = fitted.data_end_ + 3 * DAY
     resumed = loop.resume(late)
-    step = settings.prometheus.step_seconds
     assert resumed.last_sample == (late - DAY) // step * step
     # A checkpoint of another version: the new version is what it would have continued.
     publish(store, fitted)
@@ -298,3 +303,23 @@ def test_the_live_node_usage_is_koordinators_usage_sum_at_the_newest_step(
     assert found.sample == at
     want = sum(requests[i] if v is None else v for i, v in enumerate(usage))
     assert found.cpu_cores == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [([1_000_000_123.4, 1_000_000_101.0], 1_000_000_100), ([], 1_000_000_500)],
+)
+def test_a_step_is_read_only_up_to_the_newest_time_every_scrape_is_written_past(
+    tmp_path: Path, answer: list[float], expected: int
+) -> None:
+    def prometheus(request: httpx.Request) -> httpx.Response:
+        form = dict(httpx.QueryParams(request.content.decode()))
+        assert form["query"] == "min(timestamp(up))" and form["time"] == "1000000500"
+        result = [{"metric": {"job": str(i)}, "value": [1_000_000_500, str(v)]} for i, v in enumerate(answer)]
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": result}})
+
+    settings = Settings(prometheus=PrometheusSettings(url="http://prometheus.test", step_seconds=20))
+    loop = LiveLoop(settings, ModelStore(tmp_path))
+    with PrometheusClient(settings.prometheus, transport=httpx.MockTransport(prometheus)) as client:
+        # The slowest target's newest written scrape bounds the read, on the step grid; no `up` at all: no bound.
+        assert loop._watermark(client, 1_000_000_500.7) == expected
