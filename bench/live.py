@@ -111,11 +111,7 @@ def bench_model_part(source: Path, containers: int, passes: int, days: int = 14)
         checkpoint_bytes = (live_store / "live" / "checkpoint.joblib").stat().st_size
     steady = rows[1:] or rows
     return {
-        "command": f"python -m bench live-cost --containers {containers} --passes {passes} --model-only",
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "load_before": load(),
-        "cpus": os.cpu_count(),
-        "containers": containers,
+        **_cost_header(containers, passes, " --model-only"),
         "measured": "the model part of a pass (LiveLoop.apply), not its Prometheus read",
         "version_training_seconds": train_seconds,
         "version_load_seconds": round(load_seconds, 2),
@@ -123,6 +119,17 @@ def bench_model_part(source: Path, containers: int, passes: int, days: int = 14)
         "median_pass_after_the_first": {key: float(np.median([r[key] for r in steady])) for key in steady[0]},
         "checkpoint": {"seconds": round(checkpoint_seconds, 2), "bytes": checkpoint_bytes},
         "passes": rows,
+    }
+
+
+def _cost_header(containers: int, passes: int, flags: str) -> dict[str, Any]:
+    """The command, date, load and fleet a `live-cost` result opens with."""
+    return {
+        "command": f"python -m bench live-cost --containers {containers} --passes {passes}{flags}",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "load_before": load(),
+        "cpus": os.cpu_count(),
+        "containers": containers,
     }
 
 
@@ -187,11 +194,7 @@ def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> di
     steady = rows[1:] or rows
     median = {key: float(np.median([r[key] for r in steady])) for key in steady[0]}
     return {
-        "command": f"python -m bench live-cost --containers {containers} --passes {passes}",
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "load_before": load(),
-        "cpus": os.cpu_count(),
-        "containers": containers,
+        **_cost_header(containers, passes, ""),
         "version_training_seconds": train_seconds,
         "first_pass": rows[0],
         "median_pass_after_the_first": median,

@@ -176,7 +176,10 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         assert measured.cpu.live_usage >= 1.0, measured.cpu.live_usage
         room_after = node_room(settings)
         assert room_after["policy"] == "live"
-        assert room_after["batch"] <= room_before["batch"] - 0.6, (room_before, room_after)
+        # The room before kept free at most the table's largest rise (a pod starting on the idle node is one).
+        kept = max(measured.cpu.live_rise or [0.0])
+        assert kept < 0.5, measured.cpu.live_rise
+        assert room_after["batch"] <= room_before["batch"] - (0.75 - kept), (room_before, room_after, kept)
 
         memory_before = served(state).memory.target  # type: ignore[union-attr]
         killed = exporter.oom_kill("main")
