@@ -220,6 +220,11 @@ def main(source: Path, containers: int, days: int, runs: int, workers: int, file
     }
 
 
+def _to_stderr(description: str, /, *, detail: bool = False) -> None:
+    """A progress sink printing each line (`recommender.progress.Step`)."""
+    print(description, file=sys.stderr, flush=True)
+
+
 def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str, object]:
     """`python -m bench prometheus-read`: the streamed read of training from Prometheus without the fit (the facts
     and the newest-sample probe once, then each partition's usage as `train._stream_prometheus` cuts them), in
@@ -232,6 +237,7 @@ def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str,
     from pipelines.prometheus_source import PrometheusSource
     from pipelines.settings import PrometheusSettings, ScaleSettings
     from pipelines.train import map_big_blocks, peak_rss_mib, release_freed_memory
+    from recommender.progress import quiet
 
     data = tsdb(source, containers, days)
     as_of = _as_of(data)
@@ -244,14 +250,14 @@ def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str,
         started = time.perf_counter()
         with PrometheusClient(settings) as client:
             prometheus = PrometheusSource(client, settings)
-            facts = prometheus.plan(start, end, lambda message: print(message, file=sys.stderr, flush=True))
+            facts = prometheus.plan(start, end, _to_stderr)
             newest = prometheus.newest_step(start, end)
             steps = (end - start) // settings.step_seconds + 1
             per_partition = max(1, ScaleSettings().partition_samples // steps)
             partitions = plan_partitions({(ns, "*"): n for ns, n in facts.containers.items()}, per_partition)
             samples = 0
             for partition in partitions:
-                got = prometheus.read(start, end, lambda _: None, facts.scoped(partition.namespaces, settings))
+                got = prometheus.read(start, end, quiet, facts.scoped(partition.namespaces, settings))
                 samples += len(got.usage)
                 del got
                 gc.collect()

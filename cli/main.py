@@ -136,17 +136,19 @@ def _duration(text: str, option: str) -> int:
 @contextmanager
 def _progress(total: int) -> Iterator[Any]:
     """Steps of a long command: a live bar on a terminal; elsewhere (a pod's log, CI, a pipe) one timestamped line
-    per step, so progress shows in logs too. Each call of the yielded function starts the next step."""
+        per step, so progress shows in logs too. Each call of the yielded function starts the next step (a `detail`
+    call reports within it)."""
     if not err.is_terminal:
         started = time.monotonic()
         count = 0
 
-        def line(description: str) -> None:
+        def line(description: str, /, *, detail: bool = False) -> None:
             nonlocal count
-            count += 1
+            count += 0 if detail else 1
             stamp = time.strftime("%H:%M:%S", time.gmtime())
+            indent = "  " if detail else ""
             err.print(
-                f"{stamp} [{count}/{total}] {_safe(description)} ({time.monotonic() - started:.1f} s)",
+                f"{stamp} [{count}/{total}] {indent}{_safe(description)} ({time.monotonic() - started:.1f} s)",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -162,9 +164,9 @@ def _progress(total: int) -> Iterator[Any]:
         task = progress.add_task("starting", total=total)
         started_bar = False
 
-        def step(description: str) -> None:
+        def step(description: str, /, *, detail: bool = False) -> None:
             nonlocal started_bar
-            if started_bar:
+            if started_bar and not detail:
                 progress.advance(task)
             started_bar = True
             progress.update(task, description=description)

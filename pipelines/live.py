@@ -42,6 +42,13 @@ from recommender.errors import ModelStoreError, PrometheusError, RecommenderErro
 from recommender.resources import NodeForecast, RecommendationSet
 
 log = logging.getLogger(__name__)
+
+
+def _log_step(description: str, /, *, detail: bool = False) -> None:
+    """A pass's read progress at debug level (`recommender.progress.Step`): a pass is short, its lines are detail."""
+    log.debug(description)
+
+
 #: Requests, limits and pod placement are read over at least this much of the newest history, seconds: a short read
 #: must still find kube-state-metrics' last value (scraped every 30-60 s), and a missing one keeps the known one.
 FACTS_WINDOW_SECONDS = 3600
@@ -264,7 +271,7 @@ class LiveLoop:
                 end = min(end, self._watermark(client, now))
                 if start > end:
                     return None
-                read = PrometheusSource(client, live_prom).read(start, end, log.debug)
+                read = PrometheusSource(client, live_prom).read(start, end, _log_step)
             finally:
                 self.metrics.queries.inc(client.stats.queries)
                 self.metrics.bytes.inc(client.stats.bytes)

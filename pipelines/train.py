@@ -169,7 +169,7 @@ class InProcessExecutor:
             except Exception as error:
                 failed[index] = error
             if len(calls) > 1:
-                step(f"{phase}: {count} of {len(calls)} partitions")
+                step(f"{phase}: {count} of {len(calls)} partitions", detail=True)
         return done, failed
 
     def share(self, value: Any) -> Any:
@@ -620,7 +620,7 @@ class _Run:
                     )
                 self.check_tolerance()
                 if total > 1:
-                    self.step(f"read and fitted {number} of {total} partitions")
+                    self.step(f"read and fitted {number} of {total} partitions", detail=True)
         if not fits:
             raise PrometheusError(f"{self.source}: no usage samples to fit")
         self.oom_events = pd.concat(
