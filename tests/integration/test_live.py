@@ -144,6 +144,17 @@ def node_room(settings: Settings) -> dict[str, Any]:
     return found
 
 
+def node_cpu_measured(store: ModelStore) -> float:
+    """The exporter's node's CPU usage as the newest live update measured it (NaN before one measured it)."""
+    update = store.live_update()
+    if update is None:
+        return float("nan")
+    found = next((n for n in store.load_live(update).nodes if n.node == NODE), None)
+    if found is None or found.cpu is None or found.cpu.live_usage is None:
+        return float("nan")
+    return float(found.cpu.live_usage)
+
+
 def test_a_step_up_and_an_oom_kill_are_served_within_loops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exporter: LiveExporter, prometheus: PrometheusServer
 ) -> None:
@@ -155,7 +166,12 @@ def test_a_step_up_and_an_oom_kill_are_served_within_loops(
         before = served(state)
         assert before.cpu is not None and before.memory is not None
         assert before.cpu.target < 0.5 and before.cpu.short_term[0] < 0.5
+        # The room before the step is taken once the loop measures the node at the exporter's steady level (main +
+        # sidecar: 0.25 cores): the first updates after Prometheus starts read rate windows with too few scrapes, where
+        # a container without a sample counts at its request (Koordinator's rule), so the node reads 0.5 there.
+        wait_until(lambda: abs(node_cpu_measured(store) - 0.25) < 0.02, 30, "the node measured at 0.25 cores")
         room_before = node_room(settings)
+        assert abs(node_cpu_measured(store) - 0.25) < 0.02
         assert room_before["policy"] == "live", room_before
         stepped = exporter.set("main", cpu_cores=1.0)
         readable = stepped + READABLE_AFTER_SECONDS
