@@ -19,6 +19,7 @@ the new level.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.prometheus import NO_COMPACTION, _as_of, load, process_figures
+from bench.prometheus import NO_COMPACTION, _as_of, load, process_figures, run_child, with_prometheus
 from bench.prometheus_fleet import CACHE, DAY, STEP, tidy_file, tsdb
 from cli.settings import Settings
 from models.settings import StoreSettings
@@ -38,7 +39,7 @@ from models.store import ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.live import LiveLoop
 from pipelines.settings import LiveSettings, PrometheusSettings
-from pipelines.train import train_from_file, train_from_prometheus
+from pipelines.train import train_from_prometheus
 from tests.support.prometheus_server import PrometheusServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,19 +54,50 @@ def _settings(url: str, store: Path, days: int) -> Settings:
     )
 
 
-def _base(tidy: Path, containers: int, days: int, start_live: int) -> tuple[Path, float | None]:
-    """The version the loop continues, trained on the fleet's samples before `start_live` and cached beside the
-    fleet (minutes to train at 1,000 containers, about an hour at 10,000); and the seconds it took, if trained now."""
-    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-{start_live}"
+def _base(data: Path, containers: int, days: int, start_live: int) -> tuple[Path, dict[str, Any] | None]:
+    """The version the loop continues, trained by the streaming Prometheus path (`recommender train --prometheus-url`,
+    one measured child against a fresh Prometheus over the fleet's TSDB, as in `prometheus-train`) on the samples
+    before `start_live`, and cached beside the fleet; and that training pass's figures (wall, CPU, peak RSS,
+    queries), kept beside the version so a cached one still reports them."""
+    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-prometheus-{start_live}"
+    figures_file = base / "training.json"
     if base.exists():
-        return base, None
+        return base, json.loads(figures_file.read_text()) if figures_file.exists() else None
     print(f"training the version on the days before {start_live} (cached in {base})", file=sys.stderr, flush=True)
-    trained = time.perf_counter()
     building = base.with_name(base.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
-    train_from_file(tidy, _settings("http://unused", building, days), as_of=start_live + 1)
+    env = {
+        "KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS": "600",
+        "KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS": str(days * DAY),
+    }
+    script = str(Path(sys.executable).parent / "recommender")
+
+    def train(url: str) -> dict[str, Any]:
+        before = load()
+        command = [script, "train", "--prometheus-url", url, "--store", str(building), "--as-of", str(start_live + 1)]
+        seconds, rss, _, traced = run_child(command, env)
+        manifest = json.loads(next((building / "versions").iterdir()).joinpath("manifest.json").read_text())
+        return {
+            "command": f"recommender train --prometheus-url URL --as-of {start_live + 1} (streaming path)",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_before": before,
+            "load_after": load(),
+            "seconds": round(seconds, 1),
+            "cpu_seconds": traced.get("cpu_seconds"),
+            "peak_rss_mib": round(rss),
+            "queries": manifest["read_metrics"]["queries"],
+            "bytes_received": manifest["read_metrics"]["bytes"],
+            "containers": manifest["row_counts"]["workload_containers"],
+            "partitions": manifest["row_counts"]["partitions"],
+        }
+
+    with tempfile.TemporaryDirectory() as scratch:
+        figures = with_prometheus(data, Path(scratch) / "prometheus", train)
+    figures_file = building / "training.json"
+    figures_file.write_text(json.dumps(figures, indent=2) + "\n")
     building.rename(base)
-    return base, round(time.perf_counter() - trained, 1)
+    print(f"trained: {json.dumps(figures)}", file=sys.stderr, flush=True)
+    return base, figures
 
 
 def bench_model_part(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
@@ -73,10 +105,10 @@ def bench_model_part(source: Path, containers: int, passes: int, days: int = 14)
     version as `live-cost`'s (trained from the fleet's file up to the same step), then `passes` passes of
     `LiveLoop.apply` (live_update, predict, publish: the loop's own code after its read) with the file's samples of
     one new 5-minute step each; the read's cost is what `live-cost` measures at the size it can."""
+    data = tsdb(source, containers, days)
     tidy = tidy_file(source, containers, days)
-    end = int(pd.read_parquet(tidy, columns=["timestamp"])["timestamp"].max()) - STEP
-    start_live = end - passes * STEP
-    base, train_seconds = _base(tidy, containers, days, start_live)
+    end, start_live = _live_window(data, passes)
+    base, training = _base(data, containers, days, start_live)
     steps = pd.read_parquet(tidy, filters=[("timestamp", ">", start_live), ("timestamp", "<=", end)])
     with tempfile.TemporaryDirectory() as scratch_dir:
         live_store = Path(scratch_dir) / "live"
@@ -113,13 +145,21 @@ def bench_model_part(source: Path, containers: int, passes: int, days: int = 14)
     return {
         **_cost_header(containers, passes, " --model-only"),
         "measured": "the model part of a pass (LiveLoop.apply), not its Prometheus read",
-        "version_training_seconds": train_seconds,
+        "version_training": training,
         "version_load_seconds": round(load_seconds, 2),
         "first_pass": rows[0],
         "median_pass_after_the_first": {key: float(np.median([r[key] for r in steady])) for key in steady[0]},
         "checkpoint": {"seconds": round(checkpoint_seconds, 2), "bytes": checkpoint_bytes},
         "passes": rows,
     }
+
+
+def _live_window(data: Path, passes: int) -> tuple[int, int]:
+    """The last step the passes read and the step the version ends at: the fleet's last step but one (a series read
+    at its very last step has no sample inside the range), `passes` 5-minute steps after the version. Both modes
+    use it, so they continue one cached version."""
+    end = _as_of(data) - 1 - STEP
+    return end, end - passes * STEP
 
 
 def _cost_header(containers: int, passes: int, flags: str) -> dict[str, Any]:
@@ -135,11 +175,8 @@ def _cost_header(containers: int, passes: int, flags: str) -> dict[str, Any]:
 
 def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
     data = tsdb(source, containers, days)
-    tidy = tidy_file(source, containers, days)
-    # The fleet's last step but one: a series read at its very last step has no sample inside the range.
-    end = _as_of(data) - 1 - STEP
-    start_live = end - passes * STEP
-    base, train_seconds = _base(tidy, containers, days, start_live)
+    end, start_live = _live_window(data, passes)
+    base, training = _base(data, containers, days, start_live)
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         server = PrometheusServer(None, scratch / "prometheus", copy_tsdb_from=data).start(extra_args=NO_COMPACTION)
@@ -195,7 +232,7 @@ def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> di
     median = {key: float(np.median([r[key] for r in steady])) for key in steady[0]}
     return {
         **_cost_header(containers, passes, ""),
-        "version_training_seconds": train_seconds,
+        "version_training": training,
         "first_pass": rows[0],
         "median_pass_after_the_first": median,
         "share_of_a_60s_interval": round(median["seconds"] / 60, 4),
