@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from models.ensemble import history_summary
 from models.pods import with_group_labels
 from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
 from models.workload import WorkloadRecommender
@@ -135,3 +136,38 @@ def test_the_checkpoint_is_lz4_and_an_older_zlib_one_still_resumes(tmp_path: Pat
     store.files.put_model(store._live(LIVE_CHECKPOINT), state, compress=1)
     assert (tmp_path / LIVE / LIVE_CHECKPOINT).read_bytes()[:1] == b"\x78"  # zlib
     np.testing.assert_array_equal(_grid(store), state["grid"])
+
+
+def _summary_by_masking(grid: Any, recent_steps: int) -> Any:
+    """`history_summary` as it was: the unknown steps masked to -inf in a copy of the grid, then maxima."""
+    known_mask = ~np.isnan(grid)
+    with np.errstate(all="ignore"):
+        masked = np.where(known_mask, grid, -np.inf)
+        recent = masked[:, -recent_steps:].max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
+        observed = masked.max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
+    since = np.where(known_mask.any(axis=1), np.argmax(known_mask[:, ::-1], axis=1), grid.shape[1])
+    return np.stack(
+        [
+            np.where(np.isfinite(recent), recent, np.nan),
+            np.where(np.isfinite(observed), observed, np.nan),
+            known_mask.sum(axis=1).astype(np.float64),
+            since.astype(np.float64),
+        ],
+        axis=1,
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(min_value=0, max_value=5),
+    columns=st.integers(min_value=1, max_value=40),
+    recent_steps=st.integers(min_value=0, max_value=50),
+    values=st.lists(
+        st.floats(min_value=0.0, max_value=1e12) | st.sampled_from([float("nan"), float("inf"), -float("inf")]),
+        min_size=200,
+        max_size=200,
+    ),
+)
+def test_the_history_summary_is_the_masked_one(rows: int, columns: int, recent_steps: int, values: list[float]) -> None:
+    grid = np.resize(np.asarray(values), rows * columns).reshape(rows, columns)
+    np.testing.assert_array_equal(history_summary(grid, recent_steps), _summary_by_masking(grid, recent_steps))
