@@ -34,7 +34,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.prometheus import NO_COMPACTION, _as_of, load, process_figures, run_child, with_prometheus
+from bench.prometheus import (
+    NO_COMPACTION,
+    _as_of,
+    load,
+    process_figures,
+    run_child,
+    where_the_peak_is,
+    with_prometheus,
+)
 from bench.prometheus_fleet import CACHE, DAY, STEP, tidy_file, tsdb
 from cli.settings import Settings
 from models.settings import StoreSettings
@@ -95,6 +103,7 @@ def _base(data: Path, containers: int, days: int, start_live: int) -> tuple[Path
             "bytes_received": manifest["read_metrics"]["bytes"],
             "containers": manifest["row_counts"]["workload_containers"],
             "partitions": manifest["row_counts"]["partitions"],
+            "rss": {k: v for k, v in where_the_peak_is(traced, every_seconds=30.0).items() if k != "steps"},
         }
 
     with tempfile.TemporaryDirectory() as scratch:
