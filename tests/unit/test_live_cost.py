@@ -171,3 +171,41 @@ def _summary_by_masking(grid: Any, recent_steps: int) -> Any:
 def test_the_history_summary_is_the_masked_one(rows: int, columns: int, recent_steps: int, values: list[float]) -> None:
     grid = np.resize(np.asarray(values), rows * columns).reshape(rows, columns)
     np.testing.assert_array_equal(history_summary(grid, recent_steps), _summary_by_masking(grid, recent_steps))
+
+
+def test_a_version_fitted_in_partitions_is_continued_as_one(tmp_path: Path) -> None:
+    """The streaming Prometheus path writes a fleet of more than `scale.partition_samples` in partitions: the loop
+    continues each partition's model with its workloads' rows and publishes what one model continued gives."""
+    from cli.settings import Settings
+    from models.settings import StoreSettings
+    from pipelines.live import LiveLoop, PartitionedModel
+    from pipelines.settings import LiveSettings
+    from pipelines.train import train_from_file
+    from tests.conftest import BUNDLED
+
+    as_of = 1559347200
+    usage = pd.read_csv(BUNDLED)
+    later = usage[(usage["timestamp"] >= as_of) & (usage["timestamp"] < as_of + 3 * STEP)]
+    published = []
+    for name, scale in (("whole", {}), ("parts", {"partition_containers": 1})):
+        settings = Settings(
+            forecast={},
+            scale=scale,
+            store=StoreSettings(path=tmp_path / name),
+            live=LiveSettings(leader_election=False, metrics_port=None),
+        )
+        train_from_file(BUNDLED, settings, as_of=as_of)
+        store = ModelStore(tmp_path / name)
+        loop = LiveLoop(settings, store, clock=lambda: float(as_of + 3 * STEP))
+        loop.state = loop.resume(float(as_of + 3 * STEP))
+        assert isinstance(loop.state.model, PartitionedModel) == (name == "parts")
+        for t in sorted(later["timestamp"].unique()):
+            rows = later[later["timestamp"] == t].reset_index(drop=True)
+            update = loop.apply(rows, rows.iloc[:0], int(t), {}, {})
+        assert update is not None
+        published.append(store.load_live(update))
+    whole, parts = published
+    assert len(parts.recommendations) == 4 and parts.as_of == whole.as_of
+    assert [r.model_dump(mode="json") for r in parts.recommendations] == [
+        r.model_dump(mode="json") for r in whole.recommendations
+    ]
