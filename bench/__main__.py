@@ -148,7 +148,12 @@ def main() -> None:
     live_cost.add_argument(
         "--model-only",
         action="store_true",
-        help="only the model part of each pass (live_update, predict, publish) on the fleet's file: no TSDB needed",
+        help="only the model part of each pass (live_update, predict, publish), with the fleet's file's samples",
+    )
+    live_cost.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="leave out the reference (an incremental train over the same steps: ~20 minutes at 10,000 containers)",
     )
     live_reaction = sub.add_parser("live-reaction", help="time from a step up to the line following it, ours vs VPA")
     live_reaction.add_argument("--trace", type=Path, default=DEFAULT_INPUT, help="5-minute usage (bitbrains-aug)")
@@ -204,7 +209,10 @@ def main() -> None:
     elif args.name == "live-cost":
         from bench.live import bench_cost, bench_model_part
 
-        result = (bench_model_part if args.model_only else bench_cost)(args.input, args.containers, args.passes)
+        if args.model_only:
+            result = bench_model_part(args.input, args.containers, args.passes)
+        else:
+            result = bench_cost(args.input, args.containers, args.passes, reference=not args.no_reference)
     elif args.name == "live-reaction":
         from bench.live import bench_reaction
 

@@ -2,13 +2,16 @@
 against VPA's rule replayed on the same samples (`live-reaction`).
 
 `python -m bench live-cost --containers 1000 --passes 11`: the fleet of `prometheus-train` (cached TSDB), a version
-trained on its first 13 days, then `passes` passes of `LiveLoop` with a clock that moves one 5-minute step per pass
-(each reads one new step of every container, as the loop does at `prometheus.step_seconds` = 300). Per pass: wall
-and CPU seconds (ours and Prometheus'), queries, bytes received, the update's size. The reference, in the same run:
-bringing the lines up to date the daily way (`train --incremental` over the same hour: read, partial_fit, refit).
+trained on its 14 days but the last `passes` steps by the streaming Prometheus path (`recommender train
+--prometheus-url`, a measured child: its wall, CPU, peak RSS and queries are in the result; cached beside the
+fleet), then `passes` passes of `LiveLoop` with a clock that moves one 5-minute step per pass (each reads one new
+step of every container, as a pass does at `prometheus.step_seconds` = 60 every minute). Per pass: wall and CPU
+seconds (ours and Prometheus'), queries, bytes received, the update's size; the checkpoint (every 5 minutes) on its
+own. The reference, in the same run (`--no-reference` leaves it out): bringing the lines up to date the daily way
+(`train --incremental` over the same steps: read, partial_fit, refit).
 
 `python -m bench live-cost --containers 10000 --model-only`: the model part of each pass only (`LiveLoop.apply`:
-live_update, predict, publish) on the fleet's file, for sizes whose TSDB is not built.
+live_update, predict, publish) on the same version, with the fleet's file's samples of the same steps.
 
 `python -m bench live-reaction`: a container at 0.5 cores for 8 days that steps to 1.0 (synthetic), and the first
 sustained burst of a real trace (`google-2019`, the bundled data); after each 5-minute step the loop's model
@@ -19,6 +22,7 @@ the new level.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -30,7 +34,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench.prometheus import NO_COMPACTION, _as_of, load, process_figures
+from bench.prometheus import (
+    NO_COMPACTION,
+    _as_of,
+    load,
+    process_figures,
+    run_child,
+    where_the_peak_is,
+    with_prometheus,
+)
 from bench.prometheus_fleet import CACHE, DAY, STEP, tidy_file, tsdb
 from cli.settings import Settings
 from models.settings import StoreSettings
@@ -38,7 +50,7 @@ from models.store import ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.live import LiveLoop
 from pipelines.settings import LiveSettings, PrometheusSettings
-from pipelines.train import train_from_file, train_from_prometheus
+from pipelines.train import train_from_prometheus
 from tests.support.prometheus_server import PrometheusServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,23 +61,58 @@ def _settings(url: str, store: Path, days: int) -> Settings:
         store=StoreSettings(path=str(store)),
         # The backfill scrapes every 5 minutes, so rate() needs a window of two scrapes (as in prometheus-train).
         prometheus=PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=days * DAY),
-        live=LiveSettings(read_lag_seconds=0, leader_election=False, metrics_port=None),
+        # The checkpoint (every 5 minutes, so one pass in five at a 1-minute interval) is measured on its own.
+        live=LiveSettings(
+            read_lag_seconds=0, leader_election=False, metrics_port=None, checkpoint_interval_seconds=10 * DAY
+        ),
     )
 
 
-def _base(tidy: Path, containers: int, days: int, start_live: int) -> tuple[Path, float | None]:
-    """The version the loop continues, trained on the fleet's samples before `start_live` and cached beside the
-    fleet (minutes to train at 1,000 containers, about an hour at 10,000); and the seconds it took, if trained now."""
-    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-{start_live}"
+def _base(data: Path, containers: int, days: int, start_live: int) -> tuple[Path, dict[str, Any] | None]:
+    """The version the loop continues, trained by the streaming Prometheus path (`recommender train --prometheus-url`,
+    one measured child against a fresh Prometheus over the fleet's TSDB, as in `prometheus-train`) on the samples
+    before `start_live`, and cached beside the fleet; and that training pass's figures (wall, CPU, peak RSS,
+    queries), kept beside the version so a cached one still reports them."""
+    base = CACHE / f"bitbrains-{containers}x{days}d" / f"live-base-prometheus-{start_live}"
+    figures_file = base / "training.json"
     if base.exists():
-        return base, None
+        return base, json.loads(figures_file.read_text()) if figures_file.exists() else None
     print(f"training the version on the days before {start_live} (cached in {base})", file=sys.stderr, flush=True)
-    trained = time.perf_counter()
     building = base.with_name(base.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
-    train_from_file(tidy, _settings("http://unused", building, days), as_of=start_live + 1)
+    env = {
+        "KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS": "600",
+        "KOORD_RECOMMENDER_PROMETHEUS__HISTORY_SECONDS": str(days * DAY),
+    }
+    script = str(Path(sys.executable).parent / "recommender")
+
+    def train(url: str) -> dict[str, Any]:
+        before = load()
+        command = [script, "train", "--prometheus-url", url, "--store", str(building), "--as-of", str(start_live + 1)]
+        seconds, rss, _, traced = run_child(command, env)
+        manifest = json.loads(next((building / "versions").iterdir()).joinpath("manifest.json").read_text())
+        return {
+            "command": f"recommender train --prometheus-url URL --as-of {start_live + 1} (streaming path)",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_before": before,
+            "load_after": load(),
+            "seconds": round(seconds, 1),
+            "cpu_seconds": traced.get("cpu_seconds"),
+            "peak_rss_mib": round(rss),
+            "queries": manifest["read_metrics"]["queries"],
+            "bytes_received": manifest["read_metrics"]["bytes"],
+            "containers": manifest["row_counts"]["workload_containers"],
+            "partitions": manifest["row_counts"]["partitions"],
+            "rss": {k: v for k, v in where_the_peak_is(traced, every_seconds=30.0).items() if k != "steps"},
+        }
+
+    with tempfile.TemporaryDirectory() as scratch:
+        figures = with_prometheus(data, Path(scratch) / "prometheus", train)
+    figures_file = building / "training.json"
+    figures_file.write_text(json.dumps(figures, indent=2) + "\n")
     building.rename(base)
-    return base, round(time.perf_counter() - trained, 1)
+    print(f"trained: {json.dumps(figures)}", file=sys.stderr, flush=True)
+    return base, figures
 
 
 def bench_model_part(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
@@ -73,10 +120,10 @@ def bench_model_part(source: Path, containers: int, passes: int, days: int = 14)
     version as `live-cost`'s (trained from the fleet's file up to the same step), then `passes` passes of
     `LiveLoop.apply` (live_update, predict, publish: the loop's own code after its read) with the file's samples of
     one new 5-minute step each; the read's cost is what `live-cost` measures at the size it can."""
+    data = tsdb(source, containers, days)
     tidy = tidy_file(source, containers, days)
-    end = int(pd.read_parquet(tidy, columns=["timestamp"])["timestamp"].max()) - STEP
-    start_live = end - passes * STEP
-    base, train_seconds = _base(tidy, containers, days, start_live)
+    end, start_live = _live_window(data, passes)
+    base, training = _base(data, containers, days, start_live)
     steps = pd.read_parquet(tidy, filters=[("timestamp", ">", start_live), ("timestamp", "<=", end)])
     with tempfile.TemporaryDirectory() as scratch_dir:
         live_store = Path(scratch_dir) / "live"
@@ -105,21 +152,44 @@ def bench_model_part(source: Path, containers: int, passes: int, days: int = 14)
                 }
             )
             print(f"pass {index + 1}/{passes}: {rows[-1]}", file=sys.stderr, flush=True)
-        checkpoint = time.perf_counter()
-        loop.checkpoint()
-        checkpoint_seconds = time.perf_counter() - checkpoint
-        checkpoint_bytes = (live_store / "live" / "checkpoint.joblib").stat().st_size
+        checkpoint = _checkpoint(loop, live_store)
     steady = rows[1:] or rows
+    median = {key: float(np.median([r[key] for r in steady])) for key in steady[0]}
     return {
         **_cost_header(containers, passes, " --model-only"),
         "measured": "the model part of a pass (LiveLoop.apply), not its Prometheus read",
-        "version_training_seconds": train_seconds,
+        "version_training": training,
         "version_load_seconds": round(load_seconds, 2),
         "first_pass": rows[0],
-        "median_pass_after_the_first": {key: float(np.median([r[key] for r in steady])) for key in steady[0]},
-        "checkpoint": {"seconds": round(checkpoint_seconds, 2), "bytes": checkpoint_bytes},
+        "median_pass_after_the_first": median,
+        "checkpoint": checkpoint,
+        "share_of_a_60s_interval_cpu": _cpu_share(median, checkpoint),
         "passes": rows,
     }
+
+
+def _checkpoint(loop: LiveLoop, store: Path) -> dict[str, float]:
+    """One checkpoint of the loop's state: wall and CPU seconds, bytes."""
+    began, cpu = time.perf_counter(), time.process_time()
+    loop.checkpoint()
+    return {
+        "seconds": round(time.perf_counter() - began, 2),
+        "cpu_seconds": round(time.process_time() - cpu, 2),
+        "bytes": (store / "live" / "checkpoint.joblib").stat().st_size,
+    }
+
+
+def _cpu_share(median: dict[str, float], checkpoint: dict[str, float]) -> float:
+    """Our CPU per minute over 60 s: a pass, and a fifth of a checkpoint (one every 5 minutes, the default)."""
+    return round((median["cpu_seconds"] + checkpoint["cpu_seconds"] / 5) / 60, 4)
+
+
+def _live_window(data: Path, passes: int) -> tuple[int, int]:
+    """The last step the passes read and the step the version ends at: the fleet's last step but one (a series read
+    at its very last step has no sample inside the range), `passes` 5-minute steps after the version. Both modes
+    use it, so they continue one cached version."""
+    end = _as_of(data) - 1 - STEP
+    return end, end - passes * STEP
 
 
 def _cost_header(containers: int, passes: int, flags: str) -> dict[str, Any]:
@@ -133,13 +203,10 @@ def _cost_header(containers: int, passes: int, flags: str) -> dict[str, Any]:
     }
 
 
-def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> dict[str, object]:
+def bench_cost(source: Path, containers: int, passes: int, days: int = 14, reference: bool = True) -> dict[str, object]:
     data = tsdb(source, containers, days)
-    tidy = tidy_file(source, containers, days)
-    # The fleet's last step but one: a series read at its very last step has no sample inside the range.
-    end = _as_of(data) - 1 - STEP
-    start_live = end - passes * STEP
-    base, train_seconds = _base(tidy, containers, days, start_live)
+    end, start_live = _live_window(data, passes)
+    base, training = _base(data, containers, days, start_live)
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         server = PrometheusServer(None, scratch / "prometheus", copy_tsdb_from=data).start(extra_args=NO_COMPACTION)
@@ -172,37 +239,38 @@ def bench_cost(source: Path, containers: int, passes: int, days: int = 14) -> di
                     }
                 )
                 print(f"pass {index + 1}/{passes}: {rows[-1]}", file=sys.stderr, flush=True)
-            checkpoint = time.perf_counter()
-            loop.checkpoint()
-            checkpoint_seconds = time.perf_counter() - checkpoint
-            checkpoint_bytes = (live_store / "live" / "checkpoint.joblib").stat().st_size
+            checkpoint = _checkpoint(loop, live_store)
             # The reference: the daily path brought up to date over the same hour (read, partial_fit, refit).
-            reference_store = scratch / "reference"
-            shutil.copytree(base, reference_store)
-            reference_settings = _settings(server.url, reference_store, days)
-            began = time.perf_counter()
-            cpu = time.process_time()
-            _, costs = train_from_prometheus(reference_settings, as_of=end + 1, incremental=True)
-            reference = {
-                "seconds": round(time.perf_counter() - began, 2),
-                "cpu_seconds": round(time.process_time() - cpu, 2),
-                "queries": costs["queries"],
-                "bytes": costs["bytes"],
-            }
+            compared = _reference(server.url, base, scratch / "reference", days, end) if reference else None
         finally:
             server.stop()
     steady = rows[1:] or rows
     median = {key: float(np.median([r[key] for r in steady])) for key in steady[0]}
     return {
-        **_cost_header(containers, passes, ""),
-        "version_training_seconds": train_seconds,
+        **_cost_header(containers, passes, "" if reference else " --no-reference"),
+        "version_training": training,
         "first_pass": rows[0],
         "median_pass_after_the_first": median,
         "share_of_a_60s_interval": round(median["seconds"] / 60, 4),
-        "checkpoint": {"seconds": round(checkpoint_seconds, 2), "bytes": checkpoint_bytes},
-        "reference_incremental_train_over_the_same_hour": reference,
-        "ratio_pass_to_reference_seconds": round(median["seconds"] / reference["seconds"], 4),
+        "share_of_a_60s_interval_cpu": _cpu_share(median, checkpoint),
+        "checkpoint": checkpoint,
+        "reference_incremental_train_over_the_same_steps": compared,
+        "ratio_pass_to_reference_seconds": round(median["seconds"] / compared["seconds"], 4) if compared else None,
         "passes": rows,
+    }
+
+
+def _reference(url: str, base: Path, store: Path, days: int, end: int) -> dict[str, Any]:
+    """`train --incremental` from `base` up to `end` against `url`: the daily way of bringing the lines up to date."""
+    shutil.copytree(base, store)
+    began = time.perf_counter()
+    cpu = time.process_time()
+    _, costs = train_from_prometheus(_settings(url, store, days), as_of=end + 1, incremental=True)
+    return {
+        "seconds": round(time.perf_counter() - began, 2),
+        "cpu_seconds": round(time.process_time() - cpu, 2),
+        "queries": costs["queries"],
+        "bytes": costs["bytes"],
     }
 
 

@@ -18,7 +18,7 @@ TRACE_SECONDS = 0.5
 
 def trace_child(command: list[str]) -> int:
     """Run `command`, passing its output on, while sampling its VmRSS every `TRACE_SECONDS` and stamping each line
-    it logs; then print one JSON line to stderr: its peak RSS (KiB, ru_maxrss), the VmRSS trace (seconds, MiB) and
+    it logs; then print one JSON line to stderr: its peak RSS (KiB, ru_maxrss), CPU seconds (user + system), the VmRSS trace (seconds, MiB) and
     the stamped log lines (seconds, text), so a peak can be put against the step that made it."""
     started = time.perf_counter()
     child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
@@ -43,6 +43,11 @@ def trace_child(command: list[str]) -> int:
             trace.append((round(time.perf_counter() - started, 2), round(int(line.split()[1]) / 1024, 1)))
         time.sleep(TRACE_SECONDS)
     logger.join(timeout=10)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(json.dumps({"peak_kib": peak, "trace": trace, "steps": steps}), file=sys.stderr, flush=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = round(usage.ru_utime + usage.ru_stime, 1)
+    print(
+        json.dumps({"peak_kib": usage.ru_maxrss, "cpu_seconds": cpu_seconds, "trace": trace, "steps": steps}),
+        file=sys.stderr,
+        flush=True,
+    )
     return child.returncode

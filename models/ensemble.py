@@ -537,12 +537,12 @@ def history_summary(grid: FloatArray, recent_steps: int) -> FloatArray:
     """Per container (rows): max of the last `recent_steps`, max of all, the count of known steps, and the steps
     since the last known one (the grid's width when none)."""
     known_mask = ~np.isnan(grid)
-    with np.errstate(all="ignore"):
-        masked = np.where(known_mask, grid, -np.inf)
-        recent = masked[:, -recent_steps:].max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
-        observed = masked.max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
-    known = known_mask.sum(axis=1).astype(np.float64)
-    any_known = known_mask.any(axis=1)
+    # fmax skips NaN (an all-NaN row gives NaN) in one pass, without a masked copy of the grid: the live loop
+    # summarises the whole grid every pass.
+    recent = np.fmax.reduce(grid[:, -recent_steps:], axis=1) if grid.shape[1] else np.full(grid.shape[0], np.nan)
+    observed = np.fmax.reduce(grid, axis=1) if grid.shape[1] else np.full(grid.shape[0], np.nan)
+    known = np.count_nonzero(known_mask, axis=1).astype(np.float64)
+    any_known = known > 0
     since = np.where(any_known, np.argmax(known_mask[:, ::-1], axis=1), grid.shape[1]).astype(np.float64)
     result: FloatArray = np.stack(
         [

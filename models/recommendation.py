@@ -40,48 +40,66 @@ class ResourceLines:
 
     def recommendations(self) -> list[ResourceRecommendation | None]:
         """Per group, its recommendation (None without a histogram or with too few samples), each value and model
-        named after what drew it: our line where the forecast had one, the foundation's rule elsewhere."""
+        named after what drew it: our line where the forecast had one, the foundation's rule elsewhere.
+
+        Built with `model_construct`, not validated: every value is already of its field's type (Python floats,
+        ints, bools, strings and the nested models), and validating ~17 objects per container was most of a live
+        pass's `predict` at fleet size. `tests/unit/test_live_cost.py` checks that validation gives the same."""
         result: list[ResourceRecommendation | None] = []
         ours = self.ours
-        for i in range(len(self.enough)):
-            if np.isnan(self.histogram_target[i]) or not self.enough[i]:
+        missing = (np.isnan(self.histogram_target) | ~self.enough).tolist()
+        no_request, no_long_term = np.isnan(self.ours_request).tolist(), np.isnan(ours["long_term"]).tolist()
+        columns = (
+            self.sized_target, self.sized.lower_bound, self.sized.upper_bound, self.sized.uncapped_target,
+            self.long_values, self.peak_values, self.peak_times, self.peak_bound, self.request_now, self.limit_now,
+        )  # fmt: skip
+        rows = zip(*(column.tolist() for column in columns), self.stale.tolist(), self.has_line.tolist())
+        for i, (
+            target,
+            lower,
+            upper,
+            uncapped,
+            long_value,
+            peak,
+            peak_at,
+            floor,
+            request,
+            limit_now,
+            stale,
+            line,
+        ) in enumerate(rows):
+            if missing[i]:
                 result.append(None)
                 continue
-            drawn = {
-                "target": self.ours_request[i],
-                "short_term": 0.0 if self.has_line[i] else np.nan,
-                "long_term": ours["long_term"][i],
-            }
             names = ours["names"][i]
-            stale = bool(self.stale[i])
-            target = float(self.sized_target[i])
-            limit, rule = recommended_limit(target, self.request_now[i], self.limit_now[i], float(self.peak_bound[i]))
+            limit, rule = recommended_limit(target, request, limit_now, floor)
+            drawn = {"target": not no_request[i], "short_term": line, "long_term": not no_long_term[i]}
             result.append(
-                ResourceRecommendation(
+                ResourceRecommendation.model_construct(
                     target=target,
-                    lower_bound=float(min(self.sized.lower_bound[i], target)),
-                    upper_bound=float(max(self.sized.upper_bound[i], target)),
-                    uncapped_target=float(self.sized.uncapped_target[i]),
+                    lower_bound=min(lower, target),
+                    upper_bound=max(upper, target),
+                    uncapped_target=uncapped,
                     short_term=self.lines[i].tolist(),
-                    long_term=float(self.long_values[i]),
-                    peak=Peak(value=float(self.peak_values[i]), at=int(self.peak_times[i])),
+                    long_term=long_value,
+                    peak=Peak.model_construct(value=peak, at=peak_at),
                     levels=ours["levels"][i],
                     stale=stale,
                     limit=limit,
                     limit_rule=rule,
-                    limit_floor=float(self.peak_bound[i]) if np.isfinite(self.peak_bound[i]) else None,
-                    models=LineModels(
-                        target=names["target"] if not np.isnan(drawn["target"]) else "VPA histogram",
+                    limit_floor=floor if np.isfinite(floor) else None,
+                    models=LineModels.model_construct(
+                        target=names["target"] if drawn["target"] else "VPA histogram",
                         short_term="stale: the request held flat"
                         if stale
                         else names["short_term"]
-                        if self.has_line[i]
+                        if line
                         else "SeasonalMaxReservation",
-                        long_term=names["long_term"] if not np.isnan(drawn["long_term"]) else "Koordinator mid",
+                        long_term=names["long_term"] if drawn["long_term"] else "Koordinator mid",
                         peak=names.get("peak", "max of the short-term line")
                         if not stale
                         else "max of the short-term line",
-                        quality={line: q for line, q in ours["quality"][i].items() if not np.isnan(drawn[line])},
+                        quality={name: q for name, q in ours["quality"][i].items() if drawn[name]},
                     ),
                 )
             )

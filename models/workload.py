@@ -93,6 +93,9 @@ class ResourceForecast:
     #: lines' recent state (fast up, staleness) now stands, and the request's floor from those samples.
     recent_end: int | None = None
     request_floor: FloatArray | None = None
+    #: Set by the live loop too: every group's line names and qualities (`described`), which only a refit changes,
+    #: so a pass does not format them again for every container.
+    descriptions: LineDescriptions | None = None
 
     def lines(self, as_of: int, horizon_seconds: int, step_seconds: int) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Short-term line (groups x steps), request and long-term values at `as_of` (NaN where none). The fitted
@@ -115,11 +118,28 @@ class ResourceForecast:
     def following(self, grid: FloatArray, grid_end: int) -> ResourceForecast:
         """These fitted models with their recent state taken from `grid` (the same rows, newer samples, ending at
         `grid_end`): no refit, so a minute's update costs a pass over the grid."""
+        summaries: dict[int, FloatArray] = {}
         for model in (self.short_term, self.request, self.long_term):
-            model.summary_ = history_summary(grid, model.recent_steps)
+            # One pass over the grid per distinct window (the lines share one by default); read-only, so shared.
+            if model.recent_steps not in summaries:
+                summaries[model.recent_steps] = history_summary(grid, model.recent_steps)
+            model.summary_ = summaries[model.recent_steps]
         recent = grid[:, -self.request.recent_steps :]
         floor = nan_quantile(recent, 1.0 - self.request.target_violation) if recent.shape[1] else None
-        return replace(self, recent_end=grid_end, request_floor=floor)
+        described = self.descriptions or self.described(np.arange(self.short_term.choice_.size))
+        return replace(self, recent_end=grid_end, request_floor=floor, descriptions=described)
+
+    def described(self, groups: IntArray) -> LineDescriptions:
+        """The line names and qualities of `groups` (rows of the fitted grid), keyed by the JSON's line names."""
+        names = {field: getattr(self, field).model_names() for field in LINES}
+        return LineDescriptions(
+            names={
+                line: [self.describe(getattr(self, field), group, names[field]) for group in groups.tolist()]
+                for line, field in _FORECAST_LINE.items()
+            },
+            quality={line: self.qualities(getattr(self, field), groups) for line, field in _FORECAST_LINE.items()},
+            peak=self.peak.name(),
+        )
 
     def qualities(self, model: SelectedForecaster, groups: IntArray) -> list[LineQuality]:
         """Per group of `groups`: the chosen candidate's rolling-origin cost, the best other cost, and the calibration
@@ -136,7 +156,7 @@ class ResourceForecast:
         # Six significant digits: the costs' last bits depend on how many containers were scored together (numpy's
         # summation order), and a distributed run must give the same JSON as one process.
         return [
-            LineQuality(
+            LineQuality.model_construct(
                 cost=_significant(c) if np.isfinite(c) else None,
                 next_best_cost=_significant(b) if np.isfinite(b) else None,
                 fleet_overprovision=_significant(f) if np.isfinite(f) else None,
@@ -152,6 +172,16 @@ class ResourceForecast:
         cost = model.costs_[choice, group]
         scored = f"cost={cost:.3g}" if np.isfinite(cost) else "not yet backtested"
         return f"{names[choice]} {scored} x{model.factors_[group]:.3g}"
+
+
+@dataclass(frozen=True)
+class LineDescriptions:
+    """Per line (`target`, `short_term`, `long_term`) and group, the chosen model's name and quality, and the peak
+    model's name: what `predict` writes into each recommendation's `models`."""
+
+    names: dict[str, list[str]]
+    quality: dict[str, list[LineQuality]]
+    peak: str
 
 
 LINES = ("short_term", "request", "long_term")
@@ -658,6 +688,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         width = self._grid_steps(groups)
         for name, column in (("cpu_grid_", "cpu_cores"), ("memory_grid_", "memory_bytes")):
             old = getattr(self, name)
+            if len(groups) == len(old_groups) and old.shape[1] == width:
+                self._slide_in_place(old, shift, usage, column, groups)
+                continue
             slid = np.full((len(groups), width), np.nan)
             # Old column j is new column j + offset: both grids end at their grid end, the new one `shift` later.
             offset = width - old.shape[1] - shift
@@ -666,6 +699,27 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 slid[: len(old_groups), first + offset : old.shape[1] + offset] = old[:, first:]
             setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
         self.forecast_groups_ = np.asarray(groups, dtype=str)
+
+    def _slide_in_place(self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index) -> None:
+        """`grid` (same rows and width as before) moved `shift` steps to the new end and maxed with `usage`, in place:
+        what the general slide gives (a new NaN grid, the old columns copied in, `np.fmax` with a grid of the usage)
+        without three grid-sized temporaries. A live pass brings a step or two: only the columns from its oldest
+        sample on are gridded and maxed."""
+        width = grid.shape[1]
+        shift = min(shift, width)
+        if shift:
+            # Row blocks bound the temporary numpy makes for an overlapping copy.
+            for rows in range(0, grid.shape[0], _SLIDE_ROWS):
+                block = grid[rows : rows + _SLIDE_ROWS]
+                block[:, : width - shift] = block[:, shift:].copy()
+            grid[:, width - shift :] = np.nan
+        step = self._step_seconds()
+        oldest = float(usage["timestamp"].min())
+        # Columns from the one holding the oldest sample to the end (all of them for an older sample).
+        columns = int(min(width, max(0, (self.grid_end_ - oldest) // step + 1)))
+        if columns:
+            recent = grid[:, width - columns :]
+            np.fmax(recent, self._usage_grid(usage, column, groups, columns), out=recent)
 
     def fleet_statistics(self) -> FleetStatistics:
         """This fit's share of the fleet-level quantities (see `FleetStatistics`)."""
@@ -744,8 +798,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         span_days = int(np.ceil((self.grid_end_ - first) / 86400)) if np.isfinite(first) else 1
         return min(forecaster.selection_days + forecaster.history_days + 1, max(span_days, 1)) * per_day
 
-    def _usage_grid(self, usage: pd.DataFrame, column: str, groups: pd.Index) -> FloatArray:
-        """Per-step maxima (pods pooled) over `_grid_steps` before `grid_end_`, rows in `groups` order."""
+    def _usage_grid(self, usage: pd.DataFrame, column: str, groups: pd.Index, steps: int | None = None) -> FloatArray:
+        """Per-step maxima (pods pooled) over the `steps` (default `_grid_steps`) before `grid_end_`, rows in
+        `groups` order."""
         step = self._step_seconds()
         codes = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
         return usage_grid(
@@ -754,7 +809,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             usage[column].to_numpy(dtype=np.float64),
             len(groups),
             self.grid_end_,
-            self._grid_steps(groups),
+            self._grid_steps(groups) if steps is None else steps,
             step,
         )
 
@@ -831,15 +886,16 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         kills = self.oom_kills_.reindex(groups, fill_value=0).tolist()
         for i, row in enumerate(rows):
             current = {c: (None if pd.isna(row[c]) else float(row[c])) for c in CURRENT_COLUMNS}
+            # Built, not validated (see `ResourceLines.recommendations`): every value is of its field's type.
             out.append(
-                WorkloadRecommendation(
-                    namespace=row["namespace"],
-                    workload=row["workload"],
-                    container=row["container"],
+                WorkloadRecommendation.model_construct(
+                    namespace=str(row["namespace"]),
+                    workload=str(row["workload"]),
+                    container=str(row["container"]),
                     cpu=recs["cpu"][i],
                     memory=recs["memory"][i],
-                    current=CurrentResources(**current),
-                    history=History(
+                    current=CurrentResources.model_construct(None, **current),
+                    history=History.model_construct(
                         first_sample=int(row["first_sample"]),
                         last_sample=int(row["last_sample"]),
                         pods=int(row["pods"]),
@@ -853,8 +909,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     ),
                 )
             )
-        return RecommendationSet(
-            as_of=decision, horizon_seconds=horizon_seconds, step_seconds=step, recommendations=out
+        return RecommendationSet.model_construct(
+            as_of=decision, horizon_seconds=int(horizon_seconds), step_seconds=int(step), recommendations=out
         )
 
     def vpa_checkpoint(self, namespace: str, workload: str, container: str, now: float) -> dict[str, Any] | None:
@@ -959,18 +1015,17 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             # (or a decision long after the last row) must not call a silent container fresh.
             late = max(int((as_of - (forecast.recent_end or forecast.grid_end)) // step), 0)
             out["stale"][rows] = forecast.short_term.summary_[own[rows], 3] + late >= forecast.short_term.stale_steps
-            names = {line: getattr(forecast, line).model_names() for line in LINES}
             levels = parse_level_key(key)
-            scored = {
-                line: forecast.qualities(getattr(forecast, field), own[rows]) for line, field in _FORECAST_LINE.items()
-            }
-            for position, row in enumerate(rows):
-                group = own[row]
-                out["levels"][row] = LineLevels(short_term=levels[0], target=levels[1], long_term=levels[2])
-                for line, field in _FORECAST_LINE.items():
-                    out["names"][row][line] = forecast.describe(getattr(forecast, field), group, names[field])
-                    out["quality"][row][line] = scored[line][position]
-                out["names"][row]["peak"] = forecast.peak.name()
+            # The live loop's forecasts carry every group's (no refit since): the rows are their positions there.
+            described = forecast.descriptions or forecast.described(own[rows])
+            positions = own[rows].tolist() if forecast.descriptions else range(rows.size)
+            for position, row in zip(positions, rows.tolist()):
+                out["levels"][row] = LineLevels.model_construct(
+                    short_term=levels[0], target=levels[1], long_term=levels[2]
+                )
+                out["names"][row] = {line: described.names[line][position] for line in _FORECAST_LINE}
+                out["names"][row]["peak"] = described.peak
+                out["quality"][row] = {line: described.quality[line][position] for line in _FORECAST_LINE}
         return out
 
     def _resource(
@@ -1058,7 +1113,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         beside no recommendation (`shown`): nothing to compare it with, and 288 floats per container add up."""
         recent = short_term.recent(as_of, 86400)
         index = pd.Index(short_term.groups_).get_indexer(groups)
-        return [floats_or_none(recent[i]) if i >= 0 and rec is not None else [] for i, rec in zip(index, shown)]
+        # A row without a gap is a plain list (`tolist` in C); only rows with a gap map NaN to None.
+        gaps: list[bool] = (np.isnan(recent).sum(axis=1) > 0).tolist()
+        return [
+            (floats_or_none(recent[i]) if gaps[i] else recent[i].tolist()) if i >= 0 and rec is not None else []
+            for i, rec in zip(index.tolist(), shown)
+        ]
 
 
 def fit_fleet_forecasts(models: list[WorkloadRecommender]) -> None:
@@ -1095,6 +1155,8 @@ def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits - 1}e}")
 
 
+#: Rows of the usage grid moved at once by `_slide_in_place` (its temporary: 256 x 4,320 steps x 8 B = 9 MB).
+_SLIDE_ROWS = 256
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).
 _DESCRIBED_COLUMNS = (
     "namespace", "workload", "container", "first_sample", "last_sample", "pods", "replicas", "samples",

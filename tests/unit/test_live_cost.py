@@ -1,0 +1,211 @@
+"""The live pass's cheaper parts give what the general ones give: the usage grid slid in place, the recommendations
+built without validation, the line names and qualities carried between passes, the LZ4 checkpoint."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from models.ensemble import history_summary
+from models.pods import with_group_labels
+from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
+from models.workload import WorkloadRecommender
+from recommender.resources import RecommendationSet
+from tests.conftest import make_usage
+
+STEP = 300
+
+
+@pytest.fixture(scope="module")
+def history() -> pd.DataFrame:
+    return make_usage(workloads=3, pods=2, days=3, seed=4)
+
+
+@pytest.fixture(scope="module")
+def fitted(history: pd.DataFrame) -> WorkloadRecommender:
+    return WorkloadRecommender().fit(history[history["timestamp"] <= history["timestamp"].max() - 6 * 3600])
+
+
+def _general_slide(before: WorkloadRecommender, after: WorkloadRecommender, usage: pd.DataFrame, name: str) -> Any:
+    """The slide as `_continue` does it for a grid whose rows or width change: a new NaN grid, the old columns
+    copied to their new place, `np.fmax` with a grid of the usage over the whole width."""
+    old = getattr(before, name)
+    width = old.shape[1]
+    shift = min((after.grid_end_ - before.grid_end_) // STEP, width)
+    slid = np.full(old.shape, np.nan)
+    slid[:, : width - shift] = old[:, shift:]
+    column = "cpu_cores" if name == "cpu_grid_" else "memory_bytes"
+    groups = pd.Index(after.forecast_groups_)
+    return np.fmax(slid, after._usage_grid(with_group_labels(usage), column, groups))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=6, unique=True),
+    pods=st.lists(st.sampled_from([f"w{w}-p{p}" for w in range(3) for p in range(2)]), min_size=1, unique=True),
+    late=st.integers(min_value=0, max_value=700),
+    cpu=st.floats(min_value=0.0, max_value=64.0) | st.just(float("nan")),
+)
+def test_a_grid_slid_in_place_is_the_general_slide(
+    history: pd.DataFrame, fitted: WorkloadRecommender, steps: list[int], pods: list[str], late: int, cpu: float
+) -> None:
+    """Any new steps (gaps between them, some pods only, a sample late in its step, a NaN): the same grids."""
+    last = history[history["timestamp"] == history["timestamp"].max()]
+    rows = last[last["pod"].isin(pods)]
+    end = fitted.data_end_
+    usage = pd.concat(
+        [rows.assign(timestamp=end + STEP * k + late % STEP, cpu_cores=cpu * k / 30) for k in steps],
+        ignore_index=True,
+    )
+    live = copy.deepcopy(fitted).live_update(usage)
+    for name in ("cpu_grid_", "memory_grid_"):
+        np.testing.assert_array_equal(getattr(live, name), _general_slide(fitted, live, usage, name))
+
+
+def _same_types(built: Any, validated: Any, where: str = "") -> None:
+    """Equal values of the very same Python types, all the way down (a numpy float or an int in a float field
+    would serialise, or compare, otherwise than what validation gives)."""
+    assert type(built) is type(validated), f"{where}: {type(built).__name__} != {type(validated).__name__}"
+    if isinstance(built, dict):
+        assert list(built) == list(validated), where
+        for key in built:
+            _same_types(built[key], validated[key], f"{where}.{key}")
+    elif isinstance(built, list):
+        assert len(built) == len(validated), where
+        for index, (a, b) in enumerate(zip(built, validated)):
+            _same_types(a, b, f"{where}[{index}]")
+    elif isinstance(built, BaseModel):
+        for key in type(built).model_fields:
+            _same_types(getattr(built, key), getattr(validated, key), f"{where}.{key}")
+    else:
+        assert built == validated or (built != built and validated != validated), where
+
+
+def _revalidated(recommendations: RecommendationSet) -> RecommendationSet:
+    return RecommendationSet.model_validate_json(recommendations.model_dump_json())
+
+
+@pytest.mark.parametrize("policy", ["forecast", "vpa"])
+def test_predict_builds_what_validating_its_values_gives(
+    history: pd.DataFrame, fitted: WorkloadRecommender, policy: str
+) -> None:
+    """Fitted, live-updated (fresh and a container gone stale), and under the `vpa` policy."""
+    model = fitted if policy == "forecast" else WorkloadRecommender(request_policy="vpa").fit(history)
+    later = history[history["timestamp"] > model.data_end_]
+    live = copy.deepcopy(model).live_update(
+        later if len(later) else history.tail(6).assign(timestamp=model.data_end_ + STEP)
+    )
+    for recommendations in (model.predict(), live.predict(), live.predict(as_of=live.data_end_ + 2 * 86400)):
+        again = _revalidated(recommendations)
+        assert again.model_dump_json() == recommendations.model_dump_json()
+        _same_types(recommendations, again)
+
+
+def test_a_live_passs_carried_line_names_and_qualities_are_those_predict_computes(
+    history: pd.DataFrame, fitted: WorkloadRecommender
+) -> None:
+    live = copy.deepcopy(fitted).live_update(history[history["timestamp"] > fitted.data_end_])
+    assert all(f.descriptions is not None for f in live.cpu_forecasts_.values())
+    fresh = copy.deepcopy(live)
+    for name in ("cpu_forecasts_", "memory_forecasts_"):
+        setattr(fresh, name, {k: replace(f, descriptions=None) for k, f in getattr(fresh, name).items()})
+    assert live.predict().model_dump_json() == fresh.predict().model_dump_json()
+
+
+def _grid(store: ModelStore) -> Any:
+    loaded = store.load_live_checkpoint()
+    assert loaded is not None
+    return loaded["grid"]
+
+
+def test_the_checkpoint_is_lz4_and_an_older_zlib_one_still_resumes(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    state = {"grid": np.arange(10_000, dtype=np.float64)}
+    store.write_live_checkpoint(state)
+    assert (tmp_path / LIVE / LIVE_CHECKPOINT).read_bytes()[:4] == b"\x04\x22\x4d\x18"  # LZ4 frame magic
+    np.testing.assert_array_equal(_grid(store), state["grid"])
+    store.files.put_model(store._live(LIVE_CHECKPOINT), state, compress=1)
+    assert (tmp_path / LIVE / LIVE_CHECKPOINT).read_bytes()[:1] == b"\x78"  # zlib
+    np.testing.assert_array_equal(_grid(store), state["grid"])
+
+
+def _summary_by_masking(grid: Any, recent_steps: int) -> Any:
+    """`history_summary` as it was: the unknown steps masked to -inf in a copy of the grid, then maxima."""
+    known_mask = ~np.isnan(grid)
+    with np.errstate(all="ignore"):
+        masked = np.where(known_mask, grid, -np.inf)
+        recent = masked[:, -recent_steps:].max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
+        observed = masked.max(axis=1) if grid.shape[1] else np.full(grid.shape[0], -np.inf)
+    since = np.where(known_mask.any(axis=1), np.argmax(known_mask[:, ::-1], axis=1), grid.shape[1])
+    return np.stack(
+        [
+            np.where(np.isfinite(recent), recent, np.nan),
+            np.where(np.isfinite(observed), observed, np.nan),
+            known_mask.sum(axis=1).astype(np.float64),
+            since.astype(np.float64),
+        ],
+        axis=1,
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(min_value=0, max_value=5),
+    columns=st.integers(min_value=1, max_value=40),
+    recent_steps=st.integers(min_value=0, max_value=50),
+    values=st.lists(
+        st.floats(min_value=0.0, max_value=1e12) | st.sampled_from([float("nan"), float("inf"), -float("inf")]),
+        min_size=200,
+        max_size=200,
+    ),
+)
+def test_the_history_summary_is_the_masked_one(rows: int, columns: int, recent_steps: int, values: list[float]) -> None:
+    grid = np.resize(np.asarray(values), rows * columns).reshape(rows, columns)
+    np.testing.assert_array_equal(history_summary(grid, recent_steps), _summary_by_masking(grid, recent_steps))
+
+
+def test_a_version_fitted_in_partitions_is_continued_as_one(tmp_path: Path) -> None:
+    """The streaming Prometheus path writes a fleet of more than `scale.partition_samples` in partitions: the loop
+    continues each partition's model with its workloads' rows and publishes what one model continued gives."""
+    from cli.settings import Settings
+    from models.settings import StoreSettings
+    from pipelines.live import LiveLoop, PartitionedModel
+    from pipelines.settings import LiveSettings
+    from pipelines.train import train_from_file
+    from tests.conftest import BUNDLED
+
+    as_of = 1559347200
+    usage = pd.read_csv(BUNDLED)
+    later = usage[(usage["timestamp"] >= as_of) & (usage["timestamp"] < as_of + 3 * STEP)]
+    published = []
+    for name, scale in (("whole", {}), ("parts", {"partition_containers": 1})):
+        settings = Settings(
+            forecast={},
+            scale=scale,
+            store=StoreSettings(path=tmp_path / name),
+            live=LiveSettings(leader_election=False, metrics_port=None),
+        )
+        train_from_file(BUNDLED, settings, as_of=as_of)
+        store = ModelStore(tmp_path / name)
+        loop = LiveLoop(settings, store, clock=lambda: float(as_of + 3 * STEP))
+        loop.state = loop.resume(float(as_of + 3 * STEP))
+        assert isinstance(loop.state.model, PartitionedModel) == (name == "parts")
+        for t in sorted(later["timestamp"].unique()):
+            rows = later[later["timestamp"] == t].reset_index(drop=True)
+            update = loop.apply(rows, rows.iloc[:0], int(t), {}, {})
+        assert update is not None
+        published.append(store.load_live(update))
+    whole, parts = published
+    assert len(parts.recommendations) == 4 and parts.as_of == whole.as_of
+    assert [r.model_dump(mode="json") for r in parts.recommendations] == [
+        r.model_dump(mode="json") for r in whole.recommendations
+    ]
