@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -53,25 +53,40 @@ CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, Multi
 SELECTION_BLOCK_VALUES = 2_000_000
 
 
+class SortedChunks(NamedTuple):
+    """A grid's chunks (chunks x containers x steps, each container's sorted, NaN last), their known `counts`
+    (chunks x containers) and, per chunk from the first origin on, its place in `values` (-1: no known value)."""
+
+    values: FloatArray
+    counts: IntArray
+    index: IntArray
+
+
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
     containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
     a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is made C-ordered)."""
 
-    def __init__(self, grid: FloatArray, origins: list[int], steps: int) -> None:
+    def __init__(
+        self, grid: FloatArray, origins: list[int], steps: int, chunks: dict[int, SortedChunks] | None = None
+    ) -> None:
         self.grid = grid
         self.origins = origins
         self.steps = steps
         self.shape = (len(origins), grid.shape[0], steps)
         spacing = set(np.diff(origins).tolist())
+        #: Steps between origins (the usage's width for a single origin).
+        self.spacing = int(next(iter(spacing))) if len(spacing) == 1 else steps
         self._view: FloatArray | None = None
+        # The sorted chunks of the grid (`sorted_chunks`), shared with the `first` of this usage.
+        self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
         if origins and len(spacing) <= 1 and origins[0] >= 0 and origins[-1] + steps <= grid.shape[1]:
             row_stride, step_stride = grid.strides
             self._view = as_strided(
                 grid[:, origins[0] :],
                 shape=self.shape,
-                strides=((spacing.pop() if spacing else 0) * step_stride, row_stride, step_stride),
+                strides=(self.spacing * step_stride, row_stride, step_stride),
                 writeable=False,
             )
 
@@ -82,7 +97,28 @@ class FutureUsage:
 
     def first(self, steps: int) -> FutureUsage:
         """The same origins' usage over their first `steps` only."""
-        return FutureUsage(self.grid, self.origins, min(steps, self.steps))
+        return FutureUsage(self.grid, self.origins, min(steps, self.steps), self._chunks)
+
+    def chunked(self) -> bool:
+        """Whether every origin's usage is whole chunks of `spacing` steps of the grid (evenly spaced origins, the
+        usage a view): the origins then share their chunks, each sorted once (`sorted_chunks`)."""
+        return self._view is not None and self.spacing > 0 and self.steps % self.spacing == 0
+
+    def sorted_chunks(self) -> SortedChunks:
+        """The grid's chunks of `spacing` steps from the first origin on, each container's sorted (NaN last), those
+        without a known value left out; computed once for this usage and every `first` of it."""
+        if self.spacing not in self._chunks:
+            width, start = self.spacing, self.origins[0]
+            count = len(self.origins) - 1 + self.steps // width
+            kept, index = [], np.full(count, -1, dtype=np.int64)
+            for j in range(count):
+                chunk = self.grid[:, start + j * width : start + (j + 1) * width]
+                if not np.isnan(chunk).all():
+                    index[j] = len(kept)
+                    kept.append(np.sort(chunk, axis=1))
+            values = np.stack(kept) if kept else np.empty((0, self.grid.shape[0], width))
+            self._chunks[self.spacing] = SortedChunks(values, np.sum(~np.isnan(values), axis=2), index)
+        return self._chunks[self.spacing]
 
 
 class FleetUsage:
@@ -131,6 +167,133 @@ def container_blocks(usage: PastUsage) -> list[slice]:
     n_origins, n_containers, steps = usage.shape
     size = max(1, SELECTION_BLOCK_VALUES // max(n_origins * steps, 1))
     return [slice(first, min(first + size, n_containers)) for first in range(0, n_containers, size)]
+
+
+class SortedSegments:
+    """The past usage of every origin and container as sorted segments, for scoring constant lines without a pass
+    over every sample: a constant line's usage / line ratios of a segment are its sorted usage divided by one level,
+    so they are sorted too, and a quantile or a count above a level only reads their top.
+
+    `values` (segments x width, each sorted, NaN last) and their known `counts`; `origin`, `container` and `segment`
+    list the segments of each (origin, container) row of the usage, rows without a known value left out. With
+    evenly spaced origins the segments are the grid's chunks between origins (a day), each sorted once for every
+    origin whose usage holds it (the long-term line's week after 7 origins is 28 days' chunks of 7 sorted days)."""
+
+    def __init__(self, usage: PastUsage) -> None:
+        parts = usage.parts if isinstance(usage, FleetUsage) else [usage]
+        firsts = np.cumsum([0] + [part.shape[1] for part in parts])
+        chunked = all(isinstance(p, FutureUsage) and p.chunked() for p in parts)
+        if chunked and len({p.spacing for p in parts if isinstance(p, FutureUsage)}) > 1:
+            chunked = False
+        values, counts, rows = [], [], []
+        base = 0
+        for part, first in zip(parts, firsts):
+            n_origins, n_containers, steps = part.shape
+            containers = np.arange(n_containers, dtype=np.int64)
+            if chunked and isinstance(part, FutureUsage):
+                chunks = part.sorted_chunks()
+                width = chunks.values.shape[2]
+                for o in range(n_origins):
+                    for j in chunks.index[o : o + steps // width]:
+                        if j >= 0:
+                            rows.append((o, first + containers, base + j * n_containers + containers))
+                values.append(chunks.values.reshape(-1, width))
+                counts.append(chunks.counts.ravel())
+            else:
+                ordered = np.sort(usage_rows(part, slice(0, n_containers)), axis=2)
+                values.append(ordered.reshape(-1, steps))
+                counts.append(np.sum(~np.isnan(ordered), axis=2).ravel())
+                for o in range(n_origins):
+                    rows.append((o, first + containers, base + o * n_containers + containers))
+            base += values[-1].shape[0]
+        self.values: FloatArray = values[0] if len(values) == 1 else np.concatenate(values)
+        self.counts: IntArray = (counts[0] if len(counts) == 1 else np.concatenate(counts)).astype(np.int64)
+        empty = np.empty(0, dtype=np.int64)
+        origin = np.concatenate([np.full(c.size, o, dtype=np.int64) for o, c, _ in rows]) if rows else empty
+        container = np.concatenate([c for _, c, _ in rows]) if rows else empty
+        segment = np.concatenate([s for _, _, s in rows]) if rows else empty
+        known = self.counts[segment] > 0
+        self.origin, self.container, self.segment = origin[known], container[known], segment[known]
+        self.n_containers = int(firsts[-1])
+
+    def ratios(self, levels: FloatArray, which: IntArray, position: IntArray) -> FloatArray:
+        """`scored_ratios` of the usage at `position` of segments `which` (indices into `segment`) against the
+        levels of their rows (`levels`, per segment: the same length as `which`, or broadcast onto `position`)."""
+        width = self.values.shape[1]
+        usage = self.values.ravel()[self.segment[which] * width + position]
+        return scored_ratios(levels, usage)
+
+    def tail_quantile(
+        self, levels: FloatArray, known: IntArray, which: IntArray, q: float
+    ) -> tuple[float, int, IntArray, FloatArray]:
+        """The q-quantile by the "higher" rule of the ratios of the segments `which` (levels per segment of
+        `segment`, `known`: the ratios each has), their count, and the ratios at or above a lower bound of it (the
+        segments they belong to, the values): every ratio above the quantile is among them.
+
+        The quantile is the m-th largest ratio; the m-th largest of each segment's top h (enough for m in all)
+        bounds it from below, so only the ratios above that bound are read: a segment whose whole top lies above
+        it is searched for where its ratios cross it."""
+        counts = known[which]
+        total = int(counts.sum())
+        if total == 0:
+            return float("nan"), 0, np.empty(0, dtype=np.int64), np.empty(0)
+        rank = min(max(int(np.ceil(q * total)) - 1, 0), total - 1)
+        m = total - rank
+        level = levels[which]
+        depth = int(min(self.values.shape[1], max(1, -(-2 * m // which.size))))
+        position = counts[:, None] - depth + np.arange(depth)[None, :]
+        present = position >= 0
+        top = self.ratios(level[:, None], which[:, None], np.maximum(position, 0))
+        floor = -np.inf
+        if int(present.sum()) >= m:
+            shown = top[present]
+            floor = float(np.partition(shown, shown.size - m)[shown.size - m])
+        above = np.sum(present & (top >= floor), axis=1)
+        start = counts - above
+        deeper = np.flatnonzero((above == depth) & (counts > depth))
+        if deeper.size:
+            start[deeper] = self._first_at_least(level[deeper], which[deeper], counts[deeper] - depth, floor)
+        lengths = counts - start
+        owner = np.repeat(np.arange(which.size), lengths)
+        offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        values = self.ratios(level[owner], which[owner], start[owner] + offsets)
+        return float(np.partition(values, values.size - m)[values.size - m]), total, which[owner], values
+
+    def _first_at_least(self, level: FloatArray, which: IntArray, limit: IntArray, floor: float) -> IntArray:
+        """Per segment of `which`, the first position below `limit` whose ratio is at least `floor` (`limit` when
+        none is): a binary search, all segments at once."""
+        low, high = np.zeros(which.size, dtype=np.int64), limit.astype(np.int64)
+        while (active := low < high).any():
+            middle = (low + high) // 2
+            reached = self.ratios(level, which, np.minimum(middle, np.maximum(high - 1, 0))) >= floor
+            high = np.where(active & reached, middle, high)
+            low = np.where(active & ~reached, middle + 1, low)
+        return low
+
+
+def constant_line_costs(
+    segments: SortedSegments, levels: FloatArray, labels: IntArray, n_labels: int, q: float
+) -> tuple[FloatArray, IntArray, FloatArray, FloatArray]:
+    """What `labelled_costs` reads of a constant candidate's ratios (`levels`: origins x containers), from sorted
+    segments: per label and for the union (last) the q-quantile of the ratios and their count, per container the
+    samples above its label's quantile and above the union's (2 x containers), and the sum of its line over its
+    scored samples."""
+    level = levels[segments.origin, segments.container]
+    known = np.where(np.isnan(level), 0, segments.counts[segments.segment])
+    label = labels[segments.container]
+    line = np.bincount(
+        segments.container, weights=np.where(known > 0, level, 0.0) * known, minlength=segments.n_containers
+    )
+    alpha, totals = np.full(n_labels + 1, np.nan), np.zeros(n_labels + 1, dtype=np.int64)
+    over = np.zeros((2, segments.n_containers))
+    for i in range(n_labels + 1):
+        which = np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0))
+        alpha[i], totals[i], owner, values = segments.tail_quantile(level, known, which, q)
+        if totals[i]:
+            over[int(i == n_labels)] += np.bincount(
+                segments.container[owner], weights=values > alpha[i], minlength=segments.n_containers
+            )
+    return alpha, totals, over, line
 
 
 def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
@@ -328,16 +491,14 @@ def labelled_costs(
 
     used, known_total = per_label(used_per_container), per_label(per_container)
     costs = np.full((n_labels + 1, len(past_lines), 2), np.nan)
+    q = 1.0 - target_violation
+    segments: SortedSegments | None = None
     for m, lines in enumerate(past_lines):
-        blocks = ratio_blocks(lines, past_usage)
-        alpha, scored = labelled_quantiles(blocks, labels, n_labels, 1.0 - target_violation)
-        over = np.zeros((2, n_containers))  # samples above each container's label's alpha and the union's
-        line_per_container = np.zeros(n_containers)
-        for rows, ratio in blocks():
-            line_per_container[rows] = np.where(np.isnan(ratio), 0.0, lines[:, rows]).sum(axis=(0, 2))
-            level = np.where(labelled[rows], alpha[np.maximum(labels[rows], 0)], np.nan)
-            over[0, rows] = (ratio > level[None, :, None]).sum(axis=(0, 2))
-            over[1, rows] = (ratio > alpha[n_labels]).sum(axis=(0, 2))
+        if sorted_scoring(lines, past_usage, q):
+            segments = segments or SortedSegments(past_usage)
+            alpha, scored, over, line_per_container = constant_line_costs(segments, lines[:, :, 0], labels, n_labels, q)
+        else:
+            alpha, scored, over, line_per_container = blocked_line_costs(lines, past_usage, labels, n_labels, q)
         line_sum = per_label(line_per_container)
         for i in range(n_labels + 1):
             if used[i] <= 0 or scored[i] == 0:
@@ -349,6 +510,32 @@ def labelled_costs(
             costs[i, m, 0] = alpha[i] * total_line / used[i] - 1.0 if np.isfinite(alpha[i]) else np.inf
             costs[i, m, 1] = float(np.percentile(rates, 90))
     return costs
+
+
+def sorted_scoring(lines: FloatArray, past_usage: PastUsage, q: float) -> bool:
+    """Whether `labelled_costs` scores a candidate's lines from `SortedSegments`: a constant line with finite (or
+    unknown) levels, whose samples above the quantile are about a block (the ratios it reads beyond them)."""
+    samples = float(np.prod(past_usage.shape))
+    return lines.shape[2] == 1 and (1.0 - q) * samples <= SELECTION_BLOCK_VALUES and not np.isinf(lines).any()
+
+
+def blocked_line_costs(
+    lines: FloatArray, past_usage: PastUsage, labels: IntArray, n_labels: int, q: float
+) -> tuple[FloatArray, IntArray, FloatArray, FloatArray]:
+    """`constant_line_costs` of any candidate's lines (origins x containers x steps, or x 1), from its ratios a
+    block of containers at a time."""
+    n_containers = past_usage.shape[1]
+    labelled = labels >= 0
+    blocks = ratio_blocks(lines, past_usage)
+    alpha, scored = labelled_quantiles(blocks, labels, n_labels, q)
+    over = np.zeros((2, n_containers))  # samples above each container's label's alpha and the union's
+    line_per_container = np.zeros(n_containers)
+    for rows, ratio in blocks():
+        line_per_container[rows] = np.where(np.isnan(ratio), 0.0, lines[:, rows]).sum(axis=(0, 2))
+        level = np.where(labelled[rows], alpha[np.maximum(labels[rows], 0)], np.nan)
+        over[0, rows] = (ratio > level[None, :, None]).sum(axis=(0, 2))
+        over[1, rows] = (ratio > alpha[n_labels]).sum(axis=(0, 2))
+    return alpha, scored, over, line_per_container
 
 
 def matched_costs(
