@@ -55,11 +55,11 @@ SELECTION_BLOCK_VALUES = 2_000_000
 
 class SortedChunks(NamedTuple):
     """A grid's chunks (chunks x containers x steps, each container's sorted, NaN last), their known `counts`
-    (chunks x containers) and, per chunk from the first origin on, its place in `values` (-1: no known value)."""
+    (chunks x containers) and, per chunk from the first origin on, its `place` in `values` (-1: no known value)."""
 
     values: FloatArray
     counts: IntArray
-    index: IntArray
+    place: IntArray
 
 
 class FutureUsage:
@@ -110,14 +110,15 @@ class FutureUsage:
         if self.spacing not in self._chunks:
             width, start = self.spacing, self.origins[0]
             count = len(self.origins) - 1 + self.steps // width
-            kept, index = [], np.full(count, -1, dtype=np.int64)
+            kept: list[FloatArray] = []
+            place = np.full(count, -1, dtype=np.int64)
             for j in range(count):
                 chunk = self.grid[:, start + j * width : start + (j + 1) * width]
                 if not np.isnan(chunk).all():
-                    index[j] = len(kept)
+                    place[j] = len(kept)
                     kept.append(np.sort(chunk, axis=1))
             values = np.stack(kept) if kept else np.empty((0, self.grid.shape[0], width))
-            self._chunks[self.spacing] = SortedChunks(values, np.sum(~np.isnan(values), axis=2), index)
+            self._chunks[self.spacing] = SortedChunks(values, np.sum(~np.isnan(values), axis=2), place)
         return self._chunks[self.spacing]
 
 
@@ -194,7 +195,7 @@ class SortedSegments:
                 chunks = part.sorted_chunks()
                 width = chunks.values.shape[2]
                 for o in range(n_origins):
-                    for j in chunks.index[o : o + steps // width]:
+                    for j in chunks.place[o : o + steps // width]:
                         if j >= 0:
                             rows.append((o, first + containers, base + j * n_containers + containers))
                 values.append(chunks.values.reshape(-1, width))
@@ -281,9 +282,9 @@ def constant_line_costs(
     level = levels[segments.origin, segments.container]
     known = np.where(np.isnan(level), 0, segments.counts[segments.segment])
     label = labels[segments.container]
-    line = np.bincount(
+    line: FloatArray = np.bincount(
         segments.container, weights=np.where(known > 0, level, 0.0) * known, minlength=segments.n_containers
-    )
+    ).astype(np.float64)
     alpha, totals = np.full(n_labels + 1, np.nan), np.zeros(n_labels + 1, dtype=np.int64)
     over = np.zeros((2, segments.n_containers))
     for i in range(n_labels + 1):
