@@ -220,9 +220,7 @@ class SortedSegments:
     def ratios(self, levels: FloatArray, which: IntArray, position: IntArray) -> FloatArray:
         """`scored_ratios` of the usage at `position` of segments `which` (indices into `segment`) against the
         levels of their rows (`levels`, per segment: the same length as `which`, or broadcast onto `position`)."""
-        width = self.values.shape[1]
-        usage = self.values.ravel()[self.segment[which] * width + position]
-        return scored_ratios(levels, usage)
+        return scored_ratios(levels, self.usage(which, position))
 
     def tail_quantile(
         self, levels: FloatArray, known: IntArray, which: IntArray, q: float
@@ -253,23 +251,62 @@ class SortedSegments:
         start = counts - above
         deeper = np.flatnonzero((above == depth) & (counts > depth))
         if deeper.size:
-            start[deeper] = self._first_at_least(level[deeper], which[deeper], counts[deeper] - depth, floor)
+            low, kept = level[deeper], which[deeper]
+            start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) >= floor)
         lengths = counts - start
         owner = np.repeat(np.arange(which.size), lengths)
         offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         values = self.ratios(level[owner], which[owner], start[owner] + offsets)
         return float(np.partition(values, values.size - m)[values.size - m]), total, which[owner], values
 
-    def _first_at_least(self, level: FloatArray, which: IntArray, limit: IntArray, floor: float) -> IntArray:
-        """Per segment of `which`, the first position below `limit` whose ratio is at least `floor` (`limit` when
-        none is): a binary search, all segments at once."""
+    def first(self, which: IntArray, limit: IntArray, reached: Callable[[IntArray], npt.NDArray[np.bool_]]) -> IntArray:
+        """Per segment of `which`, the first position below `limit` where `reached(positions)` holds (`limit` when
+        none does; it must hold from some position on, as a comparison with sorted values does): a binary search,
+        every segment at once."""
         low, high = np.zeros(which.size, dtype=np.int64), limit.astype(np.int64)
         while (active := low < high).any():
             middle = (low + high) // 2
-            reached = self.ratios(level, which, np.minimum(middle, np.maximum(high - 1, 0))) >= floor
-            high = np.where(active & reached, middle, high)
-            low = np.where(active & ~reached, middle + 1, low)
+            hit = reached(np.minimum(middle, np.maximum(limit - 1, 0)))
+            high = np.where(active & hit, middle, high)
+            low = np.where(active & ~hit, middle + 1, low)
         return low
+
+    def usage(self, which: IntArray, position: IntArray) -> FloatArray:
+        """The sorted usage at `position` of the segments `which` (indices into `segment`)."""
+        result: FloatArray = self.values.ravel()[self.segment[which] * self.values.shape[1] + position]
+        return result
+
+    def pinball_costs(self, levels: FloatArray, q: float) -> FloatArray:
+        """Per container the pinball loss at level q of a constant line (`levels`: origins x containers) against
+        its usage, summed over its rows (origins) with a known level and usage; NaN without any. From each
+        segment's count of usage at or below the level and its cumulative sums (no pass over the samples)."""
+        if not hasattr(self, "_cumulative"):
+            self._cumulative = np.concatenate(
+                [np.zeros((self.values.shape[0], 1)), np.nancumsum(self.values, axis=1)], axis=1
+            )
+        every = np.arange(self.segment.size)
+        level = levels[self.origin, self.container]
+        count = self.counts[self.segment]
+        below = self.first(every, count, lambda at: self.usage(every, at) > level)
+        at_or_below = self._cumulative[self.segment, below]
+        total = self._cumulative[self.segment, count]
+        row = self.origin * self.n_containers + self.container
+        n_rows = (int(self.origin.max()) + 1 if self.origin.size else 0) * self.n_containers
+
+        def per_row(values: npt.ArrayLike) -> FloatArray:
+            summed: FloatArray = np.bincount(row, weights=values, minlength=n_rows).astype(np.float64)
+            return summed.reshape(-1, self.n_containers)
+
+        levels_of_rows = np.full(n_rows, np.nan)
+        levels_of_rows[row] = level
+        row_level = levels_of_rows.reshape(-1, self.n_containers)
+        below_rows, at_rows, total_rows, count_rows = (per_row(v) for v in (below, at_or_below, total, count))
+        over = (total_rows - at_rows) - row_level * (count_rows - below_rows)
+        under = row_level * below_rows - at_rows
+        known = ~np.isnan(row_level) & (count_rows > 0)
+        pinball = np.where(known, q * over + (1 - q) * under, 0.0).sum(axis=0)
+        result: FloatArray = np.where(known.any(axis=0), pinball, np.nan)
+        return result
 
 
 def constant_line_costs(
@@ -311,28 +348,10 @@ def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
 
 
 def _block_selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatArray, q: float) -> FloatArray:
-    """`selection_costs` of one block of containers (every array holds just those)."""
+    """`selection_costs` of lines drawn step by step, on one block of containers (every array holds just those)."""
     scale = np.maximum(np.nansum(past_usage, axis=(0, 2)), 1e-12)
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
-    sorted_parts: tuple[FloatArray, FloatArray, FloatArray] | None = None
     for m, lines in enumerate(past_lines):
-        if lines.shape[2] == 1 and past_usage.shape[2] > 1:
-            if sorted_parts is None:
-                ordered = np.sort(past_usage, axis=2)  # NaN last
-                count = np.sum(~np.isnan(past_usage), axis=2).astype(np.float64)
-                cumulative = np.concatenate([np.zeros((*ordered.shape[:2], 1)), np.nancumsum(ordered, axis=2)], axis=2)
-                sorted_parts = (ordered, count, cumulative)
-            ordered, count, cumulative = sorted_parts
-            total = cumulative[:, :, -1]
-            level = lines[:, :, 0]
-            below = np.sum(ordered <= level[:, :, None], axis=2)
-            at_or_below = np.take_along_axis(cumulative, below[:, :, None], axis=2)[:, :, 0]
-            over = (total - at_or_below) - level * (count - below)
-            under = level * below - at_or_below
-            known = ~np.isnan(level) & (count > 0)
-            pinball = np.where(known, q * over + (1 - q) * under, 0.0).sum(axis=0)
-            out[m] = np.where(known.any(axis=0), pinball / scale, np.nan)
-            continue
         line = np.broadcast_to(lines, past_usage.shape)
         known_samples = ~np.isnan(past_usage) & ~np.isnan(line)
         over_part = np.where(known_samples, np.maximum(past_usage - line, 0.0), 0.0)
@@ -345,11 +364,21 @@ def _block_selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatAr
 def selection_costs(past_lines: Sequence[FloatArray], past_usage: PastUsage, target_violation: float) -> FloatArray:
     """(models x containers) pinball cost of each candidate's past lines (per candidate: origins x containers x
     steps, or x 1 for a constant line) relative to the container's usage: reported per container (how well its line
-    did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
+    did), not used to choose. Constant lines are scored from `SortedSegments` (no samples-sized temporaries)."""
+    q = 1.0 - target_violation
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
+    flat = [m for m, lines in enumerate(past_lines) if lines.shape[2] == 1 and past_usage.shape[2] > 1]
+    drawn = [m for m in range(len(past_lines)) if m not in flat]
+    scale = np.zeros(past_usage.shape[1])
     for rows in container_blocks(past_usage):
         block = usage_rows(past_usage, rows, ordered=True)
-        out[:, rows] = _block_selection_costs([lines[:, rows] for lines in past_lines], block, 1.0 - target_violation)
+        scale[rows] = np.nansum(block, axis=(0, 2))
+        if drawn:
+            out[drawn, rows] = _block_selection_costs([past_lines[m][:, rows] for m in drawn], block, q)
+    if flat:
+        segments = SortedSegments(past_usage)
+        for m in flat:
+            out[m] = segments.pinball_costs(past_lines[m][:, :, 0], q) / np.maximum(scale, 1e-12)
     return out
 
 
@@ -600,6 +629,8 @@ def choose_models(
 SKETCH_RESOLUTION = 1e-4
 _LOG_STEP = float(np.log1p(SKETCH_RESOLUTION))
 _ZERO_BIN = np.iinfo(np.int64).min
+#: The widest range of bins `ratio_sketch` counts in an array (8 MB) instead of sorting its ratios' bins.
+SKETCH_COUNTED_BINS = 1 << 20
 _INF_BIN = np.iinfo(np.int64).max
 
 
@@ -611,10 +642,25 @@ def ratio_sketch(ratios: FloatArray) -> tuple[IntArray, IntArray]:
     """
     values = ratios[~np.isnan(ratios)]
     positive = np.isfinite(values) & (values > 0)
-    bins = np.floor(np.log(np.where(positive, values, 1.0)) / _LOG_STEP).astype(np.int64)
-    codes = np.where(positive, bins, np.where(np.isinf(values), _INF_BIN, _ZERO_BIN))
-    unique, counts = np.unique(codes, return_counts=True)
-    return unique.astype(np.int64), counts.astype(np.int64)
+    bins = np.floor(np.log(values[positive]) / _LOG_STEP).astype(np.int64)
+    infinite = np.isinf(values)
+    zero, inf = int(np.sum(~positive & ~infinite)), int(np.sum(infinite))
+    if bins.size and int(bins.max()) - int(bins.min()) <= SKETCH_COUNTED_BINS:
+        # Counted over the bins' range rather than sorted: a block's ratios span far fewer bins than they number.
+        low = int(bins.min())
+        per_bin = np.bincount(bins - low)
+        unique, counts = np.flatnonzero(per_bin) + low, per_bin[per_bin > 0]
+    else:
+        unique, counts = np.unique(bins, return_counts=True)
+    # The zero bin sorts first and the infinite one last, as their codes do.
+    ends = [(code, n) for code, n in ((_ZERO_BIN, zero), (_INF_BIN, inf)) if n]
+    codes = np.array([c for c, _ in ends], dtype=np.int64)
+    sizes = np.array([n for _, n in ends], dtype=np.int64)
+    first = int(bool(zero))
+    return (
+        np.concatenate([codes[:first], unique.astype(np.int64), codes[first:]]),
+        np.concatenate([sizes[:first], counts.astype(np.int64), sizes[first:]]),
+    )
 
 
 def merge_sketches(sketches: list[tuple[IntArray, IntArray]]) -> tuple[IntArray, IntArray]:
