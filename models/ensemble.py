@@ -33,6 +33,7 @@ from models.forecast import (
     STEPS_PER_DAY,
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
+    GridOrder,
     MultiWindowQuantileForecaster,
     StlForecaster,
     WindowQuantileForecaster,
@@ -849,8 +850,9 @@ def candidate_lines(
     candidates are fitted together at each origin (`fit_together`: one sort for the decayed quantiles, one windowed
     quantile for the time-of-day windows that differ in their floor)."""
     out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
+    order = GridOrder(grid)  # one sort of the grid for every origin's windows
     for o, origin in enumerate(origins):
-        for m, model in enumerate(fit_together(candidates, grid[:, :origin])):
+        for m, model in enumerate(fit_together(candidates, grid[:, :origin], order)):
             line = model.predict(steps_per_day)
             out[m][o] = constant_line(line)[:, :1] if constant[m] else line
     return out

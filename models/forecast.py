@@ -165,8 +165,10 @@ class SharedFit:
     sort, the time-of-day windows' floors after one windowed quantile), and flat quantiles of the same last steps
     recur across families. Keys are what the result depends on, so a shared result is the one each would compute."""
 
-    def __init__(self, grid: FloatArray) -> None:
+    def __init__(self, grid: FloatArray, order: GridOrder | None = None) -> None:
         self.grid = grid
+        #: The sort of a grid whose first columns this grid is (the backtest's origins cut one grid), or None.
+        self.order = order
         self._memo: dict[tuple[object, ...], Any] = {}
 
     def recent(self, n_steps: int) -> FloatArray:
@@ -185,7 +187,8 @@ class SharedFit:
 
         def sort() -> tuple[npt.NDArray[np.intp], FloatArray]:
             window = self.recent(n_steps)
-            order = np.argsort(window, axis=1)
+            end = self.grid.shape[1]
+            order = np.argsort(window, axis=1) if self.order is None else self.order.window(end - window.shape[1], end)
             return order, np.take_along_axis(window, order, axis=1)
 
         return self.once(("sorted", min(max(n_steps, 1), self.grid.shape[1])), sort)
@@ -198,6 +201,24 @@ class SharedFit:
         return result
 
 
+class GridOrder:
+    """Each row's argsort of a grid (NaN last), computed once, from which the order of any window of its columns is
+    read by keeping, in that order, the positions inside the window: the backtest fits windows of one grid at each
+    origin, and keeping costs a tenth of a sort. Equal values may come out in another order than a sort of the
+    window would give them (`DecayedQuantileForecaster` checks where that could matter)."""
+
+    def __init__(self, grid: FloatArray) -> None:
+        self.grid = grid
+        self._order: npt.NDArray[np.int32] | None = None
+
+    def window(self, start: int, stop: int) -> npt.NDArray[np.intp]:
+        """The order of the values of columns [start, stop) of each row, as positions within the window."""
+        if self._order is None:
+            self._order = np.argsort(self.grid, axis=1).astype(np.int32)
+        inside = (self._order >= start) & (self._order < stop)
+        return self._order[inside].reshape(self.grid.shape[0], stop - start).astype(np.intp) - start
+
+
 def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
     """`nan_quantile` of each row; the max (as `nan_quantile` gives it) without a sort when q >= 1."""
     if q >= 1.0:
@@ -206,10 +227,10 @@ def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
     return nan_quantile(window, q)
 
 
-def fit_together(candidates: Sequence[BaseEstimator], X: Any) -> list[BaseEstimator]:
+def fit_together(candidates: Sequence[BaseEstimator], X: Any, order: GridOrder | None = None) -> list[BaseEstimator]:
     """Clones of `candidates`, each fitted on the grid X as its own `fit` would, sharing what they have in common
-    (`SharedFit`)."""
-    shared = SharedFit(check_grid(X, "fit_together"))
+    (`SharedFit`; `order`: the sort of a grid whose first columns X is)."""
+    shared = SharedFit(check_grid(X, "fit_together"), order)
     fitted = []
     for candidate in candidates:
         model = clone(candidate)
@@ -304,15 +325,33 @@ class DecayedQuantileForecaster(_ConstantLine):
     def fit_shared(self, shared: SharedFit) -> Self:
         # The sort is the costly part and does not depend on the half-life: candidates differing in it share it.
         order, ordered = shared.sorted_recent(self._steps())  # NaN last, with weight 0
+        self.level_, unsure = self._levels(order, ordered)
+        if unsure.any():
+            # Equal values in another order add their weights in another order: where the quantile's weight lies
+            # within rounding of a step of the cumulative weights, the row is sorted on its own, as its window is.
+            window = shared.recent(self._steps())[unsure]
+            exact = np.argsort(window, axis=1)
+            self.level_[unsure] = self._levels(exact, np.take_along_axis(window, exact, axis=1))[0]
+        return self
+
+    def _levels(self, order: npt.NDArray[np.intp], ordered: FloatArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+        """The weighted quantile of each row from its sort, and whether it lies within 1e-9 of the row's weight of
+        a step of its cumulative weights (where the order of equal values could move it)."""
         width = ordered.shape[1]
         age = np.arange(width - 1, -1, -1, dtype=np.float64)
         weights = np.where(np.isnan(ordered), 0.0, np.exp2(-age / self.half_life_steps)[order])
         cumulative = np.cumsum(weights, axis=1)
         total = cumulative[:, -1:] if width else np.zeros((ordered.shape[0], 1))
-        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(width - 1, 0))
+        target = self.quantile * total
+        rank = np.minimum(np.sum(cumulative < target, axis=1), max(width - 1, 0))
         picked = np.take_along_axis(ordered, rank[:, None], axis=1)[:, 0]
-        self.level_ = np.where(total[:, 0] > 0, picked, np.nan)
-        return self
+        known = total[:, 0] > 0
+        if not width:
+            return np.where(known, picked, np.nan), np.zeros(ordered.shape[0], dtype=bool)
+        at = np.take_along_axis(cumulative, rank[:, None], axis=1)[:, 0]
+        before = np.take_along_axis(cumulative, np.maximum(rank - 1, 0)[:, None], axis=1)[:, 0]
+        gap = np.minimum(np.abs(at - target[:, 0]), np.where(rank > 0, np.abs(target[:, 0] - before), np.inf))
+        return np.where(known, picked, np.nan), known & (gap <= 1e-9 * total[:, 0])
 
 
 class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
