@@ -260,6 +260,21 @@ class SortedSegments:
         values = self.ratios(level[owner], which[owner], start[owner] + offsets)
         return float(np.partition(values, values.size - m)[values.size - m]), total, which[owner], values
 
+    def labelled_tails(
+        self, levels: FloatArray, labels: IntArray, n_labels: int, q: float
+    ) -> list[tuple[float, int, IntArray, FloatArray]]:
+        """`tail_quantile` of the ratios against a constant line (`levels`: origins x containers) of each label's
+        containers (`labels`: one per container, -1 for none) and, last, of every labelled one."""
+        level = levels[self.origin, self.container]
+        known = np.where(np.isnan(level), 0, self.counts[self.segment])
+        label = labels[self.container]
+        return [
+            self.tail_quantile(
+                level, known, np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0)), q
+            )
+            for i in range(n_labels + 1)
+        ]
+
     def first(self, which: IntArray, limit: IntArray, reached: Callable[[IntArray], npt.NDArray[np.bool_]]) -> IntArray:
         """Per segment of `which`, the first position below `limit` where `reached(positions)` holds (`limit` when
         none does; it must hold from some position on, as a comparison with sorted values does): a binary search,
@@ -319,15 +334,12 @@ def constant_line_costs(
     scored samples."""
     level = levels[segments.origin, segments.container]
     known = np.where(np.isnan(level), 0, segments.counts[segments.segment])
-    label = labels[segments.container]
     line: FloatArray = np.bincount(
         segments.container, weights=np.where(known > 0, level, 0.0) * known, minlength=segments.n_containers
     ).astype(np.float64)
     alpha, totals = np.full(n_labels + 1, np.nan), np.zeros(n_labels + 1, dtype=np.int64)
     over = np.zeros((2, segments.n_containers))
-    for i in range(n_labels + 1):
-        which = np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0))
-        alpha[i], totals[i], owner, values = segments.tail_quantile(level, known, which, q)
+    for i, (alpha[i], totals[i], owner, values) in enumerate(segments.labelled_tails(levels, labels, n_labels, q)):
         if totals[i]:
             over[int(i == n_labels)] += np.bincount(
                 segments.container[owner], weights=values > alpha[i], minlength=segments.n_containers
@@ -717,19 +729,25 @@ def calibration_parts(
     q = 1.0 - target_violation
     n_containers = past_usage.shape[1]
     own, samples = np.full(n_containers, np.nan), np.zeros(n_containers)
+    parts = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_containers)]
+    sketches: list[list[tuple[IntArray, IntArray]]] = [[] for _ in parts]
     blocks = ratio_blocks(chosen_lines, past_usage)
     for rows, ratio in blocks():
         per_container = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
         if per_container.shape[1]:
             own[rows] = nan_quantile(per_container, q)
         samples[rows] = np.sum(~np.isnan(per_container), axis=1)
-    outliers = calibration_outliers(own, samples, factor_range)
-    factors, counts = labelled_quantiles(blocks, np.where(outliers, -1, groups), n_groups, q)
-    parts = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_containers)]
-    sketches: list[list[tuple[IntArray, IntArray]]] = [[] for _ in parts]
-    for rows, ratio in blocks():
+        # A container's outlier flag is its own: the block's pooled ratios are sketched in the same pass.
+        outlying = calibration_outliers(own[rows], samples[rows], factor_range)
         part = next(i for i, bounds in enumerate(parts) if bounds.start <= rows.start < bounds.stop)
-        sketches[part].append(ratio_sketch(np.where(outliers[rows][None, :, None], np.nan, ratio)))
+        sketches[part].append(ratio_sketch(np.where(outlying[None, :, None], np.nan, ratio)))
+    outliers = calibration_outliers(own, samples, factor_range)
+    pooled = np.where(outliers, -1, groups)
+    if sorted_scoring(chosen_lines, past_usage, q):
+        tails = SortedSegments(past_usage).labelled_tails(chosen_lines[:, :, 0], pooled, n_groups, q)
+        factors, counts = np.array([t[0] for t in tails]), np.array([t[1] for t in tails])
+    else:
+        factors, counts = labelled_quantiles(blocks, pooled, n_groups, q)
     shares = [merge_sketches(part) for part in sketches]
     return own, samples, outliers, factors[:n_groups], counts[:n_groups].astype(np.float64), shares
 
