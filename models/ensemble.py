@@ -329,9 +329,9 @@ def constant_line_costs(
     segments: SortedSegments, levels: FloatArray, labels: IntArray, n_labels: int, q: float
 ) -> tuple[FloatArray, IntArray, FloatArray, FloatArray]:
     """What `labelled_costs` reads of a constant candidate's ratios (`levels`: origins x containers), from sorted
-    segments: per label and for the union (last) the q-quantile of the ratios and their count, per container the
-    samples above its label's quantile and above the union's (2 x containers), and the sum of its line over its
-    scored samples."""
+    segments: per label and for the union (last) the q-quantile of the ratios and their count, per labelled
+    container the samples above its label's quantile and above the union's (2 x containers), and per container the
+    sum of its line over its scored samples."""
     level = levels[segments.origin, segments.container]
     known = np.where(np.isnan(level), 0, segments.counts[segments.segment])
     line: FloatArray = np.bincount(
