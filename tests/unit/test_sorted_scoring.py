@@ -48,7 +48,7 @@ def drawn_levels(seed: int, shape: tuple[int, int], usage: FloatArray, ties: boo
     """Constant lines near the usage's level, with a zero and an unknown level, on the usage's grid with `ties`."""
     rng = np.random.default_rng(seed + 1)
     base = np.nan_to_num(np.fmax.reduce(usage, axis=2), nan=1.0)
-    levels = base * rng.uniform(0.3, 1.1, size=shape)
+    levels: FloatArray = base * rng.uniform(0.3, 1.1, size=shape)
     if ties:
         levels = np.round(levels, 0)
     levels[rng.random(shape) < 0.1] = np.nan
