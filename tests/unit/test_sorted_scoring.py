@@ -5,6 +5,8 @@ containers without samples, zero and unknown levels are all drawn."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -67,7 +69,30 @@ def usages(grid: FloatArray, origins: list[int], steps: int) -> list[FloatArray 
     ]
 
 
-cases = st.tuples(
+@dataclass
+class Case:
+    """A drawn grid, its origins and steps after each, a constant line's levels and the level q of the quantile."""
+
+    grid: FloatArray
+    origins: list[int]
+    steps: int
+    levels: FloatArray
+    q: float
+    seed: int
+
+    def usage(self) -> FloatArray:
+        return usage_after(self.grid, self.origins, self.steps)
+
+
+def drawn_case(seed: int, containers: int, n_origins: int, days: int, missing: float, ties: bool, q: float) -> Case:
+    grid = drawn_grid(seed, containers, n_origins + days + 1, missing, ties)
+    origins = [(1 + i) * P for i in range(n_origins)]
+    levels = drawn_levels(seed, (n_origins, containers), usage_after(grid, origins, days * P), ties)
+    return Case(grid, origins, days * P, levels, q, seed)
+
+
+cases = st.builds(
+    drawn_case,
     st.integers(0, 2**31),  # seed
     st.integers(1, 12),  # containers
     st.integers(1, 4),  # origins
@@ -80,15 +105,11 @@ cases = st.tuples(
 
 @settings(max_examples=60, deadline=None)
 @given(cases)
-def test_constant_line_costs_equal_those_of_every_ratio(case: tuple[int, int, int, int, float, bool, float]) -> None:
-    seed, containers, n_origins, days, missing, ties, q = case
-    grid = drawn_grid(seed, containers, n_origins + days + 1, missing, ties)
-    origins = [(1 + i) * P for i in range(n_origins)]
-    labels = np.random.default_rng(seed).integers(-1, 3, size=containers)
-    for usage in usages(grid, origins, days * P):
-        levels = drawn_levels(seed, (n_origins, containers), usage_after(grid, origins, days * P), ties)
-        fast = constant_line_costs(SortedSegments(usage), levels, labels, 3, q)
-        slow = blocked_line_costs(levels[:, :, None], usage, labels, 3, q)
+def test_constant_line_costs_equal_those_of_every_ratio(case: Case) -> None:
+    labels: IntArray = np.random.default_rng(case.seed).integers(-1, 3, size=(case.grid.shape[0],))
+    for usage in usages(case.grid, case.origins, case.steps):
+        fast = constant_line_costs(SortedSegments(usage), case.levels, labels, 3, case.q)
+        slow = blocked_line_costs(case.levels[:, :, None], usage, labels, 3, case.q)
         np.testing.assert_array_equal(fast[0], slow[0])  # the quantiles: the same order statistics
         np.testing.assert_array_equal(fast[1], slow[1])  # their counts
         labelled = labels >= 0  # (`labelled_costs` reads the counts of labelled containers only)
@@ -98,42 +119,29 @@ def test_constant_line_costs_equal_those_of_every_ratio(case: tuple[int, int, in
 
 @settings(max_examples=60, deadline=None)
 @given(cases)
-def test_the_tail_quantile_of_each_label_is_the_higher_quantile_of_its_ratios(
-    case: tuple[int, int, int, int, float, bool, float],
-) -> None:
-    seed, containers, n_origins, days, missing, ties, q = case
-    grid = drawn_grid(seed, containers, n_origins + days + 1, missing, ties)
-    origins = [(1 + i) * P for i in range(n_origins)]
-    usage = usage_after(grid, origins, days * P)
-    levels = drawn_levels(seed, (n_origins, containers), usage, ties)
-    labels = np.random.default_rng(seed).integers(-1, 2, size=containers)
-    ratios = ensemble.scored_ratios(levels[:, :, None], usage)
-    tails = SortedSegments(FutureUsage(with_room(grid, days * P), origins, days * P)).labelled_tails(
-        levels, labels, 2, q
-    )
-    for label, (quantile, count, _, _) in enumerate(tails):
+def test_the_tail_quantile_of_each_label_is_the_higher_quantile_of_its_ratios(case: Case) -> None:
+    labels: IntArray = np.random.default_rng(case.seed).integers(-1, 2, size=(case.grid.shape[0],))
+    ratios = ensemble.scored_ratios(case.levels[:, :, None], case.usage())
+    segments = SortedSegments(FutureUsage(with_room(case.grid, case.steps), case.origins, case.steps))
+    for label, (quantile, count, _, _) in enumerate(segments.labelled_tails(case.levels, labels, 2, case.q)):
         members = labels >= 0 if label == 2 else labels == label
         known = ratios[:, members][~np.isnan(ratios[:, members])]
         assert count == known.size
-        assert quantile == _higher_quantile(known, q) if known.size else np.isnan(quantile)
+        assert quantile == _higher_quantile(known, case.q) if known.size else np.isnan(quantile)
 
 
 @settings(max_examples=40, deadline=None)
 @given(cases)
-def test_constant_pinball_costs_equal_the_sum_over_samples(case: tuple[int, int, int, int, float, bool, float]) -> None:
-    seed, containers, n_origins, days, missing, ties, q = case
-    grid = drawn_grid(seed, containers, n_origins + days + 1, missing, ties)
-    origins = [(1 + i) * P for i in range(n_origins)]
-    direct = usage_after(grid, origins, days * P)
-    levels = drawn_levels(seed, (n_origins, containers), direct, ties)
-    line = np.broadcast_to(levels[:, :, None], direct.shape)
+def test_constant_pinball_costs_equal_the_sum_over_samples(case: Case) -> None:
+    direct, q = case.usage(), case.q
+    line = np.broadcast_to(case.levels[:, :, None], direct.shape)
     known = ~np.isnan(direct) & ~np.isnan(line)
     over = np.where(known, np.maximum(direct - line, 0.0), 0.0)
     under = np.where(known, np.maximum(line - direct, 0.0), 0.0)
     scale = np.maximum(np.nansum(direct, axis=(0, 2)), 1e-12)
     expected = np.where(known.any(axis=(0, 2)), (q * over + (1 - q) * under).sum(axis=(0, 2)) / scale, np.nan)
-    for usage in usages(grid, origins, days * P):
-        got = selection_costs([levels[:, :, None]], usage, 1.0 - q)[0]
+    for usage in usages(case.grid, case.origins, case.steps):
+        got = selection_costs([case.levels[:, :, None]], usage, 1.0 - q)[0]
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
 
 
