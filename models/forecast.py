@@ -214,7 +214,12 @@ class GridOrder:
     def window(self, start: int, stop: int) -> npt.NDArray[np.intp]:
         """The order of the values of columns [start, stop) of each row, as positions within the window."""
         if self._order is None:
-            self._order = np.argsort(self.grid, axis=1).astype(np.int32)
+            # Sorted a block of rows at a time: the int64 argsort's temporary stays a block's.
+            rows, width = self.grid.shape
+            self._order = np.empty((rows, width), dtype=np.int32)
+            block = max(1, WINDOW_BLOCK_VALUES // max(width, 1))
+            for first in range(0, rows, block):
+                self._order[first : first + block] = np.argsort(self.grid[first : first + block], axis=1)
         inside = (self._order >= start) & (self._order < stop)
         return self._order[inside].reshape(self.grid.shape[0], stop - start).astype(np.intp) - start
 
@@ -337,21 +342,28 @@ class DecayedQuantileForecaster(_ConstantLine):
     def _levels(self, order: npt.NDArray[np.intp], ordered: FloatArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
         """The weighted quantile of each row from its sort, and whether it lies within 1e-9 of the row's weight of
         a step of its cumulative weights (where the order of equal values could move it)."""
-        width = ordered.shape[1]
-        age = np.arange(width - 1, -1, -1, dtype=np.float64)
-        weights = np.where(np.isnan(ordered), 0.0, np.exp2(-age / self.half_life_steps)[order])
-        cumulative = np.cumsum(weights, axis=1)
-        total = cumulative[:, -1:] if width else np.zeros((ordered.shape[0], 1))
-        target = self.quantile * total
-        rank = np.minimum(np.sum(cumulative < target, axis=1), max(width - 1, 0))
-        picked = np.take_along_axis(ordered, rank[:, None], axis=1)[:, 0]
-        known = total[:, 0] > 0
+        rows, width = ordered.shape
         if not width:
-            return np.where(known, picked, np.nan), np.zeros(ordered.shape[0], dtype=bool)
-        at = np.take_along_axis(cumulative, rank[:, None], axis=1)[:, 0]
-        before = np.take_along_axis(cumulative, np.maximum(rank - 1, 0)[:, None], axis=1)[:, 0]
-        gap = np.minimum(np.abs(at - target[:, 0]), np.where(rank > 0, np.abs(target[:, 0] - before), np.inf))
-        return np.where(known, picked, np.nan), known & (gap <= 1e-9 * total[:, 0])
+            return np.full(rows, np.nan), np.zeros(rows, dtype=bool)
+        age = np.arange(width - 1, -1, -1, dtype=np.float64)
+        # NaN sort last: the cumulative weight of the known values ends at the count's position (the later
+        # weights are never read), and the rank is where it first reaches the quantile's weight, by binary search.
+        count = np.sum(~np.isnan(ordered), axis=1)
+        cumulative = np.cumsum(np.exp2(-age / self.half_life_steps)[order], axis=1)
+        every = np.arange(rows)
+        total = np.where(count > 0, cumulative[every, np.maximum(count - 1, 0)], 0.0)
+        target = self.quantile * total
+        low, high = np.zeros(rows, dtype=np.int64), count.astype(np.int64)
+        while (active := low < high).any():
+            middle = (low + high) // 2
+            below = cumulative[every, np.minimum(middle, width - 1)] < target
+            low = np.where(active & below, middle + 1, low)
+            high = np.where(active & ~below, middle, high)
+        rank = np.minimum(low, width - 1)
+        known = total > 0
+        at, before = cumulative[every, rank], cumulative[every, np.maximum(rank - 1, 0)]
+        gap = np.minimum(np.abs(at - target), np.where(rank > 0, np.abs(target - before), np.inf))
+        return np.where(known, ordered[every, rank], np.nan), known & (gap <= 1e-9 * total)
 
 
 class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
