@@ -102,6 +102,42 @@ def _pick_tops(tops: list[FloatArray], depths: list[IntArray], count: IntArray) 
     return [np.where(count > 0, np.choose(np.clip(depth, 0, len(tops) - 1), tops), np.nan) for depth in depths]
 
 
+#: Largest values per window up to which `window_quantile` slides them over the columns (`_sliding_tops`).
+SLIDING_TOPS = 2
+
+
+def _sliding_tops(per_column: FloatArray, width: int, places: int) -> list[FloatArray]:
+    """The `places` (1 or 2) largest values, with multiplicity (-inf when fewer), of the union of each `width`
+    consecutive columns of `per_column` (rows x its places x columns, each column's largest first).
+
+    Van Herk / Gil-Werman: within blocks of `width` columns, running tops from each block's start and from its end;
+    a window is the end of one block and the start of the next, two disjoint parts whose tops merge in a few
+    element-wise operations, instead of a pass over every value of every window."""
+    rows, have, columns = per_column.shape
+    blocks = -(-columns // width)
+    padded = np.full((rows, places, blocks * width), -np.inf)
+    padded[:, : min(have, places), :columns] = per_column[:, :places]
+    values = padded.reshape(rows, places, blocks, width)
+
+    def merge(a: FloatArray, b: FloatArray) -> FloatArray:
+        """The tops of the union of two sets' tops (places first on axis 1)."""
+        first = np.maximum(a[:, 0], b[:, 0])
+        if places == 1:
+            return first[:, None]
+        return np.stack([first, np.maximum(np.minimum(a[:, 0], b[:, 0]), np.maximum(a[:, 1], b[:, 1]))], axis=1)
+
+    forward, backward = values.copy(), values.copy()
+    for j in range(1, width):
+        forward[..., j] = merge(forward[..., j - 1], values[..., j])
+        backward[..., width - 1 - j] = merge(values[..., width - 1 - j], backward[..., width - j])
+    start = np.arange(columns - width + 1)
+    tail = backward.reshape(rows, places, -1)[:, :, start]
+    head = forward.reshape(rows, places, -1)[:, :, start + width - 1]
+    # A window that starts a block is that block, all in its tail.
+    joined = np.where(start % width == 0, tail, merge(tail, head))
+    return [joined[:, place] for place in range(places)]
+
+
 def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
     """`nan_quantile` at each step of the union over days of a sliding window: `segments` (rows x days x (steps +
     width - 1)) gives, per step t, the values segments[:, :, t : t + width]; the result is rows x steps.
@@ -120,6 +156,8 @@ def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
         windows = sliding_window_view(segments, width, axis=2)  # rows x days x steps x width
         return nan_quantile(np.moveaxis(windows, 1, 2).reshape(rows, columns - width + 1, days * width), q)
     per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)  # rows x places x cols
+    if deepest < SLIDING_TOPS:
+        return _pick_tops(_sliding_tops(per_column, width, deepest + 1), [depth], count)[0]
     places = per_column.shape[1]
     candidates = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2)  # rows x steps x places x width
     tops = _tops(candidates.reshape(rows, columns - width + 1, places * width), deepest)

@@ -1,6 +1,7 @@
 """The forecast fit's fast paths (issue 17) equal the straightforward computations they replace: constant lines scored
 from sorted chunks of the usage (matched costs, pinball costs, pooled calibration quantiles), the calibration sketch
-counted over its bins, and the backtest's decayed quantiles read from one sort of the grid. Ties, gaps (NaN),
+counted over its bins, the backtest's decayed quantiles read from one sort of the grid, and the time-of-day windows'
+largest values slid over the columns. Ties, gaps (NaN),
 containers without samples, zero and unknown levels are all drawn."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.lib.stride_tricks import sliding_window_view
 
 from models import ensemble
 from models.ensemble import (
@@ -27,7 +29,7 @@ from models.ensemble import (
     usage_after,
     with_room,
 )
-from models.forecast import DecayedQuantileForecaster, GridOrder, fit_together
+from models.forecast import DecayedQuantileForecaster, GridOrder, _sliding_tops, _tops, fit_together
 from recommender.arrays import FloatArray, IntArray
 
 P = 24  # steps per "day": small, so that many cases run in seconds
@@ -224,3 +226,22 @@ def test_a_decayed_quantile_at_a_step_of_the_cumulative_weights_is_sorted_on_its
     assert unsure.tolist() == [True]
     shared = fit_together([model], grid, GridOrder(grid))[0]
     assert shared.level_.tolist() == model.fit(grid).level_.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 2**31), st.integers(1, 3), st.integers(1, 40), st.integers(1, 13), st.integers(1, 2), st.booleans()
+)
+def test_sliding_tops_are_the_largest_values_of_each_window(
+    seed: int, have: int, columns: int, width: int, places: int, ties: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.gamma(2.0, 1.0, size=(3, have, columns))
+    values = np.round(values, 0) if ties else values
+    values[rng.random(values.shape) < 0.2] = -np.inf  # missing, as `_tops` gives them
+    per_column = -np.sort(-values, axis=1)  # each column's largest first
+    width = min(width, columns)
+    union = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2).reshape(3, columns - width + 1, -1)
+    expected = _tops(union, places - 1)
+    for got, want in zip(_sliding_tops(per_column, width, places), expected):
+        np.testing.assert_array_equal(got, want)
