@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ from models.forecast import (
     STEPS_PER_DAY,
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
+    GridOrder,
     MultiWindowQuantileForecaster,
     StlForecaster,
     WindowQuantileForecaster,
@@ -53,25 +54,40 @@ CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, Multi
 SELECTION_BLOCK_VALUES = 2_000_000
 
 
+class SortedChunks(NamedTuple):
+    """A grid's chunks (chunks x containers x steps, each container's sorted, NaN last), their known `counts`
+    (chunks x containers) and, per chunk from the first origin on, its `place` in `values` (-1: no known value)."""
+
+    values: FloatArray
+    counts: IntArray
+    place: IntArray
+
+
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
     containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
     a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is made C-ordered)."""
 
-    def __init__(self, grid: FloatArray, origins: list[int], steps: int) -> None:
+    def __init__(
+        self, grid: FloatArray, origins: list[int], steps: int, chunks: dict[int, SortedChunks] | None = None
+    ) -> None:
         self.grid = grid
         self.origins = origins
         self.steps = steps
         self.shape = (len(origins), grid.shape[0], steps)
         spacing = set(np.diff(origins).tolist())
+        #: Steps between origins (the usage's width for a single origin).
+        self.spacing = int(next(iter(spacing))) if len(spacing) == 1 else steps
         self._view: FloatArray | None = None
+        # The sorted chunks of the grid (`sorted_chunks`), shared with the `first` of this usage.
+        self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
         if origins and len(spacing) <= 1 and origins[0] >= 0 and origins[-1] + steps <= grid.shape[1]:
             row_stride, step_stride = grid.strides
             self._view = as_strided(
                 grid[:, origins[0] :],
                 shape=self.shape,
-                strides=((spacing.pop() if spacing else 0) * step_stride, row_stride, step_stride),
+                strides=(self.spacing * step_stride, row_stride, step_stride),
                 writeable=False,
             )
 
@@ -82,7 +98,29 @@ class FutureUsage:
 
     def first(self, steps: int) -> FutureUsage:
         """The same origins' usage over their first `steps` only."""
-        return FutureUsage(self.grid, self.origins, min(steps, self.steps))
+        return FutureUsage(self.grid, self.origins, min(steps, self.steps), self._chunks)
+
+    def chunked(self) -> bool:
+        """Whether every origin's usage is whole chunks of `spacing` steps of the grid (evenly spaced origins, the
+        usage a view): the origins then share their chunks, each sorted once (`sorted_chunks`)."""
+        return self._view is not None and self.spacing > 0 and self.steps % self.spacing == 0
+
+    def sorted_chunks(self) -> SortedChunks:
+        """The grid's chunks of `spacing` steps from the first origin on, each container's sorted (NaN last), those
+        without a known value left out; computed once for this usage and every `first` of it."""
+        if self.spacing not in self._chunks:
+            width, start = self.spacing, self.origins[0]
+            count = len(self.origins) - 1 + self.steps // width
+            kept: list[FloatArray] = []
+            place = np.full(count, -1, dtype=np.int64)
+            for j in range(count):
+                chunk = self.grid[:, start + j * width : start + (j + 1) * width]
+                if not np.isnan(chunk).all():
+                    place[j] = len(kept)
+                    kept.append(np.sort(chunk, axis=1))
+            values = np.stack(kept) if kept else np.empty((0, self.grid.shape[0], width))
+            self._chunks[self.spacing] = SortedChunks(values, np.sum(~np.isnan(values), axis=2), place)
+        return self._chunks[self.spacing]
 
 
 class FleetUsage:
@@ -133,6 +171,182 @@ def container_blocks(usage: PastUsage) -> list[slice]:
     return [slice(first, min(first + size, n_containers)) for first in range(0, n_containers, size)]
 
 
+class SortedSegments:
+    """The past usage of every origin and container as sorted segments, for scoring constant lines without a pass
+    over every sample: a constant line's usage / line ratios of a segment are its sorted usage divided by one level,
+    so they are sorted too, and a quantile or a count above a level only reads their top.
+
+    `values` (segments x width, each sorted, NaN last) and their known `counts`; `origin`, `container` and `segment`
+    list the segments of each (origin, container) row of the usage, rows without a known value left out. With
+    evenly spaced origins the segments are the grid's chunks between origins (a day), each sorted once for every
+    origin whose usage holds it (the long-term line's week after 7 origins is 28 days' chunks of 7 sorted days)."""
+
+    def __init__(self, usage: PastUsage) -> None:
+        parts = usage.parts if isinstance(usage, FleetUsage) else [usage]
+        firsts = np.cumsum([0] + [part.shape[1] for part in parts])
+        chunked = all(isinstance(p, FutureUsage) and p.chunked() for p in parts)
+        if chunked and len({p.spacing for p in parts if isinstance(p, FutureUsage)}) > 1:
+            chunked = False
+        values, counts, rows = [], [], []
+        base = 0
+        for part, first in zip(parts, firsts):
+            n_origins, n_containers, steps = part.shape
+            containers = np.arange(n_containers, dtype=np.int64)
+            if chunked and isinstance(part, FutureUsage):
+                chunks = part.sorted_chunks()
+                width = chunks.values.shape[2]
+                for o in range(n_origins):
+                    for j in chunks.place[o : o + steps // width]:
+                        if j >= 0:
+                            rows.append((o, first + containers, base + j * n_containers + containers))
+                values.append(chunks.values.reshape(-1, width))
+                counts.append(chunks.counts.ravel())
+            else:
+                ordered = np.sort(usage_rows(part, slice(0, n_containers)), axis=2)
+                values.append(ordered.reshape(-1, steps))
+                counts.append(np.sum(~np.isnan(ordered), axis=2).ravel())
+                for o in range(n_origins):
+                    rows.append((o, first + containers, base + o * n_containers + containers))
+            base += values[-1].shape[0]
+        self.values: FloatArray = values[0] if len(values) == 1 else np.concatenate(values)
+        self.counts: IntArray = (counts[0] if len(counts) == 1 else np.concatenate(counts)).astype(np.int64)
+        empty = np.empty(0, dtype=np.int64)
+        origin = np.concatenate([np.full(c.size, o, dtype=np.int64) for o, c, _ in rows]) if rows else empty
+        container = np.concatenate([c for _, c, _ in rows]) if rows else empty
+        segment = np.concatenate([s for _, _, s in rows]) if rows else empty
+        known = self.counts[segment] > 0
+        self.origin, self.container, self.segment = origin[known], container[known], segment[known]
+        self.n_containers = int(firsts[-1])
+
+    def ratios(self, levels: FloatArray, which: IntArray, position: IntArray) -> FloatArray:
+        """`scored_ratios` of the usage at `position` of segments `which` (indices into `segment`) against the
+        levels of their rows (`levels`, per segment: the same length as `which`, or broadcast onto `position`)."""
+        return scored_ratios(levels, self.usage(which, position))
+
+    def tail_quantile(
+        self, levels: FloatArray, known: IntArray, which: IntArray, q: float
+    ) -> tuple[float, int, IntArray, FloatArray]:
+        """The q-quantile by the "higher" rule of the ratios of the segments `which` (levels per segment of
+        `segment`, `known`: the ratios each has), their count, and the ratios at or above a lower bound of it (the
+        segments they belong to, the values): every ratio above the quantile is among them.
+
+        The quantile is the m-th largest ratio; the m-th largest of each segment's top h (enough for m in all)
+        bounds it from below, so only the ratios above that bound are read: a segment whose whole top lies above
+        it is searched for where its ratios cross it."""
+        counts = known[which]
+        total = int(counts.sum())
+        if total == 0:
+            return float("nan"), 0, np.empty(0, dtype=np.int64), np.empty(0)
+        rank = min(max(int(np.ceil(q * total)) - 1, 0), total - 1)
+        m = total - rank
+        level = levels[which]
+        depth = int(min(self.values.shape[1], max(1, -(-2 * m // which.size))))
+        position = counts[:, None] - depth + np.arange(depth)[None, :]
+        present = position >= 0
+        top = self.ratios(level[:, None], which[:, None], np.maximum(position, 0))
+        floor = -np.inf
+        if int(present.sum()) >= m:
+            shown = top[present]
+            floor = float(np.partition(shown, shown.size - m)[shown.size - m])
+        above = np.sum(present & (top >= floor), axis=1)
+        start = counts - above
+        deeper = np.flatnonzero((above == depth) & (counts > depth))
+        if deeper.size:
+            low, kept = level[deeper], which[deeper]
+            start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) >= floor)
+        lengths = counts - start
+        owner = np.repeat(np.arange(which.size), lengths)
+        offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        values = self.ratios(level[owner], which[owner], start[owner] + offsets)
+        return float(np.partition(values, values.size - m)[values.size - m]), total, which[owner], values
+
+    def labelled_tails(
+        self, levels: FloatArray, labels: IntArray, n_labels: int, q: float
+    ) -> list[tuple[float, int, IntArray, FloatArray]]:
+        """`tail_quantile` of the ratios against a constant line (`levels`: origins x containers) of each label's
+        containers (`labels`: one per container, -1 for none) and, last, of every labelled one."""
+        level = levels[self.origin, self.container]
+        known = np.where(np.isnan(level), 0, self.counts[self.segment])
+        label = labels[self.container]
+        return [
+            self.tail_quantile(
+                level, known, np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0)), q
+            )
+            for i in range(n_labels + 1)
+        ]
+
+    def first(self, which: IntArray, limit: IntArray, reached: Callable[[IntArray], npt.NDArray[np.bool_]]) -> IntArray:
+        """Per segment of `which`, the first position below `limit` where `reached(positions)` holds (`limit` when
+        none does; it must hold from some position on, as a comparison with sorted values does): a binary search,
+        every segment at once."""
+        low, high = np.zeros(which.size, dtype=np.int64), limit.astype(np.int64)
+        while (active := low < high).any():
+            middle = (low + high) // 2
+            hit = reached(np.minimum(middle, np.maximum(limit - 1, 0)))
+            high = np.where(active & hit, middle, high)
+            low = np.where(active & ~hit, middle + 1, low)
+        return low
+
+    def usage(self, which: IntArray, position: IntArray) -> FloatArray:
+        """The sorted usage at `position` of the segments `which` (indices into `segment`)."""
+        result: FloatArray = self.values.ravel()[self.segment[which] * self.values.shape[1] + position]
+        return result
+
+    def pinball_costs(self, levels: FloatArray, q: float) -> FloatArray:
+        """Per container the pinball loss at level q of a constant line (`levels`: origins x containers) against
+        its usage, summed over its rows (origins) with a known level and usage; NaN without any. From each
+        segment's count of usage at or below the level and its cumulative sums (no pass over the samples)."""
+        if not hasattr(self, "_cumulative"):
+            self._cumulative = np.concatenate(
+                [np.zeros((self.values.shape[0], 1)), np.nancumsum(self.values, axis=1)], axis=1
+            )
+        every = np.arange(self.segment.size)
+        level = levels[self.origin, self.container]
+        count = self.counts[self.segment]
+        below = self.first(every, count, lambda at: self.usage(every, at) > level)
+        at_or_below = self._cumulative[self.segment, below]
+        total = self._cumulative[self.segment, count]
+        row = self.origin * self.n_containers + self.container
+        n_rows = (int(self.origin.max()) + 1 if self.origin.size else 0) * self.n_containers
+
+        def per_row(values: npt.ArrayLike) -> FloatArray:
+            summed: FloatArray = np.bincount(row, weights=values, minlength=n_rows).astype(np.float64)
+            return summed.reshape(-1, self.n_containers)
+
+        levels_of_rows = np.full(n_rows, np.nan)
+        levels_of_rows[row] = level
+        row_level = levels_of_rows.reshape(-1, self.n_containers)
+        below_rows, at_rows, total_rows, count_rows = (per_row(v) for v in (below, at_or_below, total, count))
+        over = (total_rows - at_rows) - row_level * (count_rows - below_rows)
+        under = row_level * below_rows - at_rows
+        known = ~np.isnan(row_level) & (count_rows > 0)
+        pinball = np.where(known, q * over + (1 - q) * under, 0.0).sum(axis=0)
+        result: FloatArray = np.where(known.any(axis=0), pinball, np.nan)
+        return result
+
+
+def constant_line_costs(
+    segments: SortedSegments, levels: FloatArray, labels: IntArray, n_labels: int, q: float
+) -> tuple[FloatArray, IntArray, FloatArray, FloatArray]:
+    """What `labelled_costs` reads of a constant candidate's ratios (`levels`: origins x containers), from sorted
+    segments: per label and for the union (last) the q-quantile of the ratios and their count, per labelled
+    container the samples above its label's quantile and above the union's (2 x containers), and per container the
+    sum of its line over its scored samples."""
+    level = levels[segments.origin, segments.container]
+    known = np.where(np.isnan(level), 0, segments.counts[segments.segment])
+    line: FloatArray = np.bincount(
+        segments.container, weights=np.where(known > 0, level, 0.0) * known, minlength=segments.n_containers
+    ).astype(np.float64)
+    alpha, totals = np.full(n_labels + 1, np.nan), np.zeros(n_labels + 1, dtype=np.int64)
+    over = np.zeros((2, segments.n_containers))
+    for i, (alpha[i], totals[i], owner, values) in enumerate(segments.labelled_tails(levels, labels, n_labels, q)):
+        if totals[i]:
+            over[int(i == n_labels)] += np.bincount(
+                segments.container[owner], weights=values > alpha[i], minlength=segments.n_containers
+            )
+    return alpha, totals, over, line
+
+
 def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
     """usage / line per sample as `usage_to_line_ratio` gives it (a line at or below 0: inf above it, else 0), NaN
     where the usage or the line is unknown; `lines` broadcast onto `usage` (a constant line is one step wide)."""
@@ -147,28 +361,10 @@ def scored_ratios(lines: FloatArray, usage: FloatArray) -> FloatArray:
 
 
 def _block_selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatArray, q: float) -> FloatArray:
-    """`selection_costs` of one block of containers (every array holds just those)."""
+    """`selection_costs` of lines drawn step by step, on one block of containers (every array holds just those)."""
     scale = np.maximum(np.nansum(past_usage, axis=(0, 2)), 1e-12)
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
-    sorted_parts: tuple[FloatArray, FloatArray, FloatArray] | None = None
     for m, lines in enumerate(past_lines):
-        if lines.shape[2] == 1 and past_usage.shape[2] > 1:
-            if sorted_parts is None:
-                ordered = np.sort(past_usage, axis=2)  # NaN last
-                count = np.sum(~np.isnan(past_usage), axis=2).astype(np.float64)
-                cumulative = np.concatenate([np.zeros((*ordered.shape[:2], 1)), np.nancumsum(ordered, axis=2)], axis=2)
-                sorted_parts = (ordered, count, cumulative)
-            ordered, count, cumulative = sorted_parts
-            total = cumulative[:, :, -1]
-            level = lines[:, :, 0]
-            below = np.sum(ordered <= level[:, :, None], axis=2)
-            at_or_below = np.take_along_axis(cumulative, below[:, :, None], axis=2)[:, :, 0]
-            over = (total - at_or_below) - level * (count - below)
-            under = level * below - at_or_below
-            known = ~np.isnan(level) & (count > 0)
-            pinball = np.where(known, q * over + (1 - q) * under, 0.0).sum(axis=0)
-            out[m] = np.where(known.any(axis=0), pinball / scale, np.nan)
-            continue
         line = np.broadcast_to(lines, past_usage.shape)
         known_samples = ~np.isnan(past_usage) & ~np.isnan(line)
         over_part = np.where(known_samples, np.maximum(past_usage - line, 0.0), 0.0)
@@ -181,11 +377,21 @@ def _block_selection_costs(past_lines: Sequence[FloatArray], past_usage: FloatAr
 def selection_costs(past_lines: Sequence[FloatArray], past_usage: PastUsage, target_violation: float) -> FloatArray:
     """(models x containers) pinball cost of each candidate's past lines (per candidate: origins x containers x
     steps, or x 1 for a constant line) relative to the container's usage: reported per container (how well its line
-    did), not used to choose. Constant lines are scored from sorted usage (no samples-sized temporaries)."""
+    did), not used to choose. Constant lines are scored from `SortedSegments` (no samples-sized temporaries)."""
+    q = 1.0 - target_violation
     out = np.full((len(past_lines), past_usage.shape[1]), np.nan)
+    flat = [m for m, lines in enumerate(past_lines) if lines.shape[2] == 1 and past_usage.shape[2] > 1]
+    drawn = [m for m in range(len(past_lines)) if m not in flat]
+    scale = np.zeros(past_usage.shape[1])
     for rows in container_blocks(past_usage):
         block = usage_rows(past_usage, rows, ordered=True)
-        out[:, rows] = _block_selection_costs([lines[:, rows] for lines in past_lines], block, 1.0 - target_violation)
+        scale[rows] = np.nansum(block, axis=(0, 2))
+        if drawn:
+            out[drawn, rows] = _block_selection_costs([past_lines[m][:, rows] for m in drawn], block, q)
+    if flat:
+        segments = SortedSegments(past_usage)
+        for m in flat:
+            out[m] = segments.pinball_costs(past_lines[m][:, :, 0], q) / np.maximum(scale, 1e-12)
     return out
 
 
@@ -328,16 +534,14 @@ def labelled_costs(
 
     used, known_total = per_label(used_per_container), per_label(per_container)
     costs = np.full((n_labels + 1, len(past_lines), 2), np.nan)
+    q = 1.0 - target_violation
+    segments: SortedSegments | None = None
     for m, lines in enumerate(past_lines):
-        blocks = ratio_blocks(lines, past_usage)
-        alpha, scored = labelled_quantiles(blocks, labels, n_labels, 1.0 - target_violation)
-        over = np.zeros((2, n_containers))  # samples above each container's label's alpha and the union's
-        line_per_container = np.zeros(n_containers)
-        for rows, ratio in blocks():
-            line_per_container[rows] = np.where(np.isnan(ratio), 0.0, lines[:, rows]).sum(axis=(0, 2))
-            level = np.where(labelled[rows], alpha[np.maximum(labels[rows], 0)], np.nan)
-            over[0, rows] = (ratio > level[None, :, None]).sum(axis=(0, 2))
-            over[1, rows] = (ratio > alpha[n_labels]).sum(axis=(0, 2))
+        if sorted_scoring(lines, past_usage, q):
+            segments = segments or SortedSegments(past_usage)
+            alpha, scored, over, line_per_container = constant_line_costs(segments, lines[:, :, 0], labels, n_labels, q)
+        else:
+            alpha, scored, over, line_per_container = blocked_line_costs(lines, past_usage, labels, n_labels, q)
         line_sum = per_label(line_per_container)
         for i in range(n_labels + 1):
             if used[i] <= 0 or scored[i] == 0:
@@ -349,6 +553,32 @@ def labelled_costs(
             costs[i, m, 0] = alpha[i] * total_line / used[i] - 1.0 if np.isfinite(alpha[i]) else np.inf
             costs[i, m, 1] = float(np.percentile(rates, 90))
     return costs
+
+
+def sorted_scoring(lines: FloatArray, past_usage: PastUsage, q: float) -> bool:
+    """Whether `labelled_costs` scores a candidate's lines from `SortedSegments`: a constant line with finite (or
+    unknown) levels, whose samples above the quantile are about a block (the ratios it reads beyond them)."""
+    samples = float(np.prod(past_usage.shape))
+    return lines.shape[2] == 1 and (1.0 - q) * samples <= SELECTION_BLOCK_VALUES and not np.isinf(lines).any()
+
+
+def blocked_line_costs(
+    lines: FloatArray, past_usage: PastUsage, labels: IntArray, n_labels: int, q: float
+) -> tuple[FloatArray, IntArray, FloatArray, FloatArray]:
+    """`constant_line_costs` of any candidate's lines (origins x containers x steps, or x 1), from its ratios a
+    block of containers at a time."""
+    n_containers = past_usage.shape[1]
+    labelled = labels >= 0
+    blocks = ratio_blocks(lines, past_usage)
+    alpha, scored = labelled_quantiles(blocks, labels, n_labels, q)
+    over = np.zeros((2, n_containers))  # samples above each container's label's alpha and the union's
+    line_per_container = np.zeros(n_containers)
+    for rows, ratio in blocks():
+        line_per_container[rows] = np.where(np.isnan(ratio), 0.0, lines[:, rows]).sum(axis=(0, 2))
+        level = np.where(labelled[rows], alpha[np.maximum(labels[rows], 0)], np.nan)
+        over[0, rows] = (ratio > level[None, :, None]).sum(axis=(0, 2))
+        over[1, rows] = (ratio > alpha[n_labels]).sum(axis=(0, 2))
+    return alpha, scored, over, line_per_container
 
 
 def matched_costs(
@@ -412,6 +642,8 @@ def choose_models(
 SKETCH_RESOLUTION = 1e-4
 _LOG_STEP = float(np.log1p(SKETCH_RESOLUTION))
 _ZERO_BIN = np.iinfo(np.int64).min
+#: The widest range of bins `ratio_sketch` counts in an array (8 MB) instead of sorting its ratios' bins.
+SKETCH_COUNTED_BINS = 1 << 20
 _INF_BIN = np.iinfo(np.int64).max
 
 
@@ -423,10 +655,25 @@ def ratio_sketch(ratios: FloatArray) -> tuple[IntArray, IntArray]:
     """
     values = ratios[~np.isnan(ratios)]
     positive = np.isfinite(values) & (values > 0)
-    bins = np.floor(np.log(np.where(positive, values, 1.0)) / _LOG_STEP).astype(np.int64)
-    codes = np.where(positive, bins, np.where(np.isinf(values), _INF_BIN, _ZERO_BIN))
-    unique, counts = np.unique(codes, return_counts=True)
-    return unique.astype(np.int64), counts.astype(np.int64)
+    bins = np.floor(np.log(values[positive]) / _LOG_STEP).astype(np.int64)
+    infinite = np.isinf(values)
+    zero, inf = int(np.sum(~positive & ~infinite)), int(np.sum(infinite))
+    if bins.size and int(bins.max()) - int(bins.min()) <= SKETCH_COUNTED_BINS:
+        # Counted over the bins' range rather than sorted: a block's ratios span far fewer bins than they number.
+        low = int(bins.min())
+        per_bin = np.bincount(bins - low)
+        unique, counts = np.flatnonzero(per_bin) + low, per_bin[per_bin > 0]
+    else:
+        unique, counts = np.unique(bins, return_counts=True)
+    # The zero bin sorts first and the infinite one last, as their codes do.
+    ends = [(code, n) for code, n in ((_ZERO_BIN, zero), (_INF_BIN, inf)) if n]
+    codes = np.array([c for c, _ in ends], dtype=np.int64)
+    sizes = np.array([n for _, n in ends], dtype=np.int64)
+    first = int(bool(zero))
+    return (
+        np.concatenate([codes[:first], unique.astype(np.int64), codes[first:]]),
+        np.concatenate([sizes[:first], counts.astype(np.int64), sizes[first:]]),
+    )
 
 
 def merge_sketches(sketches: list[tuple[IntArray, IntArray]]) -> tuple[IntArray, IntArray]:
@@ -482,19 +729,25 @@ def calibration_parts(
     q = 1.0 - target_violation
     n_containers = past_usage.shape[1]
     own, samples = np.full(n_containers, np.nan), np.zeros(n_containers)
+    parts = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_containers)]
+    sketches: list[list[tuple[IntArray, IntArray]]] = [[] for _ in parts]
     blocks = ratio_blocks(chosen_lines, past_usage)
     for rows, ratio in blocks():
         per_container = np.moveaxis(ratio, 1, 0).reshape(ratio.shape[1], -1)
         if per_container.shape[1]:
             own[rows] = nan_quantile(per_container, q)
         samples[rows] = np.sum(~np.isnan(per_container), axis=1)
-    outliers = calibration_outliers(own, samples, factor_range)
-    factors, counts = labelled_quantiles(blocks, np.where(outliers, -1, groups), n_groups, q)
-    parts = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_containers)]
-    sketches: list[list[tuple[IntArray, IntArray]]] = [[] for _ in parts]
-    for rows, ratio in blocks():
+        # A container's outlier flag is its own: the block's pooled ratios are sketched in the same pass.
+        outlying = calibration_outliers(own[rows], samples[rows], factor_range)
         part = next(i for i, bounds in enumerate(parts) if bounds.start <= rows.start < bounds.stop)
-        sketches[part].append(ratio_sketch(np.where(outliers[rows][None, :, None], np.nan, ratio)))
+        sketches[part].append(ratio_sketch(np.where(outlying[None, :, None], np.nan, ratio)))
+    outliers = calibration_outliers(own, samples, factor_range)
+    pooled = np.where(outliers, -1, groups)
+    if sorted_scoring(chosen_lines, past_usage, q):
+        tails = SortedSegments(past_usage).labelled_tails(chosen_lines[:, :, 0], pooled, n_groups, q)
+        factors, counts = np.array([t[0] for t in tails]), np.array([t[1] for t in tails])
+    else:
+        factors, counts = labelled_quantiles(blocks, pooled, n_groups, q)
     shares = [merge_sketches(part) for part in sketches]
     return own, samples, outliers, factors[:n_groups], counts[:n_groups].astype(np.float64), shares
 
@@ -615,8 +868,9 @@ def candidate_lines(
     candidates are fitted together at each origin (`fit_together`: one sort for the decayed quantiles, one windowed
     quantile for the time-of-day windows that differ in their floor)."""
     out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
+    order = GridOrder(grid)  # one sort of the grid for every origin's windows
     for o, origin in enumerate(origins):
-        for m, model in enumerate(fit_together(candidates, grid[:, :origin])):
+        for m, model in enumerate(fit_together(candidates, grid[:, :origin], order)):
             line = model.predict(steps_per_day)
             out[m][o] = constant_line(line)[:, :1] if constant[m] else line
     return out

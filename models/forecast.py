@@ -102,6 +102,42 @@ def _pick_tops(tops: list[FloatArray], depths: list[IntArray], count: IntArray) 
     return [np.where(count > 0, np.choose(np.clip(depth, 0, len(tops) - 1), tops), np.nan) for depth in depths]
 
 
+#: Largest values per window up to which `window_quantile` slides them over the columns (`_sliding_tops`).
+SLIDING_TOPS = 2
+
+
+def _sliding_tops(per_column: FloatArray, width: int, places: int) -> list[FloatArray]:
+    """The `places` (1 or 2) largest values, with multiplicity (-inf when fewer), of the union of each `width`
+    consecutive columns of `per_column` (rows x its places x columns, each column's largest first).
+
+    Van Herk / Gil-Werman: within blocks of `width` columns, running tops from each block's start and from its end;
+    a window is the end of one block and the start of the next, two disjoint parts whose tops merge in a few
+    element-wise operations, instead of a pass over every value of every window."""
+    rows, have, columns = per_column.shape
+    blocks = -(-columns // width)
+    padded = np.full((rows, places, blocks * width), -np.inf)
+    padded[:, : min(have, places), :columns] = per_column[:, :places]
+    values = padded.reshape(rows, places, blocks, width)
+
+    def merge(a: FloatArray, b: FloatArray) -> FloatArray:
+        """The tops of the union of two sets' tops (places first on axis 1)."""
+        first = np.maximum(a[:, 0], b[:, 0])
+        if places == 1:
+            return first[:, None]
+        return np.stack([first, np.maximum(np.minimum(a[:, 0], b[:, 0]), np.maximum(a[:, 1], b[:, 1]))], axis=1)
+
+    forward, backward = values.copy(), values.copy()
+    for j in range(1, width):
+        forward[..., j] = merge(forward[..., j - 1], values[..., j])
+        backward[..., width - 1 - j] = merge(values[..., width - 1 - j], backward[..., width - j])
+    start = np.arange(columns - width + 1)
+    tail = backward.reshape(rows, places, -1)[:, :, start]
+    head = forward.reshape(rows, places, -1)[:, :, start + width - 1]
+    # A window that starts a block is that block, all in its tail.
+    joined = np.where(start % width == 0, tail, merge(tail, head))
+    return [joined[:, place] for place in range(places)]
+
+
 def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
     """`nan_quantile` at each step of the union over days of a sliding window: `segments` (rows x days x (steps +
     width - 1)) gives, per step t, the values segments[:, :, t : t + width]; the result is rows x steps.
@@ -120,6 +156,8 @@ def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
         windows = sliding_window_view(segments, width, axis=2)  # rows x days x steps x width
         return nan_quantile(np.moveaxis(windows, 1, 2).reshape(rows, columns - width + 1, days * width), q)
     per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)  # rows x places x cols
+    if deepest < SLIDING_TOPS:
+        return _pick_tops(_sliding_tops(per_column, width, deepest + 1), [depth], count)[0]
     places = per_column.shape[1]
     candidates = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2)  # rows x steps x places x width
     tops = _tops(candidates.reshape(rows, columns - width + 1, places * width), deepest)
@@ -165,8 +203,10 @@ class SharedFit:
     sort, the time-of-day windows' floors after one windowed quantile), and flat quantiles of the same last steps
     recur across families. Keys are what the result depends on, so a shared result is the one each would compute."""
 
-    def __init__(self, grid: FloatArray) -> None:
+    def __init__(self, grid: FloatArray, order: GridOrder | None = None) -> None:
         self.grid = grid
+        #: The sort of a grid whose first columns this grid is (the backtest's origins cut one grid), or None.
+        self.order = order
         self._memo: dict[tuple[object, ...], Any] = {}
 
     def recent(self, n_steps: int) -> FloatArray:
@@ -185,7 +225,8 @@ class SharedFit:
 
         def sort() -> tuple[npt.NDArray[np.intp], FloatArray]:
             window = self.recent(n_steps)
-            order = np.argsort(window, axis=1)
+            end = self.grid.shape[1]
+            order = np.argsort(window, axis=1) if self.order is None else self.order.window(end - window.shape[1], end)
             return order, np.take_along_axis(window, order, axis=1)
 
         return self.once(("sorted", min(max(n_steps, 1), self.grid.shape[1])), sort)
@@ -198,6 +239,29 @@ class SharedFit:
         return result
 
 
+class GridOrder:
+    """Each row's argsort of a grid (NaN last), computed once, from which the order of any window of its columns is
+    read by keeping, in that order, the positions inside the window: the backtest fits windows of one grid at each
+    origin, and keeping costs a tenth of a sort. Equal values may come out in another order than a sort of the
+    window would give them (`DecayedQuantileForecaster` checks where that could matter)."""
+
+    def __init__(self, grid: FloatArray) -> None:
+        self.grid = grid
+        self._order: npt.NDArray[np.int32] | None = None
+
+    def window(self, start: int, stop: int) -> npt.NDArray[np.intp]:
+        """The order of the values of columns [start, stop) of each row, as positions within the window."""
+        if self._order is None:
+            # Sorted a block of rows at a time: the int64 argsort's temporary stays a block's.
+            rows, width = self.grid.shape
+            self._order = np.empty((rows, width), dtype=np.int32)
+            block = max(1, WINDOW_BLOCK_VALUES // max(width, 1))
+            for first in range(0, rows, block):
+                self._order[first : first + block] = np.argsort(self.grid[first : first + block], axis=1)
+        inside = (self._order >= start) & (self._order < stop)
+        return self._order[inside].reshape(self.grid.shape[0], stop - start).astype(np.intp) - start
+
+
 def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
     """`nan_quantile` of each row; the max (as `nan_quantile` gives it) without a sort when q >= 1."""
     if q >= 1.0:
@@ -206,10 +270,10 @@ def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
     return nan_quantile(window, q)
 
 
-def fit_together(candidates: Sequence[BaseEstimator], X: Any) -> list[BaseEstimator]:
+def fit_together(candidates: Sequence[BaseEstimator], X: Any, order: GridOrder | None = None) -> list[BaseEstimator]:
     """Clones of `candidates`, each fitted on the grid X as its own `fit` would, sharing what they have in common
-    (`SharedFit`)."""
-    shared = SharedFit(check_grid(X, "fit_together"))
+    (`SharedFit`; `order`: the sort of a grid whose first columns X is)."""
+    shared = SharedFit(check_grid(X, "fit_together"), order)
     fitted = []
     for candidate in candidates:
         model = clone(candidate)
@@ -304,15 +368,40 @@ class DecayedQuantileForecaster(_ConstantLine):
     def fit_shared(self, shared: SharedFit) -> Self:
         # The sort is the costly part and does not depend on the half-life: candidates differing in it share it.
         order, ordered = shared.sorted_recent(self._steps())  # NaN last, with weight 0
-        width = ordered.shape[1]
-        age = np.arange(width - 1, -1, -1, dtype=np.float64)
-        weights = np.where(np.isnan(ordered), 0.0, np.exp2(-age / self.half_life_steps)[order])
-        cumulative = np.cumsum(weights, axis=1)
-        total = cumulative[:, -1:] if width else np.zeros((ordered.shape[0], 1))
-        rank = np.minimum(np.sum(cumulative < self.quantile * total, axis=1), max(width - 1, 0))
-        picked = np.take_along_axis(ordered, rank[:, None], axis=1)[:, 0]
-        self.level_ = np.where(total[:, 0] > 0, picked, np.nan)
+        self.level_, unsure = self._levels(order, ordered)
+        if unsure.any():
+            # Equal values in another order add their weights in another order: where the quantile's weight lies
+            # within rounding of a step of the cumulative weights, the row is sorted on its own, as its window is.
+            window = shared.recent(self._steps())[unsure]
+            exact = np.argsort(window, axis=1)
+            self.level_[unsure] = self._levels(exact, np.take_along_axis(window, exact, axis=1))[0]
         return self
+
+    def _levels(self, order: npt.NDArray[np.intp], ordered: FloatArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+        """The weighted quantile of each row from its sort, and whether it lies within 1e-9 of the row's weight of
+        a step of its cumulative weights (where the order of equal values could move it)."""
+        rows, width = ordered.shape
+        if not width:
+            return np.full(rows, np.nan), np.zeros(rows, dtype=bool)
+        age = np.arange(width - 1, -1, -1, dtype=np.float64)
+        # NaN sort last: the cumulative weight of the known values ends at the count's position (the later
+        # weights are never read), and the rank is where it first reaches the quantile's weight, by binary search.
+        count = np.sum(~np.isnan(ordered), axis=1)
+        cumulative = np.cumsum(np.exp2(-age / self.half_life_steps)[order], axis=1)
+        every = np.arange(rows)
+        total = np.where(count > 0, cumulative[every, np.maximum(count - 1, 0)], 0.0)
+        target = self.quantile * total
+        low, high = np.zeros(rows, dtype=np.int64), count.astype(np.int64)
+        while (active := low < high).any():
+            middle = (low + high) // 2
+            below = cumulative[every, np.minimum(middle, width - 1)] < target
+            low = np.where(active & below, middle + 1, low)
+            high = np.where(active & ~below, middle, high)
+        rank = np.minimum(low, width - 1)
+        known = total > 0
+        at, before = cumulative[every, rank], cumulative[every, np.maximum(rank - 1, 0)]
+        gap = np.minimum(np.abs(at - target), np.where(rank > 0, np.abs(target - before), np.inf))
+        return np.where(known, ordered[every, rank], np.nan), known & (gap <= 1e-9 * total)
 
 
 class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
