@@ -42,6 +42,10 @@ def test_chunks_cover_the_range_within_the_points_limit(start: int, length: int,
     assert points[0] == start and points[-1] == start + (length // step) * step
     assert len(points) == length // step + 1 and all(b - a == step for a, b in itertools.pairwise(points))
     assert all((b - a) // step + 1 <= max_points for a, b in chunks)
+    # The fewest chunks the limit allows, none more than one step larger than another but the last (smaller).
+    sizes = [(b - a) // step + 1 for a, b in chunks]
+    assert len(chunks) == -(-len(points) // max_points)
+    assert len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]
 
 
 def test_query_goes_in_the_post_body_with_auth_and_headers(tmp_path) -> None:  # type: ignore[no-untyped-def]
