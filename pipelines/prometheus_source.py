@@ -491,11 +491,15 @@ class ReadPlan:
 def _per_row(per_container: pd.Series, rows: IntArray) -> pd.Series | np.ndarray:
     """A per-container column repeated for each row of its container (`rows`: the container of each row). Names go
     through one Arrow take into Arrow-backed strings, the dtype pandas gives them anyway: a million rows' Python
-    string objects, each converted again, were the frame's largest cost (about 1 CPU s a partition)."""
+    string objects, each converted again, were the frame's largest cost. No rows, or none with a name, keep the
+    object column pandas makes of those."""
     if per_container.dtype.kind == "f":
         return per_container.to_numpy()[rows]
-    taken: pd.Series = pa.array(per_container, from_pandas=True).take(pa.array(rows)).to_pandas()
-    return taken
+    taken = pa.array(per_container, from_pandas=True).take(pa.array(rows))
+    if taken.null_count == len(taken):
+        return per_container.to_numpy()[rows]
+    named: pd.Series = taken.to_pandas()
+    return named
 
 
 def _empty_usage() -> pd.DataFrame:
