@@ -137,9 +137,10 @@ class PrometheusSettings(BaseModel):
         2,
         gt=0,
         le=32,
-        description="Range queries in flight at once (a batch's CPU, memory and time chunks overlap, so Prometheus "
-        "evaluates on two cores while we decode): 2 by default, which halved the read's wall at 1,000 containers on a "
-        "2-core machine; Prometheus' memory grows by one answer (`max_points_per_query`) per query in flight.",
+        description="Range queries in flight at once, 2 by default: a batch's CPU, memory and throttling queries and "
+        "their time chunks overlap, so Prometheus evaluates one while we decode another (docs/benchmarks.md: 14 % "
+        "less wall than 1 at 1,000 containers on 2 cores). Be kind to a shared Prometheus: its memory grows by "
+        "about one answer (`max_points_per_query`) per query in flight.",
     )
     compress_answers: bool = Field(
         False,
