@@ -139,7 +139,7 @@ def main() -> None:
         "--variants",
         default="default",
         help="our read's settings, each against its own fresh Prometheus in this run: comma-separated `default` or "
-        "`cN` (N queries in flight) with an optional `+gzip` (compressed answers), e.g. `c1+gzip,c1,c2`",
+        "`cN[eM][+gzip]` (N queries in flight, M of them evaluating, compressed answers), e.g. `c1+gzip,c1,default`",
     )
     fit = sub.add_parser("fit", help="the workload model's fit alone on rows in memory vs KRR's simple on them")
     fit.add_argument("--input", type=Path, default=DEFAULT_INPUT)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -226,14 +227,20 @@ def _to_stderr(description: str, /, *, detail: bool = False) -> None:
 
 
 def read_variant(name: str) -> dict[str, Any]:
-    """The settings of a `--variants` name: `default`, or `cN` (N queries in flight) with `+gzip` for compressed
-    answers."""
+    """The settings of a `--variants` name: `default`, or `cN` (N queries in flight), `eM` (M of them evaluating at
+    once; default N) and `+gzip` (compressed answers), e.g. `c1+gzip` (one query at a time, gzip: main's read
+    before issue 17's last part), `c2e2`."""
     if name == "default":
         return {}
-    flight, _, extra = name.partition("+")
-    if not flight.startswith("c") or not flight[1:].isdigit() or extra not in ("", "gzip"):
-        raise SystemExit(f"--variants: {name!r} is not `default` or `cN[+gzip]`")
-    return {"concurrency": int(flight[1:]), "compress_answers": extra == "gzip"}
+    found = re.fullmatch(r"c(\d+)(?:e(\d+))?(\+gzip)?", name)
+    if found is None:
+        raise SystemExit(f"--variants: {name!r} is not `default` or `cN[eM][+gzip]`")
+    flight = int(found.group(1))
+    return {
+        "concurrency": flight,
+        "evaluating": int(found.group(2) or flight),
+        "compress_answers": found.group(3) is not None,
+    }
 
 
 def bench_read(
@@ -287,6 +294,7 @@ def bench_read(
             "seconds": round(time.perf_counter() - started, 1),
             "cpu_seconds": round(time.process_time() - cpu_started, 1),
             "concurrency": settings.concurrency,
+            "evaluating": settings.evaluating,
             "compress_answers": settings.compress_answers,
             "peak_rss_mib": round(peak_rss_mib()),
             **costs,

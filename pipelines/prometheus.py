@@ -386,6 +386,7 @@ class PrometheusClient:
         )
         # The one place range chunks are issued from: at most `concurrency` in flight, whichever threads ask.
         self._pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="prometheus-query")
+        self._evaluating = threading.BoundedSemaphore(min(settings.evaluating, settings.concurrency))
 
     def _tls(self) -> ssl.SSLContext | bool:
         """Certificate checks: our CA bundle if given, mutual TLS if a client certificate is given."""
@@ -481,8 +482,14 @@ class PrometheusClient:
                 received += len(chunk)
                 yield chunk
 
+        # Held until the answer's headers arrive: Prometheus evaluates and encodes a whole answer before it sends
+        # them, so this bounds the answers it builds at once while the others of `concurrency` stream to us.
+        self._evaluating.acquire()
+        evaluating = True
         try:
             with self._http.stream("POST", self.base_url + path, data=form) as response:
+                self._evaluating.release()
+                evaluating = False
                 if response.status_code != 200 or decode is None:
                     body = b"".join(chunks(response))
                 else:
@@ -490,6 +497,8 @@ class PrometheusClient:
         except httpx.TransportError as error:
             raise _Transient(f"{type(error).__name__}: {error or 'connection failed'} ({self.base_url})") from None
         finally:
+            if evaluating:
+                self._evaluating.release()
             self.stats.record(received, time.perf_counter() - started)
         if response.status_code >= 500 or response.status_code == 429:
             raise _Transient(f"HTTP {response.status_code}: {_error_text(body, response.reason_phrase)}")

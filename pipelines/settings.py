@@ -142,6 +142,15 @@ class PrometheusSettings(BaseModel):
         "less wall than 1 at 1,000 containers on 2 cores). Be kind to a shared Prometheus: its memory grows by "
         "about one answer (`max_points_per_query`) per query in flight.",
     )
+    evaluating: int = Field(
+        1,
+        gt=0,
+        le=32,
+        description="Of the queries in flight, how many Prometheus may be evaluating at once (a query counts until "
+        "its answer starts to arrive; Prometheus builds a whole answer first): 1 by default, so Prometheus holds "
+        "one answer being built (its memory as with one query in flight) while the others stream to us and are "
+        "decoded. Raise it with `concurrency` for a Prometheus with cores to spare.",
+    )
     compress_answers: bool = Field(
         False,
         description="Ask Prometheus for gzip answers. Off by default: Prometheus' gzip costs it about 6x the CPU of "

@@ -199,11 +199,12 @@ def chunk_answer(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
 
 
-@pytest.mark.parametrize("concurrency", [1, 2, 3])
-def test_range_chunks_go_concurrency_at_a_time_and_join_in_time_order(concurrency: int) -> None:
-    """Six chunks of two queries: every answer waits until `concurrency` requests are in flight at once (a barrier,
-    so the overlap is proven, not timed), never more; each query's series is its whole range in order."""
-    together = threading.Barrier(concurrency, timeout=10)
+@pytest.mark.parametrize(("concurrency", "evaluating"), [(1, 1), (2, 2), (3, 3), (3, 2), (2, 1)])
+def test_range_chunks_go_concurrency_at_a_time_and_join_in_time_order(concurrency: int, evaluating: int) -> None:
+    """Six chunks of two queries: every answer waits until `evaluating` requests are at the server at once (a
+    barrier, so the overlap is proven, not timed), never more (a mock answers headers and body at once, so a
+    request is at the server until it is answered); each query's series is its whole range in order."""
+    together = threading.Barrier(evaluating, timeout=10)
     lock = threading.Lock()
     in_flight, most = 0, 0
 
@@ -220,10 +221,10 @@ def test_range_chunks_go_concurrency_at_a_time_and_join_in_time_order(concurrenc
                 in_flight -= 1
 
     queries = [RangeQuery("a", 0, 2700, 300, 4), RangeQuery("b", 0, 2700, 300, 4)]  # 10 steps: 3 chunks each
-    with client(handler, concurrency=concurrency) as prom:
+    with client(handler, concurrency=concurrency, evaluating=evaluating) as prom:
         answers = prom.query_ranges(queries)
         assert prom.stats.queries == 6
-    assert most == concurrency
+    assert most == evaluating
     for answer in answers:
         [series] = answer
         assert series.labels == {"job": "x"}
