@@ -530,8 +530,9 @@ class PrometheusClient:
     def query_ranges(self, queries: Sequence[RangeQuery]) -> list[list[Series]]:
         """Each query's series: its range split into chunks of at most `max_steps` steps (and under Prometheus'
         points limit), the chunks of all the queries issued at most `concurrency` at a time (Prometheus evaluates
-        them on its cores while we decode), each answer decoded as it streams in; chunks of one series are joined,
-        in the order Prometheus first answered them. The first failure cancels what has not started and is raised."""
+        them on its cores while we decode), each answer decoded as it streams in; chunks of one series are joined
+        in time order, series in the order the chunks first hold them (as one at a time gave). The first failure
+        cancels what has not started and is raised."""
         issued: list[tuple[int, Future[list[Series]]]] = []
         try:
             for number, query in enumerate(queries):
