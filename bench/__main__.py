@@ -135,6 +135,12 @@ def main() -> None:
     )
     fleet_arguments(read, 10000)
     read.add_argument("--no-krr", action="store_true", help="leave out the KRR-equivalent reference")
+    read.add_argument(
+        "--variants",
+        default="default",
+        help="our read's settings, each against its own fresh Prometheus in this run: comma-separated `default` or "
+        "`cN[eM][+gzip]` (N queries in flight, M of them evaluating, compressed answers), e.g. `c1+gzip,c1,default`",
+    )
     fit = sub.add_parser("fit", help="the workload model's fit alone on rows in memory vs KRR's simple on them")
     fit.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     fit.add_argument("--runs", type=int, default=3)
@@ -201,7 +207,7 @@ def main() -> None:
     elif args.name == "prometheus-read":
         from bench.prometheus import bench_read
 
-        result = bench_read(args.input, args.containers, args.days, not args.no_krr)
+        result = bench_read(args.input, args.containers, args.days, not args.no_krr, args.variants.split(","))
     elif args.name == "fit":
         from bench.fit import main as bench_fit
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -225,11 +226,31 @@ def _to_stderr(description: str, /, *, detail: bool = False) -> None:
     print(description, file=sys.stderr, flush=True)
 
 
-def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str, object]:
+def read_variant(name: str) -> dict[str, Any]:
+    """The settings of a `--variants` name: `default`, or `cN` (N queries in flight), `eM` (M of them evaluating at
+    once; default N) and `+gzip` (compressed answers), e.g. `c1+gzip` (one query at a time, gzip: main's read
+    before issue 17's last part), `c2e2`."""
+    if name == "default":
+        return {}
+    found = re.fullmatch(r"c(\d+)(?:e(\d+))?(\+gzip)?", name)
+    if found is None:
+        raise SystemExit(f"--variants: {name!r} is not `default` or `cN[eM][+gzip]`")
+    flight = int(found.group(1))
+    return {
+        "concurrency": flight,
+        "evaluating": int(found.group(2) or flight),
+        "compress_answers": found.group(3) is not None,
+    }
+
+
+def bench_read(
+    source: Path, containers: int, days: int, krr: bool, variants: list[str] | None = None
+) -> dict[str, object]:
     """`python -m bench prometheus-read`: the streamed read of training from Prometheus without the fit (the facts
     and the newest-sample probe once, then each partition's usage as `train._stream_prometheus` cuts them), in
-    this process, against a fresh Prometheus; with `krr`, the KRR-equivalent's whole pass against another fresh
-    one: the read's cost per container at a size whose whole pass does not fit the time at hand."""
+    this process, against a fresh Prometheus, once per variant of our settings (`read_variant`); with `krr`, the
+    KRR-equivalent's whole pass against another fresh one: the read's cost per container at a size whose whole
+    pass does not fit the time at hand. CPU seconds are ours (this process, `process_time`) and Prometheus'."""
     import gc
 
     from pipelines.partitions import plan_partitions
@@ -242,12 +263,13 @@ def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str,
     data = tsdb(source, containers, days)
     as_of = _as_of(data)
 
-    def read(url: str) -> dict[str, Any]:
+    def read(url: str, overrides: dict[str, Any]) -> dict[str, Any]:
         map_big_blocks()
-        settings = PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=days * DAY)
+        Path("/proc/self/clear_refs").write_text("5")  # this variant's peak RSS, not an earlier one's
+        settings = PrometheusSettings(url=url, cpu_rate_window_seconds=600, history_seconds=days * DAY, **overrides)
         end = (as_of - 1) // settings.step_seconds * settings.step_seconds
         start = end - settings.history_seconds
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         with PrometheusClient(settings) as client:
             prometheus = PrometheusSource(client, settings)
             facts = prometheus.plan(start, end, _to_stderr)
@@ -270,13 +292,24 @@ def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str,
             "samples": samples,
             "newest_step": newest,
             "seconds": round(time.perf_counter() - started, 1),
+            "cpu_seconds": round(time.process_time() - cpu_started, 1),
+            "concurrency": settings.concurrency,
+            "evaluating": settings.evaluating,
+            "compress_answers": settings.compress_answers,
             "peak_rss_mib": round(peak_rss_mib()),
             **costs,
         }
 
+    def ours(overrides: dict[str, Any]) -> Any:
+        return lambda url: read(url, overrides)
+
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        paths = [("ours_read", read)] + ([("krr_equivalent", lambda url: krr_pass(url, days, as_of))] if krr else [])
+        paths: list[tuple[str, Any]] = [
+            ("ours_read" + ("" if name == "default" else f"_{name}"), ours(read_variant(name)))
+            for name in variants or ["default"]
+        ]
+        paths += [("krr_equivalent", lambda url: krr_pass(url, days, as_of))] if krr else []
         for name, path in paths:
             before = load()
             print(f"{name} (load {before})", file=sys.stderr, flush=True)
@@ -285,7 +318,8 @@ def bench_read(source: Path, containers: int, days: int, krr: bool) -> dict[str,
         "benchmark": "prometheus-read",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": f"python -m bench prometheus-read --containers {containers} --days {days}"
-        + ("" if krr else " --no-krr"),
+        + ("" if krr else " --no-krr")
+        + ("" if variants in (None, ["default"]) else f" --variants {','.join(variants or [])}"),
         "runs": results,
         "ms_per_container": {
             name: round(1000 * r["seconds"] / r["containers"], 1) for name, r in results.items() if r.get("containers")

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from pipelines import promql
-from pipelines.prometheus import Labels, PrometheusClient
+from pipelines.prometheus import Labels, PrometheusClient, RangeQuery, Series
 from pipelines.settings import PrometheusSettings
+from recommender.arrays import IntArray
 from recommender.errors import PrometheusError
 from recommender.progress import Step
 
@@ -90,20 +92,29 @@ class PrometheusSource:
         usage file is (each batch comes sorted; its namespaces are put in order without sorting the rows again).
         `plan`: facts already read (`ReadPlan.scoped` to one partition's namespaces), so only the usage is asked for."""
         plan = self.plan(start, end, step) if plan is None else plan
-        blocks: dict[str, pd.DataFrame] = {}
-        for frame in self.batches(plan, step):
-            namespaces = frame["namespace"].to_numpy()
-            bounds = np.flatnonzero(namespaces[1:] != namespaces[:-1]) + 1
-            for first, last in zip([0, *bounds], [*bounds, len(frame)]):
+        blocks: dict[str, BatchRows] = {}
+        for got in self.batches(plan, step):
+            # Containers come sorted by namespace first, so each namespace is one run of containers and of rows.
+            namespaces = got.containers["namespace"].to_numpy()
+            ends = np.cumsum(got.containers["rows"].to_numpy())
+            bounds = [0, *(np.flatnonzero(namespaces[1:] != namespaces[:-1]) + 1), len(namespaces)]
+            for first, last in itertools.pairwise(bounds):
                 if last > first:
-                    blocks[str(namespaces[first])] = frame.iloc[first:last]
+                    rows = slice(int(ends[first - 1]) if first else 0, int(ends[last - 1]))
+                    blocks[str(namespaces[first])] = BatchRows(got.rows.iloc[rows], got.containers.iloc[first:last])
         if len(blocks) == 1:  # one namespace (a partition of a streamed read): no copy
-            usage = next(iter(blocks.values())).reset_index(drop=True)
+            only = next(iter(blocks.values()))
+            usage, containers = only.rows.reset_index(drop=True), only.containers
+        elif blocks:
+            usage = pd.concat([blocks[ns].rows for ns in sorted(blocks)], ignore_index=True)
+            containers = pd.concat([blocks[ns].containers for ns in sorted(blocks)], ignore_index=True)
         else:
-            usage = pd.concat([blocks[ns] for ns in sorted(blocks)], ignore_index=True) if blocks else _empty_usage()
+            usage = _empty_usage()
+            containers = usage.drop(columns=["timestamp", "cpu_cores", "memory_bytes"])
         del blocks
-        kinds = plan.kinds(usage)
-        return PrometheusUsage(usage.drop(columns=["workload_kind"]), plan.oom_events(usage), plan.skipped, kinds)
+        return PrometheusUsage(
+            usage.drop(columns=["workload_kind"]), plan.oom_events(containers), plan.skipped, plan.kinds(containers)
+        )
 
     def plan(self, start: int, end: int, step: Step) -> ReadPlan:
         """Discovery and every per-container fact (owners, requests, limits, node, OOM kills), from the index and
@@ -122,13 +133,13 @@ class PrometheusSource:
         batches = plan_batches(per_namespace, steps, s.max_points_per_query, s.max_series_per_query)
         return ReadPlan(start, end, s.step_seconds, batches, per_namespace, owners, resources, placement, oom)
 
-    def batches(self, plan: ReadPlan, step: Step) -> Iterator[pd.DataFrame]:
+    def batches(self, plan: ReadPlan, step: Step) -> Iterator[BatchRows]:
         """The usage of each batch as a tidy frame, in the plan's order, as the batches are read (at most
         `concurrency` at once); a batch that fails after retries is recorded in `plan.skipped` and yields nothing."""
         total = len(plan.batches)
         step(f"reading usage in {total} batches of at most {self.s.max_points_per_query:,} points per query")
 
-        def read(batch: Batch) -> pd.DataFrame | PrometheusError:
+        def read(batch: Batch) -> BatchRows | PrometheusError:
             try:
                 return self._batch_frame(batch, plan)
             except PrometheusError as error:
@@ -136,7 +147,7 @@ class PrometheusSource:
 
         with ThreadPoolExecutor(max_workers=self.s.concurrency) as pool:
             # At most `concurrency` batches submitted ahead of the one handed out: a slow consumer never piles them up.
-            pending: deque[Future[pd.DataFrame | PrometheusError]] = deque()
+            pending: deque[Future[BatchRows | PrometheusError]] = deque()
             upcoming = iter(plan.batches)
             for batch in itertools.islice(upcoming, self.s.concurrency):
                 pending.append(pool.submit(read, batch))
@@ -148,20 +159,28 @@ class PrometheusSource:
                     for namespace in batch.namespaces:
                         plan.skipped.setdefault(f"{namespace}/*", str(result))
                     continue
-                step(f"batch {number}/{total}: {batch.containers} containers, {len(result):,} samples")
+                step(f"batch {number}/{total}: {batch.containers} containers, {len(result.rows):,} samples")
                 yield result
 
-    def _batch_frame(self, batch: Batch, plan: ReadPlan) -> pd.DataFrame:
+    def _batch_frame(self, batch: Batch, plan: ReadPlan) -> BatchRows:
         """One batch's CPU and memory lines on the step grid (several series of one container merged by max) and
-        its throttled share, as tidy rows sorted as a usage file is, with the per-container facts attached."""
+        its throttled share, as tidy rows sorted as a usage file is, with the per-container facts attached; and
+        the facts once per container with rows."""
         matchers = self._container_matchers(batch.namespaces)
         # No `max by` here: aggregating per step doubles Prometheus' work; the rare duplicate series of one
         # container (a restart's new cgroup, a second scrape job) are merged by max on our side instead.
-        lines = {
-            column: self.client.query_range(query, plan.start, plan.end, plan.step_seconds, batch.steps_per_query)
-            for column, query in self._usage_queries(matchers).items()
-        }
-        throttled = self._throttled(matchers, plan, batch.steps_per_query)
+        # The CPU, memory and throttling queries (and their time chunks) at once, `concurrency` in flight.
+        usage = self._usage_queries(matchers)
+        answers = self.client.query_ranges(
+            [
+                RangeQuery(query, plan.start, plan.end, plan.step_seconds, batch.steps_per_query)
+                for query in usage.values()
+            ]
+            + [self._throttled_query(matchers, plan, batch.steps_per_query)]
+        )
+        lines = dict(zip(usage, answers))
+        throttled = self._throttled(answers[-1])
+        del answers
         keys = sorted(
             {self._key(x.labels) for series in lines.values() for x in series},
             key=lambda key: (key[0], plan.owner(key)[1], key[1], key[2]),
@@ -186,13 +205,14 @@ class PrometheusSource:
         frame = pd.DataFrame(
             {
                 "timestamp": stamps[rows, slots],
-                **{column: facts[column].to_numpy()[rows] for column in ("namespace", "pod", "container")},
+                **{column: _per_row(facts[column], rows) for column in ("namespace", "pod", "container")},
                 "cpu_cores": grids["cpu_cores"][rows, slots],
                 "memory_bytes": grids["memory_bytes"][rows, slots],
-                **{column: facts[column].to_numpy()[rows] for column in FACT_COLUMNS},
+                **{column: _per_row(facts[column], rows) for column in FACT_COLUMNS},
             }
         )
-        return frame
+        counts = np.bincount(rows, minlength=len(keys))
+        return BatchRows(frame, facts[counts > 0].assign(rows=counts[counts > 0]).reset_index(drop=True))
 
     def _usage_queries(self, matchers: list[promql.Matcher]) -> dict[str, str]:
         """The CPU and memory line of the containers `matchers` select, by tidy column."""
@@ -220,12 +240,10 @@ class PrometheusSource:
         s = self.s
         return labels.get(s.namespace_label, ""), labels.get(s.pod_label, ""), labels.get(s.container_label, "")
 
-    def _throttled(
-        self, matchers: list[promql.Matcher], plan: ReadPlan, steps_per_query: int
-    ) -> dict[tuple[str, str, str], float]:
-        """Each container's share of CFS periods throttled over the window: one range query whose steps are windows
-        of `steps_per_query` steps back from the end (so Prometheus holds one window's samples at a time, as for the
-        usage), giving per window the throttled and all periods; the share is their sums' ratio."""
+    def _throttled_query(self, matchers: list[promql.Matcher], plan: ReadPlan, steps_per_query: int) -> RangeQuery:
+        """The CFS throttling of the containers `matchers` select: one range query whose steps are windows of
+        `steps_per_query` steps back from the end (so Prometheus holds one window's samples at a time, as for the
+        usage), giving per window the throttled and all periods."""
         s = self.s
         keys = promql.by(self._keys())
         width = steps_per_query * plan.step_seconds
@@ -235,11 +253,17 @@ class PrometheusSource:
             name: f'label_replace(sum {keys} (increase({promql.selector(metric, matchers)}[{span}])), "cfs", "{name}", "", "")'
             for name, metric in (("throttled", s.cpu_throttled_periods_metric), ("periods", s.cpu_periods_metric))
         }
-        query = f"{part['throttled']} or {part['periods']}"
+        return RangeQuery(
+            f"{part['throttled']} or {part['periods']}", plan.end - (windows - 1) * width, plan.end, width
+        )
+
+    def _throttled(self, answer: list[Series]) -> dict[tuple[str, str, str], float]:
+        """Each container's share of CFS periods throttled over the window (`_throttled_query`'s answer): the ratio
+        of the windows' sums."""
         sums: dict[tuple[str, str, str], dict[str, float]] = defaultdict(lambda: {"throttled": 0.0, "periods": 0.0})
-        for x in self.client.query_range(query, plan.end - (windows - 1) * width, plan.end, width):
+        for x in answer:
             part_name = x.labels.get("cfs", "")
-            if part_name in part:
+            if part_name in ("throttled", "periods"):
                 sums[self._key(x.labels)][part_name] += float(x.values[np.isfinite(x.values)].sum())
         return {key: total["throttled"] / total["periods"] for key, total in sums.items() if total["periods"] > 0}
 
@@ -351,6 +375,15 @@ FACT_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class BatchRows:
+    """A batch's tidy rows and its containers (one row each: the per-container facts and `rows`, how many of the
+    tidy rows are its), in the same order: what is per container is read off the few containers, not the rows."""
+
+    rows: pd.DataFrame
+    containers: pd.DataFrame
+
+
+@dataclass(frozen=True)
 class Batch:
     """Namespaces read by one CPU and one memory query (each split in time into ranges of `steps_per_query`)."""
 
@@ -437,12 +470,11 @@ class ReadPlan:
             )
         return pd.DataFrame(rows, columns=["namespace", "pod", "container", *FACT_COLUMNS])
 
-    def oom_events(self, usage: pd.DataFrame) -> pd.DataFrame:
-        """The OOM kills of containers with usage, with their workload and memory limit (the memory at the kill)."""
+    def oom_events(self, containers: pd.DataFrame) -> pd.DataFrame:
+        """The OOM kills of `containers` (those with usage; one row each, `BatchRows.containers`), with their
+        workload and memory limit (the memory at the kill)."""
         columns = ["timestamp", "namespace", "workload", "pod", "container", "memory_bytes"]
-        meta = usage[["namespace", "pod", "container", "workload", "memory_limit_bytes"]].drop_duplicates(
-            ["namespace", "pod", "container"]
-        )
+        meta = containers[["namespace", "pod", "container", "workload", "memory_limit_bytes"]]
         events = self.oom.merge(meta, on=["namespace", "pod", "container"], how="inner")
         return (
             events.rename(columns={"memory_limit_bytes": "memory_bytes"})[columns]
@@ -450,10 +482,24 @@ class ReadPlan:
             else pd.DataFrame(columns=columns)
         )
 
-    def kinds(self, usage: pd.DataFrame) -> dict[tuple[str, str], str]:
-        """(namespace, workload) -> workload kind, for the workloads in `usage`."""
-        pairs = usage[["namespace", "workload", "workload_kind"]].drop_duplicates()
+    def kinds(self, containers: pd.DataFrame) -> dict[tuple[str, str], str]:
+        """(namespace, workload) -> workload kind, for the workloads of `containers` (`BatchRows.containers`)."""
+        pairs = containers[["namespace", "workload", "workload_kind"]].drop_duplicates()
         return {(ns, w): k for ns, w, k in pairs.itertuples(index=False)}
+
+
+def _per_row(per_container: pd.Series, rows: IntArray) -> pd.Series | np.ndarray:
+    """A per-container column repeated for each row of its container (`rows`: the container of each row). Names go
+    through one Arrow take into Arrow-backed strings, the dtype pandas gives them anyway: a million rows' Python
+    string objects, each converted again, were the frame's largest cost. No rows, or none with a name, keep the
+    object column pandas makes of those."""
+    if per_container.dtype.kind == "f":
+        return per_container.to_numpy()[rows]
+    taken = pa.array(per_container, from_pandas=True).take(pa.array(rows))
+    if taken.null_count == len(taken):
+        return per_container.to_numpy()[rows]
+    named: pd.Series = taken.to_pandas()
+    return named
 
 
 def _empty_usage() -> pd.DataFrame:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.prometheus import PrometheusClient, time_chunks
+from pipelines.prometheus import PrometheusClient, RangeQuery, time_chunks
 from pipelines.settings import PrometheusSettings
 from recommender.errors import PrometheusError
 
@@ -42,6 +42,10 @@ def test_chunks_cover_the_range_within_the_points_limit(start: int, length: int,
     assert points[0] == start and points[-1] == start + (length // step) * step
     assert len(points) == length // step + 1 and all(b - a == step for a, b in itertools.pairwise(points))
     assert all((b - a) // step + 1 <= max_points for a, b in chunks)
+    # The fewest chunks the limit allows, none more than one step larger than another but the last (smaller).
+    sizes = [(b - a) // step + 1 for a, b in chunks]
+    assert len(chunks) == -(-len(points) // max_points)
+    assert len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]
 
 
 def test_query_goes_in_the_post_body_with_auth_and_headers(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -181,3 +185,80 @@ def test_a_silent_server_times_out() -> None:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+# -- queries in flight and compression (issue 17) --------------------------------------------------------------------
+
+
+def chunk_answer(request: httpx.Request) -> httpx.Response:
+    """A matrix answer of one series `{job="x"}` whose value at each step of the asked range is its time / 300."""
+    form = parse_qs(request.content.decode())
+    start, end, step = (int(form[k][0]) for k in ("start", "end", "step"))
+    values = [[t, str(t / 300)] for t in range(start, end + 1, step)]
+    result = [{"metric": {"job": "x"}, "values": values}]
+    return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+
+@pytest.mark.parametrize(("concurrency", "evaluating"), [(1, 1), (2, 2), (3, 3), (3, 2), (2, 1)])
+def test_range_chunks_go_concurrency_at_a_time_and_join_in_time_order(concurrency: int, evaluating: int) -> None:
+    """Six chunks of two queries: every answer waits until `evaluating` requests are at the server at once (a
+    barrier, so the overlap is proven, not timed), never more (a mock answers headers and body at once, so a
+    request is at the server until it is answered); each query's series is its whole range in order."""
+    together = threading.Barrier(evaluating, timeout=10)
+    lock = threading.Lock()
+    in_flight, most = 0, 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        try:
+            together.wait()
+            return chunk_answer(request)
+        finally:
+            with lock:
+                in_flight -= 1
+
+    queries = [RangeQuery("a", 0, 2700, 300, 4), RangeQuery("b", 0, 2700, 300, 4)]  # 10 steps: 3 chunks each
+    with client(handler, concurrency=concurrency, evaluating=evaluating) as prom:
+        answers = prom.query_ranges(queries)
+        assert prom.stats.queries == 6
+    assert most == evaluating
+    for answer in answers:
+        [series] = answer
+        assert series.labels == {"job": "x"}
+        assert series.times.tolist() == list(range(0, 3000, 300))
+        assert series.values.tolist() == [t / 300 for t in range(0, 3000, 300)]
+
+
+def test_a_failed_chunk_fails_the_call_by_name_and_the_client_stays_usable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if parse_qs(request.content.decode())["start"] == ["1200"]:
+            return httpx.Response(422, json={"status": "error", "error": "bad chunk"})
+        return chunk_answer(request)
+
+    with client(handler, concurrency=2) as prom:
+        with pytest.raises(PrometheusError, match=r"^query_range up: Prometheus refused the query \(HTTP 422\)"):
+            prom.query_range("up", 0, 2700, 300, 4)
+        assert len(prom.query_range("up", 0, 900, 300, 4)[0].times) == 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({}, "identity"),
+        ({"compress_answers": True}, "gzip"),
+        ({"headers": {"Accept-Encoding": "br"}}, "br"),
+    ],
+)
+def test_answers_are_uncompressed_unless_asked(overrides: dict[str, object], expected: str) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Accept-Encoding"])
+        return chunk_answer(request)
+
+    with client(handler, **overrides) as prom:
+        prom.query_range("up", 0, 600, 300)
+    assert expected in seen[0].split(", ") and (expected != "identity" or seen[0] == "identity")

@@ -8,6 +8,8 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 import httpx
+import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,7 @@ from cli.settings import Settings
 from models.store import ModelStore
 from pipelines import train
 from pipelines.prometheus import PrometheusClient
-from pipelines.prometheus_source import PrometheusSource, plan_batches
+from pipelines.prometheus_source import PrometheusSource, _per_row, plan_batches
 from pipelines.settings import PrometheusSettings
 
 PODS = {"a": ["a-web-5d4f8b9c7-x1x1x"], "b": ["b-batch-1"]}
@@ -205,3 +207,129 @@ def test_a_fleet_of_1000_containers_x_14_days_costs_at_most_50_queries() -> None
     # Each namespace alone, its 14 days in ranges of 1,200 steps: 4 per line, CPU and memory, and one throttling.
     per_batch = [2 * -(-(14 * 288 + 1) // b.steps_per_query) + 1 for b in batches]
     assert len(batches) == 4 and sum(per_batch) + 8 <= 50
+
+
+# -- per-container facts off the containers, names per row by one take (issue 17) ------------------------------------
+
+FLEET = {  # namespace -> pod -> (owner kind, owner name), three namespaces read by one batch
+    "c": {"c-db-0": ("StatefulSet", "db"), "c-solo": ("", "")},
+    "a": {
+        "a-web-5d4f8b9c7-x1x1x": ("ReplicaSet", "a-web-5d4f8b9c7"),
+        "a-web-5d4f8b9c7-y2y2y": ("ReplicaSet", "a-web-5d4f8b9c7"),
+    },
+    "b": {"b-batch-1": ("Job", "b-batch")},
+}
+OOM_AT = 1200
+
+
+def fleet(request: httpx.Request) -> httpx.Response:
+    """Usage of every pod's `main` container at steps 300..1500 (c-solo's memory missing at 600), a memory limit
+    for each, an OOM kill of a-web's first pod at 1200."""
+    form = parse_qs(request.content.decode())
+    ok = {"status": "success"}
+    if request.url.path.endswith("/series"):
+        match = form["match[]"][0]
+        if match.startswith("container_memory"):
+            data = [{"namespace": ns, "pod": pod, "container": "main"} for ns, pods in FLEET.items() for pod in pods]
+        elif match.startswith("kube_pod_owner"):
+            data = [
+                {"namespace": ns, "pod": pod, "owner_kind": kind, "owner_name": name, "owner_is_controller": "true"}
+                for ns, pods in FLEET.items()
+                for pod, (kind, name) in pods.items()
+            ]
+        elif match.startswith("kube_replicaset_owner"):
+            data = [
+                {"namespace": "a", "replicaset": "a-web-5d4f8b9c7", "owner_kind": "Deployment", "owner_name": "web"}
+            ]
+        elif match.startswith("kube_pod_info"):
+            data = [{"namespace": "a", "pod": "a-web-5d4f8b9c7-x1x1x", "node": "n1", "priority_class": "koord-prod"}]
+        else:
+            data = []
+        return httpx.Response(200, json={**ok, "data": data})
+    query = form["query"][0]
+    if not request.url.path.endswith("/query_range"):
+        result = []
+        if query.startswith("max by") and "kube_pod_container_resource_limits" in query:
+            result = [
+                {
+                    "metric": {"namespace": ns, "pod": pod, "container": "main", "resource": "memory"},
+                    "value": [0, "4e9"],
+                }
+                for ns, pods in FLEET.items()
+                for pod in pods
+            ]
+        elif query.startswith("count("):
+            result = [{"metric": {}, "value": [form["time"][0], "5"]}]
+        return httpx.Response(200, json={**ok, "data": {"resultType": "vector", "result": result}})
+    start, end, step = (int(form[k][0]) for k in ("start", "end", "step"))
+    if query.startswith("(max by"):  # the OOM kills
+        key = {"namespace": "a", "pod": "a-web-5d4f8b9c7-x1x1x", "container": "main"}
+        result = [{"metric": key, "values": [[OOM_AT, "1"]]}] if start <= OOM_AT <= end else []
+    elif query.startswith(("rate(", "max_over_time(")):
+        memory = query.startswith("max_over_time(")
+        result = [
+            {
+                "metric": {"namespace": ns, "pod": pod, "container": "main"},
+                "values": [
+                    [t, str(t / 300 + (1e9 if memory else 0))]
+                    for t in range(start, end + 1, step)
+                    if not (memory and pod == "c-solo" and t == 600)
+                ],
+            }
+            for ns, pods in FLEET.items()
+            for pod in pods
+        ]
+    else:
+        result = []
+    return httpx.Response(200, json={**ok, "data": {"resultType": "matrix", "result": result}})
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_one_batch_of_three_namespaces_comes_sorted_with_its_facts_once_per_container(concurrency: int) -> None:
+    # One batch (25 points), each of its lines read in three time chunks of at most two steps.
+    settings = PrometheusSettings(url="http://prom.test", retries=0, concurrency=concurrency, max_points_per_series=2)
+    with PrometheusClient(settings, transport=httpx.MockTransport(fleet)) as client:
+        source = PrometheusSource(client, settings)
+        plan = source.plan(300, 1500, lambda _: None)
+        assert [b.namespaces for b in plan.batches] == [["a", "c", "b"]]  # largest first, ties by name
+        read = source.read(300, 1500, lambda _: None, plan)
+    usage = read.usage
+    # Sorted as a usage file is: namespace, workload, pod, container, then time; every pod five steps.
+    keys = usage[["namespace", "workload", "pod", "container", "timestamp"]]
+    assert keys.equals(keys.sort_values(list(keys.columns)).reset_index(drop=True))
+    assert usage.groupby("pod").size().to_dict() == {pod: 5 for pods in FLEET.values() for pod in pods}
+    assert usage.loc[usage["pod"] == "c-solo", "memory_bytes"].isna().tolist() == [False, True, False, False, False]
+    assert (usage["cpu_cores"] == usage["timestamp"] / 300).all()
+    assert (usage["memory_limit_bytes"] == 4e9).all() and usage["namespace"].dtype == usage["pod"].dtype == "str"
+    assert usage.loc[usage["node"].notna(), "pod"].unique().tolist() == ["a-web-5d4f8b9c7-x1x1x"]
+    assert read.workload_kinds == {
+        ("a", "web"): "Deployment",
+        ("b", "b-batch"): "Job",
+        ("c", "db"): "StatefulSet",
+        ("c", "c-solo"): "Pod",
+    }
+    events = read.oom_events
+    assert events.to_dict("records") == [
+        {
+            "timestamp": OOM_AT,
+            "namespace": "a",
+            "workload": "web",
+            "pod": "a-web-5d4f8b9c7-x1x1x",
+            "container": "main",
+            "memory_bytes": 4e9,
+        }
+    ]
+
+
+@given(
+    st.lists(st.one_of(st.none(), st.text(max_size=5)), min_size=1, max_size=8),
+    st.lists(st.integers(0, 7), max_size=40),
+)
+@settings(max_examples=200, deadline=None)
+def test_names_per_row_equal_the_per_row_objects_pandas_made_before(names: list[str | None], picks: list[int]) -> None:
+    """The Arrow take gives the column (values, missing values and dtype) that indexing an object array gave."""
+    per_container = pd.DataFrame({"name": names})["name"]
+    rows = np.array([p % len(names) for p in picks], dtype=np.int64)
+    before = pd.DataFrame({"name": per_container.to_numpy()[rows]})
+    after = pd.DataFrame({"name": _per_row(per_container, rows)})
+    pd.testing.assert_frame_equal(after, before)
