@@ -462,8 +462,9 @@ class ColocationSettings(BaseModel):
         description=(
             "Margin inside the node.koordinator.sh/cpu-reclaim-ratio label `recommender sync --reclaim-ratios` "
             "writes, share of allocatable: Koordinator then keeps this, the forecast rise and the node's largest "
-            "5-minute rise of the week above its live usage (chosen on the validation days of the --nodes backtest: "
-            "no more violations than Koordinator's default policy, with the most room)."
+            "5-minute rise of the week above its live usage (chosen as the live margins are: the smallest with no "
+            "more violations than Koordinator's usage policy on bitbrains-aug's validation days and on "
+            "bitbrains-jul-aug's July days, the stricter of the two; docs/benchmarks.md)."
         ),
     )
     memory_reclaim_ratio_margin_fraction: float = Field(
