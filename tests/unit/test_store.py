@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from models.nodes import NodeForecaster
-from models.store import PUBLISHING, DataWindow, FileEntry, ModelStore
+from models.store import PUBLISHING, DataWindow, FileEntry, ModelStore, StoreFiles
 from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
 from recommender.resources import RecommendationSet
@@ -192,6 +192,42 @@ def test_partitions_collect_into_one_version_without_scratch_files(tmp_path: Pat
     assert sorted(p.name for p in (version / "models").iterdir()) == ["part-00000.joblib", "part-00001.joblib"]
     assert not (version / "work").exists()
     assert (version / "recommendations.json").read_bytes().count(b'"i"') == 2
+
+
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+def test_model_files_are_lz4_and_load_back_the_same(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    store = ModelStore(tmp_path)
+    name = publish(store, fitted)
+    assert (tmp_path / "versions" / name / "model.joblib").read_bytes()[:4] == LZ4_MAGIC
+    assert store.load_model().predict() == fitted.predict()
+    with store.writer() as w:
+        w.write_partition_model(0, fitted)
+        w.partition(1).write_results(b"{}", fitted)
+        w.collect_partitions(EMPTY, {})
+        version = w.commit(
+            source="test",
+            parameters={},
+            row_counts={},
+            fit_metrics={},
+            data_window=DataWindow(first_sample=0, last_sample=1, as_of=2),
+        ).version
+    for part in (0, 1):
+        assert (tmp_path / "versions" / version / "models" / f"part-{part:05d}.joblib").read_bytes()[:4] == LZ4_MAGIC
+
+
+def test_a_version_written_with_zlib_models_still_loads(
+    tmp_path: Path, fitted: WorkloadRecommender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Versions published before the models were LZ4 (joblib's zlib at level 3) load as they did."""
+    original = StoreFiles.put_model
+    monkeypatch.setattr(StoreFiles, "put_model", lambda self, path, model, **_: original(self, path, model, compress=3))
+    store = ModelStore(tmp_path)
+    name = publish(store, fitted)
+    assert (tmp_path / "versions" / name / "model.joblib").read_bytes()[:1] == b"\x78"  # zlib
+    monkeypatch.undo()
+    assert store.load_model(name).predict() == fitted.predict()
 
 
 # -- leftovers of stopped runs (issue 13) ----------------------------------------------------------------------------
