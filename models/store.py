@@ -13,6 +13,7 @@ or memory://name; object stores need their fsspec package, e.g. s3fs):
     live/checkpoint.joblib                  the live loop's state, for a restart or a failover to resume from
     .publish.lock, .publishing               (local) the lock every publish and cleanup holds; the version being published
     versions/.incoming-<version>.lock       (local) held by the run writing that version for as long as it runs
+The `.joblib` files are in `MODEL_COMPRESSION` (LZ4); zlib ones written before load as they did.
 
 A version is written under `versions/.incoming-*` (workers of a distributed run write their partitions' files
 there too), and moved into place only when complete; only then does `latest` move. On a local or mounted file
