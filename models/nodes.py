@@ -367,6 +367,8 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         end = int(usage["timestamp"].max()) if data_end is None else int(data_end)
         grid_end = (end // self.step_seconds + 1) * self.step_seconds
         containers = PodContainers.of(usage)
+        if not containers.nodes:  # every row misses a key: no pod container to pool
+            return None
         times = usage["timestamp"].to_numpy(dtype=np.float64)
         sums, observed = {}, {}
         for resource, (column, _, _) in RESOURCE_COLUMNS.items():
