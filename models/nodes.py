@@ -50,6 +50,23 @@ def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:
     return usage[placed]
 
 
+def group_sums(rows: FloatArray, group_of: IntArray, n_groups: int) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """(groups x columns) sum of `rows` over each group's rows (NaN counted as 0) and where any of them is not NaN.
+    The k-th rows of all groups are added at once, so each group's rows are added in their order, the same floats as
+    `np.add.at` gives (whose unbuffered loop costs several times more) in as many steps as the largest group has rows."""
+    sums = np.zeros((n_groups, rows.shape[1]))
+    seen = np.zeros((n_groups, rows.shape[1]), dtype=bool)
+    order = np.argsort(group_of, kind="stable")
+    groups = group_of[order]
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if len(groups) else groups
+    rank = np.arange(len(groups)) - np.repeat(starts, np.diff(np.r_[starts, len(groups)]))
+    for k in range(int(rank.max()) + 1 if len(rank) else 0):
+        kth = order[rank == k]
+        sums[group_of[kth]] += np.nan_to_num(rows[kth])
+        seen[group_of[kth]] |= ~np.isnan(rows[kth])
+    return sums, seen
+
+
 def node_sums(
     instance_codes: IntArray,
     instance_node: IntArray,
@@ -64,11 +81,7 @@ def node_sums(
     """(nodes x steps) pooled usage as a sum per step over the node's pod containers of each one's max, and where
     any container of the node has a sample: the two add up across partitions of the fleet."""
     per_instance = usage_grid(instance_codes, times, values, n_instances, end_seconds, n_steps, step_seconds)
-    pooled = np.zeros((n_nodes, n_steps))
-    counted = np.zeros((n_nodes, n_steps), dtype=np.int64)
-    np.add.at(pooled, instance_node, np.nan_to_num(per_instance))
-    np.add.at(counted, instance_node, ~np.isnan(per_instance))
-    return pooled, counted > 0
+    return group_sums(per_instance, instance_node, n_nodes)
 
 
 def last_node_sample(usage: pd.DataFrame) -> int | None:
@@ -214,6 +227,79 @@ def live_rise_reference(grid: FloatArray, limit: float | None) -> float:
     return peak if peak > 0 else 1.0
 
 
+INSTANCE_KEYS = ["namespace", "pod", "container", "node"]
+
+
+@dataclass(frozen=True)
+class PodContainers:
+    """The pod containers on nodes of a frame of high-priority rows, as integer codes: the pooling is array work on
+    them (a factorization per key column, no groupby over string columns). Codes number the containers in the order
+    of their first row, as a `groupby(sort=False)` would; rows with a missing key are of none (code -1)."""
+
+    codes: IntArray  # per row: its pod container, -1 for none
+    first_rows: IntArray  # per pod container: its first row
+    node: IntArray  # per pod container: its node's position in `nodes`
+    nodes: list[str]  # sorted
+
+    @classmethod
+    def of(cls, usage: pd.DataFrame) -> PodContainers:
+        codes = np.zeros(len(usage), dtype=np.int64)
+        missing = np.zeros(len(usage), dtype=bool)
+        for key in INSTANCE_KEYS:
+            key_codes, uniques = pd.factorize(usage[key])
+            missing |= key_codes < 0
+            # Refactorized at each key, so the combined code stays below the row count (never overflows).
+            codes = pd.factorize(codes * len(uniques) + key_codes)[0].astype(np.int64)
+        if missing.any():
+            codes[~missing] = pd.factorize(codes[~missing])[0]
+            codes[missing] = -1
+        # Codes appear in increasing order, so a container's first row is where the running maximum rises.
+        first_rows = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+        names = usage["node"].iloc[first_rows].astype(str)
+        nodes = sorted(names.unique())
+        node = pd.Index(nodes).get_indexer(names).astype(np.int64)
+        return cls(codes, first_rows, node, nodes)
+
+    def instances(self, usage: pd.DataFrame) -> pd.DataFrame:
+        """Per pod container (namespace, pod, container, node), in the order of its first sample: workload, priority
+        class, first and last sample and its last request (or limit). "Last" is the newest row with a value of
+        that column (as `groupby().last()` on rows in time order: of equal times, the later row)."""
+        placed = np.flatnonzero(self.codes >= 0)
+        timestamps = usage["timestamp"].to_numpy()
+        # By container, then time; np.lexsort is stable, so rows of equal time keep their order.
+        order = placed[np.lexsort((timestamps[placed], self.codes[placed]))]
+        codes = self.codes[order]
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+        ends = np.r_[starts[1:], len(codes)] - 1
+        n = len(self.first_rows)
+
+        def last(column: str) -> pd.Series:
+            values = usage[column]
+            known = np.flatnonzero(values.notna().to_numpy()[order])
+            newest = known[np.diff(codes[known], append=n) != 0]
+            found: pd.Series = values.iloc[order[newest]].set_axis(codes[newest]).reindex(pd.RangeIndex(n))
+            return found
+
+        out = pd.DataFrame(
+            {
+                "workload": last("workload").astype(str),
+                "priority_class": last("priority_class").fillna("none").astype(str)
+                if "priority_class" in usage
+                else "none",
+                "last_sample": timestamps[order[ends]].astype(np.int64),
+                "first_sample": timestamps[order[starts]].astype(np.int64),
+            }
+        )
+        missing = pd.Series(np.nan, index=out.index)
+        for resource, (_, request, limit) in RESOURCE_COLUMNS.items():
+            asked = last(request) if request in usage else missing
+            out[f"{resource}_request"] = asked.fillna(last(limit) if limit in usage else missing)
+        # Ordered as a groupby over the rows sorted by time orders them: by first sample, then by that row.
+        by_first = np.lexsort((order[starts], out["first_sample"].to_numpy()))
+        out.index = pd.MultiIndex.from_frame(usage[INSTANCE_KEYS].iloc[self.first_rows].reset_index(drop=True))
+        return out.iloc[by_first]
+
+
 class NodeForecaster(BaseEstimator):  # type: ignore[misc]
     """Pooled high-priority usage per node and its short-term (per step) and long-term (steady) forecasts.
 
@@ -280,11 +366,26 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
             return None
         end = int(usage["timestamp"].max()) if data_end is None else int(data_end)
         grid_end = (end // self.step_seconds + 1) * self.step_seconds
-        nodes = pd.Index(sorted(usage["node"].astype(str).unique()))
+        containers = PodContainers.of(usage)
+        if not containers.nodes:  # every row misses a key: no pod container to pool
+            return None
+        times = usage["timestamp"].to_numpy(dtype=np.float64)
         sums, observed = {}, {}
-        for resource in RESOURCE_COLUMNS:
-            sums[resource], observed[resource] = self._grid(usage, resource, nodes, grid_end)
-        return PooledNodeUsage(list(nodes), end, grid_end, sums, observed, self._instances(usage), self.step_seconds)
+        for resource, (column, _, _) in RESOURCE_COLUMNS.items():
+            sums[resource], observed[resource] = node_sums(
+                containers.codes,
+                containers.node,
+                times,
+                usage[column].to_numpy(dtype=np.float64),
+                len(containers.node),
+                len(containers.nodes),
+                grid_end,
+                self._steps(),
+                self.step_seconds,
+            )
+        return PooledNodeUsage(
+            containers.nodes, end, grid_end, sums, observed, containers.instances(usage), self.step_seconds
+        )
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
         pooled = self.pool(X)
@@ -334,50 +435,6 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         self.cpu_forecast_ = clone(forecaster).fit(self.cpu_grid_, grid_end=self.grid_end_).forecast_
         self.memory_forecast_ = clone(forecaster).fit(self.memory_grid_, grid_end=self.grid_end_).forecast_
         return self
-
-    def _grid(
-        self, usage: pd.DataFrame, resource: str, nodes: pd.Index, end: int
-    ) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
-        codes: IntArray = np.asarray(
-            usage.groupby(["namespace", "pod", "container", "node"], sort=False).ngroup(), dtype=np.int64
-        )
-        node_of = pd.Series(usage["node"].astype(str).to_numpy()).groupby(codes).first()
-        instance_node = nodes.get_indexer(pd.Index(node_of.to_numpy())).astype(np.int64)
-        column = RESOURCE_COLUMNS[resource][0]
-        return node_sums(
-            codes,
-            instance_node,
-            usage["timestamp"].to_numpy(dtype=np.float64),
-            usage[column].to_numpy(dtype=np.float64),
-            len(node_of),
-            len(nodes),
-            end,
-            self._steps(),
-            self.step_seconds,
-        )
-
-    @staticmethod
-    def _instances(usage: pd.DataFrame) -> pd.DataFrame:
-        """Per (namespace, pod, container, node): workload, priority class, first and last sample and its last request
-        (or limit)."""
-        ordered = usage.sort_values("timestamp", kind="stable")
-        keys = ["namespace", "pod", "container", "node"]
-        last = ordered.groupby(keys, sort=False).last()
-        out = pd.DataFrame(
-            {
-                "workload": last["workload"].astype(str),
-                "priority_class": last["priority_class"].fillna("none").astype(str)
-                if "priority_class" in last
-                else "none",
-                "last_sample": last["timestamp"].astype(np.int64),
-                "first_sample": ordered.groupby(keys, sort=False)["timestamp"].first().astype(np.int64),
-            },
-            index=last.index,
-        )
-        missing = pd.Series(np.nan, index=last.index)
-        for resource, (_, request, limit) in RESOURCE_COLUMNS.items():
-            out[f"{resource}_request"] = last.get(request, missing).fillna(last.get(limit, missing))
-        return out
 
     def predict(self, as_of: int | None = None, horizon_seconds: int = SECONDS_PER_DAY) -> list[NodeForecast]:
         """Each node's pooled lines at `as_of` (default: data end); pods count toward `limit` while alive then."""

@@ -56,7 +56,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
 from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets
-from models.nodes import level_rise_table, live_rise_reference, rise_allowance
+from models.nodes import group_sums, level_rise_table, live_rise_reference, rise_allowance
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
@@ -166,11 +166,8 @@ def placement(fleet: Fleet, node_size: dict[str, float], seed: int) -> Placement
 
 def node_sums(pod_values: FloatArray, node_of: IntArray, n_nodes: int) -> FloatArray:
     """(nodes x steps) sum over each node's pods; NaN where none of them has a value."""
-    total = np.zeros((n_nodes, pod_values.shape[1]))
-    counted = np.zeros((n_nodes, pod_values.shape[1]))
-    np.add.at(total, node_of, np.nan_to_num(pod_values))
-    np.add.at(counted, node_of, ~np.isnan(pod_values))
-    result: FloatArray = np.where(counted > 0, total, np.nan)
+    total, seen = group_sums(pod_values, node_of, n_nodes)
+    result: FloatArray = np.where(seen, total, np.nan)
     return result
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-from kubernetes.utils.quantity import parse_quantity
-
 SECONDS_PER_MINUTE = 60
 SECONDS_PER_HOUR = 3600
 SECONDS_PER_DAY = 86400
@@ -43,14 +41,22 @@ def parse_duration_seconds(text: str) -> int:
     return int(value)
 
 
+def _parse_quantity(quantity: str | int | float) -> float:
+    # Imported here: `kubernetes` imports its whole client (0.2-0.3 s), which a command that parses no quantity
+    # (training from a file or Prometheus) never needs.
+    from kubernetes.utils.quantity import parse_quantity
+
+    return float(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+
+
 def cpu_cores_from_quantity(quantity: str | int | float) -> float:
     """Kubernetes CPU quantity ('250m', '2', '0.5') to cores."""
-    return float(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+    return _parse_quantity(quantity)
 
 
 def memory_bytes_from_quantity(quantity: str | int | float) -> float:
     """Kubernetes memory quantity ('512Mi', '1G', '1e9') to bytes."""
-    return float(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+    return _parse_quantity(quantity)
 
 
 def cpu_quantity(cpu_cores: float) -> str:

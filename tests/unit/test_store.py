@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from models.nodes import NodeForecaster
-from models.store import PUBLISHING, DataWindow, FileEntry, ModelStore
+from models.store import PUBLISHING, DataWindow, FileEntry, ModelStore, StoreFiles
 from models.workload import WorkloadRecommender
 from recommender.errors import ModelStoreError
 from recommender.resources import RecommendationSet
 from tests.conftest import make_usage
+
+LZ4_MAGIC = b"\x04\x22\x4d\x18"
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +192,29 @@ def test_partitions_collect_into_one_version_without_scratch_files(tmp_path: Pat
         ).version
     version = tmp_path / "versions" / name
     assert sorted(p.name for p in (version / "models").iterdir()) == ["part-00000.joblib", "part-00001.joblib"]
+    assert all(p.read_bytes()[:4] == LZ4_MAGIC for p in (version / "models").iterdir())
     assert not (version / "work").exists()
     assert (version / "recommendations.json").read_bytes().count(b'"i"') == 2
+
+
+def test_a_model_file_is_lz4_and_loads_back_the_same(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    store = ModelStore(tmp_path)
+    name = publish(store, fitted)
+    assert (tmp_path / "versions" / name / "model.joblib").read_bytes()[:4] == LZ4_MAGIC
+    assert store.load_model().predict() == fitted.predict()
+
+
+def test_a_version_written_with_zlib_models_still_loads(
+    tmp_path: Path, fitted: WorkloadRecommender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Versions published before the models were LZ4 (joblib's zlib at level 3) load as they did."""
+    original = StoreFiles.put_model
+    monkeypatch.setattr(StoreFiles, "put_model", lambda self, path, model, **_: original(self, path, model, compress=3))
+    store = ModelStore(tmp_path)
+    name = publish(store, fitted)
+    assert (tmp_path / "versions" / name / "model.joblib").read_bytes()[:1] == b"\x78"  # zlib
+    monkeypatch.undo()
+    assert store.load_model(name).predict() == fitted.predict()
 
 
 # -- leftovers of stopped runs (issue 13) ----------------------------------------------------------------------------
