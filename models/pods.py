@@ -7,6 +7,7 @@ current replicas, containers per pod) and the OOM kills as memory samples and co
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -217,11 +218,18 @@ def describe_workloads(pods: pd.DataFrame) -> pd.DataFrame:
         ).astype(np.int64),
     }
     labels = level.take(by_label[sorted_codes[starts]]).rename("group")
-    keys = pd.DataFrame([json.loads(label) for label in labels], columns=list(KEY_COLUMNS), index=labels)
-    described = keys.join(pd.DataFrame(columns, index=labels)[_DESCRIBED])
-    # A group is one container of its workload: the workload's groups are its containers per pod.
-    containers = described.groupby(["namespace", "workload"])["container"].transform("size").astype(np.int64)
-    return described.assign(containers_per_pod=containers)
+    keys = _workload_keys(tuple(labels))
+    described = {**{column: keys[column].array for column in KEY_COLUMNS}, **{c: columns[c] for c in _DESCRIBED}}
+    return pd.DataFrame({**described, "containers_per_pod": keys["containers_per_pod"].to_numpy()}, index=labels)
+
+
+@functools.lru_cache(maxsize=1024)
+def _workload_keys(labels: tuple[str, ...]) -> pd.DataFrame:
+    """The key columns of these group labels and each one's containers per pod (a group is one container of its
+    workload, so a workload's groups are its containers); kept for the next pass, whose groups are the same."""
+    keys = pd.DataFrame([json.loads(label) for label in labels], columns=list(KEY_COLUMNS))
+    containers = keys.groupby(["namespace", "workload"])["container"].transform("size").astype(np.int64)
+    return keys.assign(containers_per_pod=containers)
 
 
 #: `describe_workloads`' columns after the keys, in their order.
