@@ -7,7 +7,6 @@ import json
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
