@@ -306,6 +306,18 @@ def _ranks(labels: npt.NDArray[np.object_]) -> IntArray:
     return ranks
 
 
+def _sorted_level(labels: npt.NDArray[np.object_], ranks: IntArray) -> pd.Index:
+    """The labels as an index level in sorted order (`ranks` from `_ranks`)."""
+    ordered = np.empty(len(labels), dtype=object)
+    ordered[ranks] = labels
+    return pd.Index(ordered, dtype="str")
+
+
+def _multi_index(levels: list[pd.Index], codes: list[IntArray], names: list[str]) -> pd.MultiIndex:
+    """A MultiIndex of levels and codes already right (sorted, unique levels; codes within them)."""
+    return pd.MultiIndex(levels=levels, codes=codes, names=names, verify_integrity=False)  # type: ignore[arg-type]
+
+
 def _first_of_each(keys: IntArray) -> tuple[IntArray, IntArray]:
     """Codes of the keys in order of first appearance, and the position of each code's first appearance."""
     codes, uniques = pd.factorize(keys)
@@ -440,23 +452,31 @@ class MemoryPeakHistogram(BaseEstimator):  # type: ignore[misc]
         group_names, pod_names = group_labels, pod_labels
         group_rank, pod_rank = _ranks(group_names), _ranks(pod_names)
         order = np.lexsort((peak_end, pod_rank[peak_pod], group_rank[peak_group]))
+        # Indexes built from sorted levels and codes: no per-row strings (the levels' order is the sort's).
+        group_level, pod_level = _sorted_level(group_names, group_rank), _sorted_level(pod_names, pod_rank)
+        ends, end_codes = np.unique(peak_end[order], return_inverse=True)
         self.peaks_ = pd.Series(
             peak[order],
-            index=pd.MultiIndex.from_arrays(
-                [group_names[peak_group[order]], pod_names[peak_pod[order]], peak_end[order]],
-                names=["group", "pod", "window_end"],
+            index=_multi_index(
+                [group_level, pod_level, pd.Index(ends)],
+                [group_rank[peak_group[order]], pod_rank[peak_pod[order]], end_codes],
+                ["group", "pod", "window_end"],
             ),
             name="value",
+            dtype=np.float64,
         )
         pair_group, pair_pod = pair_keys // max(len(pod_labels), 1), pair_keys % max(len(pod_labels), 1)
         by_pod = np.lexsort((pod_rank[pair_pod], group_rank[pair_group]))
         by_pod = by_pod[np.isfinite(origin[by_pod])]
         self.pod_origin_ = pd.Series(
             origin[by_pod],
-            index=pd.MultiIndex.from_arrays(
-                [group_names[pair_group[by_pod]], pod_names[pair_pod[by_pod]]], names=["group", "pod"]
+            index=_multi_index(
+                [group_level, pod_level],
+                [group_rank[pair_group[by_pod]], pod_rank[pair_pod[by_pod]]],
+                ["group", "pod"],
             ),
             name="origin",
+            dtype=np.float64,
         )
         # The histogram of the kept peaks, fed in the order above (its sums, to the last bit, follow that order).
         local_codes, local_groups = pd.factorize(peak_group)
