@@ -50,8 +50,9 @@ class ExponentialBuckets:
         """Bucket index of each value; below the first bucket -> 0, beyond the last -> the last."""
         ratio = 1.0 + self.growth_ratio
         scaled = np.maximum(values, 0.0) * (ratio - 1.0) / self.first_bucket_size + 1.0
-        # One log implementation for both terms, as VPA's Log(x) / Log(base): a value on a boundary lands on it.
-        index: IntArray = np.floor(np.log(scaled) / np.log(np.full_like(scaled, ratio))).astype(np.int64)
+        # One log implementation for both terms, as VPA's Log(x) / Log(base): a value on a boundary lands on it (the
+        # base's log through the same array loop as the values', once).
+        index: IntArray = np.floor(np.log(scaled) / np.log(np.full(1, ratio))).astype(np.int64)
         index[values < self.first_bucket_size] = 0
         return np.clip(index, 0, self.num_buckets - 1)
 
@@ -89,29 +90,49 @@ def vpa_reference_timestamps(
     per group; a sample's weight is scaled by 2^((t - final) / half_life), which equals VPA's sequence of
     multiplications and re-scalings exactly (they are powers of two).
     """
+    first, last = _group_span(group_codes, timestamps, start.size)
+    return _references(group_codes, timestamps, start, half_life, first, last)
+
+
+def _group_span(group_codes: IntArray, timestamps: FloatArray, n_groups: int) -> tuple[FloatArray, FloatArray]:
+    """Each group's first and last sample time (+inf / -inf for a group without samples)."""
+    first = np.full(n_groups, np.inf)
+    last = np.full(n_groups, -np.inf)
+    np.minimum.at(first, group_codes, timestamps)
+    np.maximum.at(last, group_codes, timestamps)
+    return first, last
+
+
+def _references(
+    group_codes: IntArray,
+    timestamps: FloatArray,
+    start: FloatArray,
+    half_life: float,
+    first: FloatArray,
+    last: FloatArray,
+) -> FloatArray:
+    """`vpa_reference_timestamps` given each group's first and last sample of these: a new group starts at its first
+    sample rounded; only a group whose samples span more than MAX_DECAY_EXPONENT half-lives past its reference (none
+    in a 14-day history at a day's half-life) replays its samples in time order."""
     reference = start.copy()
+    present = first <= last
+    fresh = present & np.isnan(reference)
+    reference[fresh] = _round_half_away(first[fresh], half_life)
     horizon = MAX_DECAY_EXPONENT * half_life
-    order = np.lexsort((timestamps, group_codes))
-    codes, times = group_codes[order], timestamps[order]
-    bounds = np.flatnonzero(np.diff(codes)) + 1
-    for segment in np.split(np.arange(codes.size), bounds):
-        if segment.size == 0:
-            continue
-        g = codes[segment[0]]
-        seg_times = times[segment]
-        ref = reference[g]
-        if np.isnan(ref):
-            ref = _round_half_away(seg_times[0], half_life)
+    for g in np.flatnonzero(present & (last > reference + horizon)):
+        seg_times = np.sort(timestamps[group_codes == g])
+        ref = float(reference[g])
         while seg_times[-1] > ref + horizon:
             first_beyond = seg_times[np.searchsorted(seg_times, ref + horizon, side="right")]
-            ref = _round_half_away(first_beyond, half_life)
+            ref = float(_round_half_away(np.asarray(first_beyond), half_life))
         reference[g] = ref
     return reference
 
 
-def _round_half_away(t: float, unit: float) -> float:
-    """Go's time.Round: to the nearest multiple of unit, halves away from zero."""
-    return float(math.copysign(math.floor(abs(t) / unit + 0.5), t) * unit)
+def _round_half_away(t: FloatArray, unit: float) -> FloatArray:
+    """Go's time.Round of each time: to the nearest multiple of unit, halves away from zero."""
+    rounded: FloatArray = np.copysign(np.floor(np.abs(t) / unit + 0.5), t) * unit
+    return rounded
 
 
 class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
@@ -157,28 +178,43 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
 
     def partial_fit(self, X: pd.DataFrame, y: Any = None) -> Self:
         require_columns(X, ("group", "timestamp", "value"), type(self).__name__)
-        frame = X.loc[X["value"].notna(), ["group", "timestamp", "value"]]
-        values = frame["value"].to_numpy(dtype=np.float64)
+        values = X["value"].to_numpy(dtype=np.float64)
+        known = ~np.isnan(values)
+        everything = bool(known.all())
+        groups = X["group"]
+        if isinstance(groups.dtype, pd.CategoricalDtype):
+            # Every category is a group, with samples or not (as a categorical column's labels always were).
+            local_codes, local_labels = factorize_groups(groups)
+            local_codes = local_codes if everything else local_codes[known]
+        else:
+            local_codes, local_labels = factorize_groups(groups if everything else groups[known])
+        times = X["timestamp"].to_numpy(dtype=np.float64)
+        if not everything:
+            values, times = values[known], times[known]
+        return self.add_samples(local_codes, local_labels, times, values)
+
+    def add_samples(self, local_codes: IntArray, local_labels: pd.Index, times: FloatArray, values: FloatArray) -> Self:
+        """`partial_fit` of samples given as arrays: group `local_labels[local_codes[i]]` at `times[i]` (Unix
+        seconds) used `values[i]`; the labels' order is the order new groups take in `groups_`."""
         if np.any(values < 0) or not np.all(np.isfinite(values)):
             raise ValueError("histogram samples must be finite and non-negative")
         buckets = self.buckets
-        previous = list(self.groups_) if hasattr(self, "groups_") else []
-        local_codes, local_labels = factorize_groups(frame["group"])
+        previous = self.groups_ if hasattr(self, "groups_") else np.zeros(0, dtype=str)
         labels = pd.Index(previous, dtype=object).append(local_labels).unique()
         n_groups = len(labels)
+        k = len(previous)
         weights = np.zeros((n_groups, buckets.num_buckets))
         reference = np.full(n_groups, np.nan)
         first = np.full(n_groups, np.inf)
         last = np.full(n_groups, -np.inf)
         count = np.zeros(n_groups, dtype=np.int64)
-        if previous:
-            k = len(previous)
+        if k:
             weights[:k], reference[:k] = self.weights_, self.reference_timestamp_
             first[:k], last[:k], count[:k] = self.first_sample_, self.last_sample_, self.sample_count_
-        codes = labels.get_indexer(local_labels).astype(np.int64)[local_codes]
-        times = frame["timestamp"].to_numpy(dtype=np.float64)
-        if codes.size:
-            new_reference = vpa_reference_timestamps(codes, times, reference, self.half_life_seconds)
+        if local_codes.size:
+            codes = labels.get_indexer(local_labels).astype(np.int64)[local_codes] if k else local_codes
+            new_first, new_last = _group_span(codes, times, n_groups)
+            new_reference = _references(codes, times, reference, self.half_life_seconds, new_first, new_last)
             known = ~np.isnan(reference)
             # Re-base what was learned before onto the new reference, as VPA's Scale(2^exponent) does.
             weights[known] *= np.exp2((reference[known] - new_reference[known]) / self.half_life_seconds)[:, None]
@@ -186,8 +222,8 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
             sample_weights = self.sample_weight * np.exp2((times - reference[codes]) / self.half_life_seconds)
             flat = codes * buckets.num_buckets + buckets.find(values)
             weights += np.bincount(flat, weights=sample_weights, minlength=weights.size).reshape(weights.shape)
-            np.minimum.at(first, codes, times)
-            np.maximum.at(last, codes, times)
+            np.minimum(first, new_first, out=first)
+            np.maximum(last, new_last, out=last)
             count += np.bincount(codes, minlength=n_groups)
         self.groups_ = np.asarray(labels, dtype=str)
         self.weights_ = weights
@@ -226,6 +262,90 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         check_is_fitted(self, "weights_")
         span: FloatArray = np.maximum(self.last_sample_ - self.first_sample_, 0.0) / 86400.0
         return span
+
+
+Coded = tuple[IntArray, npt.NDArray[np.object_]]
+
+
+def _coded(column: pd.Series) -> Coded:
+    """A label column as integer codes and its distinct labels (Python strings); a categorical one through its
+    categories, others factorized once (no per-row string objects)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes: IntArray = np.asarray(column.cat.codes, dtype=np.int64)
+        return codes, np.asarray(column.cat.categories.astype(str), dtype=object)
+    found, uniques = pd.factorize(column)
+    return found.astype(np.int64), np.asarray(pd.Index(uniques).astype(str), dtype=object)
+
+
+def _level(index: pd.Index, level: int) -> Coded:
+    """Level `level` of a MultiIndex, coded."""
+    assert isinstance(index, pd.MultiIndex)
+    codes: IntArray = np.asarray(index.codes[level], dtype=np.int64)
+    return codes, np.asarray(index.levels[level].astype(str), dtype=object)
+
+
+def _unite(parts: list[Coded]) -> Coded:
+    """Coded columns concatenated into one code space (only their distinct labels are hashed)."""
+    mapping, labels = pd.factorize(np.concatenate([names for _, names in parts]))
+    codes, offset = [], 0
+    for found, names in parts:
+        codes.append(mapping[offset : offset + len(names)][found] if len(found) else found)
+        offset += len(names)
+    return np.concatenate(codes).astype(np.int64), np.asarray(labels, dtype=object)
+
+
+def _floats(column: pd.Series) -> FloatArray:
+    values: FloatArray = column.to_numpy(dtype=np.float64)
+    return values
+
+
+def _ranks(labels: npt.NDArray[np.object_]) -> IntArray:
+    """Each label's place in sorted order (the order a sorted index puts them in)."""
+    ranks = np.empty(len(labels), dtype=np.int64)
+    ranks[np.argsort(labels, kind="stable")] = np.arange(len(labels))
+    return ranks
+
+
+def _sorted_level(labels: npt.NDArray[np.object_], ranks: IntArray) -> pd.Index:
+    """The labels as an index level in sorted order (`ranks` from `_ranks`)."""
+    ordered = np.empty(len(labels), dtype=object)
+    ordered[ranks] = labels
+    return pd.Index(ordered, dtype="str")
+
+
+def _multi_index(levels: list[pd.Index], codes: list[IntArray], names: list[str]) -> pd.MultiIndex:
+    """A MultiIndex of levels and codes already right (sorted, unique levels; codes within them)."""
+    return pd.MultiIndex(levels=levels, codes=codes, names=names, verify_integrity=False)  # type: ignore[arg-type]
+
+
+def _first_of_each(keys: IntArray) -> tuple[IntArray, IntArray]:
+    """Codes of the keys in order of first appearance, and the position of each code's first appearance."""
+    codes, uniques = pd.factorize(keys)
+    firsts = np.empty(len(uniques), dtype=np.int64)
+    firsts[codes[::-1]] = np.arange(len(keys) - 1, -1, -1)
+    return codes.astype(np.int64), firsts
+
+
+@dataclass(frozen=True)
+class _PeakTable:
+    """The kept peaks (`peaks_`) as columns."""
+
+    group: Coded
+    pod: Coded
+    window_end: FloatArray
+    value: FloatArray
+
+    @classmethod
+    def of(cls, peaks: pd.Series) -> _PeakTable:
+        index = peaks.index
+        assert isinstance(index, pd.MultiIndex)
+        ends: FloatArray = np.asarray(index.get_level_values(2), dtype=np.float64)
+        return cls(_level(index, 0), _level(index, 1), ends, _floats(peaks))
+
+    @classmethod
+    def empty(cls) -> _PeakTable:
+        none: Coded = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
+        return cls(none, none, np.zeros(0), np.zeros(0))
 
 
 class MemoryPeakHistogram(BaseEstimator):  # type: ignore[misc]
@@ -273,31 +393,93 @@ class MemoryPeakHistogram(BaseEstimator):  # type: ignore[misc]
         return self.partial_fit(X, oom_events=oom_events)
 
     def partial_fit(self, X: pd.DataFrame, y: Any = None, oom_events: pd.DataFrame | None = None) -> Self:
+        """Continue with more samples: the peaks of their windows (a window already kept keeps the larger peak), the
+        newest `interval_count` windows of each group, and the decaying histogram of those, refitted."""
         name = type(self).__name__
         require_columns(X, ("group", "pod", "timestamp", "value"), name)
-        samples = X.loc[X["value"].notna(), ["group", "pod", "timestamp", "value"]]
+        values = X["value"].to_numpy(dtype=np.float64)
+        known = ~np.isnan(values)
+        every = bool(known.all())
+
+        def sampled(column: pd.Series) -> Coded:
+            codes, names = _coded(column)
+            return (codes if every else codes[known]), names
+
+        groups, pods = [sampled(X["group"])], [sampled(X["pod"])]
+        sample_times, sample_values = [_floats(X["timestamp"])[known]], [values[known]]
         if oom_events is not None and len(oom_events):
             require_columns(oom_events, ("group", "pod", "timestamp", "value"), name + " oom_events")
-            used = oom_events["value"].astype(np.float64)
-            bumped = np.maximum(used + self.oom_min_bump_bytes, used * self.oom_bump_ratio)
-            samples = pd.concat([samples, oom_events[["group", "pod", "timestamp"]].assign(value=bumped)])
-        samples = samples.astype({"timestamp": np.float64, "value": np.float64})
-        samples["group"] = samples["group"].astype(str)
-        samples["pod"] = samples["pod"].astype(str)
-        origin = samples.groupby(["group", "pod"], sort=False)["timestamp"].min().rename("origin")
-        if hasattr(self, "pod_origin_"):
-            origin = self.pod_origin_.combine_first(origin)
-        samples = samples.join(origin, on=["group", "pod"])
-        window = np.floor((samples["timestamp"] - samples["origin"]) / self.interval_seconds)
-        samples["window_end"] = samples["origin"] + (window + 1) * self.interval_seconds
-        peak_series = samples.groupby(["group", "pod", "window_end"], sort=False)["value"].max()
-        if hasattr(self, "peaks_"):
-            peak_series = pd.concat([self.peaks_, peak_series]).groupby(level=[0, 1, 2], sort=False).max()
-        peaks = peak_series.reset_index()
-        newest = peaks.groupby("group")["window_end"].transform("max")
-        kept = peaks[peaks["window_end"] > newest - self.interval_count * self.interval_seconds]
-        self.pod_origin_ = origin
-        self.peaks_ = kept.set_index(["group", "pod", "window_end"])["value"].sort_index()
+            used = _floats(oom_events["value"])
+            groups.append(_coded(oom_events["group"]))
+            pods.append(_coded(oom_events["pod"]))
+            sample_times.append(_floats(oom_events["timestamp"]))
+            sample_values.append(np.maximum(used + self.oom_min_bump_bytes, used * self.oom_bump_ratio))
+        times, values = np.concatenate(sample_times), np.concatenate(sample_values)
+        old = _PeakTable.of(self.peaks_) if hasattr(self, "peaks_") else _PeakTable.empty()
+        origins = getattr(self, "pod_origin_", None)
+        if origins is None:
+            origins = pd.Series(np.zeros(0), index=pd.MultiIndex.from_arrays([[], []], names=["group", "pod"]))
+        old_origin = origins.to_numpy(dtype=np.float64)
+        # One code space for the groups and pods of the old peaks, the known pods and the new samples.
+        group_codes, group_labels = _unite([old.group, _level(origins.index, 0), *groups])
+        pod_codes, pod_labels = _unite([old.pod, _level(origins.index, 1), *pods])
+        pair_ids, pair_keys = pd.factorize(group_codes.astype(np.int64) * max(len(pod_labels), 1) + pod_codes)
+        n_peaks, n_known = len(old.value), len(old_origin)
+        old_rows, sample_rows = slice(0, n_peaks), slice(n_peaks + n_known, None)
+        # A pod's origin: its known one, else its first sample now (a pod's windows are anchored once).
+        origin = np.full(len(pair_keys), np.inf)
+        np.minimum.at(origin, pair_ids[sample_rows], times)
+        origin[pair_ids[n_peaks : n_peaks + n_known]] = old_origin
+        sample_origin = origin[pair_ids[sample_rows]]
+        window = np.floor((times - sample_origin) / self.interval_seconds)
+        window_end = sample_origin + (window + 1) * self.interval_seconds
+        # Each (pod, window end)'s peak, the old ones first in their order, then new windows as they come.
+        ends = np.concatenate([old.window_end, window_end])
+        end_codes, end_values = pd.factorize(ends)
+        key_codes, key_firsts = _first_of_each(
+            np.concatenate([pair_ids[old_rows], pair_ids[sample_rows]]).astype(np.int64) * max(len(end_values), 1)
+            + end_codes
+        )
+        peak = np.full(len(key_firsts), -np.inf)
+        np.maximum.at(peak, key_codes, np.concatenate([old.value, values]))
+        peak_group = np.concatenate([group_codes[old_rows], group_codes[sample_rows]])[key_firsts]
+        peak_pod = np.concatenate([pod_codes[old_rows], pod_codes[sample_rows]])[key_firsts]
+        peak_end = ends[key_firsts]
+        newest = np.full(len(group_labels), -np.inf)
+        np.maximum.at(newest, peak_group, peak_end)
+        kept = peak_end > newest[peak_group] - self.interval_count * self.interval_seconds
+        peak_group, peak_pod, peak_end, peak = peak_group[kept], peak_pod[kept], peak_end[kept], peak[kept]
+        group_names, pod_names = group_labels, pod_labels
+        group_rank, pod_rank = _ranks(group_names), _ranks(pod_names)
+        order = np.lexsort((peak_end, pod_rank[peak_pod], group_rank[peak_group]))
+        # Indexes built from sorted levels and codes: no per-row strings (the levels' order is the sort's).
+        group_level, pod_level = _sorted_level(group_names, group_rank), _sorted_level(pod_names, pod_rank)
+        ends, end_codes = np.unique(peak_end[order], return_inverse=True)
+        self.peaks_ = pd.Series(
+            peak[order],
+            index=_multi_index(
+                [group_level, pod_level, pd.Index(ends)],
+                [group_rank[peak_group[order]], pod_rank[peak_pod[order]], end_codes],
+                ["group", "pod", "window_end"],
+            ),
+            name="value",
+            dtype=np.float64,
+        )
+        pair_group, pair_pod = pair_keys // max(len(pod_labels), 1), pair_keys % max(len(pod_labels), 1)
+        by_pod = np.lexsort((pod_rank[pair_pod], group_rank[pair_group]))
+        by_pod = by_pod[np.isfinite(origin[by_pod])]
+        self.pod_origin_ = pd.Series(
+            origin[by_pod],
+            index=_multi_index(
+                [group_level, pod_level],
+                [group_rank[pair_group[by_pod]], pod_rank[pair_pod[by_pod]]],
+                ["group", "pod"],
+            ),
+            name="origin",
+            dtype=np.float64,
+        )
+        # The histogram of the kept peaks, fed in the order above (its sums, to the last bit, follow that order).
+        local_codes, local_groups = pd.factorize(peak_group)
         self.histogram_ = DecayingHistogram(
             first_bucket_size=self.first_bucket_size,
             max_value=self.max_value,
@@ -305,7 +487,7 @@ class MemoryPeakHistogram(BaseEstimator):  # type: ignore[misc]
             half_life_seconds=self.half_life_seconds,
             sample_weight=self.peak_weight,
             epsilon=self.epsilon,
-        ).fit(kept.rename(columns={"window_end": "timestamp"}))
+        ).add_samples(local_codes.astype(np.int64), pd.Index(group_names[local_groups]).astype(str), peak_end, peak)
         return self
 
     @property

@@ -541,6 +541,8 @@ class VpaRecommender(BaseEstimator):  # type: ignore[misc]
         if not hasattr(self, "states_"):
             self.states_, self.containers_, self.initial_, self.skipped_ = {}, {}, {}, Counter()
         require_columns(X, ("group", "pod", "timestamp", "cpu_cores", "memory_bytes"), type(self).__name__)
+        if len(X) == 0 and (oom_events is None or len(oom_events) == 0):
+            return self  # nothing to feed (the `forecast` policy's containers are not VPA's)
         frame = pd.DataFrame(
             {
                 "group": X["group"].astype(str).to_numpy(),

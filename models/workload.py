@@ -437,8 +437,10 @@ def _default_parts() -> WorkloadRecommender:
 
 def _samples(usage: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per resource, the (group, pod, timestamp, value) samples the histograms and reservations fit on."""
+    keys = {name: usage[name] for name in ("group", "pod", "timestamp")}
+    # Columns of the usage frame, not copies of them (the estimators only read them).
     return {
-        resource: usage[["group", "pod", "timestamp"]].assign(value=usage[f"{resource}_{unit}"])
+        resource: pd.DataFrame({**keys, "value": usage[f"{resource}_{unit}"]}, copy=False)
         for resource, unit in UNITS.items()
     }
 
@@ -834,8 +836,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         kill the file gives (as VPA's eviction events give usage), else 0."""
         categories = usage["group"].cat.categories.astype(str)
         chosen = self.vpa_groups(categories)
-        rows = usage[chosen[usage["group"].cat.codes.to_numpy()]] if not chosen.all() else usage
         columns = ["group", "pod", "timestamp", "cpu_cores", "memory_bytes"]
+        if not chosen.any():
+            return usage.iloc[:0][columns], None, None
+        rows = usage[chosen[usage["group"].cat.codes.to_numpy()]] if not chosen.all() else usage
         samples = rows[columns].assign(group=rows["group"].astype(str))
         if oom_events is None or len(oom_events) == 0 or not chosen.any():
             return samples, None, None

@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
 
-from models.histogram import MAX_DECAY_EXPONENT, DecayingHistogram, ExponentialBuckets, MemoryPeakHistogram
+from models.histogram import (
+    MAX_DECAY_EXPONENT,
+    DecayingHistogram,
+    ExponentialBuckets,
+    MemoryPeakHistogram,
+    vpa_reference_timestamps,
+)
 
 DAY = 86400.0
 MIB = 1024.0**2
@@ -176,3 +182,85 @@ def test_memory_partial_fit_continues_the_open_window() -> None:
     whole = MemoryPeakHistogram().fit(pd.concat([first, later]))
     pd.testing.assert_series_equal(model.peaks_, whole.peaks_)
     assert math.isclose(model.quantile(0.9)[0], whole.quantile(0.9)[0])
+
+
+def _replayed_references(rows: list[tuple[int, float]], half_life: float) -> dict[int, float]:
+    """VPA's rule sample by sample in time order: a group's first sample sets its reference (rounded to the
+    half-life, halves away from zero); a sample more than MAX_DECAY_EXPONENT half-lives past it moves it there."""
+    reference: dict[int, float] = {}
+    for group, t in sorted(rows, key=lambda row: (row[0], row[1])):
+        if group not in reference or t > reference[group] + MAX_DECAY_EXPONENT * half_life:
+            reference[group] = math.copysign(math.floor(abs(t) / half_life + 0.5), t) * half_life
+    return reference
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.floats(0, 5e4, allow_nan=False)), min_size=1, max_size=60),
+    st.sampled_from([1.0, 7.5, 60.0, 3600.0]),
+)
+@settings(max_examples=80, deadline=None)
+def test_references_are_vpas_sample_by_sample_rule(rows: list[tuple[int, float]], half_life: float) -> None:
+    """Short half-lives make the spans cross MAX_DECAY_EXPONENT half-lives, so the re-basing replay runs too."""
+    codes = np.array([g for g, _ in rows], dtype=np.int64)
+    times = np.array([t for _, t in rows])
+    found = vpa_reference_timestamps(codes, times, np.full(5, np.nan), half_life)
+    expected = _replayed_references(rows, half_life)
+    for group in range(5):
+        assert (found[group] == expected[group]) if group in expected else np.isnan(found[group])
+
+
+def _peaks_by_hand(
+    rows: list[tuple[str, str, float, float]], interval: float, count: int
+) -> dict[tuple[str, str, float], float]:
+    """VPA's memory peaks in plain Python: windows anchored at each pod's first sample, the peak dated at its
+    window's end, the newest `count` windows of each group kept."""
+    origin: dict[tuple[str, str], float] = {}
+    for group, pod, t, _ in rows:
+        origin[(group, pod)] = min(t, origin.get((group, pod), t))
+    peaks: dict[tuple[str, str, float], float] = {}
+    for group, pod, t, value in rows:
+        start = origin[(group, pod)]
+        end = start + (math.floor((t - start) / interval) + 1) * interval
+        peaks[(group, pod, end)] = max(value, peaks.get((group, pod, end), value))
+    newest: dict[str, float] = {}
+    for group, _, end in peaks:
+        newest[group] = max(end, newest.get(group, end))
+    return {key: value for key, value in peaks.items() if key[2] > newest[key[0]] - count * interval}
+
+
+memory_rows = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["p1", "p2"]),
+        st.integers(0, 12 * 3600).map(float),
+        st.floats(0, 1e10, allow_nan=False),
+    ),
+    min_size=1,
+    max_size=50,
+)
+
+
+@given(memory_rows, st.integers(1, 40), st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_memory_peaks_and_histogram_follow_the_rule_whole_or_in_parts(
+    rows: list[tuple[str, str, float, float]], cut: int, categorical: bool
+) -> None:
+    """Fitted whole or continued from any cut (in time order, as the samples arrive): the peaks are the rule's,
+    sorted, and the histogram is a decaying histogram of exactly those peaks."""
+    interval, count = 3600.0, 3
+    rows = sorted(rows, key=lambda row: row[2])
+    X = pd.DataFrame(rows, columns=["group", "pod", "timestamp", "value"])
+    if categorical:
+        X = X.assign(group=X["group"].astype("category"))
+    model = MemoryPeakHistogram(interval_seconds=interval, interval_count=count).fit(X.iloc[:cut])
+    if cut < len(X):
+        model.partial_fit(X.iloc[cut:])
+    expected = _peaks_by_hand(rows, interval, count)
+    assert list(model.peaks_.index) == sorted(expected)
+    assert model.peaks_.tolist() == [expected[key] for key in sorted(expected)]
+    refit = DecayingHistogram(first_bucket_size=1e7, max_value=1e12, sample_weight=1.0).fit(
+        model.peaks_.reset_index().rename(columns={"window_end": "timestamp"})
+    )
+    order = [list(refit.groups_).index(group) for group in model.histogram_.groups_]
+    np.testing.assert_allclose(model.histogram_.weights_, refit.weights_[order], rtol=1e-12)
+    np.testing.assert_array_equal(model.histogram_.reference_timestamp_, refit.reference_timestamp_[order])
