@@ -106,6 +106,14 @@ def _pick_tops(tops: list[FloatArray], depths: list[IntArray], count: IntArray) 
 SLIDING_TOPS = 2
 
 
+def _merge_tops(a: list[FloatArray], b: list[FloatArray]) -> list[FloatArray]:
+    """The 1 or 2 largest values, with multiplicity, of the union of two sets given by theirs (largest first)."""
+    first = np.maximum(a[0], b[0])
+    if len(a) == 1:
+        return [first]
+    return [first, np.maximum(np.minimum(a[0], b[0]), np.maximum(a[1], b[1]))]
+
+
 def _sliding_tops(per_column: FloatArray, width: int, places: int) -> list[FloatArray]:
     """The `places` (1 or 2) largest values, with multiplicity (-inf when fewer), of the union of each `width`
     consecutive columns of `per_column` (rows x its places x columns, each column's largest first).
@@ -115,27 +123,36 @@ def _sliding_tops(per_column: FloatArray, width: int, places: int) -> list[Float
     element-wise operations, instead of a pass over every value of every window."""
     rows, have, columns = per_column.shape
     blocks = -(-columns // width)
-    padded = np.full((rows, places, blocks * width), -np.inf)
-    padded[:, : min(have, places), :columns] = per_column[:, :places]
-    values = padded.reshape(rows, places, blocks, width)
-
-    def merge(a: FloatArray, b: FloatArray) -> FloatArray:
-        """The tops of the union of two sets' tops (places first on axis 1)."""
-        first = np.maximum(a[:, 0], b[:, 0])
-        if places == 1:
-            return first[:, None]
-        return np.stack([first, np.maximum(np.minimum(a[:, 0], b[:, 0]), np.maximum(a[:, 1], b[:, 1]))], axis=1)
-
-    forward, backward = values.copy(), values.copy()
+    values = []
+    for place in range(places):
+        padded = np.full((rows, blocks * width), -np.inf)
+        if place < have:
+            padded[:, :columns] = per_column[:, place]
+        values.append(padded.reshape(rows, blocks, width))
+    forward, backward = [v.copy() for v in values], [v.copy() for v in values]
     for j in range(1, width):
-        forward[..., j] = merge(forward[..., j - 1], values[..., j])
-        backward[..., width - 1 - j] = merge(values[..., width - 1 - j], backward[..., width - j])
+        ahead = _merge_tops([f[..., j - 1] for f in forward], [v[..., j] for v in values])
+        behind = _merge_tops([v[..., width - 1 - j] for v in values], [b[..., width - j] for b in backward])
+        for place in range(places):
+            forward[place][..., j], backward[place][..., width - 1 - j] = ahead[place], behind[place]
     start = np.arange(columns - width + 1)
-    tail = backward.reshape(rows, places, -1)[:, :, start]
-    head = forward.reshape(rows, places, -1)[:, :, start + width - 1]
+    tail = [b.reshape(rows, -1)[:, start] for b in backward]
+    head = [f.reshape(rows, -1)[:, start + width - 1] for f in forward]
     # A window that starts a block is that block, all in its tail.
-    joined = np.where(start % width == 0, tail, merge(tail, head))
-    return [joined[:, place] for place in range(places)]
+    whole = start % width == 0
+    return [np.where(whole, t, m) for t, m in zip(tail, _merge_tops(tail, head))]
+
+
+def _day_tops(segments: FloatArray, places: int) -> list[FloatArray]:
+    """The `places` (1 or 2) largest values across days (axis 1) of each row and column, with multiplicity (-inf
+    when fewer): one running merge over the days, each a contiguous slice, instead of `_tops` across a strided axis."""
+    rows, days, columns = segments.shape
+    tops = [np.full((rows, columns), -np.inf) for _ in range(places)]
+    for day in range(days):
+        value = segments[:, day]
+        value = np.where(np.isnan(value), -np.inf, value)
+        tops = _merge_tops(tops, [value] + [np.full_like(value, -np.inf)] * (places - 1))
+    return tops
 
 
 def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
@@ -155,9 +172,10 @@ def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
     if deepest > TOP_MAX_DEPTH or not segments.size:
         windows = sliding_window_view(segments, width, axis=2)  # rows x days x steps x width
         return nan_quantile(np.moveaxis(windows, 1, 2).reshape(rows, columns - width + 1, days * width), q)
-    per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)  # rows x places x cols
     if deepest < SLIDING_TOPS:
+        per_column = np.stack(_day_tops(segments, min(deepest, days - 1) + 1), axis=1)  # rows x places x cols
         return _pick_tops(_sliding_tops(per_column, width, deepest + 1), [depth], count)[0]
+    per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)
     places = per_column.shape[1]
     candidates = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2)  # rows x steps x places x width
     tops = _tops(candidates.reshape(rows, columns - width + 1, places * width), deepest)
