@@ -54,35 +54,80 @@ CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, Multi
 SELECTION_BLOCK_VALUES = 2_000_000
 
 
-class SortedChunks(NamedTuple):
+class SortedChunks:
     """A grid's chunks (chunks x containers x steps, each container's sorted, NaN last), their known `counts`
-    (chunks x containers) and, per chunk from the first origin on, its `place` in `values` (-1: no known value)."""
+    (chunks x containers) and, per chunk from the first origin on, its `place` in `values` (-1: no known value);
+    with each segment's cumulative sums (`cumulative`) computed once for every line scored on them."""
 
-    values: FloatArray
-    counts: IntArray
-    place: IntArray
+    def __init__(self, values: FloatArray, counts: IntArray, place: IntArray) -> None:
+        self.values, self.counts, self.place = values, counts, place
+        self._cumulative: FloatArray | None = None
+
+    def cumulative(self) -> FloatArray:
+        """(chunks x containers) x (steps + 1): each segment's sums of its first 0, 1, ... values (NaN as 0)."""
+        if self._cumulative is None:
+            flat = self.values.reshape(-1, self.values.shape[-1])
+            self._cumulative = np.zeros((flat.shape[0], flat.shape[1] + 1))
+            np.nancumsum(flat, axis=1, out=self._cumulative[:, 1:])
+        return self._cumulative
+
+
+def sort_chunks(parts: Sequence[FutureUsage]) -> SortedChunks:
+    """The chunks of `spacing` steps from the first origin on of the parts' grids (the same origins and width;
+    containers in part order), each container's sorted (NaN last), those without a known value in any part left
+    out: written into one array part by part, so no part's copy outlives its sort."""
+    first = parts[0]
+    width, start = first.spacing, first.origins[0]
+    count = len(first.origins) - 1 + first.steps // width
+    inside = [j for j in range(count) if start + j * width < first.grid.shape[1]]
+    n_containers = sum(part.shape[1] for part in parts)
+    values = np.empty((len(inside), n_containers, width))
+    column = 0
+    for part in parts:
+        rows = slice(column, column + part.shape[1])
+        for k, j in enumerate(inside):
+            chunk = part.cut(start + j * width, start + (j + 1) * width)
+            values[k, rows, : chunk.shape[1]] = np.sort(chunk, axis=1)
+            values[k, rows, chunk.shape[1] :] = np.nan
+        column = rows.stop
+    counts = np.sum(~np.isnan(values), axis=2)
+    kept = counts.any(axis=1)
+    if not kept.all():
+        values, counts = values[kept], counts[kept]
+    place = np.full(count, -1, dtype=np.int64)
+    place[np.asarray(inside, dtype=np.int64)[kept]] = np.arange(int(kept.sum()))
+    return SortedChunks(values, counts, place)
 
 
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
-    containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
-    a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is made C-ordered)."""
+    containers). `rows`: the grid's rows that are the containers (all by default), read from the grid as it is, not
+    copied. When the origins are evenly spaced, every rows are taken and the grid has room after its end (NaN
+    columns: `with_room`), a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is
+    made C-ordered)."""
 
     def __init__(
-        self, grid: FloatArray, origins: list[int], steps: int, chunks: dict[int, SortedChunks] | None = None
+        self,
+        grid: FloatArray,
+        origins: list[int],
+        steps: int,
+        chunks: dict[int, SortedChunks] | None = None,
+        rows: IntArray | None = None,
     ) -> None:
         self.grid = grid
         self.origins = origins
         self.steps = steps
-        self.shape = (len(origins), grid.shape[0], steps)
+        self.select = rows
+        self.shape = (len(origins), grid.shape[0] if rows is None else rows.size, steps)
         spacing = set(np.diff(origins).tolist())
         #: Steps between origins (the usage's width for a single origin).
         self.spacing = int(next(iter(spacing))) if len(spacing) == 1 else steps
+        self.even = len(spacing) <= 1 and bool(origins) and origins[0] >= 0
         self._view: FloatArray | None = None
         # The sorted chunks of the grid (`sorted_chunks`), shared with the `first` of this usage.
         self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
-        if origins and len(spacing) <= 1 and origins[0] >= 0 and origins[-1] + steps <= grid.shape[1]:
+        if self.even and rows is None and origins[-1] + steps <= grid.shape[1]:
             row_stride, step_stride = grid.strides
             self._view = as_strided(
                 grid[:, origins[0] :],
@@ -94,32 +139,25 @@ class FutureUsage:
     def rows(self, rows: slice) -> FloatArray:
         if self._view is not None:
             return self._view[:, rows]
-        return usage_after(self.grid[rows], self.origins, self.steps)
+        return usage_after(self.grid[rows] if self.select is None else self.grid[self.select[rows]], self.origins, self.steps)
+
+    def cut(self, start: int, stop: int) -> FloatArray:
+        """Columns [start, stop) of the containers' rows (a copy when `rows` picks them)."""
+        return self.grid[:, start:stop] if self.select is None else self.grid[self.select, start:stop]
 
     def first(self, steps: int) -> FutureUsage:
         """The same origins' usage over their first `steps` only."""
-        return FutureUsage(self.grid, self.origins, min(steps, self.steps), self._chunks)
+        return FutureUsage(self.grid, self.origins, min(steps, self.steps), self._chunks, self.select)
 
     def chunked(self) -> bool:
-        """Whether every origin's usage is whole chunks of `spacing` steps of the grid (evenly spaced origins, the
-        usage a view): the origins then share their chunks, each sorted once (`sorted_chunks`)."""
-        return self._view is not None and self.spacing > 0 and self.steps % self.spacing == 0
+        """Whether every origin's usage is whole chunks of `spacing` steps of the grid (evenly spaced origins): the
+        origins then share their chunks, each sorted once (`sorted_chunks`)."""
+        return self.even and self.spacing > 0 and self.steps % self.spacing == 0
 
     def sorted_chunks(self) -> SortedChunks:
-        """The grid's chunks of `spacing` steps from the first origin on, each container's sorted (NaN last), those
-        without a known value left out; computed once for this usage and every `first` of it."""
+        """`sort_chunks` of this usage, computed once for it and every `first` of it."""
         if self.spacing not in self._chunks:
-            width, start = self.spacing, self.origins[0]
-            count = len(self.origins) - 1 + self.steps // width
-            kept: list[FloatArray] = []
-            place = np.full(count, -1, dtype=np.int64)
-            for j in range(count):
-                chunk = self.grid[:, start + j * width : start + (j + 1) * width]
-                if not np.isnan(chunk).all():
-                    place[j] = len(kept)
-                    kept.append(np.sort(chunk, axis=1))
-            values = np.stack(kept) if kept else np.empty((0, self.grid.shape[0], width))
-            self._chunks[self.spacing] = SortedChunks(values, np.sum(~np.isnan(values), axis=2), place)
+            self._chunks[self.spacing] = sort_chunks([self])
         return self._chunks[self.spacing]
 
 
@@ -127,10 +165,11 @@ class FleetUsage:
     """The past usage of several partitions' containers as one fleet's (containers in partition order; a block of
     the selection never spans two), so that the fleet's choice is made over partitions as over blocks of one."""
 
-    def __init__(self, parts: Sequence[FloatArray | FutureUsage]) -> None:
+    def __init__(self, parts: Sequence[FloatArray | FutureUsage], chunks: dict[int, SortedChunks] | None = None) -> None:
         self.parts = list(parts)
         self.starts = np.cumsum([0] + [part.shape[1] for part in self.parts])
         self.shape = (self.parts[0].shape[0], int(self.starts[-1]), self.parts[0].shape[2])
+        self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
 
     def part_rows(self) -> list[slice]:
         """Each partition's containers among the fleet's."""
@@ -142,7 +181,30 @@ class FleetUsage:
         return usage_rows(self.parts[part], slice(rows.start - offset, rows.stop - offset))
 
     def first(self, steps: int) -> FleetUsage:
-        return FleetUsage([p.first(steps) if isinstance(p, FutureUsage) else p[:, :, :steps] for p in self.parts])
+        return FleetUsage(
+            [p.first(steps) if isinstance(p, FutureUsage) else p[:, :, :steps] for p in self.parts], self._chunks
+        )
+
+    def future_parts(self) -> list[FutureUsage] | None:
+        """The parts, when each is a chunked `FutureUsage` of the same origins and steps (else None)."""
+        parts = [p for p in self.parts if isinstance(p, FutureUsage) and p.chunked()]
+        first = parts[0] if parts else None
+        if first is None or len(parts) < len(self.parts):
+            return None
+        if any(p.origins != first.origins or p.steps != first.steps or p.grid.shape[1] != first.grid.shape[1] for p in parts):
+            return None
+        return parts
+
+    def chunked(self) -> bool:
+        return self.future_parts() is not None
+
+    def sorted_chunks(self) -> SortedChunks:
+        """`sort_chunks` of every part as one fleet's, computed once for this usage and every `first` of it."""
+        parts = self.future_parts()
+        assert parts is not None
+        if parts[0].spacing not in self._chunks:
+            self._chunks[parts[0].spacing] = sort_chunks(parts)
+        return self._chunks[parts[0].spacing]
 
 
 #: Past usage as the selection reads it: an (origins x containers x steps) array, its lazy `FutureUsage`, or a
@@ -182,18 +244,17 @@ class SortedSegments:
     origin whose usage holds it (the long-term line's week after 7 origins is 28 days' chunks of 7 sorted days)."""
 
     def __init__(self, usage: PastUsage) -> None:
-        parts = usage.parts if isinstance(usage, FleetUsage) else [usage]
+        chunked = isinstance(usage, FutureUsage | FleetUsage) and usage.chunked()
+        parts = [usage] if chunked or not isinstance(usage, FleetUsage) else usage.parts
         firsts = np.cumsum([0] + [part.shape[1] for part in parts])
-        chunked = all(isinstance(p, FutureUsage) and p.chunked() for p in parts)
-        if chunked and len({p.spacing for p in parts if isinstance(p, FutureUsage)}) > 1:
-            chunked = False
         values, counts, rows = [], [], []
+        self.chunks: SortedChunks | None = None
         base = 0
         for part, first in zip(parts, firsts):
             n_origins, n_containers, steps = part.shape
             containers = np.arange(n_containers, dtype=np.int64)
-            if chunked and isinstance(part, FutureUsage):
-                chunks = part.sorted_chunks()
+            if chunked and isinstance(part, FutureUsage | FleetUsage):
+                self.chunks = chunks = part.sorted_chunks()
                 width = chunks.values.shape[2]
                 for o in range(n_origins):
                     for j in chunks.place[o : o + steps // width]:
@@ -296,10 +357,10 @@ class SortedSegments:
         """Per container the pinball loss at level q of a constant line (`levels`: origins x containers) against
         its usage, summed over its rows (origins) with a known level and usage; NaN without any. From each
         segment's count of usage at or below the level and its cumulative sums (no pass over the samples)."""
-        if not hasattr(self, "_cumulative"):
-            self._cumulative = np.concatenate(
-                [np.zeros((self.values.shape[0], 1)), np.nancumsum(self.values, axis=1)], axis=1
-            )
+        if self.chunks is not None:
+            self._cumulative = self.chunks.cumulative()  # shared by every line scored on the chunks
+        elif not hasattr(self, "_cumulative"):
+            self._cumulative = SortedChunks(self.values, self.counts, np.empty(0, dtype=np.int64)).cumulative()
         every = np.arange(self.segment.size)
         level = levels[self.origin, self.container]
         count = self.counts[self.segment]

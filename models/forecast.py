@@ -499,7 +499,7 @@ class DecayedQuantileForecaster(_ConstantLine):
         end = shared.grid.shape[1]
         age = np.arange(steps - 1, -1, -1, dtype=np.float64)
         weight = np.exp2(-age / self.half_life_steps)
-        total = shared.once(("known weight", steps, self.half_life_steps), lambda: shared.known(steps) @ weight)
+        total = shared.once(("known weight", steps, self.half_life_steps), lambda: np.einsum("ij,j->i", shared.known(steps), weight))
         above = np.where(top.inside, np.exp2(-(end - 1 - top.positions) / self.half_life_steps), 0.0)
         cumulative = np.cumsum(above, axis=1)
         rest = (1.0 - self.quantile) * total

@@ -43,7 +43,6 @@ from models.ensemble import (
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
-    with_room,
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -262,11 +261,14 @@ def fit_resource_forecasts(
         for g in grids
     ]
     rows = [np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day) for grid in grids]
-    # The scored rows with a week of NaN after them: the usage after each origin is a view of them, not a copy.
-    padded = [with_room(grid[r], LONG_TERM_DAYS * per_day) for grid, r in zip(grids, rows)]
-    scored = [part[:, :width] for part in padded]
     origins = rolling_origins(width, settings.selection_days, per_day)
-    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in padded])
+    # The usage after each origin is read from the grids themselves, a block of containers at a time: no copy of a
+    # partition's grid outlives its backtest or its chosen candidates' fit (`scored`).
+    usage = FleetUsage([FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, rows)])
+
+    def scored(part: int) -> FloatArray:
+        grid, r = grids[part], rows[part]
+        return grid if r.size == grid.shape[0] else grid[r]
     past: dict[str, FloatArray] = {}
     fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
@@ -275,17 +277,20 @@ def fit_resource_forecasts(
         new = list({model_name(c): c for c in candidates if model_name(c) not in past}.values())
         if new:
             constant = [isinstance(c, CONSTANT_FORECASTERS) for c in new]
-            lines = [candidate_lines(part, new, origins, per_day, constant) for part in scored]
+            lines = [candidate_lines(scored(p), new, origins, per_day, constant) for p in range(len(grids))]
             for m, candidate in enumerate(new):
                 parts = [part[m] for part in lines]
                 past[model_name(candidate)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         return [past[model_name(c)] for c in candidates]
 
     def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
+        grid: list[FloatArray] = []
+
         def fit(m: int) -> BaseEstimator:
             key = model_name(candidates[m])
             if key not in fitted[part]:
-                fitted[part][key] = clone(candidates[m]).fit(scored[part])
+                grid[:] = grid or [scored(part)]
+                fitted[part][key] = clone(candidates[m]).fit(grid[0])
             return fitted[part][key]
 
         return fit
