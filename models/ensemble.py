@@ -286,18 +286,18 @@ class SortedSegments:
 
     def tail_quantile(
         self, levels: FloatArray, known: IntArray, which: IntArray, q: float
-    ) -> tuple[float, int, IntArray, FloatArray]:
+    ) -> tuple[float, int, IntArray]:
         """The q-quantile by the "higher" rule of the ratios of the segments `which` (levels per segment of
-        `segment`, `known`: the ratios each has), their count, and the ratios at or above a lower bound of it (the
-        segments they belong to, the values): every ratio above the quantile is among them.
+        `segment`, `known`: the ratios each has), their count, and per segment of `which` its ratios above it.
 
         The quantile is the m-th largest ratio; the m-th largest of each segment's top h (enough for m in all)
         bounds it from below, so only the ratios above that bound are read: a segment whose whole top lies above
-        it is searched for where its ratios cross it."""
+        it is searched for where its ratios cross it. Where equal ratios put far more than m above the bound
+        (flat usage against a flat line), they are read a block at a time (`_tail_rank`), not held at once."""
         counts = known[which]
         total = int(counts.sum())
         if total == 0:
-            return float("nan"), 0, np.empty(0, dtype=np.int64), np.empty(0)
+            return float("nan"), 0, np.zeros(which.size, dtype=np.int64)
         rank = min(max(int(np.ceil(q * total)) - 1, 0), total - 1)
         m = total - rank
         level = levels[which]
@@ -316,25 +316,63 @@ class SortedSegments:
             low, kept = level[deeper], which[deeper]
             start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) >= floor)
         lengths = counts - start
+        if int(lengths.sum()) <= SELECTION_BLOCK_VALUES:
+            owner, values = self._tail(level, which, start, lengths)
+            quantile = float(np.partition(values, values.size - m)[values.size - m])
+            return quantile, total, np.bincount(owner, weights=values > quantile, minlength=which.size).astype(np.int64)
+        quantile = self._tail_rank(level, which, start, lengths, m)
+        reading = np.flatnonzero(lengths > 0)
+        first_above = self.first(
+            which[reading], counts[reading], lambda at: self.ratios(level[reading], which[reading], at) > quantile
+        )
+        result = np.zeros(which.size, dtype=np.int64)
+        result[reading] = counts[reading] - first_above
+        return quantile, total, result
+
+    def _tail(
+        self, level: FloatArray, which: IntArray, start: IntArray, lengths: IntArray
+    ) -> tuple[IntArray, FloatArray]:
+        """The ratios from `start` on of the segments `which` (`lengths` of them each) and the segment of each."""
         owner = np.repeat(np.arange(which.size), lengths)
         offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        values = self.ratios(level[owner], which[owner], start[owner] + offsets)
-        return float(np.partition(values, values.size - m)[values.size - m]), total, which[owner], values
+        return owner, self.ratios(level[owner], which[owner], start[owner] + offsets)
+
+    def _tail_rank(self, level: FloatArray, which: IntArray, start: IntArray, lengths: IntArray, m: int) -> float:
+        """The m-th largest of the ratios `_tail` reads, holding a block of `SELECTION_BLOCK_VALUES` of them at a
+        time: counts in bins ordered as the floats are (`_order_bins`), then only the values of the bin that holds
+        the rank."""
+        ends = np.cumsum(lengths)
+        cuts = np.searchsorted(ends, np.arange(SELECTION_BLOCK_VALUES, int(ends[-1]), SELECTION_BLOCK_VALUES))
+        pieces = [slice(int(a), int(b)) for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), which.size]) if b > a]
+
+        def blocks() -> Iterator[FloatArray]:
+            for piece in pieces:
+                yield self._tail(level[piece], which[piece], start[piece], lengths[piece])[1]
+
+        counts = np.zeros(_BIN_COUNT, dtype=np.int64)
+        for values in blocks():
+            counts += np.bincount(_order_bins(values), minlength=_BIN_COUNT)
+        from_top = np.cumsum(counts[::-1])
+        bin_of_rank = _BIN_COUNT - 1 - int(np.searchsorted(from_top, m))
+        higher = int(from_top[_BIN_COUNT - 2 - bin_of_rank]) if bin_of_rank < _BIN_COUNT - 1 else 0
+        inside = np.concatenate([values[_order_bins(values) == bin_of_rank] for values in blocks()])
+        return float(np.partition(inside, inside.size - (m - higher))[inside.size - (m - higher)])
 
     def labelled_tails(
         self, levels: FloatArray, labels: IntArray, n_labels: int, q: float
-    ) -> list[tuple[float, int, IntArray, FloatArray]]:
+    ) -> list[tuple[float, int, IntArray, IntArray]]:
         """`tail_quantile` of the ratios against a constant line (`levels`: origins x containers) of each label's
-        containers (`labels`: one per container, -1 for none) and, last, of every labelled one."""
+        containers (`labels`: one per container, -1 for none) and, last, of every labelled one, with the segments
+        (indices into `segment`) whose ratios above it `tail_quantile` counts."""
         level = levels[self.origin, self.container]
         known = np.where(np.isnan(level), 0, self.counts[self.segment])
         label = labels[self.container]
-        return [
-            self.tail_quantile(
-                level, known, np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0)), q
-            )
-            for i in range(n_labels + 1)
-        ]
+        tails = []
+        for i in range(n_labels + 1):
+            which = np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0))
+            quantile, total, above = self.tail_quantile(level, known, which, q)
+            tails.append((quantile, total, which, above))
+        return tails
 
     def first(self, which: IntArray, limit: IntArray, reached: Callable[[IntArray], npt.NDArray[np.bool_]]) -> IntArray:
         """Per segment of `which`, the first position below `limit` where `reached(positions)` holds (`limit` when
@@ -400,10 +438,10 @@ def constant_line_costs(
     ).astype(np.float64)
     alpha, totals = np.full(n_labels + 1, np.nan), np.zeros(n_labels + 1, dtype=np.int64)
     over = np.zeros((2, segments.n_containers))
-    for i, (alpha[i], totals[i], owner, values) in enumerate(segments.labelled_tails(levels, labels, n_labels, q)):
+    for i, (alpha[i], totals[i], which, above) in enumerate(segments.labelled_tails(levels, labels, n_labels, q)):
         if totals[i]:
             over[int(i == n_labels)] += np.bincount(
-                segments.container[owner], weights=values > alpha[i], minlength=segments.n_containers
+                segments.container[which], weights=above, minlength=segments.n_containers
             )
     return alpha, totals, over, line
 
@@ -923,12 +961,16 @@ def candidate_lines(
     origins: list[int],
     steps_per_day: int,
     constant: Sequence[bool],
+    out: Sequence[FloatArray] | None = None,
 ) -> list[FloatArray]:
     """Each candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
-    or (origins x containers x 1) where `constant[m]` (a constant line is one value: memory stays small). The
-    candidates are fitted together at each origin (`fit_together`: one sort for the decayed quantiles, one windowed
-    quantile for the time-of-day windows that differ in their floor)."""
-    out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
+    or (origins x containers x 1) where `constant[m]` (a constant line is one value: memory stays small), written
+    into `out` when given (a partition's containers of the fleet's arrays). The candidates are fitted together at
+    each origin (`fit_together`: one sort for the decayed quantiles, one windowed quantile for the time-of-day
+    windows that differ in their floor)."""
+    if out is None:
+        out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
+    out = list(out)
     order = GridOrder(grid)  # one sort of the grid for every origin's windows
     for o, origin in enumerate(origins):
         for m, model in enumerate(fit_together(candidates, grid[:, :origin], order)):

@@ -269,6 +269,8 @@ def fit_resource_forecasts(
     def scored(part: int) -> FloatArray:
         grid, r = grids[part], rows[part]
         return grid if r.size == grid.shape[0] else grid[r]
+
+    starts = usage.starts.tolist()
     past: dict[str, FloatArray] = {}
     fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
@@ -277,20 +279,21 @@ def fit_resource_forecasts(
         new = list({model_name(c): c for c in candidates if model_name(c) not in past}.values())
         if new:
             constant = [isinstance(c, CONSTANT_FORECASTERS) for c in new]
-            lines = [candidate_lines(scored(p), new, origins, per_day, constant) for p in range(len(grids))]
-            for m, candidate in enumerate(new):
-                parts = [part[m] for part in lines]
-                past[model_name(candidate)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+            # The fleet's arrays, each partition's lines written into its containers' part (no per-partition copy).
+            lines = [np.full((len(origins), starts[-1], 1 if flat else per_day), np.nan) for flat in constant]
+            for p, part in enumerate(usage.part_rows()):
+                candidate_lines(scored(p), new, origins, per_day, constant, [line[:, part] for line in lines])
+            for candidate, line in zip(new, lines):
+                past[model_name(candidate)] = line
         return [past[model_name(c)] for c in candidates]
 
     def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
-        grid: list[FloatArray] = []
+        grid = functools.cache(lambda: scored(part))  # cut once for the line's chosen candidates, then let go
 
         def fit(m: int) -> BaseEstimator:
             key = model_name(candidates[m])
             if key not in fitted[part]:
-                grid[:] = grid or [scored(part)]
-                fitted[part][key] = clone(candidates[m]).fit(grid[0])
+                fitted[part][key] = clone(candidates[m]).fit(grid())
             return fitted[part][key]
 
         return fit

@@ -61,13 +61,18 @@ def drawn_levels(seed: int, shape: tuple[int, int], usage: FloatArray, ties: boo
 
 
 def usages(grid: FloatArray, origins: list[int], steps: int) -> list[FloatArray | FutureUsage | FleetUsage]:
-    """The same past usage materialised, as a chunked view of the grid, and as a fleet of two partitions."""
+    """The same past usage materialised, as a chunked view of the grid, as a fleet of two partitions, and as rows
+    picked from grids with other rows between them (read in place, no room after the grid)."""
     room = with_room(grid, steps)
     cut = grid.shape[0] // 2
+    spread = np.full((2 * grid.shape[0], grid.shape[1]), 7.0)
+    spread[1::2] = grid
+    odd = np.arange(1, spread.shape[0], 2)
     return [
         usage_after(grid, origins, steps),
         FutureUsage(room, origins, steps),
         FleetUsage([FutureUsage(room[:cut], origins, steps), FutureUsage(room[cut:], origins, steps)]),
+        FleetUsage([FutureUsage(spread, origins, steps, rows=odd[:cut]), FutureUsage(spread, origins, steps, rows=odd[cut:])]),
     ]
 
 
@@ -117,6 +122,20 @@ def test_constant_line_costs_equal_those_of_every_ratio(case: Case) -> None:
         labelled = labels >= 0  # (`labelled_costs` reads the counts of labelled containers only)
         np.testing.assert_array_equal(fast[2][:, labelled], slow[2][:, labelled])  # samples above them
         np.testing.assert_allclose(fast[3], slow[3], rtol=1e-12)  # n x level, summed in another order
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases)
+def test_a_tail_read_a_block_at_a_time_gives_the_quantile_and_counts_read_at_once(case: Case) -> None:
+    """Equal ratios far more than the quantile's rank above the bound (flat usage) are read in blocks of bins."""
+    labels: IntArray = np.random.default_rng(case.seed).integers(-1, 3, size=(case.grid.shape[0],))
+    segments = SortedSegments(usage_after(case.grid, case.origins, case.steps))
+    whole = constant_line_costs(segments, case.levels, labels, 3, case.q)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ensemble, "SELECTION_BLOCK_VALUES", 5)
+        blocked = constant_line_costs(segments, case.levels, labels, 3, case.q)
+    for a, b in zip(whole, blocked):
+        np.testing.assert_array_equal(a, b)
 
 
 @settings(max_examples=60, deadline=None)
