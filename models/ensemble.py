@@ -52,6 +52,9 @@ CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, Multi
 #: Values (origins x containers x steps) in one block of containers of the selection's passes (16 MB a temporary):
 #: choosing and calibrating hold a block at a time, so their memory follows the block, not the fleet.
 SELECTION_BLOCK_VALUES = 2_000_000
+#: Ratios of a tail (`SortedSegments.tail_quantile`) read at once: each costs about 80 bytes of index and value
+#: temporaries, so a block of them stays near 40 MB however many equal ratios lie above the quantile's bound.
+TAIL_BLOCK_VALUES = 500_000
 
 
 class SortedChunks:
@@ -316,7 +319,7 @@ class SortedSegments:
             low, kept = level[deeper], which[deeper]
             start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) >= floor)
         lengths = counts - start
-        if int(lengths.sum()) <= SELECTION_BLOCK_VALUES:
+        if int(lengths.sum()) <= TAIL_BLOCK_VALUES:
             owner, values = self._tail(level, which, start, lengths)
             quantile = float(np.partition(values, values.size - m)[values.size - m])
             return quantile, total, np.bincount(owner, weights=values > quantile, minlength=which.size).astype(np.int64)
@@ -338,11 +341,11 @@ class SortedSegments:
         return owner, self.ratios(level[owner], which[owner], start[owner] + offsets)
 
     def _tail_rank(self, level: FloatArray, which: IntArray, start: IntArray, lengths: IntArray, m: int) -> float:
-        """The m-th largest of the ratios `_tail` reads, holding a block of `SELECTION_BLOCK_VALUES` of them at a
+        """The m-th largest of the ratios `_tail` reads, holding a block of `TAIL_BLOCK_VALUES` of them at a
         time: counts in bins ordered as the floats are (`_order_bins`), then only the values of the bin that holds
         the rank."""
         ends = np.cumsum(lengths)
-        cuts = np.searchsorted(ends, np.arange(SELECTION_BLOCK_VALUES, int(ends[-1]), SELECTION_BLOCK_VALUES))
+        cuts = np.searchsorted(ends, np.arange(TAIL_BLOCK_VALUES, int(ends[-1]), TAIL_BLOCK_VALUES))
         pieces = [slice(int(a), int(b)) for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), which.size]) if b > a]
 
         def blocks() -> Iterator[FloatArray]:
@@ -1402,15 +1405,21 @@ class PeakForecaster(BaseEstimator):  # type: ignore[misc]
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        grid = check_grid(X, type(self).__name__)
-        per_day, n = self.steps_per_day, grid.shape[1]
+        return self.fit_parts([check_grid(X, type(self).__name__)])
+
+    def fit_parts(self, grids: Sequence[FloatArray]) -> Self:
+        """`fit` on the rows of several grids of one width (a fleet's partitions) as on one grid of them all: the
+        summaries are per container, so no copy of the fleet's grid is made."""
+        per_day, n = self.steps_per_day, grids[0].shape[1]
         forecasts, actuals = [], []
         for day in range(self.selection_days, 0, -1):
             origin = n - day * per_day
             if origin < per_day:
                 continue
-            forecasts.append(peak_candidates(grid[:, :origin], per_day))
-            actuals.append(daily_maxima(grid[:, : origin + per_day], 1, per_day)[:, 0])
+            forecasts.append(np.concatenate([peak_candidates(grid[:, :origin], per_day) for grid in grids], axis=1))
+            actuals.append(
+                np.concatenate([daily_maxima(grid[:, : origin + per_day], 1, per_day)[:, 0] for grid in grids])
+            )
         self.errors_ = np.full(len(PEAK_RULES), np.nan)
         self.choice_, self.factor_ = len(PEAK_RULES) - 2, 1.0
         if forecasts:
@@ -1426,7 +1435,7 @@ class PeakForecaster(BaseEstimator):  # type: ignore[misc]
                 with np.errstate(all="ignore"):
                     ratio = (actual[0] / past[self.choice_])[scored[self.choice_]]
                 self.factor_ = _higher_quantile(ratio, self.quantile) if ratio.size else 1.0
-        self.level_ = peak_candidates(grid, per_day)[self.choice_] * self.factor_
+        self.level_ = np.concatenate([peak_candidates(grid, per_day)[self.choice_] for grid in grids]) * self.factor_
         return self
 
     def predict(self) -> FloatArray:

@@ -313,7 +313,7 @@ def fit_resource_forecasts(
             [fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows=rows[p]) for p in range(len(grids))]
         )
     peak = PeakForecaster(selection_days=settings.selection_days, quantile=settings.peak_quantile)
-    peak.fit(grids[0] if len(grids) == 1 else np.concatenate(grids))
+    peak.fit_parts(grids)
     starts = np.cumsum([0] + [grid.shape[0] for grid in grids])
     return [
         ResourceForecast(

@@ -132,7 +132,7 @@ def test_a_tail_read_a_block_at_a_time_gives_the_quantile_and_counts_read_at_onc
     segments = SortedSegments(usage_after(case.grid, case.origins, case.steps))
     whole = constant_line_costs(segments, case.levels, labels, 3, case.q)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ensemble, "SELECTION_BLOCK_VALUES", 5)
+        patch.setattr(ensemble, "TAIL_BLOCK_VALUES", 5)
         blocked = constant_line_costs(segments, case.levels, labels, 3, case.q)
     for a, b in zip(whole, blocked):
         np.testing.assert_array_equal(a, b)
