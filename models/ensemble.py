@@ -295,8 +295,8 @@ class SortedSegments:
 
         The quantile is the m-th largest ratio; the m-th largest of each segment's top h (enough for m in all)
         bounds it from below, so only the ratios above that bound are read: a segment whose whole top lies above
-        it is searched for where its ratios cross it. Where equal ratios put far more than m above the bound
-        (flat usage against a flat line), they are read a block at a time (`_tail_rank`), not held at once."""
+        it is searched for where its ratios cross it. Where they are many, they are read a block at a time
+        (`_tail_rank`), not held at once."""
         counts = known[which]
         total = int(counts.sum())
         if total == 0:
@@ -312,13 +312,17 @@ class SortedSegments:
         if int(present.sum()) >= m:
             shown = top[present]
             floor = float(np.partition(shown, shown.size - m)[shown.size - m])
-        above = np.sum(present & (top >= floor), axis=1)
+        # The ratios above the bound: at least m are at or above it, so when fewer than m are above it, it is the
+        # quantile (equal ratios at the bound, flat usage against a flat line, are then never read).
+        above = np.sum(present & (top > floor), axis=1)
         start = counts - above
         deeper = np.flatnonzero((above == depth) & (counts > depth))
         if deeper.size:
             low, kept = level[deeper], which[deeper]
-            start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) >= floor)
+            start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) > floor)
         lengths = counts - start
+        if int(lengths.sum()) < m:
+            return floor, total, lengths.astype(np.int64)
         if int(lengths.sum()) <= TAIL_BLOCK_VALUES:
             owner, values = self._tail(level, which, start, lengths)
             quantile = float(np.partition(values, values.size - m)[values.size - m])
@@ -358,7 +362,16 @@ class SortedSegments:
         from_top = np.cumsum(counts[::-1])
         bin_of_rank = _BIN_COUNT - 1 - int(np.searchsorted(from_top, m))
         higher = int(from_top[_BIN_COUNT - 2 - bin_of_rank]) if bin_of_rank < _BIN_COUNT - 1 else 0
-        inside = np.concatenate([values[_order_bins(values) == bin_of_rank] for values in blocks()])
+        # A segment's ratios are sorted, so its values in that bin are a run of it, found by search, not a pass.
+        ends = start + lengths
+
+        def bin_at(at: IntArray) -> IntArray:
+            return _order_bins(self.ratios(level, which, np.minimum(at, np.maximum(ends - 1, 0))))
+
+        low = self.first(which, ends, lambda at: bin_at(at) >= bin_of_rank)
+        high = self.first(which, ends, lambda at: bin_at(at) > bin_of_rank)
+        low, high = np.maximum(low, start), np.maximum(high, start)
+        inside = self._tail(level, which, low, high - low)[1]
         return float(np.partition(inside, inside.size - (m - higher))[inside.size - (m - higher)])
 
     def labelled_tails(
