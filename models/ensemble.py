@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -142,7 +142,9 @@ class FutureUsage:
     def rows(self, rows: slice) -> FloatArray:
         if self._view is not None:
             return self._view[:, rows]
-        return usage_after(self.grid[rows] if self.select is None else self.grid[self.select[rows]], self.origins, self.steps)
+        return usage_after(
+            self.grid[rows] if self.select is None else self.grid[self.select[rows]], self.origins, self.steps
+        )
 
     def cut(self, start: int, stop: int) -> FloatArray:
         """Columns [start, stop) of the containers' rows (a copy when `rows` picks them)."""
@@ -168,7 +170,9 @@ class FleetUsage:
     """The past usage of several partitions' containers as one fleet's (containers in partition order; a block of
     the selection never spans two), so that the fleet's choice is made over partitions as over blocks of one."""
 
-    def __init__(self, parts: Sequence[FloatArray | FutureUsage], chunks: dict[int, SortedChunks] | None = None) -> None:
+    def __init__(
+        self, parts: Sequence[FloatArray | FutureUsage], chunks: dict[int, SortedChunks] | None = None
+    ) -> None:
         self.parts = list(parts)
         self.starts = np.cumsum([0] + [part.shape[1] for part in self.parts])
         self.shape = (self.parts[0].shape[0], int(self.starts[-1]), self.parts[0].shape[2])
@@ -194,7 +198,10 @@ class FleetUsage:
         first = parts[0] if parts else None
         if first is None or len(parts) < len(self.parts):
             return None
-        if any(p.origins != first.origins or p.steps != first.steps or p.grid.shape[1] != first.grid.shape[1] for p in parts):
+        if any(
+            p.origins != first.origins or p.steps != first.steps or p.grid.shape[1] != first.grid.shape[1]
+            for p in parts
+        ):
             return None
         return parts
 

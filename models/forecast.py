@@ -242,7 +242,7 @@ class SharedFit:
         if self.order is None:
             return _flat_quantile(self.recent(n_steps), q)
         top = self.top(n_steps)
-        count = top.count
+        count = top.known
         rank = np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, max(n_steps - 1, 0))
         # The (depth + 1)-th largest known value of the window: the entry of the top where that many are inside.
         hit = top.inside & (top.seen == (count - rank)[:, None])
@@ -261,9 +261,7 @@ class SharedFit:
         order = self.order
         return self.once(("top", n_steps), lambda: order.window_top(self.grid.shape[1] - n_steps, self.grid.shape[1]))
 
-    def sorted_recent(
-        self, n_steps: int, rows: IntArray | None = None
-    ) -> tuple[npt.NDArray[np.intp], FloatArray]:
+    def sorted_recent(self, n_steps: int, rows: IntArray | None = None) -> tuple[npt.NDArray[np.intp], FloatArray]:
         """The argsort (NaN last) of each row (or of `rows`) of the last `n_steps` columns and the sorted values."""
 
         def sort() -> tuple[npt.NDArray[np.intp], FloatArray]:
@@ -299,13 +297,13 @@ TOP_VALUES = 256
 class WindowTop(NamedTuple):
     """The grid's `TOP_VALUES` largest known values per row, largest first (`values`, NaN past a row's known ones),
     whether each lies in a window of columns (`inside`), how many of them so far do (`seen`), and the window's
-    known values per row (`count`)."""
+    known values per row (`known`)."""
 
     values: FloatArray
     positions: npt.NDArray[np.int32]
     inside: npt.NDArray[np.bool_]
     seen: IntArray
-    count: IntArray
+    known: IntArray
 
 
 class GridOrder:
@@ -343,7 +341,7 @@ class GridOrder:
         row's known values)."""
         if self._top is None:
             order = self.order()
-            rows, width = self.grid.shape
+            width = self.grid.shape[1]
             known = np.count_nonzero(~np.isnan(self.grid), axis=1)
             place = known[:, None] - 1 - np.arange(min(TOP_VALUES, width))[None, :]
             positions = np.where(place >= 0, np.take_along_axis(order, np.maximum(place, 0), axis=1), -1)
@@ -499,7 +497,9 @@ class DecayedQuantileForecaster(_ConstantLine):
         end = shared.grid.shape[1]
         age = np.arange(steps - 1, -1, -1, dtype=np.float64)
         weight = np.exp2(-age / self.half_life_steps)
-        total = shared.once(("known weight", steps, self.half_life_steps), lambda: np.einsum("ij,j->i", shared.known(steps), weight))
+        total = shared.once(
+            ("known weight", steps, self.half_life_steps), lambda: np.einsum("ij,j->i", shared.known(steps), weight)
+        )
         above = np.where(top.inside, np.exp2(-(end - 1 - top.positions) / self.half_life_steps), 0.0)
         cumulative = np.cumsum(above, axis=1)
         rest = (1.0 - self.quantile) * total
@@ -508,7 +508,7 @@ class DecayedQuantileForecaster(_ConstantLine):
         every = np.arange(at.size)
         before = np.where(at > 0, cumulative[every, np.maximum(at - 1, 0)], 0.0)
         gap = np.minimum(cumulative[every, at] - rest, rest - before)
-        known = top.count > 0
+        known = top.known > 0
         settled = ~known | (passed[every, at] & (gap > 2e-9 * total))
         return np.where(known, top.values[every, at], np.nan), settled
 

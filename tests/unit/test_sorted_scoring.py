@@ -72,7 +72,9 @@ def usages(grid: FloatArray, origins: list[int], steps: int) -> list[FloatArray 
         usage_after(grid, origins, steps),
         FutureUsage(room, origins, steps),
         FleetUsage([FutureUsage(room[:cut], origins, steps), FutureUsage(room[cut:], origins, steps)]),
-        FleetUsage([FutureUsage(spread, origins, steps, rows=odd[:cut]), FutureUsage(spread, origins, steps, rows=odd[cut:])]),
+        FleetUsage(
+            [FutureUsage(spread, origins, steps, rows=odd[:cut]), FutureUsage(spread, origins, steps, rows=odd[cut:])]
+        ),
     ]
 
 
