@@ -25,7 +25,6 @@ from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import as_strided
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -105,10 +104,8 @@ def sort_chunks(parts: Sequence[FutureUsage]) -> SortedChunks:
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
-    containers). `rows`: the grid's rows that are the containers (all by default), read from the grid as it is, not
-    copied. When the origins are evenly spaced, every rows are taken and the grid has room after its end (NaN
-    columns: `with_room`), a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is
-    made C-ordered)."""
+    containers), NaN past the grid's end. `rows`: the grid's rows that are the containers (all by default): a
+    partition's grid is read as it is, never copied whole for the selection."""
 
     def __init__(
         self,
@@ -127,24 +124,12 @@ class FutureUsage:
         #: Steps between origins (the usage's width for a single origin).
         self.spacing = int(next(iter(spacing))) if len(spacing) == 1 else steps
         self.even = len(spacing) <= 1 and bool(origins) and origins[0] >= 0
-        self._view: FloatArray | None = None
         # The sorted chunks of the grid (`sorted_chunks`), shared with the `first` of this usage.
         self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
-        if self.even and rows is None and origins[-1] + steps <= grid.shape[1]:
-            row_stride, step_stride = grid.strides
-            self._view = as_strided(
-                grid[:, origins[0] :],
-                shape=self.shape,
-                strides=(self.spacing * step_stride, row_stride, step_stride),
-                writeable=False,
-            )
 
     def rows(self, rows: slice) -> FloatArray:
-        if self._view is not None:
-            return self._view[:, rows]
-        return usage_after(
-            self.grid[rows] if self.select is None else self.grid[self.select[rows]], self.origins, self.steps
-        )
+        picked = self.grid[rows] if self.select is None else self.grid[self.select[rows]]
+        return usage_after(picked, self.origins, self.steps)
 
     def cut(self, start: int, stop: int) -> FloatArray:
         """Columns [start, stop) of the containers' rows (a copy when `rows` picks them)."""
@@ -999,14 +984,6 @@ def candidate_lines(
         for m, model in enumerate(fit_together(candidates, grid[:, :origin], order)):
             line = model.predict(steps_per_day)
             out[m][o] = constant_line(line)[:, :1] if constant[m] else line
-    return out
-
-
-def with_room(grid: FloatArray, steps: int) -> FloatArray:
-    """The grid followed by `steps` NaN columns: the same usage after each origin (`usage_after`), and room for a
-    `FutureUsage` to read it as a view."""
-    out = np.full((grid.shape[0], grid.shape[1] + steps), np.nan)
-    out[:, : grid.shape[1]] = grid
     return out
 
 

@@ -27,7 +27,6 @@ from models.ensemble import (
     ratio_sketch,
     selection_costs,
     usage_after,
-    with_room,
 )
 from models.forecast import DecayedQuantileForecaster, GridOrder, _sliding_tops, _tops, fit_together
 from recommender.arrays import FloatArray, IntArray
@@ -61,9 +60,9 @@ def drawn_levels(seed: int, shape: tuple[int, int], usage: FloatArray, ties: boo
 
 
 def usages(grid: FloatArray, origins: list[int], steps: int) -> list[FloatArray | FutureUsage | FleetUsage]:
-    """The same past usage materialised, as a chunked view of the grid, as a fleet of two partitions, and as rows
-    picked from grids with other rows between them (read in place, no room after the grid)."""
-    room = with_room(grid, steps)
+    """The same past usage materialised, read from the grid in chunks, as a fleet of two partitions, and as rows
+    picked from grids with other rows between them."""
+    room = grid
     cut = grid.shape[0] // 2
     spread = np.full((2 * grid.shape[0], grid.shape[1]), 7.0)
     spread[1::2] = grid
@@ -145,7 +144,7 @@ def test_a_tail_read_a_block_at_a_time_gives_the_quantile_and_counts_read_at_onc
 def test_the_tail_quantile_of_each_label_is_the_higher_quantile_of_its_ratios(case: Case) -> None:
     labels: IntArray = np.random.default_rng(case.seed).integers(-1, 2, size=(case.grid.shape[0],))
     ratios = ensemble.scored_ratios(case.levels[:, :, None], case.usage())
-    segments = SortedSegments(FutureUsage(with_room(case.grid, case.steps), case.origins, case.steps))
+    segments = SortedSegments(FutureUsage(case.grid, case.origins, case.steps))
     for label, (quantile, count, _, _) in enumerate(segments.labelled_tails(case.levels, labels, 2, case.q)):
         members = labels >= 0 if label == 2 else labels == label
         known = ratios[:, members][~np.isnan(ratios[:, members])]
@@ -221,9 +220,7 @@ def test_labelled_quantiles_of_sorted_chunks_equal_the_blocked_ones_on_a_fleet(m
     """The calibration's pooled quantiles: sorted chunks (default) and ratio blocks (a tail too large for a block)."""
     grid = drawn_grid(5, 40, 12, 0.1, True)
     origins = [4 * P, 5 * P, 6 * P, 7 * P]
-    usage = FleetUsage(
-        [FutureUsage(with_room(grid[:25], 7 * P), origins, 7 * P), usage_after(grid[25:], origins, 7 * P)]
-    )
+    usage = FleetUsage([FutureUsage(grid[:25], origins, 7 * P), usage_after(grid[25:], origins, 7 * P)])
     levels = drawn_levels(5, (4, 40), usage_after(grid, origins, 7 * P), True)
     labels = np.random.default_rng(5).integers(-1, 3, size=40)
     fast = [t[:2] for t in SortedSegments(usage).labelled_tails(levels, labels, 3, 0.97)]
