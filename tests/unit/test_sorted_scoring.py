@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
+from sklearn.base import clone
 
-from models import ensemble
+from models import ensemble, forecast
 from models.ensemble import (
     FleetUsage,
     FutureUsage,
@@ -28,7 +29,15 @@ from models.ensemble import (
     selection_costs,
     usage_after,
 )
-from models.forecast import DecayedQuantileForecaster, GridOrder, _sliding_tops, _tops, fit_together
+from models.forecast import (
+    DecayedQuantileForecaster,
+    FlatQuantileForecaster,
+    GridOrder,
+    MultiWindowQuantileForecaster,
+    _sliding_tops,
+    _tops,
+    fit_together,
+)
 from recommender.arrays import FloatArray, IntArray
 
 P = 24  # steps per "day": small, so that many cases run in seconds
@@ -214,6 +223,29 @@ def test_decayed_quantiles_from_one_sort_of_the_grid_equal_a_sort_per_window(
         alone = [c.fit(grid[:, :origin]) for c in candidates]
         for a, b in zip(shared, alone):
             np.testing.assert_array_equal(a.level_, b.level_)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 9), st.floats(0.0, 0.5), st.booleans(), st.sampled_from([1, 3, 256]))
+def test_flat_and_decayed_quantiles_from_the_grids_top_values_equal_a_sort_per_window(
+    seed: int, containers: int, missing: float, ties: bool, top_values: int
+) -> None:
+    """Read from the grid's largest values where they settle the rank (few kept: most rows take their window's sort)."""
+    grid = drawn_grid(seed, containers, 6, missing, ties)
+    candidates = [
+        FlatQuantileForecaster(days=d, quantile=q, steps_per_day=P) for d, q in ((1.0, 0.9), (2.5, 0.99), (6.0, 1.0))
+    ] + [
+        MultiWindowQuantileForecaster(days=5.0, shortest_days=1.0, windows=3, quantile=0.95, steps_per_day=P),
+        DecayedQuantileForecaster(days=5.0, quantile=0.9, half_life_steps=12, steps_per_day=P),
+        DecayedQuantileForecaster(days=2.0, quantile=0.99, half_life_steps=48, steps_per_day=P),
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(forecast, "TOP_VALUES", top_values)
+        order = GridOrder(grid)
+        for origin in (P, 3 * P, 6 * P):
+            shared = fit_together(candidates, grid[:, :origin], order)
+            for model, candidate in zip(shared, candidates):
+                np.testing.assert_array_equal(model.level_, clone(candidate).fit(grid[:, :origin]).level_)
 
 
 def test_labelled_quantiles_of_sorted_chunks_equal_the_blocked_ones_on_a_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
