@@ -6,7 +6,8 @@ training at 1k-50k containers on
 to a step up against VPA's rule), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
-`fit` (bench/fit.py: the workload model's fit alone, on rows in memory, next to KRR's `simple` on the same rows).
+`fit` (bench/fit.py: the workload model's fit alone, on rows in memory, next to KRR's `simple` on the same rows;
+`--tile N`: the fleet's forecast choice alone on N copies of the partitions, its CPU and memory).
 
 `python -m bench recommend [--input FILE] [--runs 3]` times the real console script end to end
 (`recommender recommend ... --horizon 24h`) and, as the reference, a bare pandas+pyarrow read of the same file
@@ -145,6 +146,12 @@ def main() -> None:
     fit.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     fit.add_argument("--runs", type=int, default=3)
     fit.add_argument("--as-of", type=int, default=None, help="fit on the rows before this time (default: all)")
+    fit.add_argument(
+        "--tile",
+        type=int,
+        default=0,
+        help="N > 0: the fleet's forecast choice alone, on partitions by namespace repeated N times (its CPU and memory)",
+    )
     live_cost = sub.add_parser(
         "live-cost", help="the live loop's cost per pass on a real Prometheus vs an incremental train"
     )
@@ -211,7 +218,7 @@ def main() -> None:
     elif args.name == "fit":
         from bench.fit import main as bench_fit
 
-        result = bench_fit(args.input, args.runs, args.as_of)
+        result = bench_fit(args.input, args.runs, args.as_of, args.tile)
     elif args.name == "live-cost":
         from bench.live import bench_cost, bench_model_part
 

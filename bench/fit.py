@@ -65,7 +65,12 @@ def krr_simple(usage: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"cpu": by_container["cpu_cores"].quantile(0.95), "memory": by_container["memory_bytes"].max()})
 
 
-def main(input_path: Path, runs: int, as_of: int | None) -> dict[str, object]:
+def main(input_path: Path, runs: int, as_of: int | None, tile: int = 0) -> dict[str, object]:
+    """`tile` N > 0: the fleet's forecast choice alone on the rows fitted in partitions by namespace (as the
+    Prometheus stream cuts them), the partitions repeated N times (the same grids, so a fleet N times the size at
+    the cost of one), its CPU, wall and peak resident memory above the process before it."""
+    if tile:
+        return fleet_choice(input_path, runs, as_of, tile)
     from models.workload import fit_fleet_forecasts
     from pipelines.ingest import SampleBounds, read_usage
     from pipelines.settings import TrainingSettings
@@ -111,6 +116,57 @@ def main(input_path: Path, runs: int, as_of: int | None) -> dict[str, object]:
         "command": f"python -m bench fit --input {input_path} --runs {runs}" + (f" --as-of {as_of}" if as_of else ""),
         "rows": len(usage),
         "containers": int(usage.groupby(["namespace", "workload", "container"], observed=True).ngroups),
+        "runs": rows,
+        "median": {key: statistics.median(row[key] for row in rows) for key in rows[0]},
+    }
+
+
+def fleet_choice(input_path: Path, runs: int, as_of: int | None, tile: int) -> dict[str, object]:
+    import copy
+
+    from models.workload import fit_fleet_forecasts
+    from pipelines.ingest import SampleBounds, read_usage
+    from pipelines.settings import TrainingSettings
+    from pipelines.train import map_big_blocks, new_workload_model
+
+    map_big_blocks()  # as a streamed run: freed big blocks leave the process, so the peak is the choice's own
+    settings = TrainingSettings()
+    usage = read_usage(input_path, SampleBounds.at(settings.ingest, time.time()))
+    if as_of is not None:
+        usage = usage[usage["timestamp"] < as_of].reset_index(drop=True)
+    end = int(usage["timestamp"].max())
+    parts = [
+        new_workload_model(settings).fit(rows.reset_index(drop=True), data_end=end, fit_forecasts=False)
+        for _, rows in usage.groupby("namespace", sort=True, observed=True)
+    ]
+    del usage
+    containers = tile * sum(len(part.forecast_groups_) for part in parts)
+    print(f"{len(parts)} partitions x {tile}: {containers:,} containers; {runs} runs", file=sys.stderr, flush=True)
+    rows: list[dict[str, float]] = []
+    for run in range(runs):
+        models = [copy.copy(part) for _ in range(tile) for part in parts]
+        before = resident_mib()
+        with PeakResident() as resident:
+            start = _clock()
+            fit_fleet_forecasts(models)
+            wall, cpu = _since(start)
+        del models
+        row = {
+            "forecast_wall_seconds": wall,
+            "forecast_cpu_seconds": cpu,
+            "peak_rss_above_start_mib": round(resident.peak - before),
+            # The reference, a structure of the fleet's size: both resources' usage grids (each partition's N times).
+            "grids_mib": round(tile * sum(p.cpu_grid_.nbytes + p.memory_grid_.nbytes for p in parts) / 2**20),
+        }
+        rows.append(row)
+        print(f"run {run + 1}/{runs}: {row}", file=sys.stderr, flush=True)
+    return {
+        "benchmark": "fit-fleet-choice",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": f"python -m bench fit --input {input_path} --runs {runs} --tile {tile}"
+        + (f" --as-of {as_of}" if as_of else ""),
+        "partitions": len(parts) * tile,
+        "containers": containers,
         "runs": rows,
         "median": {key: statistics.median(row[key] for row in rows) for key in rows[0]},
     }

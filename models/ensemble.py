@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import as_strided
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -52,74 +51,103 @@ CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, Multi
 #: Values (origins x containers x steps) in one block of containers of the selection's passes (16 MB a temporary):
 #: choosing and calibrating hold a block at a time, so their memory follows the block, not the fleet.
 SELECTION_BLOCK_VALUES = 2_000_000
+#: Ratios of a tail (`SortedSegments.tail_quantile`) read at once: with their index temporaries (some 60 bytes a
+#: ratio) a block stays near 120 MB however long the tail. (500,000 cost 16 % more CPU at 4,000 containers.)
+TAIL_BLOCK_VALUES = 2_000_000
 
 
-class SortedChunks(NamedTuple):
+class SortedChunks:
     """A grid's chunks (chunks x containers x steps, each container's sorted, NaN last), their known `counts`
-    (chunks x containers) and, per chunk from the first origin on, its `place` in `values` (-1: no known value)."""
+    (chunks x containers) and, per chunk from the first origin on, its `place` in `values` (-1: no known value);
+    with each segment's cumulative sums (`cumulative`) computed once for every line scored on them."""
 
-    values: FloatArray
-    counts: IntArray
-    place: IntArray
+    def __init__(self, values: FloatArray, counts: IntArray, place: IntArray) -> None:
+        self.values, self.counts, self.place = values, counts, place
+        self._cumulative: FloatArray | None = None
+
+    def cumulative(self) -> FloatArray:
+        """(chunks x containers) x (steps + 1): each segment's sums of its first 0, 1, ... values (NaN as 0)."""
+        if self._cumulative is None:
+            flat = self.values.reshape(-1, self.values.shape[-1])
+            self._cumulative = np.zeros((flat.shape[0], flat.shape[1] + 1))
+            np.nancumsum(flat, axis=1, out=self._cumulative[:, 1:])
+        return self._cumulative
+
+
+def sort_chunks(parts: Sequence[FutureUsage]) -> SortedChunks:
+    """The chunks of `spacing` steps from the first origin on of the parts' grids (the same origins and width;
+    containers in part order), each container's sorted (NaN last), those without a known value in any part left
+    out: written into one array part by part, so no part's copy outlives its sort."""
+    first = parts[0]
+    width, start = first.spacing, first.origins[0]
+    count = len(first.origins) - 1 + first.steps // width
+    inside = [j for j in range(count) if start + j * width < first.grid.shape[1]]
+    n_containers = sum(part.shape[1] for part in parts)
+    values = np.empty((len(inside), n_containers, width))
+    column = 0
+    for part in parts:
+        rows = slice(column, column + part.shape[1])
+        for k, j in enumerate(inside):
+            chunk = part.cut(start + j * width, start + (j + 1) * width)
+            values[k, rows, : chunk.shape[1]] = np.sort(chunk, axis=1)
+            values[k, rows, chunk.shape[1] :] = np.nan
+        column = rows.stop
+    counts = np.sum(~np.isnan(values), axis=2)
+    kept = counts.any(axis=1)
+    if not kept.all():
+        values, counts = values[kept], counts[kept]
+    place = np.full(count, -1, dtype=np.int64)
+    place[np.asarray(inside, dtype=np.int64)[kept]] = np.arange(int(kept.sum()))
+    return SortedChunks(values, counts, place)
 
 
 class FutureUsage:
     """The usage after each origin (`usage_after`: origins x containers x steps), cut from the grid a block of
     containers at a time instead of held whole (a week after 7 origins is 14,112 values a container, 113 MB at 1,000
-    containers). When the origins are evenly spaced and the grid has room after its end (NaN columns: `with_room`),
-    a block is a read-only strided view of the grid, not a copy (`usage_rows` says when it is made C-ordered)."""
+    containers), NaN past the grid's end. `rows`: the grid's rows that are the containers (all by default): a
+    partition's grid is read as it is, never copied whole for the selection."""
 
     def __init__(
-        self, grid: FloatArray, origins: list[int], steps: int, chunks: dict[int, SortedChunks] | None = None
+        self,
+        grid: FloatArray,
+        origins: list[int],
+        steps: int,
+        chunks: dict[int, SortedChunks] | None = None,
+        rows: IntArray | None = None,
     ) -> None:
         self.grid = grid
         self.origins = origins
         self.steps = steps
-        self.shape = (len(origins), grid.shape[0], steps)
+        self.select = rows
+        self.shape = (len(origins), grid.shape[0] if rows is None else rows.size, steps)
         spacing = set(np.diff(origins).tolist())
         #: Steps between origins (the usage's width for a single origin).
         self.spacing = int(next(iter(spacing))) if len(spacing) == 1 else steps
-        self._view: FloatArray | None = None
+        self.even = len(spacing) <= 1 and bool(origins) and origins[0] >= 0
         # The sorted chunks of the grid (`sorted_chunks`), shared with the `first` of this usage.
         self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
-        if origins and len(spacing) <= 1 and origins[0] >= 0 and origins[-1] + steps <= grid.shape[1]:
-            row_stride, step_stride = grid.strides
-            self._view = as_strided(
-                grid[:, origins[0] :],
-                shape=self.shape,
-                strides=(self.spacing * step_stride, row_stride, step_stride),
-                writeable=False,
-            )
 
     def rows(self, rows: slice) -> FloatArray:
-        if self._view is not None:
-            return self._view[:, rows]
-        return usage_after(self.grid[rows], self.origins, self.steps)
+        picked = self.grid[rows] if self.select is None else self.grid[self.select[rows]]
+        return usage_after(picked, self.origins, self.steps)
+
+    def cut(self, start: int, stop: int) -> FloatArray:
+        """Columns [start, stop) of the containers' rows (a copy when `rows` picks them)."""
+        return self.grid[:, start:stop] if self.select is None else self.grid[self.select, start:stop]
 
     def first(self, steps: int) -> FutureUsage:
         """The same origins' usage over their first `steps` only."""
-        return FutureUsage(self.grid, self.origins, min(steps, self.steps), self._chunks)
+        return FutureUsage(self.grid, self.origins, min(steps, self.steps), self._chunks, self.select)
 
     def chunked(self) -> bool:
-        """Whether every origin's usage is whole chunks of `spacing` steps of the grid (evenly spaced origins, the
-        usage a view): the origins then share their chunks, each sorted once (`sorted_chunks`)."""
-        return self._view is not None and self.spacing > 0 and self.steps % self.spacing == 0
+        """Whether every origin's usage is whole chunks of `spacing` steps of the grid (evenly spaced origins): the
+        origins then share their chunks, each sorted once (`sorted_chunks`)."""
+        return self.even and self.spacing > 0 and self.steps % self.spacing == 0
 
     def sorted_chunks(self) -> SortedChunks:
-        """The grid's chunks of `spacing` steps from the first origin on, each container's sorted (NaN last), those
-        without a known value left out; computed once for this usage and every `first` of it."""
+        """`sort_chunks` of this usage, computed once for it and every `first` of it."""
         if self.spacing not in self._chunks:
-            width, start = self.spacing, self.origins[0]
-            count = len(self.origins) - 1 + self.steps // width
-            kept: list[FloatArray] = []
-            place = np.full(count, -1, dtype=np.int64)
-            for j in range(count):
-                chunk = self.grid[:, start + j * width : start + (j + 1) * width]
-                if not np.isnan(chunk).all():
-                    place[j] = len(kept)
-                    kept.append(np.sort(chunk, axis=1))
-            values = np.stack(kept) if kept else np.empty((0, self.grid.shape[0], width))
-            self._chunks[self.spacing] = SortedChunks(values, np.sum(~np.isnan(values), axis=2), place)
+            self._chunks[self.spacing] = sort_chunks([self])
         return self._chunks[self.spacing]
 
 
@@ -127,10 +155,13 @@ class FleetUsage:
     """The past usage of several partitions' containers as one fleet's (containers in partition order; a block of
     the selection never spans two), so that the fleet's choice is made over partitions as over blocks of one."""
 
-    def __init__(self, parts: Sequence[FloatArray | FutureUsage]) -> None:
+    def __init__(
+        self, parts: Sequence[FloatArray | FutureUsage], chunks: dict[int, SortedChunks] | None = None
+    ) -> None:
         self.parts = list(parts)
         self.starts = np.cumsum([0] + [part.shape[1] for part in self.parts])
         self.shape = (self.parts[0].shape[0], int(self.starts[-1]), self.parts[0].shape[2])
+        self._chunks: dict[int, SortedChunks] = {} if chunks is None else chunks
 
     def part_rows(self) -> list[slice]:
         """Each partition's containers among the fleet's."""
@@ -142,7 +173,33 @@ class FleetUsage:
         return usage_rows(self.parts[part], slice(rows.start - offset, rows.stop - offset))
 
     def first(self, steps: int) -> FleetUsage:
-        return FleetUsage([p.first(steps) if isinstance(p, FutureUsage) else p[:, :, :steps] for p in self.parts])
+        return FleetUsage(
+            [p.first(steps) if isinstance(p, FutureUsage) else p[:, :, :steps] for p in self.parts], self._chunks
+        )
+
+    def future_parts(self) -> list[FutureUsage] | None:
+        """The parts, when each is a chunked `FutureUsage` of the same origins and steps (else None)."""
+        parts = [p for p in self.parts if isinstance(p, FutureUsage) and p.chunked()]
+        first = parts[0] if parts else None
+        if first is None or len(parts) < len(self.parts):
+            return None
+        if any(
+            p.origins != first.origins or p.steps != first.steps or p.grid.shape[1] != first.grid.shape[1]
+            for p in parts
+        ):
+            return None
+        return parts
+
+    def chunked(self) -> bool:
+        return self.future_parts() is not None
+
+    def sorted_chunks(self) -> SortedChunks:
+        """`sort_chunks` of every part as one fleet's, computed once for this usage and every `first` of it."""
+        parts = self.future_parts()
+        assert parts is not None
+        if parts[0].spacing not in self._chunks:
+            self._chunks[parts[0].spacing] = sort_chunks(parts)
+        return self._chunks[parts[0].spacing]
 
 
 #: Past usage as the selection reads it: an (origins x containers x steps) array, its lazy `FutureUsage`, or a
@@ -182,18 +239,17 @@ class SortedSegments:
     origin whose usage holds it (the long-term line's week after 7 origins is 28 days' chunks of 7 sorted days)."""
 
     def __init__(self, usage: PastUsage) -> None:
-        parts = usage.parts if isinstance(usage, FleetUsage) else [usage]
+        chunked = isinstance(usage, FutureUsage | FleetUsage) and usage.chunked()
+        parts = [usage] if chunked or not isinstance(usage, FleetUsage) else usage.parts
         firsts = np.cumsum([0] + [part.shape[1] for part in parts])
-        chunked = all(isinstance(p, FutureUsage) and p.chunked() for p in parts)
-        if chunked and len({p.spacing for p in parts if isinstance(p, FutureUsage)}) > 1:
-            chunked = False
         values, counts, rows = [], [], []
+        self.chunks: SortedChunks | None = None
         base = 0
         for part, first in zip(parts, firsts):
             n_origins, n_containers, steps = part.shape
             containers = np.arange(n_containers, dtype=np.int64)
-            if chunked and isinstance(part, FutureUsage):
-                chunks = part.sorted_chunks()
+            if chunked and isinstance(part, FutureUsage | FleetUsage):
+                self.chunks = chunks = part.sorted_chunks()
                 width = chunks.values.shape[2]
                 for o in range(n_origins):
                     for j in chunks.place[o : o + steps // width]:
@@ -225,18 +281,18 @@ class SortedSegments:
 
     def tail_quantile(
         self, levels: FloatArray, known: IntArray, which: IntArray, q: float
-    ) -> tuple[float, int, IntArray, FloatArray]:
+    ) -> tuple[float, int, IntArray]:
         """The q-quantile by the "higher" rule of the ratios of the segments `which` (levels per segment of
-        `segment`, `known`: the ratios each has), their count, and the ratios at or above a lower bound of it (the
-        segments they belong to, the values): every ratio above the quantile is among them.
+        `segment`, `known`: the ratios each has), their count, and per segment of `which` its ratios above it.
 
         The quantile is the m-th largest ratio; the m-th largest of each segment's top h (enough for m in all)
         bounds it from below, so only the ratios above that bound are read: a segment whose whole top lies above
-        it is searched for where its ratios cross it."""
+        it is searched for where its ratios cross it. Where they are many, they are read a block at a time
+        (`_tail_rank`), not held at once."""
         counts = known[which]
         total = int(counts.sum())
         if total == 0:
-            return float("nan"), 0, np.empty(0, dtype=np.int64), np.empty(0)
+            return float("nan"), 0, np.zeros(which.size, dtype=np.int64)
         rank = min(max(int(np.ceil(q * total)) - 1, 0), total - 1)
         m = total - rank
         level = levels[which]
@@ -248,32 +304,83 @@ class SortedSegments:
         if int(present.sum()) >= m:
             shown = top[present]
             floor = float(np.partition(shown, shown.size - m)[shown.size - m])
-        above = np.sum(present & (top >= floor), axis=1)
+        # The ratios above the bound: at least m are at or above it, so when fewer than m are above it, it is the
+        # quantile (equal ratios at the bound, flat usage against a flat line, are then never read).
+        above = np.sum(present & (top > floor), axis=1)
         start = counts - above
         deeper = np.flatnonzero((above == depth) & (counts > depth))
         if deeper.size:
             low, kept = level[deeper], which[deeper]
-            start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) >= floor)
+            start[deeper] = self.first(kept, counts[deeper] - depth, lambda at: self.ratios(low, kept, at) > floor)
         lengths = counts - start
+        if int(lengths.sum()) < m:
+            return floor, total, lengths.astype(np.int64)
+        if int(lengths.sum()) <= TAIL_BLOCK_VALUES:
+            owner, values = self._tail(level, which, start, lengths)
+            quantile = float(np.partition(values, values.size - m)[values.size - m])
+            return quantile, total, np.bincount(owner, weights=values > quantile, minlength=which.size).astype(np.int64)
+        quantile = self._tail_rank(level, which, start, lengths, m)
+        reading = np.flatnonzero(lengths > 0)
+        first_above = self.first(
+            which[reading], counts[reading], lambda at: self.ratios(level[reading], which[reading], at) > quantile
+        )
+        result = np.zeros(which.size, dtype=np.int64)
+        result[reading] = counts[reading] - first_above
+        return quantile, total, result
+
+    def _tail(
+        self, level: FloatArray, which: IntArray, start: IntArray, lengths: IntArray
+    ) -> tuple[IntArray, FloatArray]:
+        """The ratios from `start` on of the segments `which` (`lengths` of them each) and the segment of each."""
         owner = np.repeat(np.arange(which.size), lengths)
         offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        values = self.ratios(level[owner], which[owner], start[owner] + offsets)
-        return float(np.partition(values, values.size - m)[values.size - m]), total, which[owner], values
+        return owner, self.ratios(level[owner], which[owner], start[owner] + offsets)
+
+    def _tail_rank(self, level: FloatArray, which: IntArray, start: IntArray, lengths: IntArray, m: int) -> float:
+        """The m-th largest of the ratios `_tail` reads, holding a block of `TAIL_BLOCK_VALUES` of them at a
+        time: counts in bins ordered as the floats are (`_order_bins`), then only the values of the bin that holds
+        the rank."""
+        ends = np.cumsum(lengths)
+        cuts = np.searchsorted(ends, np.arange(TAIL_BLOCK_VALUES, int(ends[-1]), TAIL_BLOCK_VALUES))
+        pieces = [slice(int(a), int(b)) for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), which.size]) if b > a]
+
+        def blocks() -> Iterator[FloatArray]:
+            for piece in pieces:
+                yield self._tail(level[piece], which[piece], start[piece], lengths[piece])[1]
+
+        counts = np.zeros(_BIN_COUNT, dtype=np.int64)
+        for values in blocks():
+            counts += np.bincount(_order_bins(values), minlength=_BIN_COUNT)
+        from_top = np.cumsum(counts[::-1])
+        bin_of_rank = _BIN_COUNT - 1 - int(np.searchsorted(from_top, m))
+        higher = int(from_top[_BIN_COUNT - 2 - bin_of_rank]) if bin_of_rank < _BIN_COUNT - 1 else 0
+        # A segment's ratios are sorted, so its values in that bin are a run of it, found by search, not a pass.
+        ends = start + lengths
+
+        def bin_at(at: IntArray) -> IntArray:
+            return _order_bins(self.ratios(level, which, np.minimum(at, np.maximum(ends - 1, 0))))
+
+        low = self.first(which, ends, lambda at: bin_at(at) >= bin_of_rank)
+        high = self.first(which, ends, lambda at: bin_at(at) > bin_of_rank)
+        low, high = np.maximum(low, start), np.maximum(high, start)
+        inside = self._tail(level, which, low, high - low)[1]
+        return float(np.partition(inside, inside.size - (m - higher))[inside.size - (m - higher)])
 
     def labelled_tails(
         self, levels: FloatArray, labels: IntArray, n_labels: int, q: float
-    ) -> list[tuple[float, int, IntArray, FloatArray]]:
+    ) -> list[tuple[float, int, IntArray, IntArray]]:
         """`tail_quantile` of the ratios against a constant line (`levels`: origins x containers) of each label's
-        containers (`labels`: one per container, -1 for none) and, last, of every labelled one."""
+        containers (`labels`: one per container, -1 for none) and, last, of every labelled one, with the segments
+        (indices into `segment`) whose ratios above it `tail_quantile` counts."""
         level = levels[self.origin, self.container]
         known = np.where(np.isnan(level), 0, self.counts[self.segment])
         label = labels[self.container]
-        return [
-            self.tail_quantile(
-                level, known, np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0)), q
-            )
-            for i in range(n_labels + 1)
-        ]
+        tails = []
+        for i in range(n_labels + 1):
+            which = np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0))
+            quantile, total, above = self.tail_quantile(level, known, which, q)
+            tails.append((quantile, total, which, above))
+        return tails
 
     def first(self, which: IntArray, limit: IntArray, reached: Callable[[IntArray], npt.NDArray[np.bool_]]) -> IntArray:
         """Per segment of `which`, the first position below `limit` where `reached(positions)` holds (`limit` when
@@ -296,10 +403,10 @@ class SortedSegments:
         """Per container the pinball loss at level q of a constant line (`levels`: origins x containers) against
         its usage, summed over its rows (origins) with a known level and usage; NaN without any. From each
         segment's count of usage at or below the level and its cumulative sums (no pass over the samples)."""
-        if not hasattr(self, "_cumulative"):
-            self._cumulative = np.concatenate(
-                [np.zeros((self.values.shape[0], 1)), np.nancumsum(self.values, axis=1)], axis=1
-            )
+        if self.chunks is not None:
+            self._cumulative = self.chunks.cumulative()  # shared by every line scored on the chunks
+        elif not hasattr(self, "_cumulative"):
+            self._cumulative = SortedChunks(self.values, self.counts, np.empty(0, dtype=np.int64)).cumulative()
         every = np.arange(self.segment.size)
         level = levels[self.origin, self.container]
         count = self.counts[self.segment]
@@ -339,10 +446,10 @@ def constant_line_costs(
     ).astype(np.float64)
     alpha, totals = np.full(n_labels + 1, np.nan), np.zeros(n_labels + 1, dtype=np.int64)
     over = np.zeros((2, segments.n_containers))
-    for i, (alpha[i], totals[i], owner, values) in enumerate(segments.labelled_tails(levels, labels, n_labels, q)):
+    for i, (alpha[i], totals[i], which, above) in enumerate(segments.labelled_tails(levels, labels, n_labels, q)):
         if totals[i]:
             over[int(i == n_labels)] += np.bincount(
-                segments.container[owner], weights=values > alpha[i], minlength=segments.n_containers
+                segments.container[which], weights=above, minlength=segments.n_containers
             )
     return alpha, totals, over, line
 
@@ -862,25 +969,21 @@ def candidate_lines(
     origins: list[int],
     steps_per_day: int,
     constant: Sequence[bool],
+    out: Sequence[FloatArray] | None = None,
 ) -> list[FloatArray]:
     """Each candidate's day-ahead lines from each origin, from data before it only: (origins x containers x steps),
-    or (origins x containers x 1) where `constant[m]` (a constant line is one value: memory stays small). The
-    candidates are fitted together at each origin (`fit_together`: one sort for the decayed quantiles, one windowed
-    quantile for the time-of-day windows that differ in their floor)."""
-    out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
+    or (origins x containers x 1) where `constant[m]` (a constant line is one value: memory stays small), written
+    into `out` when given (a partition's containers of the fleet's arrays). The candidates are fitted together at
+    each origin (`fit_together`: one sort for the decayed quantiles, one windowed quantile for the time-of-day
+    windows that differ in their floor)."""
+    if out is None:
+        out = [np.full((len(origins), grid.shape[0], 1 if flat else steps_per_day), np.nan) for flat in constant]
+    out = list(out)
     order = GridOrder(grid)  # one sort of the grid for every origin's windows
     for o, origin in enumerate(origins):
         for m, model in enumerate(fit_together(candidates, grid[:, :origin], order)):
             line = model.predict(steps_per_day)
             out[m][o] = constant_line(line)[:, :1] if constant[m] else line
-    return out
-
-
-def with_room(grid: FloatArray, steps: int) -> FloatArray:
-    """The grid followed by `steps` NaN columns: the same usage after each origin (`usage_after`), and room for a
-    `FutureUsage` to read it as a view."""
-    out = np.full((grid.shape[0], grid.shape[1] + steps), np.nan)
-    out[:, : grid.shape[1]] = grid
     return out
 
 
@@ -1299,15 +1402,21 @@ class PeakForecaster(BaseEstimator):  # type: ignore[misc]
         self.steps_per_day = steps_per_day
 
     def fit(self, X: Any, y: Any = None) -> Self:
-        grid = check_grid(X, type(self).__name__)
-        per_day, n = self.steps_per_day, grid.shape[1]
+        return self.fit_parts([check_grid(X, type(self).__name__)])
+
+    def fit_parts(self, grids: Sequence[FloatArray]) -> Self:
+        """`fit` on the rows of several grids of one width (a fleet's partitions) as on one grid of them all: the
+        summaries are per container, so no copy of the fleet's grid is made."""
+        per_day, n = self.steps_per_day, grids[0].shape[1]
         forecasts, actuals = [], []
         for day in range(self.selection_days, 0, -1):
             origin = n - day * per_day
             if origin < per_day:
                 continue
-            forecasts.append(peak_candidates(grid[:, :origin], per_day))
-            actuals.append(daily_maxima(grid[:, : origin + per_day], 1, per_day)[:, 0])
+            forecasts.append(np.concatenate([peak_candidates(grid[:, :origin], per_day) for grid in grids], axis=1))
+            actuals.append(
+                np.concatenate([daily_maxima(grid[:, : origin + per_day], 1, per_day)[:, 0] for grid in grids])
+            )
         self.errors_ = np.full(len(PEAK_RULES), np.nan)
         self.choice_, self.factor_ = len(PEAK_RULES) - 2, 1.0
         if forecasts:
@@ -1323,7 +1432,7 @@ class PeakForecaster(BaseEstimator):  # type: ignore[misc]
                 with np.errstate(all="ignore"):
                     ratio = (actual[0] / past[self.choice_])[scored[self.choice_]]
                 self.factor_ = _higher_quantile(ratio, self.quantile) if ratio.size else 1.0
-        self.level_ = peak_candidates(grid, per_day)[self.choice_] * self.factor_
+        self.level_ = np.concatenate([peak_candidates(grid, per_day)[self.choice_] for grid in grids]) * self.factor_
         return self
 
     def predict(self) -> FloatArray:

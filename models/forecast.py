@@ -16,7 +16,7 @@ step i of the forecast is "i steps after the decision", and a day is `steps_per_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -106,6 +106,14 @@ def _pick_tops(tops: list[FloatArray], depths: list[IntArray], count: IntArray) 
 SLIDING_TOPS = 2
 
 
+def _merge_tops(a: list[FloatArray], b: list[FloatArray]) -> list[FloatArray]:
+    """The 1 or 2 largest values, with multiplicity, of the union of two sets given by theirs (largest first)."""
+    first = np.maximum(a[0], b[0])
+    if len(a) == 1:
+        return [first]
+    return [first, np.maximum(np.minimum(a[0], b[0]), np.maximum(a[1], b[1]))]
+
+
 def _sliding_tops(per_column: FloatArray, width: int, places: int) -> list[FloatArray]:
     """The `places` (1 or 2) largest values, with multiplicity (-inf when fewer), of the union of each `width`
     consecutive columns of `per_column` (rows x its places x columns, each column's largest first).
@@ -115,27 +123,36 @@ def _sliding_tops(per_column: FloatArray, width: int, places: int) -> list[Float
     element-wise operations, instead of a pass over every value of every window."""
     rows, have, columns = per_column.shape
     blocks = -(-columns // width)
-    padded = np.full((rows, places, blocks * width), -np.inf)
-    padded[:, : min(have, places), :columns] = per_column[:, :places]
-    values = padded.reshape(rows, places, blocks, width)
-
-    def merge(a: FloatArray, b: FloatArray) -> FloatArray:
-        """The tops of the union of two sets' tops (places first on axis 1)."""
-        first = np.maximum(a[:, 0], b[:, 0])
-        if places == 1:
-            return first[:, None]
-        return np.stack([first, np.maximum(np.minimum(a[:, 0], b[:, 0]), np.maximum(a[:, 1], b[:, 1]))], axis=1)
-
-    forward, backward = values.copy(), values.copy()
+    values = []
+    for place in range(places):
+        padded = np.full((rows, blocks * width), -np.inf)
+        if place < have:
+            padded[:, :columns] = per_column[:, place]
+        values.append(padded.reshape(rows, blocks, width))
+    forward, backward = [v.copy() for v in values], [v.copy() for v in values]
     for j in range(1, width):
-        forward[..., j] = merge(forward[..., j - 1], values[..., j])
-        backward[..., width - 1 - j] = merge(values[..., width - 1 - j], backward[..., width - j])
+        ahead = _merge_tops([f[..., j - 1] for f in forward], [v[..., j] for v in values])
+        behind = _merge_tops([v[..., width - 1 - j] for v in values], [b[..., width - j] for b in backward])
+        for place in range(places):
+            forward[place][..., j], backward[place][..., width - 1 - j] = ahead[place], behind[place]
     start = np.arange(columns - width + 1)
-    tail = backward.reshape(rows, places, -1)[:, :, start]
-    head = forward.reshape(rows, places, -1)[:, :, start + width - 1]
+    tail = [b.reshape(rows, -1)[:, start] for b in backward]
+    head = [f.reshape(rows, -1)[:, start + width - 1] for f in forward]
     # A window that starts a block is that block, all in its tail.
-    joined = np.where(start % width == 0, tail, merge(tail, head))
-    return [joined[:, place] for place in range(places)]
+    whole = start % width == 0
+    return [np.where(whole, t, m) for t, m in zip(tail, _merge_tops(tail, head))]
+
+
+def _day_tops(segments: FloatArray, places: int) -> list[FloatArray]:
+    """The `places` (1 or 2) largest values across days (axis 1) of each row and column, with multiplicity (-inf
+    when fewer): one running merge over the days, each a contiguous slice, instead of `_tops` across a strided axis."""
+    rows, days, columns = segments.shape
+    tops = [np.full((rows, columns), -np.inf) for _ in range(places)]
+    for day in range(days):
+        value = segments[:, day]
+        value = np.where(np.isnan(value), -np.inf, value)
+        tops = _merge_tops(tops, [value] + [np.full_like(value, -np.inf)] * (places - 1))
+    return tops
 
 
 def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
@@ -155,9 +172,10 @@ def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
     if deepest > TOP_MAX_DEPTH or not segments.size:
         windows = sliding_window_view(segments, width, axis=2)  # rows x days x steps x width
         return nan_quantile(np.moveaxis(windows, 1, 2).reshape(rows, columns - width + 1, days * width), q)
-    per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)  # rows x places x cols
     if deepest < SLIDING_TOPS:
+        per_column = np.stack(_day_tops(segments, min(deepest, days - 1) + 1), axis=1)  # rows x places x cols
         return _pick_tops(_sliding_tops(per_column, width, deepest + 1), [depth], count)[0]
+    per_column = np.stack(_tops(np.moveaxis(segments, 1, 2), min(deepest, days - 1)), axis=1)
     places = per_column.shape[1]
     candidates = np.moveaxis(sliding_window_view(per_column, width, axis=2), 1, 2)  # rows x steps x places x width
     tops = _tops(candidates.reshape(rows, columns - width + 1, places * width), deepest)
@@ -215,21 +233,53 @@ class SharedFit:
         return result
 
     def quantile(self, n_steps: int, q: float) -> FloatArray:
-        """`nan_quantile` of the last `n_steps` columns."""
-        return self.once(
-            ("quantile", min(max(n_steps, 1), self.grid.shape[1]), q), lambda: _flat_quantile(self.recent(n_steps), q)
-        )
+        """`nan_quantile` of the last `n_steps` columns: from the grid's largest values (`GridOrder.top`) where
+        they hold the rank, the window itself for the other rows."""
+        n_steps = min(max(n_steps, 1), self.grid.shape[1])
+        return self.once(("quantile", n_steps, q), lambda: self._quantile(n_steps, q))
 
-    def sorted_recent(self, n_steps: int) -> tuple[npt.NDArray[np.intp], FloatArray]:
-        """The argsort (NaN last) of each row of the last `n_steps` columns and the sorted values."""
+    def _quantile(self, n_steps: int, q: float) -> FloatArray:
+        if self.order is None:
+            return _flat_quantile(self.recent(n_steps), q)
+        top = self.top(n_steps)
+        count = top.known
+        rank = np.clip(np.ceil(q * count).astype(np.int64) - 1, 0, max(n_steps - 1, 0))
+        # The (depth + 1)-th largest known value of the window: the entry of the top where that many are inside.
+        hit = top.inside & (top.seen == (count - rank)[:, None])
+        at = np.argmax(hit, axis=1)
+        every = np.arange(count.size)
+        level = np.where(count > 0, top.values[every, at], np.nan)
+        rest = np.flatnonzero(~hit[every, at] & (count > 0))
+        if rest.size:
+            level[rest] = _flat_quantile(self.recent(n_steps)[rest], q)
+        return level
+
+    def top(self, n_steps: int) -> WindowTop:
+        """The grid's largest values (`GridOrder.top`) as they fall in the window of the last `n_steps` columns."""
+        n_steps = min(max(n_steps, 1), self.grid.shape[1])
+        assert self.order is not None
+        order = self.order
+        return self.once(("top", n_steps), lambda: order.window_top(self.grid.shape[1] - n_steps, self.grid.shape[1]))
+
+    def sorted_recent(self, n_steps: int, rows: IntArray | None = None) -> tuple[npt.NDArray[np.intp], FloatArray]:
+        """The argsort (NaN last) of each row (or of `rows`) of the last `n_steps` columns and the sorted values."""
 
         def sort() -> tuple[npt.NDArray[np.intp], FloatArray]:
-            window = self.recent(n_steps)
+            window = self.recent(n_steps) if rows is None else self.recent(n_steps)[rows]
             end = self.grid.shape[1]
-            order = np.argsort(window, axis=1) if self.order is None else self.order.window(end - window.shape[1], end)
+            order = (
+                np.argsort(window, axis=1)
+                if self.order is None
+                else self.order.window(end - window.shape[1], end, rows)
+            )
             return order, np.take_along_axis(window, order, axis=1)
 
-        return self.once(("sorted", min(max(n_steps, 1), self.grid.shape[1])), sort)
+        key = None if rows is None else rows.tobytes()
+        return self.once(("sorted", min(max(n_steps, 1), self.grid.shape[1]), key), sort)
+
+    def known(self, n_steps: int) -> FloatArray:
+        """1.0 where the last `n_steps` columns hold a value, else 0.0."""
+        return self.once(("known", n_steps), lambda: (~np.isnan(self.recent(n_steps))).astype(np.float64))
 
     def once(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
         """`make()`, computed the first time `key` is asked for."""
@@ -239,18 +289,37 @@ class SharedFit:
         return result
 
 
+#: The largest known values per row that `GridOrder.top` keeps: a high quantile of a window of the grid is read from
+#: them when that many of them fall inside it (the 99th percentile of 14 days is the 41st largest of 4,032 values).
+TOP_VALUES = 256
+
+
+class WindowTop(NamedTuple):
+    """The grid's `TOP_VALUES` largest known values per row, largest first (`values`, NaN past a row's known ones),
+    whether each lies in a window of columns (`inside`), how many of them so far do (`seen`), and the window's
+    known values per row (`known`)."""
+
+    values: FloatArray
+    positions: npt.NDArray[np.int32]
+    inside: npt.NDArray[np.bool_]
+    seen: IntArray
+    known: IntArray
+
+
 class GridOrder:
     """Each row's argsort of a grid (NaN last), computed once, from which the order of any window of its columns is
     read by keeping, in that order, the positions inside the window: the backtest fits windows of one grid at each
     origin, and keeping costs a tenth of a sort. Equal values may come out in another order than a sort of the
-    window would give them (`DecayedQuantileForecaster` checks where that could matter)."""
+    window would give them (`DecayedQuantileForecaster` checks where that could matter). A high quantile only
+    needs a window's largest values, and those are mostly among the grid's (`top`, `window_top`)."""
 
     def __init__(self, grid: FloatArray) -> None:
         self.grid = grid
         self._order: npt.NDArray[np.int32] | None = None
+        self._top: tuple[FloatArray, npt.NDArray[np.int32]] | None = None
+        self._known: npt.NDArray[np.int32] | None = None
 
-    def window(self, start: int, stop: int) -> npt.NDArray[np.intp]:
-        """The order of the values of columns [start, stop) of each row, as positions within the window."""
+    def order(self) -> npt.NDArray[np.int32]:
         if self._order is None:
             # Sorted a block of rows at a time: the int64 argsort's temporary stays a block's.
             rows, width = self.grid.shape
@@ -258,8 +327,38 @@ class GridOrder:
             block = max(1, WINDOW_BLOCK_VALUES // max(width, 1))
             for first in range(0, rows, block):
                 self._order[first : first + block] = np.argsort(self.grid[first : first + block], axis=1)
-        inside = (self._order >= start) & (self._order < stop)
-        return self._order[inside].reshape(self.grid.shape[0], stop - start).astype(np.intp) - start
+        return self._order
+
+    def window(self, start: int, stop: int, rows: IntArray | None = None) -> npt.NDArray[np.intp]:
+        """The order of the values of columns [start, stop) of each row (or of `rows`), as positions within the
+        window."""
+        order = self.order() if rows is None else self.order()[rows]
+        inside = (order >= start) & (order < stop)
+        return order[inside].reshape(order.shape[0], stop - start).astype(np.intp) - start
+
+    def top(self) -> tuple[FloatArray, npt.NDArray[np.int32]]:
+        """Each row's `TOP_VALUES` largest known values, largest first, and their columns (NaN and -1 past the
+        row's known values)."""
+        if self._top is None:
+            order = self.order()
+            width = self.grid.shape[1]
+            known = np.count_nonzero(~np.isnan(self.grid), axis=1)
+            place = known[:, None] - 1 - np.arange(min(TOP_VALUES, width))[None, :]
+            positions = np.where(place >= 0, np.take_along_axis(order, np.maximum(place, 0), axis=1), -1)
+            values = np.where(place >= 0, np.take_along_axis(self.grid, np.maximum(positions, 0), axis=1), np.nan)
+            self._top = values, positions.astype(np.int32)
+        return self._top
+
+    def window_top(self, start: int, stop: int) -> WindowTop:
+        """`top` as it falls in columns [start, stop)."""
+        if self._known is None:
+            known = np.zeros((self.grid.shape[0], self.grid.shape[1] + 1), dtype=np.int32)
+            np.cumsum(~np.isnan(self.grid), axis=1, out=known[:, 1:])
+            self._known = known
+        values, positions = self.top()
+        inside = (positions >= start) & (positions < stop)
+        count = (self._known[:, stop] - self._known[:, start]).astype(np.int64)
+        return WindowTop(values, positions, inside, np.cumsum(inside, axis=1), count)
 
 
 def _flat_quantile(window: FloatArray, q: float) -> FloatArray:
@@ -366,16 +465,52 @@ class DecayedQuantileForecaster(_ConstantLine):
         self.steps_per_day = steps_per_day
 
     def fit_shared(self, shared: SharedFit) -> Self:
+        rows = None
+        if shared.order is not None:
+            # From the grid's largest values: rows whose quantile they settle need no sort of their window.
+            self.level_, settled = self._top_levels(shared)
+            rows = np.flatnonzero(~settled)
+            if not rows.size:
+                return self
+        else:
+            self.level_ = np.full(shared.grid.shape[0], np.nan)
         # The sort is the costly part and does not depend on the half-life: candidates differing in it share it.
-        order, ordered = shared.sorted_recent(self._steps())  # NaN last, with weight 0
-        self.level_, unsure = self._levels(order, ordered)
+        order, ordered = shared.sorted_recent(self._steps(), rows)  # NaN last, with weight 0
+        levels, unsure = self._levels(order, ordered)
         if unsure.any():
             # Equal values in another order add their weights in another order: where the quantile's weight lies
             # within rounding of a step of the cumulative weights, the row is sorted on its own, as its window is.
-            window = shared.recent(self._steps())[unsure]
+            window = shared.recent(self._steps())[unsure if rows is None else rows[unsure]]
             exact = np.argsort(window, axis=1)
-            self.level_[unsure] = self._levels(exact, np.take_along_axis(window, exact, axis=1))[0]
+            levels[unsure] = self._levels(exact, np.take_along_axis(window, exact, axis=1))[0]
+        self.level_[slice(None) if rows is None else rows] = levels
         return self
+
+    def _top_levels(self, shared: SharedFit) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+        """The weighted quantile of each row from the grid's largest values of its window (`SharedFit.top`), and
+        whether it is settled there: the smallest value whose weight at or below it reaches `quantile` of the whole,
+        i.e. the first value from the top where the weight above and at it passes the rest (1 - quantile). Settled
+        where that happens within the top values, away from rounding (more than twice `_levels`' 1e-9 of the
+        weight from a step), so the level is the one a sort of the window gives; the other rows are sorted."""
+        steps = min(max(self._steps(), 1), shared.grid.shape[1])
+        top = shared.top(steps)
+        end = shared.grid.shape[1]
+        age = np.arange(steps - 1, -1, -1, dtype=np.float64)
+        weight = np.exp2(-age / self.half_life_steps)
+        total = shared.once(
+            ("known weight", steps, self.half_life_steps), lambda: np.einsum("ij,j->i", shared.known(steps), weight)
+        )
+        above = np.where(top.inside, np.exp2(-(end - 1 - top.positions) / self.half_life_steps), 0.0)
+        cumulative = np.cumsum(above, axis=1)
+        rest = (1.0 - self.quantile) * total
+        passed = cumulative > rest[:, None]
+        at = np.argmax(passed, axis=1)
+        every = np.arange(at.size)
+        before = np.where(at > 0, cumulative[every, np.maximum(at - 1, 0)], 0.0)
+        gap = np.minimum(cumulative[every, at] - rest, rest - before)
+        known = top.known > 0
+        settled = ~known | (passed[every, at] & (gap > 2e-9 * total))
+        return np.where(known, top.values[every, at], np.nan), settled
 
     def _levels(self, order: npt.NDArray[np.intp], ordered: FloatArray) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
         """The weighted quantile of each row from its sort, and whether it lies within 1e-9 of the row's weight of

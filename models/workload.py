@@ -43,7 +43,6 @@ from models.ensemble import (
     rolling_origins,
     selected_forecaster,
     short_term_candidates,
-    with_room,
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -262,11 +261,16 @@ def fit_resource_forecasts(
         for g in grids
     ]
     rows = [np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day) for grid in grids]
-    # The scored rows with a week of NaN after them: the usage after each origin is a view of them, not a copy.
-    padded = [with_room(grid[r], LONG_TERM_DAYS * per_day) for grid, r in zip(grids, rows)]
-    scored = [part[:, :width] for part in padded]
     origins = rolling_origins(width, settings.selection_days, per_day)
-    usage = FleetUsage([FutureUsage(part, origins, LONG_TERM_DAYS * per_day) for part in padded])
+    # The usage after each origin is read from the grids themselves, a block of containers at a time: no copy of a
+    # partition's grid outlives its backtest or its chosen candidates' fit (`scored`).
+    usage = FleetUsage([FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, rows)])
+
+    def scored(part: int) -> FloatArray:
+        grid, r = grids[part], rows[part]
+        return grid if r.size == grid.shape[0] else grid[r]
+
+    starts = usage.starts.tolist()
     past: dict[str, FloatArray] = {}
     fitted: list[dict[str, BaseEstimator]] = [{} for _ in grids]
 
@@ -275,17 +279,21 @@ def fit_resource_forecasts(
         new = list({model_name(c): c for c in candidates if model_name(c) not in past}.values())
         if new:
             constant = [isinstance(c, CONSTANT_FORECASTERS) for c in new]
-            lines = [candidate_lines(part, new, origins, per_day, constant) for part in scored]
-            for m, candidate in enumerate(new):
-                parts = [part[m] for part in lines]
-                past[model_name(candidate)] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+            # The fleet's arrays, each partition's lines written into its containers' part (no per-partition copy).
+            lines = [np.full((len(origins), starts[-1], 1 if flat else per_day), np.nan) for flat in constant]
+            for p, part in enumerate(usage.part_rows()):
+                candidate_lines(scored(p), new, origins, per_day, constant, [line[:, part] for line in lines])
+            for candidate, line in zip(new, lines):
+                past[model_name(candidate)] = line
         return [past[model_name(c)] for c in candidates]
 
     def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
+        grid = functools.cache(lambda: scored(part))  # cut once for the line's chosen candidates, then let go
+
         def fit(m: int) -> BaseEstimator:
             key = model_name(candidates[m])
             if key not in fitted[part]:
-                fitted[part][key] = clone(candidates[m]).fit(scored[part])
+                fitted[part][key] = clone(candidates[m]).fit(grid())
             return fitted[part][key]
 
         return fit
@@ -305,7 +313,7 @@ def fit_resource_forecasts(
             [fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows=rows[p]) for p in range(len(grids))]
         )
     peak = PeakForecaster(selection_days=settings.selection_days, quantile=settings.peak_quantile)
-    peak.fit(grids[0] if len(grids) == 1 else np.concatenate(grids))
+    peak.fit_parts(grids)
     starts = np.cumsum([0] + [grid.shape[0] for grid in grids])
     return [
         ResourceForecast(

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
+from sklearn.base import clone
 
-from models import ensemble
+from models import ensemble, forecast
 from models.ensemble import (
     FleetUsage,
     FutureUsage,
@@ -27,9 +28,16 @@ from models.ensemble import (
     ratio_sketch,
     selection_costs,
     usage_after,
-    with_room,
 )
-from models.forecast import DecayedQuantileForecaster, GridOrder, _sliding_tops, _tops, fit_together
+from models.forecast import (
+    DecayedQuantileForecaster,
+    FlatQuantileForecaster,
+    GridOrder,
+    MultiWindowQuantileForecaster,
+    _sliding_tops,
+    _tops,
+    fit_together,
+)
 from recommender.arrays import FloatArray, IntArray
 
 P = 24  # steps per "day": small, so that many cases run in seconds
@@ -61,13 +69,20 @@ def drawn_levels(seed: int, shape: tuple[int, int], usage: FloatArray, ties: boo
 
 
 def usages(grid: FloatArray, origins: list[int], steps: int) -> list[FloatArray | FutureUsage | FleetUsage]:
-    """The same past usage materialised, as a chunked view of the grid, and as a fleet of two partitions."""
-    room = with_room(grid, steps)
+    """The same past usage materialised, read from the grid in chunks, as a fleet of two partitions, and as rows
+    picked from grids with other rows between them."""
+    room = grid
     cut = grid.shape[0] // 2
+    spread = np.full((2 * grid.shape[0], grid.shape[1]), 7.0)
+    spread[1::2] = grid
+    odd = np.arange(1, spread.shape[0], 2)
     return [
         usage_after(grid, origins, steps),
         FutureUsage(room, origins, steps),
         FleetUsage([FutureUsage(room[:cut], origins, steps), FutureUsage(room[cut:], origins, steps)]),
+        FleetUsage(
+            [FutureUsage(spread, origins, steps, rows=odd[:cut]), FutureUsage(spread, origins, steps, rows=odd[cut:])]
+        ),
     ]
 
 
@@ -119,12 +134,26 @@ def test_constant_line_costs_equal_those_of_every_ratio(case: Case) -> None:
         np.testing.assert_allclose(fast[3], slow[3], rtol=1e-12)  # n x level, summed in another order
 
 
+@settings(max_examples=40, deadline=None)
+@given(cases)
+def test_a_tail_read_a_block_at_a_time_gives_the_quantile_and_counts_read_at_once(case: Case) -> None:
+    """Equal ratios far more than the quantile's rank above the bound (flat usage) are read in blocks of bins."""
+    labels: IntArray = np.random.default_rng(case.seed).integers(-1, 3, size=(case.grid.shape[0],))
+    segments = SortedSegments(usage_after(case.grid, case.origins, case.steps))
+    whole = constant_line_costs(segments, case.levels, labels, 3, case.q)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ensemble, "TAIL_BLOCK_VALUES", 5)
+        blocked = constant_line_costs(segments, case.levels, labels, 3, case.q)
+    for a, b in zip(whole, blocked):
+        np.testing.assert_array_equal(a, b)
+
+
 @settings(max_examples=60, deadline=None)
 @given(cases)
 def test_the_tail_quantile_of_each_label_is_the_higher_quantile_of_its_ratios(case: Case) -> None:
     labels: IntArray = np.random.default_rng(case.seed).integers(-1, 2, size=(case.grid.shape[0],))
     ratios = ensemble.scored_ratios(case.levels[:, :, None], case.usage())
-    segments = SortedSegments(FutureUsage(with_room(case.grid, case.steps), case.origins, case.steps))
+    segments = SortedSegments(FutureUsage(case.grid, case.origins, case.steps))
     for label, (quantile, count, _, _) in enumerate(segments.labelled_tails(case.levels, labels, 2, case.q)):
         members = labels >= 0 if label == 2 else labels == label
         known = ratios[:, members][~np.isnan(ratios[:, members])]
@@ -196,13 +225,34 @@ def test_decayed_quantiles_from_one_sort_of_the_grid_equal_a_sort_per_window(
             np.testing.assert_array_equal(a.level_, b.level_)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 9), st.floats(0.0, 0.5), st.booleans(), st.sampled_from([1, 3, 256]))
+def test_flat_and_decayed_quantiles_from_the_grids_top_values_equal_a_sort_per_window(
+    seed: int, containers: int, missing: float, ties: bool, top_values: int
+) -> None:
+    """Read from the grid's largest values where they settle the rank (few kept: most rows take their window's sort)."""
+    grid = drawn_grid(seed, containers, 6, missing, ties)
+    candidates = [
+        FlatQuantileForecaster(days=d, quantile=q, steps_per_day=P) for d, q in ((1.0, 0.9), (2.5, 0.99), (6.0, 1.0))
+    ] + [
+        MultiWindowQuantileForecaster(days=5.0, shortest_days=1.0, windows=3, quantile=0.95, steps_per_day=P),
+        DecayedQuantileForecaster(days=5.0, quantile=0.9, half_life_steps=12, steps_per_day=P),
+        DecayedQuantileForecaster(days=2.0, quantile=0.99, half_life_steps=48, steps_per_day=P),
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(forecast, "TOP_VALUES", top_values)
+        order = GridOrder(grid)
+        for origin in (P, 3 * P, 6 * P):
+            shared = fit_together(candidates, grid[:, :origin], order)
+            for model, candidate in zip(shared, candidates):
+                np.testing.assert_array_equal(model.level_, clone(candidate).fit(grid[:, :origin]).level_)
+
+
 def test_labelled_quantiles_of_sorted_chunks_equal_the_blocked_ones_on_a_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
     """The calibration's pooled quantiles: sorted chunks (default) and ratio blocks (a tail too large for a block)."""
     grid = drawn_grid(5, 40, 12, 0.1, True)
     origins = [4 * P, 5 * P, 6 * P, 7 * P]
-    usage = FleetUsage(
-        [FutureUsage(with_room(grid[:25], 7 * P), origins, 7 * P), usage_after(grid[25:], origins, 7 * P)]
-    )
+    usage = FleetUsage([FutureUsage(grid[:25], origins, 7 * P), usage_after(grid[25:], origins, 7 * P)])
     levels = drawn_levels(5, (4, 40), usage_after(grid, origins, 7 * P), True)
     labels = np.random.default_rng(5).integers(-1, 3, size=40)
     fast = [t[:2] for t in SortedSegments(usage).labelled_tails(levels, labels, 3, 0.97)]
