@@ -849,7 +849,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             return usage.iloc[:0][columns], None, None
         rows = usage[chosen[usage["group"].cat.codes.to_numpy()]] if not chosen.all() else usage
         samples = rows[columns].assign(group=rows["group"].astype(str))
-        if oom_events is None or len(oom_events) == 0 or not chosen.any():
+        if oom_events is None or len(oom_events) == 0:
             return samples, None, None
         events = with_group_labels(oom_events)
         events = events.assign(group=events["group"].astype(str))
