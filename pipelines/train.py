@@ -65,7 +65,7 @@ from recommender.errors import (
     PrometheusError,
 )
 from recommender.progress import Step, quiet
-from recommender.resources import RecommendationSet
+from recommender.resources import NodeForecast, RecommendationSet
 from recommender.text import printable
 
 log = logging.getLogger(__name__)
@@ -460,6 +460,9 @@ class _Run:
     streamed: tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]] | None = None
     #: Seconds the fit waited for a partition's read (what the read-ahead did not hide; the cluster path: 0).
     read_wait_seconds: float = 0.0
+    #: The node model and its lines, fitted in a thread beside the fleet's forecast choice and the finish (`_finish`):
+    #: the node pools are complete once the partitions are fitted, and the choice's numpy sorting leaves a core free.
+    node_fit: Future[tuple[NodeForecaster | None, list[NodeForecast]]] | None = None
     _version: VersionWriter | None = None
 
     def plan(self, containers: dict[WorkloadName, int] | None, default_size: int | None = None) -> None:
@@ -631,8 +634,16 @@ class _Run:
     def _finish(
         self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction
     ) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
-        if plan.fleet_forecasts:
-            reduction = self._fleet_forecasts(sorted(fits), reduction)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as side:
+            if reduction.nodes is not None:
+                self.node_fit = side.submit(self._fit_node_model, reduction.nodes)
+            if plan.fleet_forecasts:
+                reduction = self._fleet_forecasts(sorted(fits), reduction)
+            return self._finish_partitions(fits, reduction)
+
+    def _finish_partitions(
+        self, fits: dict[int, PartitionFit], reduction: FleetReduction
+    ) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
         self.step(f"computing recommendations with the fleet's calibration ({len(fits)} partitions)")
         fleet = self.executor.share(reduction.statistics)
         finishing = {
@@ -662,47 +673,52 @@ class _Run:
             return oom
         return oom[self.partitions[index].owns(oom).to_numpy()].reset_index(drop=True)
 
-    def node_lines(self, reduction: FleetReduction) -> NodeForecaster | None:
-        """The node model fitted (or continued) on the fleet's pooled node usage."""
+    def _fit_node_model(self, nodes: PooledNodeUsage) -> tuple[NodeForecaster, list[NodeForecast]]:
+        """The node model fitted (or continued) on the fleet's pooled node usage, and its lines at `as_of`."""
         parent = self.parent.node_model if self.parent else None
-        if reduction.nodes is None:
-            return parent
-        self.step("fitting the node model")
-        if parent is not None:
-            return parent.partial_fit_pooled(reduction.nodes)
-        return new_node_model(self.settings).fit_pooled(reduction.nodes)
+        model = (
+            parent.partial_fit_pooled(nodes) if parent is not None else new_node_model(self.settings).fit_pooled(nodes)
+        )
+        return model, self._node_forecasts(model)
+
+    def _node_forecasts(self, model: NodeForecaster | None) -> list[NodeForecast]:
+        return [] if model is None else model.predict(as_of=self.as_of, horizon_seconds=self.horizon_seconds)
+
+    def node_lines(self) -> tuple[NodeForecaster | None, list[NodeForecast]]:
+        """The node model and lines of `_finish`'s side thread (its error, if any, raised here); without pooled node
+        usage, the parent's model unchanged."""
+        if self.node_fit is None:
+            parent = self.parent.node_model if self.parent else None
+            return parent, self._node_forecasts(parent)
+        self.step("fitting the node model (beside the forecast choice)")
+        return self.node_fit.result()
 
     def recommendations(self) -> RecommendationSet:
         """The `recommend` contract's result: the partitions' recommendations (kept in memory) in order."""
-        _, reduction, results = self.fit_and_finish()
+        _, _, results = self.fit_and_finish()
         first = results[min(results)]
-        node_model = self.node_lines(reduction)
         return RecommendationSet(
             as_of=first.as_of,
             horizon_seconds=self.horizon_seconds,
             step_seconds=first.step_seconds,
             recommendations=[r for i in sorted(results) for r in results[i].kept.recommendations.recommendations],
-            nodes=[]
-            if node_model is None
-            else node_model.predict(as_of=self.as_of, horizon_seconds=self.horizon_seconds),
+            nodes=self.node_lines()[1],
         )
 
     def commit(self, read_metrics: dict[str, float] | None = None) -> Manifest:
         """Fit and finish, then write the version and its manifest (the one manifest builder)."""
         writer = self._writer("training runs")
-        fits, reduction, results = self.fit_and_finish()
+        fits, _, results = self.fit_and_finish()
         order = sorted(results)
         first = results[order[0]]
-        node_model = self.node_lines(reduction)
+        node_model, node_lines = self.node_lines()
         fit_seconds = time.perf_counter() - self.started
         header = RecommendationSet(
             as_of=first.as_of,
             horizon_seconds=self.horizon_seconds,
             step_seconds=first.step_seconds,
             recommendations=[],
-            nodes=[]
-            if node_model is None
-            else node_model.predict(as_of=self.as_of, horizon_seconds=self.horizon_seconds),
+            nodes=node_lines,
         )
         self.step(f"publishing to {self.settings.store.path}")
         partitioned = len(self.partitions) > 1
