@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, maximum_at_cells
 
 STEPS_PER_DAY = 288
 _T = TypeVar("_T")
@@ -196,7 +196,7 @@ def usage_grid(
     grid = np.full((n_groups, n_steps), -np.inf)
     slot = np.floor((times - end_seconds) / step_seconds).astype(np.int64) + n_steps
     inside = (slot >= 0) & (slot < n_steps) & ~np.isnan(values) & (group_codes >= 0)
-    np.maximum.at(grid, (group_codes[inside], slot[inside]), values[inside])
+    maximum_at_cells(grid, group_codes[inside], slot[inside], values[inside])
     result: FloatArray = np.where(np.isfinite(grid), grid, np.nan)
     return result
 

@@ -31,7 +31,7 @@ from models.pods import USAGE_COLUMNS
 from models.settings import ModelSettings
 from models.workload import FleetForecaster
 from recommender import colocation, koordinator
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, maximum_at_cells
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ColocationSettings
 
@@ -207,7 +207,7 @@ def level_rise_table(grid: FloatArray, reference: FloatArray, band_fraction: flo
     rows, _ = np.nonzero(known)
     bins = colocation.level_bin(level, np.asarray(reference, dtype=np.float64)[:, None])
     table = np.full((grid.shape[0], colocation.LEVEL_BINS), -np.inf)
-    np.maximum.at(table, (rows, bins[known]), rises[known])
+    maximum_at_cells(table, rows, bins[known], rises[known])
     width = int(round(band_fraction * colocation.LEVEL_BINS))
     padded = np.pad(table, ((0, 0), (width, width)), constant_values=-np.inf)
     banded = sliding_window_view(padded, 2 * width + 1, axis=1).max(axis=2)

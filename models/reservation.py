@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_groups, require_columns
 from models.histogram import DecayingHistogram
-from recommender.arrays import FloatArray
+from recommender.arrays import FloatArray, maximum_at_cells
 
 SECONDS_PER_DAY = 86400
 
@@ -145,7 +145,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
             grid[: kept.shape[0], :width] = kept[:, :width]
         inside = times >= origin
         slots = ((times[inside] - origin) // step).astype(np.int64)
-        np.maximum.at(grid, (group_codes[inside], slots), values[inside])
+        maximum_at_cells(grid, group_codes[inside], slots, values[inside])
         # A group whose samples all predate the grid (a workload that stopped) falls back to the max of its own
         # last `seasonal_days` days, so its line stays of the size it last needed rather than its last sample.
         own_end = np.full(len(labels), -np.inf)

@@ -7,3 +7,14 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+def maximum_at_cells(table: FloatArray, rows: IntArray, columns: IntArray, values: FloatArray) -> None:
+    """`np.maximum.at(table, (rows, columns), values)` in place, on the flat index: numpy's unbuffered 1-D fast path
+    is about 5x quicker than the tuple-indexed one, and the grids it fills are tens of millions of samples."""
+    if not table.flags.c_contiguous:
+        raise ValueError("maximum_at_cells needs a C-contiguous table (it writes through a flat view)")
+    if columns.size and (int(columns.min()) < 0 or int(columns.max()) >= table.shape[1]):
+        # A column past the edge would land in the next row of the flat view instead of failing as a 2-D index does.
+        raise IndexError(f"maximum_at_cells: a column outside 0..{table.shape[1] - 1}")
+    np.maximum.at(table.reshape(-1), rows * table.shape[1] + columns, values)
