@@ -716,8 +716,7 @@ def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
 
 
 def choose_models(
-    past_lines: Sequence[FloatArray],
-    past_usage: PastUsage,
+    costs: FloatArray,
     groups: IntArray,
     target_violation: float,
     min_gain: float,
@@ -725,11 +724,11 @@ def choose_models(
     reference: int = 0,
     fairness_tolerance: float = 1.0,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
-    """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's),
-    the fleet's matched costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
-    n_groups = int(groups.max()) + 1 if groups.size else 0
-    costs = labelled_costs(past_lines, past_usage, target_violation, groups, n_groups)
-    fleet, per_group = costs[n_groups], costs[:n_groups]
+    """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's)
+    from the `labelled_costs` of the candidates by `groups` ((groups + 1) x candidates x 2), the fleet's matched
+    costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
+    n_groups = costs.shape[0] - 1
+    fleet, per_group = costs[n_groups], costs[:n_groups].copy()
     # A group chooses on its own only when it holds enough containers to be evidence.
     eligible = np.bincount(groups, minlength=n_groups) >= max(min_containers, 1)
     per_group[~eligible] = np.nan
@@ -743,6 +742,40 @@ def choose_models(
         ):
             choice[groups == g] = best
     return choice, fleet, per_group
+
+
+class CandidateScores:
+    """Candidates' scores against one past usage, each computed once: the lines that share candidates and usage
+    (the short-term and request lines at one risk level both score every constant candidate against the same day)
+    read them the second time from here. Keyed by candidate name and level: one instance serves one past usage."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, IntArray] = {}
+        self._scores: dict[tuple[str, str, float], FloatArray] = {}
+
+    def groups(self, past_usage: PastUsage, n_groups: int) -> IntArray:
+        """`burst_groups` of the usage."""
+        if n_groups not in self._groups:
+            self._groups[n_groups] = burst_groups(past_usage, n_groups)
+        return self._groups[n_groups]
+
+    def per_candidate(
+        self,
+        kind: str,
+        names: Sequence[str],
+        past_lines: Sequence[FloatArray],
+        target_violation: float,
+        axis: int,
+        score: Callable[[list[FloatArray]], FloatArray],
+    ) -> FloatArray:
+        """`score` of the candidates' past lines (the candidates along `axis` of its result), computed only for the
+        candidates not yet scored as `kind` at this level: a score of one candidate never depends on the others."""
+        missing = [m for m, name in enumerate(names) if (kind, name, target_violation) not in self._scores]
+        if missing:
+            fresh = score([past_lines[m] for m in missing])
+            for i, m in enumerate(missing):
+                self._scores[(kind, names[m], target_violation)] = np.take(fresh, i, axis=axis)
+        return np.stack([self._scores[(kind, name, target_violation)] for name in names], axis=axis)
 
 
 #: Relative width of the log-spaced bins of the calibration sketch: the fleet factor is exact to this share.
@@ -1170,17 +1203,21 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.partition_rows_ = [slice(0, n_rows)]
         self._blend()
 
-    def decide(self, past_lines: Sequence[FloatArray], past_usage: PastUsage) -> Self:
+    def decide(
+        self, past_lines: Sequence[FloatArray], past_usage: PastUsage, scores: CandidateScores | None = None
+    ) -> Self:
         """Choose and calibrate from candidates' past lines (each origins x containers x steps) and usage (a
         `FleetUsage` of partitions, whose containers the lines concatenate, for a fleet in partitions: `take` then
-        gives each partition its part of the decision).
+        gives each partition its part of the decision). `scores`: the candidates' scores against this usage kept
+        across the lines deciding on it (`CandidateScores`; by default this decision's own).
 
         Keeps the calibration's parts (`own_factors_`, `calibration_samples_`, `ratio_sketch_`) so that a partition of
         a fleet can be recalibrated with the whole fleet's factor (`calibrate_with_fleet`)."""
         n_models, n_groups = len(past_lines), past_usage.shape[1]
         empty = past_usage.shape[0] == 0 or n_models == 0 or n_groups == 0
         self.partition_rows_ = past_usage.part_rows() if isinstance(past_usage, FleetUsage) else [slice(0, n_groups)]
-        self.groups_ = np.zeros(n_groups, dtype=np.int64) if empty else burst_groups(past_usage, self.groups)
+        scores = CandidateScores() if scores is None else scores
+        self.groups_ = np.zeros(n_groups, dtype=np.int64) if empty else scores.groups(past_usage, self.groups)
         group_count = max(self.groups, 1)
         if empty:
             self.costs_ = np.full((n_models, n_groups), np.nan)
@@ -1194,10 +1231,21 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.ratio_sketch_ = ratio_sketch(np.empty(0))
             self.partition_sketches_ = [self.ratio_sketch_ for _ in self.partition_rows_]
         else:
-            self.costs_ = selection_costs(past_lines, past_usage, self.target_violation)
-            self.choice_, self.fleet_costs_, group_costs = choose_models(
+            names, target = self.model_names(), self.target_violation
+            self.costs_ = scores.per_candidate(
+                "selection", names, past_lines, target, 0, lambda lines: selection_costs(lines, past_usage, target)
+            )
+            labels, n_labels = self.groups_, int(self.groups_.max()) + 1
+            labelled = scores.per_candidate(
+                f"labelled/{self.groups}",
+                names,
                 past_lines,
-                past_usage,
+                target,
+                1,
+                lambda lines: labelled_costs(lines, past_usage, target, labels, n_labels),
+            )
+            self.choice_, self.fleet_costs_, group_costs = choose_models(
+                labelled,
                 self.groups_,
                 self.target_violation,
                 self.group_min_gain,

@@ -31,6 +31,7 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import require_columns
 from models.ensemble import (
     CONSTANT_FORECASTERS,
+    CandidateScores,
     FleetUsage,
     FutureUsage,
     PeakForecaster,
@@ -306,9 +307,11 @@ def fit_resource_forecasts(
         (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
     )
     backtest([candidate for _, candidates, _, _ in specs for candidate in candidates])  # all lines' at once
+    # The usage after the origins over each line's horizon, and the candidates' scores against it (`CandidateScores`).
+    horizons = {days: (usage.first(days * per_day), CandidateScores()) for *_, days in specs}
     for target, candidates, constant, days in specs:
         fleet = selected_forecaster(settings, candidates, target, constant, days)
-        fleet.decide(backtest(candidates), usage.first(days * per_day))
+        fleet.decide(backtest(candidates), *horizons[days])
         models.append(
             [fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows=rows[p]) for p in range(len(grids))]
         )

@@ -19,6 +19,7 @@ from models.ensemble import (
     blend_factors,
     burst_groups,
     choose_models,
+    labelled_costs,
     matched_costs,
     selected_forecaster,
     selection_costs,
@@ -194,11 +195,12 @@ def test_fleet_chooses_and_a_group_only_with_strong_evidence() -> None:
     lines = np.stack([flat, usage * 1.5 + 0.2 * rng.random(usage.shape)])  # the second is near the truth
     groups = burst_groups(usage, 3)
     assert set(groups[40:].tolist()) == {2}
-    choice, fleet, per_group = choose_models(lines, usage, groups, 0.01, min_gain=0.1, min_containers=20, reference=0)
+    costs = labelled_costs(list(lines), usage, 0.01, groups, 3)
+    choice, fleet, per_group = choose_models(costs, groups, 0.01, min_gain=0.1, min_containers=20, reference=0)
     assert fleet.shape == (2, 2) and per_group.shape == (3, 2, 2)
     assert set(choice.tolist()) == {1}
     # A group smaller than the minimum never chooses on its own.
-    few = choose_models(lines, usage, groups, 0.01, min_gain=0.1, min_containers=100, reference=0)[0]
+    few = choose_models(costs, groups, 0.01, min_gain=0.1, min_containers=100, reference=0)[0]
     assert len(set(few.tolist())) == 1
 
 

@@ -12,15 +12,18 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.base import clone
 
 from models import ensemble
 from models.ensemble import (
+    CandidateScores,
     FleetUsage,
     FutureUsage,
     RatioBlocks,
     _higher_quantile,
     burst_groups,
     choose_models,
+    labelled_costs,
     labelled_quantiles,
     matched_costs,
     scored_ratios,
@@ -185,7 +188,8 @@ def test_the_decision_is_the_same_in_one_block_in_many_and_over_partitions(
     ).calibration["x"]
     assert all(np.array_equal(a, b) for a, b in zip(merged, whole.ratio_sketch_))
     assert burst_groups(parts, 3).tolist() == whole.groups_.tolist()
-    choice = choose_models(lines, parts, whole.groups_, 0.01, 0.1, 5)[0]
+    costs = labelled_costs(lines, parts, 0.01, whole.groups_, int(whole.groups_.max()) + 1)
+    choice = choose_models(costs, whole.groups_, 0.01, 0.1, 5)[0]
     assert choice.tolist() == whole.choice_.tolist()
 
 
@@ -231,3 +235,31 @@ def test_a_fleet_fitted_in_partitions_chooses_and_recommends_as_in_one_piece() -
     assert [r.key for r in got] == [r.key for r in expected.recommendations]
     for a, b in zip(expected.recommendations, got):
         assert a.model_dump() == b.model_dump()
+
+
+def test_lines_sharing_candidates_and_usage_score_each_candidate_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The short-term line's candidates include the request line's constant ones: with one `CandidateScores` the
+    # request line reads their scores instead of scoring them again, and decides exactly as on its own.
+    lines, usage = fixture(5, containers=60)
+    settings_ = ForecastSettings(group_min_containers=5)
+    candidates = short_term_candidates(settings_, 0.01)[:3]
+    short = selected_forecaster(settings_, candidates, 0.01, constant=False)
+    request = selected_forecaster(settings_, candidates[1:], 0.01, constant=True)
+    alone = clone(request).decide(lines[1:], usage)
+    scored: list[int] = []
+    labelled = ensemble.labelled_costs
+
+    def counting(past_lines: Sequence[FloatArray], *args: object) -> FloatArray:
+        scored.append(len(past_lines))
+        return labelled(past_lines, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ensemble, "labelled_costs", counting)
+    scores = CandidateScores()
+    short.decide(lines, usage, scores)
+    shared = clone(request).decide(lines[1:], usage, scores)
+    assert scored == [3]
+    for name in ("groups_", "choice_", "costs_", "fleet_costs_", "group_costs_", "factors_"):
+        np.testing.assert_array_equal(getattr(shared, name), getattr(alone, name), err_msg=name)
+    # Another level is another score.
+    clone(request).set_params(target_violation=0.05).decide(lines[1:], usage, scores)
+    assert scored == [3, 2]
