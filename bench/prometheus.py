@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,21 +41,28 @@ _MEASURE = "import sys; from bench.rss import trace_child; sys.exit(trace_child(
 
 def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, str, dict[str, Any]]:
     """Wall seconds, peak RSS (MiB), stdout and the VmRSS trace (`trace_child`) of one child process; raises if it
-    fails."""
+    fails. The child and what it starts run in a session of their own, killed whole if this run is stopped (a
+    SIGTERM or Ctrl-C to the benchmark leaves no `recommender train` behind)."""
     started = time.perf_counter()
-    done = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-c", _MEASURE, *command],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        timeout=3600 * 3,
         stdin=subprocess.DEVNULL,
-    )
+        start_new_session=True,
+    ) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=3600 * 3)
+        except BaseException:
+            os.killpg(child.pid, signal.SIGKILL)
+            raise
     elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
-    traced: dict[str, Any] = json.loads(done.stderr.strip().splitlines()[-1])
-    return elapsed, traced["peak_kib"] / 1024, done.stdout, traced
+    if child.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(command)}\n{stderr[-3000:]}")
+    traced: dict[str, Any] = json.loads(stderr.strip().splitlines()[-1])
+    return elapsed, traced["peak_kib"] / 1024, stdout, traced
 
 
 def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dict[str, Any]:
