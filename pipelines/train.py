@@ -124,11 +124,14 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
-#: glibc's mallopt parameters (malloc.h) and what a streamed read sets them to: blocks of 1 MiB and more (a
-#: partition's columns and the estimators' temporaries) are mapped on their own and given back when freed, where
-#: glibc's default threshold grows with each big block freed until such blocks come from a heap that keeps them.
+#: glibc's mallopt parameters (malloc.h) and what a streamed read sets them to: blocks of 4 MiB and more (a
+#: partition's float columns, the grids, the estimators' big temporaries) are mapped on their own and given back
+#: when freed, where glibc's default threshold grows with each big block freed until such blocks come from a heap
+#: that keeps them. Below it, the per-row masks and codes of a partition (1-4 MB each, made and freed by the hundred)
+#: are reused from the heap: mapped on their own (a 1 MiB threshold) each one was fresh pages to fault in, 5-7 CPU
+#: seconds of a 1,000-container pass in the kernel (docs/benchmarks.md).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD_BYTES = 1 << 20
+MMAP_THRESHOLD_BYTES = 4 << 20
 
 
 def map_big_blocks() -> None:
