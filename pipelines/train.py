@@ -128,7 +128,7 @@ def _libc() -> ctypes.CDLL | None:
 #: partition's float columns, the grids, the estimators' big temporaries) are mapped on their own and given back
 #: when freed, where glibc's default threshold grows with each big block freed until such blocks come from a heap
 #: that keeps them. Below it, the per-row masks and codes of a partition (1-4 MB each, made and freed by the hundred)
-#: are reused from the heap: mapped on their own (a 1 MiB threshold) each one was fresh pages to fault in, 5-7 CPU
+#: are reused from the heap: mapped on their own (a 1 MiB threshold) each one was fresh pages to fault in, 5-8 CPU
 #: seconds of a 1,000-container pass in the kernel (docs/benchmarks.md).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD_BYTES = 4 << 20
@@ -465,7 +465,7 @@ class _Run:
     read_wait_seconds: float = 0.0
     #: The node model and its lines, fitted in a thread beside the fleet's forecast choice and the finish (`_finish`):
     #: the node pools are complete once the partitions are fitted, and the choice's numpy sorting leaves a core free.
-    node_fit: Future[tuple[NodeForecaster | None, list[NodeForecast]]] | None = None
+    node_fit: Future[tuple[NodeForecaster, list[NodeForecast]]] | None = None
     _version: VersionWriter | None = None
 
     def plan(self, containers: dict[WorkloadName, int] | None, default_size: int | None = None) -> None:
