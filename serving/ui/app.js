@@ -620,6 +620,9 @@ async function render() {
   const parts = route.split("/").filter(Boolean).map(decodeURIComponent);
   view.replaceChildren(state("loading", "Loading…"));
   view.dataset.ready = "false";
+  // The route drawn, beside "ready": a hash change is dispatched after the URL changes, so "ready" alone can still
+  // describe the page being left (what a test or a script waiting for the new page must not read).
+  view.dataset.route = route;
   const status = refreshStatus();
   let content;
   try {

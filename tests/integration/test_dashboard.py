@@ -127,6 +127,13 @@ def open_view(page: Any, url: str) -> None:
     page.wait_for_selector("#view[data-ready=true]")
 
 
+def wait_for_view(page: Any, route: str) -> None:
+    """Wait until the page at `route` (the hash after '#') is drawn, not the one a click is leaving: the browser
+    changes the URL before it dispatches the hash change, so the old view can still say it is ready."""
+    page.wait_for_url("**/ui/#" + route)
+    page.wait_for_selector(f'#view[data-ready=true][data-route="{route.lstrip("/")}"]')
+
+
 # ---- REST reads made for the dashboard -----------------------------------------------------------------------------
 
 
@@ -240,8 +247,7 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
     page.locator(
         f"[data-testid=workload-rows] tr[data-workload='{namespace}/{workload}/{busiest['container']}'] a"
     ).click()
-    page.wait_for_url(f"**/ui/#/workload/{namespace}/{workload}")
-    page.wait_for_selector("#view[data-ready=true]")
+    wait_for_view(page, f"/workload/{namespace}/{workload}")
     rec = httpx.get(f"{base}/api/v1/recommendations/{namespace}/{workload}", timeout=10).json()[0]
     charts = page.locator("[data-testid=chart] svg")
     assert charts.count() == 2
@@ -288,7 +294,7 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
     assert "upper bound" in recommendation and "lower bound" in recommendation
     shot(page, "workload")
     page.goto(base + "/ui/#/workload/google-2019/no-such-job")
-    page.wait_for_selector("#view[data-ready=true]")
+    wait_for_view(page, "/workload/google-2019/no-such-job")
     assert "no-such-job" in page.locator("[data-testid=state-not-found]").inner_text()
 
 
@@ -299,8 +305,7 @@ def test_node_page_draws_its_lines_and_what_the_api_adds(page: Any, base: str) -
     links = page.locator("[data-testid=nodes] a")
     assert links.count() == len(nodes) == 1
     links.first.click()
-    page.wait_for_url("**/ui/#/node/node-a")
-    page.wait_for_selector("#view[data-ready=true]")
+    wait_for_view(page, "/node/node-a")
     charts = page.locator("[data-testid=chart] svg")
     assert charts.count() == 2
     for i, resource in enumerate(("cpu_cores", "memory_bytes")):
