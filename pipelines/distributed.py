@@ -16,12 +16,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import dask.config
 from distributed import Client, Future, LocalCluster
 
 from pipelines.settings import ScaleSettings
 from pipelines.train import peak_rss_mib
 from recommender.errors import ConfigurationError
 from recommender.progress import Step
+
+#: Dask settings of the workers we start. Their statistical profiler calls `sys._current_frames()` every 10 ms, which
+#: on CPython before 3.11.9 can deadlock the worker's process (CPython gh-106883: a garbage collection inside the
+#: call frees a `threading.local` that takes the lock the call holds); a worker hung so mid-read stalled the run.
+#: Workers of a cluster of your own (`scale.scheduler_address`) need the same: docs/architecture.md.
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+
+
+@contextmanager
+def local_cluster(**options: Any) -> Iterator[LocalCluster]:
+    """A `distributed.LocalCluster` with `options` whose workers run with `WORKER_CONFIG` (a nanny hands the
+    configuration it was made under to its worker's process)."""
+    with dask.config.set(WORKER_CONFIG), LocalCluster(**options) as cluster:
+        yield cluster
 
 
 @contextmanager
@@ -35,7 +50,7 @@ def dask_client(scale: ScaleSettings) -> Iterator[Client]:
     if scale.workers < 1:
         raise ConfigurationError("distributed training needs a scheduler address or at least one local worker")
     with (
-        LocalCluster(
+        local_cluster(
             n_workers=scale.workers,
             threads_per_worker=scale.threads_per_worker,
             processes=True,

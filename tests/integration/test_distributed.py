@@ -16,11 +16,11 @@ from typing import Any
 
 import dask
 import pytest
-from distributed import Client, LocalCluster, WorkerPlugin
+from distributed import Client, WorkerPlugin
 
 from cli.settings import Settings
 from models.store import Manifest, ModelStore
-from pipelines.distributed import DaskExecutor
+from pipelines.distributed import DaskExecutor, local_cluster
 from pipelines.train import train_from_file
 from recommender.errors import DistributedTrainingError, InputFileError
 from tests.conftest import BUNDLED, DAY, entry_point
@@ -59,7 +59,7 @@ def client() -> Iterator[Client]:
     # One death per task is enough to call it failed (keeps the failure tests short), and a worker holds one task
     # at a time, so a death counts against the task that caused it only, not against one queued behind it.
     with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
-        with LocalCluster(
+        with local_cluster(
             n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
         ) as cluster:
             with Client(cluster) as client:
@@ -81,6 +81,12 @@ def train_on_file(client: Client, usage: Path, settings: Settings, **options: An
 
 def recommendations(store: ModelStore, version: str) -> bytes:
     return Path(store.root, "versions", version, "recommendations.json").read_bytes()
+
+
+def test_the_workers_we_start_run_without_the_statistical_profiler(client: Client) -> None:
+    # Its sampling of every thread's stack can deadlock a worker on CPython < 3.11.9 (gh-106883).
+    enabled = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert len(enabled) == 2 and not any(enabled.values())
 
 
 def test_partitions_share_the_fleet_calibration_and_the_per_container_models(tmp_path: Path, client: Client) -> None:

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from cli.settings import Settings
 from models.histogram import ExponentialBuckets
-from pipelines.distributed import DaskExecutor
+from pipelines.distributed import DaskExecutor, local_cluster
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.settings import PrometheusSettings
@@ -412,7 +412,7 @@ def test_allow_partial_and_the_failure_tolerance_mean_one_thing_in_one_process_a
             scale={"partition_containers": 1},
         )
         with (
-            LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0") as dask,
+            local_cluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0") as dask,
             Client(dask) as client,
         ):
             executor = DaskExecutor(client, settings.scale)
