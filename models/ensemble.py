@@ -7,7 +7,9 @@ every candidate, built for the asked risk level, by what the product is judged o
 candidate's lines are scaled so that exactly `target_violation` of the fleet's samples lie above them
 (`matched_costs`). The fleet takes its cheapest candidate; a group of similar containers (by burstiness, the ratio
 of a high to a middle quantile of its usage) takes its own only when that is cheaper on the group by at least
-`group_min_gain` and the group holds `group_min_containers`: a choice needs evidence from many containers.
+`group_min_gain` and the group holds `group_min_containers`: a choice needs evidence from many containers; and it
+keeps it only when that makes the fleet's pooled matched cost at most `group_min_gain` higher (`keep_pooled_gains`),
+since the fleet is calibrated and judged as one.
 
 Calibration is hierarchical and conformal: a container's factor (the (1 - target) quantile of usage / line on the
 out-of-sample days) is shrunk toward its group's, and the group's toward the fleet's, each with weight
@@ -704,14 +706,19 @@ def matched_costs(
     return costs
 
 
+def fairness_limit(costs: FloatArray, reference: int, tolerance: float) -> float:
+    """The largest p90 container violation a fair line may have: the `reference` candidate's plus `tolerance`
+    (none where the reference has no figure)."""
+    return float(costs[reference, 1] + tolerance) if np.isfinite(costs[reference, 1]) else float("inf")
+
+
 def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
     """Index of the lowest overprovision (costs: candidates x (overprovision, p90 container violation)) among the
     candidates whose p90 container violation is at most the `reference` candidate's plus `tolerance` x the target
     violation: cheaper lines must not get there by giving up on some containers (a flat line spreads its misses
     evenly; a time-of-day line may miss a little more on some containers for far less room)."""
     over = np.where(np.isnan(costs[:, 0]), np.inf, costs[:, 0])
-    limit = costs[reference, 1] + tolerance if np.isfinite(costs[reference, 1]) else np.inf
-    fair = np.isfinite(over) & ~(costs[:, 1] > limit)
+    fair = np.isfinite(over) & ~(costs[:, 1] > fairness_limit(costs, reference, tolerance))
     return int(np.argmin(np.where(fair, over, np.inf))) if fair.any() else int(np.argmin(over))
 
 
@@ -748,17 +755,21 @@ def keep_pooled_gains(
     choice: IntArray,
     groups: IntArray,
     fleet_choice: int,
-    fleet_cost: float,
-    pooled_cost: Callable[[IntArray], float],
+    fleet_cost: FloatArray,
+    pooled_cost: Callable[[IntArray], FloatArray],
     max_loss: float,
+    p90_limit: float,
 ) -> IntArray:
     """`choice` with each group that chose on its own put back on the fleet's candidate where its own choice makes
-    the fleet's pooled matched cost (`pooled_cost` of a choice per container) more than `max_loss` higher.
+    the fleet's pooled matched cost more than `max_loss` higher, unless putting it back takes the fleet's p90
+    container violation past `p90_limit` (the fairness limit of `cheapest_fair`). `pooled_cost` gives the
+    (overprovision, p90 container violation) of a choice per container; `fleet_cost` is that of every container on
+    `fleet_choice`.
 
     A group chooses by its own matched cost, but the lines are calibrated and judged as one fleet, at one pooled
     risk level: a bursty group's max-shaped line is cheap for that group at its level and dear for the fleet at
     its (measured on the development split at 5 %: 12 % more CPU and memory overprovision). Groups are tried in
-    order; `fleet_cost` is the pooled cost with every container on `fleet_choice` (no group on its own)."""
+    order."""
     current = choice.copy()
     own_groups = [g for g in np.unique(groups[groups >= 0]) if np.any(current[groups == g] != fleet_choice)]
     if not own_groups:
@@ -768,19 +779,20 @@ def keep_pooled_gains(
         back = current.copy()
         back[groups == g] = fleet_choice
         without = fleet_cost if np.all(back == fleet_choice) else pooled_cost(back)
-        if cost > (1.0 + max_loss) * without:
+        if cost[0] > (1.0 + max_loss) * without[0] and not without[1] > p90_limit:
             current, cost = back, without
     return current
 
 
 def pooled_choice_cost(
     past_lines: Sequence[FloatArray], choice: IntArray, past_usage: PastUsage, target_violation: float, groups: IntArray
-) -> float:
-    """The fleet's matched overprovision (`labelled_costs`) of the lines of `choice` (a candidate per container) over
-    the containers with a group, as the fleet's cost of one candidate counts them."""
+) -> FloatArray:
+    """The fleet's (matched overprovision, p90 container violation) (`labelled_costs`) of the lines of `choice` (a
+    candidate per container) over the containers with a group, as the fleet's cost of one candidate counts them."""
     labels = np.where(groups >= 0, 0, -1)
     lines = pick_lines(past_lines, choice, axis=1)
-    return float(labelled_costs([lines], past_usage, target_violation, labels, 1)[1, 0, 0])
+    costs: FloatArray = labelled_costs([lines], past_usage, target_violation, labels, 1)[1, 0]
+    return costs
 
 
 class CandidateScores:
@@ -1292,14 +1304,16 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.reference,
                 self.fairness_tolerance,
             )
-            fleet_choice = cheapest_fair(self.fleet_costs_, self.reference, self.fairness_tolerance * target)
+            tolerance = self.fairness_tolerance * target
+            fleet_choice = cheapest_fair(self.fleet_costs_, self.reference, tolerance)
             self.choice_ = keep_pooled_gains(
                 self.choice_,
                 self.groups_,
                 fleet_choice,
-                float(self.fleet_costs_[fleet_choice, 0]),
+                self.fleet_costs_[fleet_choice],
                 lambda choice: pooled_choice_cost(past_lines, choice, past_usage, target, self.groups_),
                 self.group_min_gain,
+                fairness_limit(self.fleet_costs_, self.reference, tolerance),
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs

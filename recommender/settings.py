@@ -201,7 +201,8 @@ class ForecastSettings(BaseModel):
         ge=0,
         lt=1,
         description="A group takes its own candidate only when it is this much cheaper on the group "
-        "than the fleet's choice (10 %): a choice needs evidence.",
+        "than the fleet's choice (10 %): a choice needs evidence; and keeps it only when it makes the fleet's "
+        "pooled line at most this much dearer (the lines are calibrated and judged as one fleet).",
     )
     group_min_containers: int = Field(
         20,
