@@ -4,6 +4,8 @@
 - `dev.csv.gz`: Bitbrains VMs 1-125, July 2013 only (rows before 2013-08-01): every setting is chosen here.
 - `judged.csv.gz`: Bitbrains VMs 126-250, July and August (their July is history only: the harness is run with
   `--first-decision 2013-08-01`), the half no setting was chosen on.
+- `dev-august.csv.gz`: the development VMs 1-125 in July and August (July is history only, as for `judged`): the
+  days after the ones settings were chosen on, for a check of a choice made on `dev` on later days of its VMs.
 - `nab-cpu.csv.gz`: the CPU series of the NAB AWS CloudWatch set (8 EC2, 2 RDS, the autoscaling group) as one
   container each, `cpu_cores = percent / 100 x 4` (an assumed 4-core instance; only ratios matter), memory empty.
 
@@ -31,7 +33,7 @@ def split_bitbrains(shared: pathlib.Path, out: pathlib.Path) -> None:
     vm = _vm_number(usage["workload"])
     dev = usage[(vm <= 125) & (usage["timestamp"] < AUGUST_2013)]
     judged = usage[vm > 125]
-    for name, frame in (("dev", dev), ("judged", judged)):
+    for name, frame in (("dev", dev), ("judged", judged), ("dev-august", usage[vm <= 125])):
         frame.to_csv(out / f"{name}.csv.gz", index=False, compression="gzip")
         print(f"{name}: {len(frame):,} rows, {frame['workload'].nunique()} VMs", file=sys.stderr)
 
@@ -71,7 +73,7 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("eval-data"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if not (args.out / "judged.csv.gz").exists():
+    if not all((args.out / f"{name}.csv.gz").exists() for name in ("dev", "judged", "dev-august")):
         split_bitbrains(args.shared, args.out)
     nab_cpu(args.shared, args.out)
 

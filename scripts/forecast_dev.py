@@ -7,7 +7,8 @@ harness's `evaluate` calls `fit_resource_forecast` on each decision day's histor
 `run_project.py`, never here.
 
 Usage: .venv/bin/python scripts/forecast_dev.py [--data eval-data/dev.csv.gz] [--target-violation 0.01]
-           [--day-stride 2] [--settings '{"selection_groups": 1}'] [--resources cpu,memory] [--shared ../shared]
+           [--day-stride 2] [--first-decision 2013-08-01] [--settings '{"selection_groups": 1}']
+           [--resources cpu,memory] [--shared ../shared]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument("--data", default="eval-data/dev.csv.gz")
     parser.add_argument("--target-violation", type=float, default=0.01)
     parser.add_argument("--day-stride", type=int, default=2)
+    parser.add_argument("--first-decision", default=None, help="YYYY-MM-DD (UTC): earlier days are history only")
     parser.add_argument("--settings", default="{}", help="ForecastSettings fields as JSON")
     parser.add_argument("--resources", default="cpu,memory")
     parser.add_argument("--shared", type=pathlib.Path, default=ROOT.parent / "shared")
@@ -79,7 +81,7 @@ def main() -> None:
 
     data = harness.load_tidy(args.data)
     data.resources = tuple(r for r in data.resources if r in args.resources.split(","))
-    result = harness.evaluate(data, InProcess(), 7.0, None, None, args.day_stride)
+    result = harness.evaluate(data, InProcess(), 7.0, args.first_decision, None, args.day_stride)
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f} %"  # noqa: E731
     for resource in data.resources:
         for line in ("request", "short_term", "long_term"):
