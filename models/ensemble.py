@@ -622,11 +622,9 @@ def ratio_blocks(lines: FloatArray, past_usage: PastUsage) -> RatioBlocks:
     )
 
 
-def labelled_costs(
-    past_lines: Sequence[FloatArray], past_usage: PastUsage, target_violation: float, labels: IntArray, n_labels: int
-) -> FloatArray:
-    """((labels + 1) x candidates x 2) `matched_costs` of the containers of each label (`labels`: one per container,
-    -1 for none) and, last, of all labelled containers together, a block of containers at a time."""
+def usage_totals(past_usage: PastUsage) -> tuple[FloatArray, FloatArray]:
+    """Per container, its known samples and their sum over the past usage (origins x containers x steps), a block of
+    containers at a time: what every matched cost against this usage divides by (`labelled_costs`)."""
     n_containers = past_usage.shape[1]
     per_container = np.zeros(n_containers)
     used_per_container = np.zeros(n_containers)
@@ -635,6 +633,21 @@ def labelled_costs(
         known = ~np.isnan(block)
         per_container[rows] = known.sum(axis=(0, 2))
         used_per_container[rows] = np.where(known, block, 0.0).sum(axis=(0, 2))
+    return per_container, used_per_container
+
+
+def labelled_costs(
+    past_lines: Sequence[FloatArray],
+    past_usage: PastUsage,
+    target_violation: float,
+    labels: IntArray,
+    n_labels: int,
+    totals: tuple[FloatArray, FloatArray] | None = None,
+) -> FloatArray:
+    """((labels + 1) x candidates x 2) `matched_costs` of the containers of each label (`labels`: one per container,
+    -1 for none) and, last, of all labelled containers together, a block of containers at a time. `totals`: the
+    usage's `usage_totals` where the caller keeps them (`CandidateScores`)."""
+    per_container, used_per_container = usage_totals(past_usage) if totals is None else totals
     labelled = labels >= 0
 
     def per_label(values: FloatArray) -> FloatArray:
@@ -785,13 +798,18 @@ def keep_pooled_gains(
 
 
 def pooled_choice_cost(
-    past_lines: Sequence[FloatArray], choice: IntArray, past_usage: PastUsage, target_violation: float, groups: IntArray
+    past_lines: Sequence[FloatArray],
+    choice: IntArray,
+    past_usage: PastUsage,
+    target_violation: float,
+    groups: IntArray,
+    totals: tuple[FloatArray, FloatArray] | None = None,
 ) -> FloatArray:
     """The fleet's (matched overprovision, p90 container violation) (`labelled_costs`) of the lines of `choice` (a
     candidate per container) over the containers with a group, as the fleet's cost of one candidate counts them."""
     labels = np.where(groups >= 0, 0, -1)
     lines = pick_lines(past_lines, choice, axis=1)
-    costs: FloatArray = labelled_costs([lines], past_usage, target_violation, labels, 1)[1, 0]
+    costs: FloatArray = labelled_costs([lines], past_usage, target_violation, labels, 1, totals)[1, 0]
     return costs
 
 
@@ -803,12 +821,19 @@ class CandidateScores:
     def __init__(self) -> None:
         self._groups: dict[int, IntArray] = {}
         self._scores: dict[tuple[str, str, float], FloatArray] = {}
+        self._totals: tuple[FloatArray, FloatArray] | None = None
 
     def groups(self, past_usage: PastUsage, n_groups: int) -> IntArray:
         """`burst_groups` of the usage."""
         if n_groups not in self._groups:
             self._groups[n_groups] = burst_groups(past_usage, n_groups)
         return self._groups[n_groups]
+
+    def totals(self, past_usage: PastUsage) -> tuple[FloatArray, FloatArray]:
+        """`usage_totals` of the usage."""
+        if self._totals is None:
+            self._totals = usage_totals(past_usage)
+        return self._totals
 
     def per_candidate(
         self,
@@ -1293,7 +1318,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 past_lines,
                 target,
                 1,
-                lambda lines: labelled_costs(lines, past_usage, target, labels, n_labels),
+                lambda lines: labelled_costs(lines, past_usage, target, labels, n_labels, scores.totals(past_usage)),
             )
             self.choice_, self.fleet_costs_, group_costs = choose_models(
                 labelled,
@@ -1311,7 +1336,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.groups_,
                 fleet_choice,
                 self.fleet_costs_[fleet_choice],
-                lambda choice: pooled_choice_cost(past_lines, choice, past_usage, target, self.groups_),
+                lambda choice: pooled_choice_cost(
+                    past_lines, choice, past_usage, target, self.groups_, scores.totals(past_usage)
+                ),
                 self.group_min_gain,
                 fairness_limit(self.fleet_costs_, self.reference, tolerance),
             )
