@@ -416,10 +416,10 @@ def backtest(
     if nodes:
         _node_backtest(input, report, settings, node_cpu, node_memory, seed, outage_fraction)
         return
-    from pipelines.backtest import run_backtest
+    from pipelines.backtest import STAGES, run_backtest
     from pipelines.backtest_report import markdown_table, write_report
 
-    with _progress(4) as step:
+    with _progress(STAGES) as step:
         fleet, result = run_backtest(input, settings, step=step)
         written = write_report(report, fleet, result, input.name) if report is not None else []
     sys.stdout.write(markdown_table(result.scores["all"]) + "\n")
@@ -432,14 +432,14 @@ def backtest(
 def _node_backtest(
     input: Path, report: Path | None, settings: Settings, node_cpu: str, node_memory: str, seed: int, outages: float
 ) -> None:
-    from pipelines.node_backtest import run_node_backtest
+    from pipelines.node_backtest import NODE_STAGES, run_node_backtest
     from pipelines.node_backtest_report import summary_table, write_node_report
 
     try:
         size = {"cpu": cpu_cores_from_quantity(node_cpu), "memory": memory_bytes_from_quantity(node_memory)}
     except (ValueError, ArithmeticError) as error:
         raise ConfigurationError(f"--node-cpu/--node-memory: {error}") from None
-    with _progress(8) as step:
+    with _progress(NODE_STAGES) as step:
         result = run_node_backtest(input, settings, size, seed=seed, outage_fraction=outages, step=step)
         written = write_node_report(report, result, input.name) if report is not None else []
     for resource in ("cpu", "memory"):

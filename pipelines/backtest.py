@@ -44,6 +44,9 @@ from recommender.progress import Step, quiet
 
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
+#: The stages `run_backtest` reports (its `step` calls without `detail`): reading, the baselines, the three lines'
+#: candidates per resource, and the scores of all days and of each half.
+STAGES = 2 + 3 * len(RESOURCES) + 3
 LINES = ("request", "short_term", "long_term")
 METHODS = ("ours", "vpa", "krr_simple", "koordinator_mid", "seasonal_naive", "foundation_short_term", "oracle")
 
@@ -151,9 +154,10 @@ def _baselines(
     baseline = new_workload_model(settings).set_params(
         forecast_enabled=False, request_policy="vpa", request_policy_rules=[]
     )
+    step(f"baselines at {len(decision_days)} decisions")
     for i, day in enumerate(decision_days):
         as_of = fleet.origin + day * DAY
-        step(f"baselines: decision {i + 1}/{len(decision_days)}")
+        step(f"decision {i + 1}/{len(decision_days)}", detail=True)
         history = frame[frame["timestamp"] < as_of]
         model = clone(baseline).fit(history)
         recs = model.predict(as_of=as_of, horizon_seconds=DAY)

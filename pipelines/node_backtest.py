@@ -82,6 +82,10 @@ SCENARIOS = ("complete", "outages")
 MARGIN_GRID = tuple(round(0.005 * i, 3) for i in range(61))
 SWEEP_PARTS = ("validation", "held_out")
 
+#: The stages `run_node_backtest` reports: reading, then per resource the node short- and long-term candidates and
+#: Koordinator mid's replay.
+NODE_STAGES = 1 + 3 * len(RESOURCES)
+
 
 @dataclass(frozen=True)
 class Placement:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from cli.settings import Settings
-from pipelines.backtest import METHODS, run_backtest
-from pipelines.node_backtest import FAIR_PAIRS, run_node_backtest
+from pipelines.backtest import METHODS, STAGES, run_backtest
+from pipelines.node_backtest import FAIR_PAIRS, NODE_STAGES, run_node_backtest
 from tests.conftest import Runner, make_usage
 
 pytestmark = pytest.mark.integration
@@ -25,7 +25,14 @@ def small_usage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_protocol_on_a_small_fleet(small_usage: Path) -> None:
-    _, result = run_backtest(small_usage, Settings())
+    stages: list[str] = []
+
+    def step(description: str, /, *, detail: bool = False) -> None:
+        stages.extend([] if detail else [description])
+
+    _, result = run_backtest(small_usage, Settings(), step=step)
+    # The command's progress counts these stages ("[n/11]"), the baselines' decisions being details within one.
+    assert len(stages) == STAGES, stages
     assert result.decision_days == [7, 8, 9]
     scores = result.scores["all"]
     assert set(scores) == {"cpu", "memory"}
@@ -63,7 +70,13 @@ def test_backtest_rejects_a_missing_file(cli: Runner) -> None:
 
 def test_node_backtest_on_a_small_fleet(small_usage: Path) -> None:
     """Koordinator's rules as its source has them, the live path, and the fair comparison, on packed nodes."""
-    result = run_node_backtest(small_usage, Settings(), {"cpu": 8.0, "memory": 16e9}, seed=1)
+    stages: list[str] = []
+
+    def step(description: str, /, *, detail: bool = False) -> None:
+        stages.extend([] if detail else [description])
+
+    result = run_node_backtest(small_usage, Settings(), {"cpu": 8.0, "memory": 16e9}, seed=1, step=step)
+    assert len(stages) == NODE_STAGES, stages  # what the command's progress counts
     assert result.decision_days == [7, 8, 9] and len(result.placement.names) >= 2
     for resource in ("cpu", "memory"):
         found = result.summaries["all"]["complete"][resource]
