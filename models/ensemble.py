@@ -743,24 +743,31 @@ def choose_models(
     min_containers: int,
     reference: int = 0,
     fairness_tolerance: float = 1.0,
+    pooled_cost: Callable[[IntArray], FloatArray] | None = None,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
     """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's)
     from the `labelled_costs` of the candidates by `groups` ((groups + 1) x candidates x 2), the fleet's matched
-    costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2)."""
+    costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2). With `pooled_cost` (the
+    fleet's cost of a choice per container, `pooled_choice_cost`), a group keeps its own choice only where the fleet
+    does not pay for it (`keep_pooled_gains`, with `min_gain` as the loss allowed)."""
     n_groups = costs.shape[0] - 1
     fleet, per_group = costs[n_groups], costs[:n_groups].copy()
     # A group chooses on its own only when it holds enough containers to be evidence.
     eligible = np.bincount(groups, minlength=n_groups) >= max(min_containers, 1)
     per_group[~eligible] = np.nan
-    fleet_choice = cheapest_fair(fleet, reference, fairness_tolerance * target_violation)
+    tolerance = fairness_tolerance * target_violation
+    fleet_choice = cheapest_fair(fleet, reference, tolerance)
     choice = np.full(groups.size, fleet_choice, dtype=np.int64)
     for g in np.flatnonzero(eligible):
-        best = cheapest_fair(per_group[g], reference, fairness_tolerance * target_violation)
+        best = cheapest_fair(per_group[g], reference, tolerance)
         if (
             np.isfinite(per_group[g, best, 0])
             and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]
         ):
             choice[groups == g] = best
+    if pooled_cost is not None:
+        limit = fairness_limit(fleet, reference, tolerance)
+        choice = keep_pooled_gains(choice, groups, fleet_choice, fleet[fleet_choice], pooled_cost, min_gain, limit)
     return choice, fleet, per_group
 
 
@@ -1328,19 +1335,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.group_min_containers,
                 self.reference,
                 self.fairness_tolerance,
-            )
-            tolerance = self.fairness_tolerance * target
-            fleet_choice = cheapest_fair(self.fleet_costs_, self.reference, tolerance)
-            self.choice_ = keep_pooled_gains(
-                self.choice_,
-                self.groups_,
-                fleet_choice,
-                self.fleet_costs_[fleet_choice],
                 lambda choice: pooled_choice_cost(
-                    past_lines, choice, past_usage, target, self.groups_, scores.totals(past_usage)
+                    past_lines, choice, past_usage, target, labels, scores.totals(past_usage)
                 ),
-                self.group_min_gain,
-                fairness_limit(self.fleet_costs_, self.reference, tolerance),
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs

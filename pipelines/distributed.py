@@ -27,7 +27,7 @@ from recommender.progress import Step
 #: Dask settings of the workers we start. Their statistical profiler calls `sys._current_frames()` every 10 ms, which
 #: on CPython before 3.11.9 can deadlock the worker's process (CPython gh-106883: a garbage collection inside the
 #: call frees a `threading.local` that takes the lock the call holds); a worker hung so mid-read stalled the run.
-#: Workers of a cluster of your own (`scale.scheduler_address`) need the same: docs/architecture.md.
+#: Workers of a cluster of your own (`scale.scheduler_address`) need the same: docs/kubernetes.md.
 WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 
 
