@@ -66,7 +66,8 @@ def run_child(command: list[str], env: dict[str, str]) -> tuple[float, float, st
 
 
 def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dict[str, Any]:
-    """The trace cut to one sample per `every_seconds` (and the peak sample), the last log line before the peak,
+    """The RSS trace (the process and its descendants, `bench.rss.tree_rss_kib`) cut to one sample per
+    `every_seconds` (and the peak sample), the last log line before the peak,
     and the stamped log lines (when each step began)."""
     trace: list[list[float]] = traced["trace"]
     if not trace:
@@ -80,10 +81,10 @@ def where_the_peak_is(traced: dict[str, Any], every_seconds: float = 5.0) -> dic
     before = [text for t, text in traced["steps"] if t <= top[0]]
     return {
         "peak_at_seconds": top[0],
-        "peak_vmrss_mib": top[1],
+        "peak_tree_rss_mib": top[1],
         "step_at_peak": before[-1] if before else None,
         "steps": traced["steps"],
-        "vmrss_mib": kept,
+        "tree_rss_mib": kept,
     }
 
 

@@ -6,6 +6,7 @@ one-line message on stderr and a non-zero exit code; progress goes to stderr so 
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import sys
@@ -925,9 +926,12 @@ def _root(
 
 
 def main() -> None:
-    """Console entry point: our errors become a clear message and an exit code, never a traceback."""
+    """Console entry point: our errors become a clear message and an exit code, never a traceback; a command that
+    finished ends the process at once (`_end`)."""
     try:
         app()
+    except SystemExit as done:
+        _end(done)
     except RecommenderError as error:
         _exit_with(error)
     except ModuleNotFoundError as error:
@@ -937,6 +941,19 @@ def main() -> None:
         if missing is None:
             raise
         _exit_with(missing)
+
+
+def _end(done: SystemExit) -> NoReturn:
+    """Exit with `done`'s code once the exit handlers have run (logs flushed, a Dask cluster closed, child
+    processes joined), without the interpreter's teardown freeing what the command held one object at a time,
+    which is the system's to reclaim: 0.3-0.5 s at the end of a 1,000-container training pass. Only when no other
+    thread is left (one could still be writing); else the interpreter's own exit, which waits for it."""
+    if threading.active_count() > 1 or not isinstance(done.code, int | None):
+        raise done
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(done.code or 0)
 
 
 def _exit_with(error: RecommenderError) -> NoReturn:

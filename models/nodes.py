@@ -27,10 +27,11 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import require_columns
 from models.forecast import nan_quantile, usage_grid
 from models.migration import migrate_node_state
+from models.placed import high_priority_rows
 from models.pods import USAGE_COLUMNS
 from models.settings import ModelSettings
 from models.workload import FleetForecaster
-from recommender import colocation, koordinator
+from recommender import colocation
 from recommender.arrays import FloatArray, IntArray, maximum_at_cells
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
 from recommender.settings import ColocationSettings
@@ -40,14 +41,6 @@ RESOURCE_COLUMNS = {
     "memory": ("memory_bytes", "memory_request_bytes", "memory_limit_bytes"),
 }
 SECONDS_PER_DAY = 86400
-
-
-def high_priority_rows(usage: pd.DataFrame) -> pd.DataFrame:
-    """Rows placed on a node and not of a borrowing priority class."""
-    placed = usage["node"].notna() & (usage["node"].astype(str) != "")
-    if "priority_class" in usage.columns:
-        placed &= ~usage["priority_class"].isin(koordinator.BORROWING_CLASSES)
-    return usage[placed]
 
 
 def group_sums(rows: FloatArray, group_of: IntArray, n_groups: int) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
@@ -82,15 +75,6 @@ def node_sums(
     any container of the node has a sample: the two add up across partitions of the fleet."""
     per_instance = usage_grid(instance_codes, times, values, n_instances, end_seconds, n_steps, step_seconds)
     return group_sums(per_instance, instance_node, n_nodes)
-
-
-def last_node_sample(usage: pd.DataFrame) -> int | None:
-    """The newest sample of a high-priority pod on a node (what the node model learns from), None when the usage
-    says of none where it ran: the one placement check of training."""
-    if "node" not in usage.columns:
-        return None
-    placed = high_priority_rows(usage)
-    return None if placed.empty else int(placed["timestamp"].max())
 
 
 @dataclass(frozen=True)

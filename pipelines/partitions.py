@@ -17,18 +17,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from models.nodes import last_node_sample
+from models.placed import last_node_sample
 from models.store import FileEntry, PartitionFiles, VersionWriter
-from models.workload import WorkloadRecommender
 from pipelines.ingest import SampleBounds, iter_usage_batches, sorted_samples
 from recommender.errors import InputFileError
+
+if TYPE_CHECKING:  # the estimators are imported when first fitted (`pipelines.train`)
+    from models.workload import WorkloadRecommender
 
 WorkloadName = tuple[str, str]
 #: The start of a plan's first partition: before every workload.

@@ -22,21 +22,23 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import importlib
 import logging
+import multiprocessing
 import resource
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
-from models.nodes import NodeForecaster, PooledNodeUsage, last_node_sample
+from models.placed import last_node_sample
 from models.store import MODEL, DataWindow, Manifest, ModelStore, VersionWriter, partition_model
-from models.workload import FleetStatistics, WorkloadRecommender, fit_fleet_forecasts, summarize_selection
 from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usage
 from pipelines.partitions import (
     Kept,
@@ -68,7 +70,22 @@ from recommender.progress import Step, quiet
 from recommender.resources import NodeForecast, RecommendationSet
 from recommender.text import printable
 
+if TYPE_CHECKING:
+    from models.nodes import NodeForecaster, PooledNodeUsage
+    from models.workload import FleetStatistics, WorkloadRecommender
+
 log = logging.getLogger(__name__)
+
+#: The estimators' modules, imported where a run first needs them rather than with this module: their import
+#: (scikit-learn, and SciPy under it: about 0.8 s) then runs while Prometheus answers a streamed run's first read
+#: (`import_estimators`).
+ESTIMATOR_MODULES = ("models.workload", "models.nodes")
+
+
+def import_estimators() -> None:
+    for name in ESTIMATOR_MODULES:
+        importlib.import_module(name)
+
 
 #: `end_at` shifts by whole steps of the tidy format, so samples keep their place on the 5-minute grid.
 SHIFT_STEP_SECONDS = 300
@@ -149,6 +166,22 @@ def release_freed_memory() -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
+
+
+def fork_side_process(stack: ExitStack) -> ProcessPoolExecutor | None:
+    """A process of one worker forked now, for the fleet's memory forecasts beside CPU's (`fit_fleet_forecasts`):
+    two threads of one process shared the GIL and, on every fresh page, the address space's lock, so the choice
+    ran at 1.25x of one core; two processes take a core each. Forked at a run's start, when the process holds only
+    its imports (the fork's pages are shared, its later work is its own), and only while no other thread runs (a
+    fork copies no thread but the caller, and a lock one of them held would stay held in the child): else None,
+    and the resources take two threads. Shut down (and joined) with `stack`; a worker whose parent dies sees its pipe
+    close."""
+    if threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+    side.submit(int)  # the pool forks its worker on the first task: now, not once the rows are in
+    stack.callback(side.shutdown, cancel_futures=True)
+    return side
 
 
 class InProcessExecutor:
@@ -289,11 +322,15 @@ class PartitionFit:
 
 def new_workload_model(settings: TrainingSettings) -> WorkloadRecommender:
     """The one construction of the workload estimator from settings."""
+    from models.workload import WorkloadRecommender
+
     return WorkloadRecommender.from_settings(settings)
 
 
 def new_node_model(settings: TrainingSettings) -> NodeForecaster:
     """The one construction of the node estimator from settings."""
+    from models.nodes import NodeForecaster
+
     return NodeForecaster.from_settings(settings, settings.colocation)
 
 
@@ -324,7 +361,7 @@ def fit_partition(
     rows = usage if usage is not None else pd.DataFrame({"pod": [], "timestamp": []})
     fit = PartitionFit(
         index=partition.index,
-        statistics=FleetStatistics.merge([]) if plan.fleet_forecasts else model.fleet_statistics(),
+        statistics=no_statistics() if plan.fleet_forecasts else model.fleet_statistics(),
         nodes=nodes,
         usage_rows=len(rows),
         pod_names=sorted(rows["pod"].unique().tolist()),
@@ -336,15 +373,41 @@ def fit_partition(
     return fit
 
 
+def fit_node_model(
+    settings: TrainingSettings,
+    parent: NodeForecaster | None,
+    nodes: PooledNodeUsage,
+    as_of: int | None,
+    horizon_seconds: int,
+) -> tuple[NodeForecaster, list[NodeForecast]]:
+    """The node model fitted on the fleet's pooled node usage (or the parent's continued), and its lines at `as_of`."""
+    model = parent.partial_fit_pooled(nodes) if parent is not None else new_node_model(settings).fit_pooled(nodes)
+    return model, node_forecasts(model, as_of, horizon_seconds)
+
+
+def node_forecasts(model: NodeForecaster | None, as_of: int | None, horizon_seconds: int) -> list[NodeForecast]:
+    return [] if model is None else model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
+
+
+def no_statistics() -> FleetStatistics:
+    """The fleet statistics of no partition (what a folded fit keeps, or one whose forecasts the driver fits)."""
+    from models.workload import FleetStatistics
+
+    return FleetStatistics.merge([])
+
+
 @dataclass(frozen=True)
 class FleetReduction:
     """The fleet-level quantities, folded over the partitions' fits as they arrive (one merged value each on the
     driver, never one per partition): add a field and its merge in `add` for a further fleet-level step."""
 
-    statistics: FleetStatistics = field(default_factory=lambda: FleetStatistics.merge([]))
+    statistics: FleetStatistics = field(default_factory=no_statistics)
     nodes: PooledNodeUsage | None = None
 
     def add(self, fit: PartitionFit) -> FleetReduction:
+        from models.nodes import PooledNodeUsage
+        from models.workload import FleetStatistics
+
         return FleetReduction(
             FleetStatistics.merge([self.statistics, fit.statistics]), PooledNodeUsage.merge([self.nodes, fit.nodes])
         )
@@ -466,6 +529,8 @@ class _Run:
     #: The node model and its lines, fitted in a thread beside the fleet's forecast choice and the finish (`_finish`):
     #: the node pools are complete once the partitions are fitted, and the choice's numpy sorting leaves a core free.
     node_fit: Future[tuple[NodeForecaster, list[NodeForecast]]] | None = None
+    #: Where the fleet's memory forecasts are chosen beside CPU's (`fork_side_process`; None: a thread).
+    side: ProcessPoolExecutor | None = None
     _version: VersionWriter | None = None
 
     def plan(self, containers: dict[WorkloadName, int] | None, default_size: int | None = None) -> None:
@@ -548,7 +613,7 @@ class _Run:
         def fold(fit: PartitionFit) -> PartitionFit:
             nonlocal reduction
             reduction = reduction.add(fit)
-            return replace(fit, statistics=FleetStatistics.merge([]), nodes=None)
+            return replace(fit, statistics=no_statistics(), nodes=None)
 
         calls = {
             i: (self.partitions[i], self.workspaces[i], shared, self._oom_of(oom, i, r), self.source)
@@ -590,13 +655,14 @@ class _Run:
         fleet's newest sample (`PrometheusSource.newest_step`), which every partition's grid ends at; node pools
         end at their own partition's newest sample and are aligned as they merge."""
         assert self.executor.in_memory, "a cluster reads and fits in its tasks"
-        plan = self._fit_plan(data_end, None, True)
-        self._fitting(len(self.partitions))
-        reduction = FleetReduction()
         fits: dict[int, PartitionFit] = {}
         total = len(self.partitions)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prometheus-read") as reader:
             ahead: Future[PartitionRead] | None = reader.submit(read, self.partitions[0])
+            import_estimators()  # while Prometheus answers the first read
+            plan = self._fit_plan(data_end, None, True)
+            self._fitting(len(self.partitions))
+            reduction = FleetReduction()
             for number, partition in enumerate(self.partitions, 1):
                 assert ahead is not None
                 current, ahead = ahead, None
@@ -608,6 +674,8 @@ class _Run:
                 self.read_wait_seconds += time.perf_counter() - waiting
                 if number < total:
                     ahead = reader.submit(read, self.partitions[number])
+                elif self.side is not None:  # the reads are done: a core is free while the last partition fits
+                    self.side.submit(import_estimators)
                 if got is not None:
                     self.reads[partition.index] = got
                     if got.last_sample is not None or partition.index in plan.parent_partitions:
@@ -618,7 +686,7 @@ class _Run:
                             self.failed[partition.index] = error
                         else:
                             reduction = reduction.add(fit)
-                            fits[partition.index] = replace(fit, statistics=FleetStatistics.merge([]), nodes=None)
+                            fits[partition.index] = replace(fit, statistics=no_statistics(), nodes=None)
                         release_freed_memory()
                 if partition.index in self.failed and total > 1:
                     log.warning(
@@ -637,9 +705,12 @@ class _Run:
     def _finish(
         self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction
     ) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as side:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as thread:
             if reduction.nodes is not None:
-                self.node_fit = side.submit(self._fit_node_model, reduction.nodes)
+                parent = self.parent.node_model if self.parent else None
+                self.node_fit = (self.side or thread).submit(
+                    fit_node_model, self.settings, parent, reduction.nodes, self.as_of, self.horizon_seconds
+                )
             if plan.fleet_forecasts:
                 reduction = self._fleet_forecasts(sorted(fits), reduction)
             return self._finish_partitions(fits, reduction)
@@ -659,13 +730,15 @@ class _Run:
     def _fleet_forecasts(self, fitted: list[int], reduction: FleetReduction) -> FleetReduction:
         """The forecasts of the partitions held in this process, chosen and calibrated on all of them as one fleet,
         and the fleet statistics they give (the calibration sketches exist only once the forecasts do)."""
+        from models.workload import FleetStatistics, fit_fleet_forecasts
+
         self.step(f"choosing the forecasts of {len(fitted)} partitions as one fleet")
         models = []
         for i in fitted:
             workspace = self.workspaces[i]
             assert isinstance(workspace, MemoryWorkspace) and workspace.fitted is not None
             models.append(workspace.fitted)
-        fit_fleet_forecasts(models)
+        fit_fleet_forecasts(models, self.side)
         return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
     def _oom_of(self, oom: pd.DataFrame | None, index: int, read: PartitionRead) -> pd.DataFrame | None:
@@ -676,23 +749,12 @@ class _Run:
             return oom
         return oom[self.partitions[index].owns(oom).to_numpy()].reset_index(drop=True)
 
-    def _fit_node_model(self, nodes: PooledNodeUsage) -> tuple[NodeForecaster, list[NodeForecast]]:
-        """The node model fitted (or continued) on the fleet's pooled node usage, and its lines at `as_of`."""
-        parent = self.parent.node_model if self.parent else None
-        model = (
-            parent.partial_fit_pooled(nodes) if parent is not None else new_node_model(self.settings).fit_pooled(nodes)
-        )
-        return model, self._node_forecasts(model)
-
-    def _node_forecasts(self, model: NodeForecaster | None) -> list[NodeForecast]:
-        return [] if model is None else model.predict(as_of=self.as_of, horizon_seconds=self.horizon_seconds)
-
     def node_lines(self) -> tuple[NodeForecaster | None, list[NodeForecast]]:
         """The node model and lines of `_finish`'s side thread (its error, if any, raised here); without pooled node
         usage, the parent's model unchanged."""
         if self.node_fit is None:
             parent = self.parent.node_model if self.parent else None
-            return parent, self._node_forecasts(parent)
+            return parent, node_forecasts(parent, self.as_of, self.horizon_seconds)
         self.step("fitting the node model (beside the forecast choice)")
         return self.node_fit.result()
 
@@ -710,6 +772,8 @@ class _Run:
 
     def commit(self, read_metrics: dict[str, float] | None = None) -> Manifest:
         """Fit and finish, then write the version and its manifest (the one manifest builder)."""
+        from models.workload import summarize_selection
+
         writer = self._writer("training runs")
         fits, _, results = self.fit_and_finish()
         order = sorted(results)
@@ -786,6 +850,8 @@ class _Run:
                 "worker_peak_rss_mib_max": round(max(workers.values()), 1),
                 "worker_peak_rss_mib_sum": round(sum(workers.values()), 1),
                 "driver_peak_rss_mib": round(peak_rss_mib(), 1),
+                # The side process's own peak (its pages shared with this process at the fork counted in both).
+                **({"side_peak_rss_mib": round(self.side.submit(peak_rss_mib).result(), 1)} if self.side else {}),
                 **summarize_selection([results[i].choices for i in order]),
                 **vpa,
             },
@@ -965,6 +1031,7 @@ def _stream_prometheus(run: _Run, start: int, end: int, allow_partial: bool) -> 
     settings, step = run.settings, run.step
     prom = settings.prometheus
     map_big_blocks()
+    run.side = fork_side_process(run.store)  # type: ignore[arg-type]
     client = run.store.enter_context(PrometheusClient(prom))  # type: ignore[union-attr]
     source = PrometheusSource(client, prom)
     started = time.perf_counter()

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.forecast import usage_grid
-from models.nodes import RESOURCE_COLUMNS, NodeForecaster, PooledNodeUsage, group_sums, high_priority_rows
+from models.nodes import RESOURCE_COLUMNS, NodeForecaster, PooledNodeUsage, group_sums
+from models.placed import high_priority_rows
 from models.workload import FleetForecaster
 from recommender.settings import ForecastSettings
 from tests.conftest import BUNDLED

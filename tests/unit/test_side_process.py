@@ -1,0 +1,129 @@
+"""The fleet's memory forecasts in a process beside CPU's, the estimators imported when first needed, and the end of a
+finished command (issue 17: a training pass's wall time)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.workload import FleetForecaster, WorkloadRecommender, fit_fleet_forecasts
+from pipelines.train import fork_side_process
+from recommender import __version__
+from recommender.settings import ForecastSettings
+from tests.unit.test_selection_blocks import fleet_usage
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def partitions() -> list[WorkloadRecommender]:
+    usage = fleet_usage()
+    settings = ForecastSettings(group_min_containers=2)
+    data_end = int(usage["timestamp"].max())
+    return [
+        WorkloadRecommender(forecast=FleetForecaster.from_settings(settings)).fit(
+            usage[usage["workload"].isin(names)], data_end=data_end, fit_forecasts=False
+        )
+        for names in (["w0", "w1", "w2"], ["w3", "w4", "w5"], ["x0", "x1", "x2"])
+    ]
+
+
+def test_memory_forecasts_chosen_in_another_process_equal_those_of_a_thread() -> None:
+    threaded, beside = partitions(), partitions()
+    fit_fleet_forecasts(threaded)
+    # Spawned, not forked: the test process may run other threads (`fork_side_process` forks only without them).
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as side:
+        assert side.submit(os.getpid).result() != os.getpid()
+        fit_fleet_forecasts(beside, side)
+    for a, b in zip(threaded, beside):
+        assert a.memory_forecasts_.keys() == b.memory_forecasts_.keys() == a.cpu_forecasts_.keys()
+        for key in a.memory_forecasts_:
+            for line in ("short_term", "request", "long_term"):
+                for resource in ("memory_forecasts_", "cpu_forecasts_"):
+                    ours, theirs = getattr(getattr(a, resource)[key], line), getattr(getattr(b, resource)[key], line)
+                    np.testing.assert_array_equal(ours.choice_, theirs.choice_)
+                    np.testing.assert_array_equal(ours.factors_, theirs.factors_)
+        assert a.predict().model_dump() == b.predict().model_dump()
+
+
+def test_no_fork_while_another_thread_runs() -> None:
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, daemon=True)
+    other.start()
+    try:
+        with ExitStack() as stack:
+            assert fork_side_process(stack) is None
+    finally:
+        release.set()
+        other.join()
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+
+
+def test_a_single_threaded_process_forks_a_worker_that_runs_tasks_and_is_joined_with_the_stack() -> None:
+    done = run_python(
+        "import os; from contextlib import ExitStack; from pipelines.train import fork_side_process\n"
+        "with ExitStack() as stack:\n"
+        "    side = fork_side_process(stack)\n"
+        "    child = side.submit(os.getpid).result()\n"
+        "    assert child != os.getpid(), child\n"
+        "    processes = list(side._processes.values())\n"
+        "assert processes and not any(p.is_alive() for p in processes)\n"
+        "print('ok')"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_training_module_loads_without_the_estimators() -> None:
+    done = run_python(
+        "import sys, pipelines.train as t\n"
+        "assert not {'sklearn', 'scipy', 'models.workload', 'models.nodes'} & set(sys.modules), sorted(sys.modules)\n"
+        "t.import_estimators()\n"
+        "assert {'sklearn', 'models.workload', 'models.nodes'} <= set(sys.modules)\n"
+        "print('ok')"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "says"),
+    [(["--version"], 0, __version__), (["train", "--input", "/nonexistent/usage.csv"], 2, "nonexistent")],
+)
+def test_the_console_entry_point_keeps_exit_codes_and_output(arguments: list[str], code: int, says: str) -> None:
+    done = run_python(f"import sys; sys.argv = ['recommender', *{arguments!r}]; from cli.main import main; main()")
+    assert done.returncode == code, done.stderr
+    assert says in done.stdout + done.stderr
+
+
+def test_a_command_ending_beside_a_running_thread_exits_the_usual_way() -> None:
+    done = run_python(
+        "import sys, threading, time\n"
+        "from cli.main import _end\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    print('the thread finished', flush=True)\n"
+        "threading.Thread(target=late).start()\n"
+        "_end(SystemExit(3))"
+    )
+    assert done.returncode == 3
+    assert "the thread finished" in done.stdout
