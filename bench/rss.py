@@ -18,17 +18,21 @@ TRACE_SECONDS = 0.2
 
 
 def tree_rss_kib(pid: int) -> int | None:
-    """VmRSS of a process and its descendants, summed (pages a fork shares are counted in each: an upper bound);
-    None once the process is gone."""
+    """The resident memory of a process and its descendants: the sum of their PSS (each page shared after a fork
+    counted once, split between its sharers; Linux's smaps_rollup), else of their VmRSS (shared pages counted in
+    each: an upper bound); None once the process is gone."""
     total, found, pending = 0, False, [pid]
     while pending:
         current = pending.pop()
         try:
-            status = Path(f"/proc/{current}/status").read_text()
             children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+            try:
+                rollup, key = Path(f"/proc/{current}/smaps_rollup").read_text(), "Pss:"
+            except OSError:
+                rollup, key = Path(f"/proc/{current}/status").read_text(), "VmRSS:"
         except OSError:
             continue
-        line = next((x for x in status.splitlines() if x.startswith("VmRSS:")), None)
+        line = next((x for x in rollup.splitlines() if x.startswith(key)), None)
         if line is not None:
             total, found = total + int(line.split()[1]), True
         pending.extend(int(c) for c in children)
