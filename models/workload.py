@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Self
 
@@ -1143,8 +1143,8 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], side: Executor | None
     in use anywhere in the fleet, each fitted on every container, as in one piece.
 
     CPU's and memory's are independent: memory's goes to `side` (a process of the caller's, so the two share
-    neither the GIL nor the address space's lock that every fresh page takes) while CPU's runs here; without
-    `side`, in two threads."""
+    neither the GIL nor the address space's lock that every fresh page takes) while CPU's runs here (and memory's
+    too, after it, should `side` break); without `side`, in two threads."""
     forecaster = models[0]._forecaster()
     if len({model.grid_end_ for model in models}) > 1:
         raise ValueError("partitions of a fleet must share the grid end: fit them with the fleet's data_end")
@@ -1164,9 +1164,18 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], side: Executor | None
         for key in keys:
             levels = dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
             settings = clone(forecaster).set_params(**levels).settings()
-            memory = (side or pool).submit(fit_resource_forecasts, [m.memory_grid_ for m in models], settings, grid_end)
+            memory_grids = [m.memory_grid_ for m in models]
+            try:
+                memory = (side or pool).submit(fit_resource_forecasts, memory_grids, settings, grid_end)
+            except BrokenExecutor:  # the side process died before (killed, out of memory): memory's are chosen here
+                memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end)
             cpu = pool.submit(fit_resource_forecasts, [m.cpu_grid_ for m in models], settings, grid_end)
-            for model, cpu_part, memory_part in zip(models, cpu.result(), memory.result()):
+            cpu_parts = cpu.result()
+            try:
+                memory_parts = memory.result()
+            except BrokenExecutor:  # or while it chose them
+                memory_parts = fit_resource_forecasts(memory_grids, settings, grid_end)
+            for model, cpu_part, memory_part in zip(models, cpu_parts, memory_parts):
                 model.cpu_forecasts_[key], model.memory_forecasts_[key] = cpu_part, memory_part
 
 

@@ -29,7 +29,7 @@ import resource
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -529,6 +529,8 @@ class _Run:
     #: The node model and its lines, fitted in a thread beside the fleet's forecast choice and the finish (`_finish`):
     #: the node pools are complete once the partitions are fitted, and the choice's numpy sorting leaves a core free.
     node_fit: Future[tuple[NodeForecaster, list[NodeForecast]]] | None = None
+    #: The node model's fit as a call, run here should the side process have died under it.
+    node_call: Callable[[], tuple[NodeForecaster, list[NodeForecast]]] | None = None
     #: Where the fleet's memory forecasts are chosen beside CPU's (`fork_side_process`; None: a thread).
     side: ProcessPoolExecutor | None = None
     _version: VersionWriter | None = None
@@ -674,8 +676,8 @@ class _Run:
                 self.read_wait_seconds += time.perf_counter() - waiting
                 if number < total:
                     ahead = reader.submit(read, self.partitions[number])
-                elif self.side is not None:  # the reads are done: a core is free while the last partition fits
-                    self.side.submit(import_estimators)
+                else:  # the reads are done: a core is free while the last partition fits
+                    self.beside(import_estimators)
                 if got is not None:
                     self.reads[partition.index] = got
                     if got.last_sample is not None or partition.index in plan.parent_partitions:
@@ -708,9 +710,10 @@ class _Run:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as thread:
             if reduction.nodes is not None:
                 parent = self.parent.node_model if self.parent else None
-                self.node_fit = (self.side or thread).submit(
+                self.node_call = functools.partial(
                     fit_node_model, self.settings, parent, reduction.nodes, self.as_of, self.horizon_seconds
                 )
+                self.node_fit = self.beside(self.node_call) or thread.submit(self.node_call)
             if plan.fleet_forecasts:
                 reduction = self._fleet_forecasts(sorted(fits), reduction)
             return self._finish_partitions(fits, reduction)
@@ -741,6 +744,25 @@ class _Run:
         fit_fleet_forecasts(models, self.side)
         return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
+    def beside(self, function: Callable[..., Any], *args: Any) -> Future[Any] | None:
+        """`function(*args)` submitted to the side process; None without one (or once it died: then forgotten)."""
+        if self.side is None:
+            return None
+        try:
+            return self.side.submit(function, *args)
+        except BrokenExecutor:
+            log.warning("the side process died; the rest of the run takes threads of this one")
+            self.side = None
+            return None
+
+    def _side_peak(self) -> dict[str, float]:
+        """The side process's peak resident memory, for the manifest (its pages shared since the fork counted)."""
+        asked = self.beside(peak_rss_mib)
+        try:
+            return {} if asked is None else {"side_peak_rss_mib": round(asked.result(), 1)}
+        except BrokenExecutor:
+            return {}
+
     def _oom_of(self, oom: pd.DataFrame | None, index: int, read: PartitionRead) -> pd.DataFrame | None:
         """A partition's OOM events: those its own read found, or its workloads' share of the run's."""
         if read.oom_events is not None:
@@ -756,7 +778,12 @@ class _Run:
             parent = self.parent.node_model if self.parent else None
             return parent, node_forecasts(parent, self.as_of, self.horizon_seconds)
         self.step("fitting the node model (beside the forecast choice)")
-        return self.node_fit.result()
+        try:
+            return self.node_fit.result()
+        except BrokenExecutor:
+            assert self.node_call is not None
+            log.warning("the side process died; fitting the node model here")
+            return self.node_call()
 
     def recommendations(self) -> RecommendationSet:
         """The `recommend` contract's result: the partitions' recommendations (kept in memory) in order."""
@@ -850,8 +877,7 @@ class _Run:
                 "worker_peak_rss_mib_max": round(max(workers.values()), 1),
                 "worker_peak_rss_mib_sum": round(sum(workers.values()), 1),
                 "driver_peak_rss_mib": round(peak_rss_mib(), 1),
-                # The side process's own peak (its pages shared with this process at the fork counted in both).
-                **({"side_peak_rss_mib": round(self.side.submit(peak_rss_mib).result(), 1)} if self.side else {}),
+                **self._side_peak(),
                 **summarize_selection([results[i].choices for i in order]),
                 **vpa,
             },

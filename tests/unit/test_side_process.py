@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from models.workload import FleetForecaster, WorkloadRecommender, fit_fleet_forecasts
-from pipelines.train import fork_side_process
+from pipelines.settings import TrainingSettings
+from pipelines.train import InProcessExecutor, _Run, fork_side_process
 from recommender import __version__
+from recommender.progress import quiet
 from recommender.settings import ForecastSettings
 from tests.unit.test_selection_blocks import fleet_usage
 
@@ -127,3 +132,59 @@ def test_a_command_ending_beside_a_running_thread_exits_the_usual_way() -> None:
     )
     assert done.returncode == 3
     assert "the thread finished" in done.stdout
+
+
+def broken_pool() -> ProcessPoolExecutor:
+    """A pool whose only worker was killed (as the kernel's OOM killer would)."""
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    os.kill(pool.submit(os.getpid).result(), signal.SIGKILL)
+    with pytest.raises(BrokenExecutor):  # the pool learns it when it next waits on the worker
+        pool.submit(time.sleep, 0).result(timeout=60)
+    return pool
+
+
+class DyingExecutor(Executor):
+    """A side whose process dies under every task it was given."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return broken_future()
+
+
+@pytest.mark.parametrize("when", ["before", "while"])
+def test_a_dead_side_process_leaves_the_memory_forecasts_to_this_one(when: str) -> None:
+    threaded, beside = partitions(), partitions()
+    fit_fleet_forecasts(threaded)
+    side: Executor = broken_pool() if when == "before" else DyingExecutor()
+    try:
+        fit_fleet_forecasts(beside, side)
+    finally:
+        side.shutdown()
+    for a, b in zip(threaded, beside):
+        assert a.predict().model_dump() == b.predict().model_dump()
+
+
+def test_a_run_forgets_a_dead_side_process_and_fits_the_node_model_here() -> None:
+    run = _Run(TrainingSettings(), InProcessExecutor(), None, "test", None, 86400, quiet)
+    pool = broken_pool()
+    run.side = pool
+    try:
+        assert run.beside(os.getpid) is None  # the dead process is forgotten,
+        assert run.side is None and run._side_peak() == {}  # and nothing more is sent to it
+    finally:
+        pool.shutdown()
+    calls: list[str] = []
+
+    def fit_here() -> Any:
+        calls.append("here")
+        return None, []
+
+    run.node_call = fit_here
+    run.node_fit = broken_future()  # it died while fitting the node model
+    assert run.node_lines() == (None, [])
+    assert calls == ["here"]
+
+
+def broken_future() -> Future[Any]:
+    future: Future[Any] = Future()
+    future.set_exception(BrokenExecutor("the side process died"))
+    return future
