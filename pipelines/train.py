@@ -83,6 +83,7 @@ ESTIMATOR_MODULES = ("models.workload", "models.nodes")
 
 
 def import_estimators() -> None:
+    """Import `ESTIMATOR_MODULES` (what a fit or an unpickled model would import anyway)."""
     for name in ESTIMATOR_MODULES:
         importlib.import_module(name)
 
@@ -526,8 +527,9 @@ class _Run:
     streamed: tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]] | None = None
     #: Seconds the fit waited for a partition's read (what the read-ahead did not hide; the cluster path: 0).
     read_wait_seconds: float = 0.0
-    #: The node model and its lines, fitted in a thread beside the fleet's forecast choice and the finish (`_finish`):
-    #: the node pools are complete once the partitions are fitted, and the choice's numpy sorting leaves a core free.
+    #: The node model and its lines, fitted beside the fleet's forecast choice and the finish (`_finish`): in the side
+    #: process, ahead of memory's forecasts, or else in a thread; the node pools are complete once the partitions are
+    #: fitted.
     node_fit: Future[tuple[NodeForecaster, list[NodeForecast]]] | None = None
     #: The node model's fit as a call, run here should the side process have died under it.
     node_call: Callable[[], tuple[NodeForecaster, list[NodeForecast]]] | None = None
