@@ -951,8 +951,11 @@ def _end(done: SystemExit) -> NoReturn:
     if threading.active_count() > 1 or not isinstance(done.code, int | None):
         raise done
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # the reader went away (a closed pipe): the status Python's own exit gives then
+        os._exit(120)
     os._exit(done.code or 0)
 
 

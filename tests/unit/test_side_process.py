@@ -188,3 +188,18 @@ def broken_future() -> Future[Any]:
     future: Future[Any] = Future()
     future.set_exception(BrokenExecutor("the side process died"))
     return future
+
+
+def test_output_to_a_closed_pipe_ends_with_pythons_status_not_a_traceback() -> None:
+    code = (
+        "import os, sys\n"
+        "read, write = os.pipe()\n"
+        "os.close(read)\n"
+        "sys.stdout = os.fdopen(write, 'w')\n"
+        "print('x' * 10)\n"
+        "from cli.main import _end\n"
+        "_end(SystemExit(0))"
+    )
+    done = run_python(code)
+    assert done.returncode == 120
+    assert "Traceback" not in done.stderr
