@@ -743,7 +743,8 @@ class _Run:
             workspace = self.workspaces[i]
             assert isinstance(workspace, MemoryWorkspace) and workspace.fitted is not None
             models.append(workspace.fitted)
-        fit_fleet_forecasts(models, self.side)
+        grids_mib = sum(m.memory_grid_.nbytes for m in models) / 2**20
+        fit_fleet_forecasts(models, self.side if grids_mib <= self.settings.scale.side_process_max_grid_mib else None)
         return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
     def beside(self, function: Callable[..., Any], *args: Any) -> Future[Any] | None:

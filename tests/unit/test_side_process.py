@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from models.workload import FleetForecaster, WorkloadRecommender, fit_fleet_forecasts
+from pipelines.partitions import MemoryWorkspace
 from pipelines.settings import TrainingSettings
-from pipelines.train import InProcessExecutor, _Run, fork_side_process
+from pipelines.train import FleetReduction, InProcessExecutor, _Run, fork_side_process
 from recommender import __version__
 from recommender.progress import quiet
 from recommender.settings import ForecastSettings
@@ -203,3 +204,29 @@ def test_output_to_a_closed_pipe_ends_with_pythons_status_not_a_traceback() -> N
     done = run_python(code)
     assert done.returncode == 120
     assert "Traceback" not in done.stderr
+
+
+class RecordingExecutor(Executor):
+    """A side that runs what it is given here, and counts it."""
+
+    def __init__(self) -> None:
+        self.tasks: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.tasks.append(fn.__name__)
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+@pytest.mark.parametrize(("bound_mib", "beside"), [(128, True), (0, False)])
+def test_memory_grids_above_the_bound_are_chosen_in_threads_not_the_side_process(bound_mib: int, beside: bool) -> None:
+    settings = TrainingSettings.model_validate({"scale": {"side_process_max_grid_mib": bound_mib}})
+    run = _Run(settings, InProcessExecutor(), None, "test", None, 86400, quiet)
+    parts = partitions()
+    run.workspaces = {i: MemoryWorkspace(fitted=part) for i, part in enumerate(parts)}
+    side = RecordingExecutor()
+    run.side = side  # type: ignore[assignment]
+    run._fleet_forecasts(sorted(run.workspaces), FleetReduction())
+    assert ("fit_resource_forecasts" in side.tasks) is beside
+    assert all(part.memory_forecasts_ for part in parts)
