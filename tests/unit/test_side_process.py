@@ -84,31 +84,32 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def assert_passes(code: str) -> None:
+    """`code`, run in a fresh interpreter, ends by printing ok."""
+    done = run_python(code + "\nprint('ok')")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
 def test_a_single_threaded_process_forks_a_worker_that_runs_tasks_and_is_joined_with_the_stack() -> None:
-    done = run_python(
+    assert_passes(
         "import os; from contextlib import ExitStack; from pipelines.train import fork_side_process\n"
         "with ExitStack() as stack:\n"
         "    side = fork_side_process(stack)\n"
         "    child = side.submit(os.getpid).result()\n"
         "    assert child != os.getpid(), child\n"
         "    processes = list(side._processes.values())\n"
-        "assert processes and not any(p.is_alive() for p in processes)\n"
-        "print('ok')"
+        "assert processes and not any(p.is_alive() for p in processes)"
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
 
 
 def test_the_training_module_loads_without_the_estimators() -> None:
-    done = run_python(
+    assert_passes(
         "import sys, pipelines.train as t\n"
         "assert not {'sklearn', 'scipy', 'models.workload', 'models.nodes'} & set(sys.modules), sorted(sys.modules)\n"
         "t.import_estimators()\n"
-        "assert {'sklearn', 'models.workload', 'models.nodes'} <= set(sys.modules)\n"
-        "print('ok')"
+        "assert {'sklearn', 'models.workload', 'models.nodes'} <= set(sys.modules)"
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
 
 
 @pytest.mark.parametrize(
