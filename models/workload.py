@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Self
 
@@ -1136,15 +1136,20 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         ]
 
 
-def fit_fleet_forecasts(models: list[WorkloadRecommender], side: Executor | None = None) -> None:
+#: Memory's forecasts chosen elsewhere (a side process): given the settings of one set of risk levels and the grid
+#: end, a future of `fit_resource_forecasts` on the fleet's memory grids. It may raise `BrokenExecutor`.
+ForecastsElsewhere = Callable[[ForecastSettings, int], "Future[list[ResourceForecast]]"]
+
+
+def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: ForecastsElsewhere | None = None) -> None:
     """The forecasts of each model of `models` (partitions of one fleet, each fitted with `fit_forecasts=False` and
     the fleet's `data_end`), chosen and calibrated on all of their containers as one fleet: each partition gets
     what a fit on the whole fleet gives its containers. One forecast per resource and distinct set of risk levels
     in use anywhere in the fleet, each fitted on every container, as in one piece.
 
-    CPU's and memory's are independent: memory's goes to `side` (a process of the caller's, so the two share
+    CPU's and memory's are independent: memory's goes `memory_elsewhere` (a process of the caller's, so the two share
     neither the GIL nor the address space's lock that every fresh page takes) while CPU's runs here (and memory's
-    too, after it, should `side` break); without `side`, in two threads."""
+    too, after it, should that process break); without it, in two threads."""
     forecaster = models[0]._forecaster()
     if len({model.grid_end_ for model in models}) > 1:
         raise ValueError("partitions of a fleet must share the grid end: fit them with the fleet's data_end")
@@ -1159,14 +1164,17 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], side: Executor | None
         return
     keys = sorted({key for model in models for key in model.group_levels_.tolist()})
     grid_end = models[0].grid_end_
-    # Without `side`, CPU and memory in two threads: the work is mostly numpy sorting, which releases the GIL.
-    with ThreadPoolExecutor(max_workers=1 if side is not None else 2) as pool:
+    # Otherwise CPU and memory in two threads: the work is mostly numpy sorting, which releases the GIL.
+    with ThreadPoolExecutor(max_workers=1 if memory_elsewhere is not None else 2) as pool:
         for key in keys:
             levels = dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
             settings = clone(forecaster).set_params(**levels).settings()
             memory_grids = [m.memory_grid_ for m in models]
             try:
-                memory = (side or pool).submit(fit_resource_forecasts, memory_grids, settings, grid_end)
+                if memory_elsewhere is None:
+                    memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end)
+                else:
+                    memory = memory_elsewhere(settings, grid_end)
             except BrokenExecutor:  # the side process died before (killed, out of memory): memory's are chosen here
                 memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end)
             cpu = pool.submit(fit_resource_forecasts, [m.cpu_grid_ for m in models], settings, grid_end)

@@ -79,10 +79,10 @@ class ScaleSettings(BaseModel):
         128,
         ge=0,
         description="Largest memory usage grids (MiB, all partitions') whose forecasts a Prometheus run in this "
-        "process chooses in its side process, beside CPU's, 128 by default (about 4,000 containers x 14 days): the "
-        "side process gets a copy of them, worth it where the choice's two threads wait on each other (1,000 "
-        "containers: the choice 4.7 -> 3.8 s), not where numpy's long sorts already keep both cores busy (10,000: "
-        "42.9 -> 42.0 s for 600 MB more). Above it, two threads; 0: never.",
+        "process chooses in its side process, beside CPU's, 128 by default (about 4,000 containers x 14 days): "
+        "worth it where the choice's two threads wait on each other (1,000 containers: the choice 4.7 -> 3.8 s), "
+        "not where numpy's long sorts already keep both cores busy (10,000: 42.9 -> 42.0 s, and the side process's "
+        "own working memory on top of this one's). Above it, two threads; 0: never.",
     )
     failure_tolerance_fraction: float = Field(
         0.0,

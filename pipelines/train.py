@@ -73,6 +73,7 @@ from recommender.text import printable
 if TYPE_CHECKING:
     from models.nodes import NodeForecaster, PooledNodeUsage
     from models.workload import FleetStatistics, WorkloadRecommender
+    from recommender.settings import ForecastSettings
 
 log = logging.getLogger(__name__)
 
@@ -147,17 +148,22 @@ def _libc() -> ctypes.CDLL | None:
 #: when freed, where glibc's default threshold grows with each big block freed until such blocks come from a heap
 #: that keeps them. Below it, the per-row masks and codes of a partition (1-4 MB each, made and freed by the hundred)
 #: are reused from the heap: mapped on their own (a 1 MiB threshold) each one was fresh pages to fault in, 5-8 CPU
-#: seconds of a 1,000-container pass in the kernel (docs/benchmarks.md).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+#: seconds of a 1,000-container pass in the kernel (docs/benchmarks.md). A heap (the main one, and each thread's)
+#: grows and shrinks by at least `TOP_PAD_BYTES` at its top: with glibc's 128 KiB, the heaps of the choice's
+#: temporaries were given back and faulted in again over and over (1.2 of a pass's 3.5 system CPU seconds).
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 MMAP_THRESHOLD_BYTES = 4 << 20
+TOP_PAD_BYTES = 64 << 20
 
 
 def map_big_blocks() -> None:
-    """Let freed big blocks leave the process at once (see `M_MMAP_THRESHOLD`; nothing where glibc is not)."""
+    """Let freed big blocks leave the process at once and keep a heap's top padded (see `M_MMAP_THRESHOLD`; nothing
+    where glibc is not)."""
     libc = _libc()
     if libc is not None and hasattr(libc, "mallopt"):
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         libc.mallopt(M_TRIM_THRESHOLD, 8 * MMAP_THRESHOLD_BYTES)
+        libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES)
 
 
 def release_freed_memory() -> None:
@@ -169,20 +175,35 @@ def release_freed_memory() -> None:
         libc.malloc_trim(0)
 
 
-def fork_side_process(stack: ExitStack) -> ProcessPoolExecutor | None:
-    """A process of one worker forked now, for the fleet's memory forecasts beside CPU's (`fit_fleet_forecasts`):
-    two threads of one process shared the GIL and, on every fresh page, the address space's lock, so the choice
-    ran at 1.25x of one core; two processes take a core each. Forked at a run's start, when the process holds only
-    its imports (the fork's pages are shared, its later work is its own), and only while no other thread runs (a
-    fork copies no thread but the caller, and a lock one of them held would stay held in the child): else None,
-    and the resources take two threads. Shut down (and joined) with `stack`; a worker whose parent dies sees its pipe
-    close."""
+#: The calls a side process inherits at its fork (`fork_side_process`), by name: set in this process just before the
+#: fork and let go just after, so the child holds the only reference to what they carry.
+_INHERITED: dict[str, Callable[..., Any]] = {}
+
+
+def fork_side_process(stack: ExitStack, inherit: dict[str, Callable[..., Any]]) -> ProcessPoolExecutor | None:
+    """A process of one worker forked now, for the fleet's memory forecasts beside CPU's (`fit_fleet_forecasts`) and
+    the node model: two threads of one process shared the GIL and, on every fresh page, the address space's lock, so
+    the choice ran at 1.25x of one core; two processes take a core each. Forked once a streamed read is done, so the
+    child already holds the estimators' modules and the fleet's grids (their pages shared, nothing imported twice).
+    `inherit`: calls it gets at the fork, run there by `inherited` with small arguments, so their data (memory's
+    grids, the node pools) is never pickled through its pipe. Only while no other thread runs (a fork copies no
+    thread but the caller, and a lock one of them held would stay held in the child): else None, and the work takes
+    threads. Shut down (and joined) with `stack`; a worker whose parent dies sees its pipe close."""
     if threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
         return None
-    side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
-    side.submit(int)  # the pool forks its worker on the first task: now, not once the rows are in
+    _INHERITED.update(inherit)
+    try:
+        side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+        side.submit(int)  # a forking pool forks its worker within the first submit: now, with `_INHERITED` set
+    finally:
+        _INHERITED.clear()
     stack.callback(side.shutdown, cancel_futures=True)
     return side
+
+
+def inherited(name: str, *args: Any) -> Any:
+    """In the side process: the call `name` it inherited at its fork (`fork_side_process`), given `args`."""
+    return _INHERITED[name](*args)
 
 
 class InProcessExecutor:
@@ -652,7 +673,9 @@ class _Run:
             )
         self.step(f"{'continuing' if self.parent else 'fitting'} {what}")
 
-    def read_and_fit(self, read: Callable[[Partition], PartitionRead], data_end: int) -> None:
+    def read_and_fit(
+        self, read: Callable[[Partition], PartitionRead], data_end: int, reads_done: Callable[[], None]
+    ) -> None:
         """Read and fit the partitions in this process as a stream: partition i+1 is read in a thread (and answered by
         Prometheus in its own process) while partition i is fitted, one read ahead at most, so the rows held are
         about two partitions' and each partition's are freed once its estimators have taken them. `data_end`: the
@@ -678,8 +701,6 @@ class _Run:
                 self.read_wait_seconds += time.perf_counter() - waiting
                 if number < total:
                     ahead = reader.submit(read, self.partitions[number])
-                else:  # the reads are done: a core is free while the last partition fits
-                    self.beside(import_estimators)
                 if got is not None:
                     self.reads[partition.index] = got
                     if got.last_sample is not None or partition.index in plan.parent_partitions:
@@ -704,20 +725,28 @@ class _Run:
         self.oom_events = pd.concat(
             [r.oom_events for r in self.reads.values() if r.oom_events is not None], ignore_index=True
         )
+        reads_done()  # the client's query threads end: the side process can be forked
         self.streamed = self._finish(plan, fits, reduction)
 
     def _finish(
         self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction
     ) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
+        """The node model and the fleet's forecasts, each beside the other (in the side process forked here where
+        it can be, which inherits their data), then the partitions' recommendations."""
+        models = self._fleet_models(sorted(fits)) if plan.fleet_forecasts else []
+        if reduction.nodes is not None:
+            parent = self.parent.node_model if self.parent else None
+            self.node_call = functools.partial(
+                fit_node_model, self.settings, parent, reduction.nodes, self.as_of, self.horizon_seconds
+            )
+        inherit = self._side_work(models)
+        if inherit and self.store is not None:
+            self.side = fork_side_process(self.store, inherit)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as thread:
-            if reduction.nodes is not None:
-                parent = self.parent.node_model if self.parent else None
-                self.node_call = functools.partial(
-                    fit_node_model, self.settings, parent, reduction.nodes, self.as_of, self.horizon_seconds
-                )
-                self.node_fit = self.beside(self.node_call) or thread.submit(self.node_call)
-            if plan.fleet_forecasts:
-                reduction = self._fleet_forecasts(sorted(fits), reduction)
+            if self.node_call is not None:
+                self.node_fit = self.beside(inherited, "node") or thread.submit(self.node_call)
+            if models:
+                reduction = self._fleet_forecasts(models, reduction, "memory" in inherit)
             return self._finish_partitions(fits, reduction)
 
     def _finish_partitions(
@@ -732,19 +761,43 @@ class _Run:
         results: dict[int, PartitionResult] = self.run("finish", finish_partition, finishing, lambda r: r)
         return fits, reduction, results
 
-    def _fleet_forecasts(self, fitted: list[int], reduction: FleetReduction) -> FleetReduction:
-        """The forecasts of the partitions held in this process, chosen and calibrated on all of them as one fleet,
-        and the fleet statistics they give (the calibration sketches exist only once the forecasts do)."""
-        from models.workload import FleetStatistics, fit_fleet_forecasts
+    def _side_work(self, models: list[WorkloadRecommender]) -> dict[str, Callable[..., Any]]:
+        """What a side process would inherit: the node model's fit, and memory's forecast choice on the `models`'
+        grids where they fit `scale.side_process_max_grid_mib`."""
+        from models.workload import fit_resource_forecasts
 
-        self.step(f"choosing the forecasts of {len(fitted)} partitions as one fleet")
+        work: dict[str, Callable[..., Any]] = {"node": self.node_call} if self.node_call is not None else {}
+        grids_mib = sum(m.memory_grid_.nbytes for m in models) / 2**20
+        if models and grids_mib <= self.settings.scale.side_process_max_grid_mib:
+            work["memory"] = functools.partial(fit_resource_forecasts, [m.memory_grid_ for m in models])
+        return work
+
+    def _fleet_models(self, fitted: list[int]) -> list[WorkloadRecommender]:
+        """The fitted models of the partitions `fitted`, held in this process."""
         models = []
         for i in fitted:
             workspace = self.workspaces[i]
             assert isinstance(workspace, MemoryWorkspace) and workspace.fitted is not None
             models.append(workspace.fitted)
-        grids_mib = sum(m.memory_grid_.nbytes for m in models) / 2**20
-        fit_fleet_forecasts(models, self.side if grids_mib <= self.settings.scale.side_process_max_grid_mib else None)
+        return models
+
+    def _fleet_forecasts(
+        self, models: list[WorkloadRecommender], reduction: FleetReduction, memory_beside: bool
+    ) -> FleetReduction:
+        """The forecasts of the partitions' `models`, chosen and calibrated on all of them as one fleet (memory's in
+        the side process when `memory_beside`: it inherited their grids), and the fleet statistics they give (the
+        calibration sketches exist only once the forecasts do)."""
+        from models.workload import FleetStatistics, ResourceForecast, fit_fleet_forecasts
+
+        self.step(f"choosing the forecasts of {len(models)} partitions as one fleet")
+
+        def memory_elsewhere(settings: ForecastSettings, grid_end: int) -> Future[list[ResourceForecast]]:
+            asked = self.beside(inherited, "memory", settings, grid_end)
+            if asked is None:
+                raise BrokenExecutor("the side process is gone")
+            return asked
+
+        fit_fleet_forecasts(models, memory_elsewhere if memory_beside and self.side is not None else None)
         return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
     def beside(self, function: Callable[..., Any], *args: Any) -> Future[Any] | None:
@@ -1060,7 +1113,6 @@ def _stream_prometheus(run: _Run, start: int, end: int, allow_partial: bool) -> 
     settings, step = run.settings, run.step
     prom = settings.prometheus
     map_big_blocks()
-    run.side = fork_side_process(run.store)  # type: ignore[arg-type]
     client = run.store.enter_context(PrometheusClient(prom))  # type: ignore[union-attr]
     source = PrometheusSource(client, prom)
     started = time.perf_counter()
@@ -1093,7 +1145,7 @@ def _stream_prometheus(run: _Run, start: int, end: int, allow_partial: bool) -> 
         finally:
             reading.append(time.perf_counter() - began)
 
-    run.read_and_fit(read, data_end)
+    run.read_and_fit(read, data_end, client.close)
     return {**client.stats.summary(), "read_seconds": round(facts_seconds + sum(reading), 3)}
 
 

@@ -224,6 +224,8 @@ def test_streamed_partitions_give_one_partitions_recommendations(cluster: Cluste
     namespaces = len({namespace for namespace, _ in cluster.kinds})
     assert streamed["row_counts"]["partitions"] == namespaces
     assert streamed["row_counts"]["oom_events"] == 1
+    # Memory's forecasts and the node model went to the side process, forked once the reads' threads had ended.
+    assert streamed["fit_metrics"]["side_peak_rss_mib"] > 0
     common = ("--prometheus-url", cluster.server.url, "--as-of", str(cluster.as_of))
     one = cli("train", *common, "--store", "one", env=PROMETHEUS_ENV)
     assert one.returncode == 0, one.stderr

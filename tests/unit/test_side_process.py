@@ -1,5 +1,5 @@
-"""The fleet's memory forecasts in a process beside CPU's, the estimators imported when first needed, and the end of a
-finished command (issue 17: a training pass's wall time)."""
+"""The fleet's memory forecasts in a process beside CPU's (forked once the rows are read, inheriting their grids), the
+estimators imported when first needed, and the end of a finished command (issue 17: a training pass's wall time)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.workload import FleetForecaster, WorkloadRecommender, fit_fleet_forecasts
+import pipelines.train as t
+from models.workload import (
+    FleetForecaster,
+    ForecastsElsewhere,
+    ResourceForecast,
+    WorkloadRecommender,
+    fit_fleet_forecasts,
+    fit_resource_forecasts,
+)
 from pipelines.partitions import MemoryWorkspace
 from pipelines.settings import TrainingSettings
 from pipelines.train import FleetReduction, InProcessExecutor, _Run, fork_side_process
@@ -42,13 +50,22 @@ def partitions() -> list[WorkloadRecommender]:
     ]
 
 
+def elsewhere(side: Executor, models: list[WorkloadRecommender]) -> ForecastsElsewhere:
+    """Memory's choice sent to `side` with its grids."""
+
+    def choose(settings: ForecastSettings, grid_end: int) -> Future[list[ResourceForecast]]:
+        return side.submit(fit_resource_forecasts, [m.memory_grid_ for m in models], settings, grid_end)
+
+    return choose
+
+
 def test_memory_forecasts_chosen_in_another_process_equal_those_of_a_thread() -> None:
     threaded, beside = partitions(), partitions()
     fit_fleet_forecasts(threaded)
     # Spawned, not forked: the test process may run other threads (`fork_side_process` forks only without them).
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as side:
         assert side.submit(os.getpid).result() != os.getpid()
-        fit_fleet_forecasts(beside, side)
+        fit_fleet_forecasts(beside, elsewhere(side, beside))
     for a, b in zip(threaded, beside):
         assert a.memory_forecasts_.keys() == b.memory_forecasts_.keys() == a.cpu_forecasts_.keys()
         for key in a.memory_forecasts_:
@@ -66,7 +83,7 @@ def test_no_fork_while_another_thread_runs() -> None:
     other.start()
     try:
         with ExitStack() as stack:
-            assert fork_side_process(stack) is None
+            assert fork_side_process(stack, {}) is None
     finally:
         release.set()
         other.join()
@@ -95,11 +112,29 @@ def test_a_single_threaded_process_forks_a_worker_that_runs_tasks_and_is_joined_
     assert_passes(
         "import os; from contextlib import ExitStack; from pipelines.train import fork_side_process\n"
         "with ExitStack() as stack:\n"
-        "    side = fork_side_process(stack)\n"
+        "    side = fork_side_process(stack, {})\n"
         "    child = side.submit(os.getpid).result()\n"
         "    assert child != os.getpid(), child\n"
         "    processes = list(side._processes.values())\n"
         "assert processes and not any(p.is_alive() for p in processes)"
+    )
+
+
+def test_the_side_process_runs_what_it_inherited_without_pickling_it_and_this_process_lets_go() -> None:
+    # A lambda over a big array: neither would go through the pipe (a lambda does not pickle at all).
+    assert_passes(
+        "import os, gc, weakref, numpy as np; from contextlib import ExitStack\n"
+        "import pipelines.train as t\n"
+        "class Big(np.ndarray): pass\n"
+        "grid = np.arange(1_000_000, dtype=float).view(Big)\n"
+        "alive = weakref.ref(grid)\n"
+        "with ExitStack() as stack:\n"
+        "    side = t.fork_side_process(stack, {'sum': lambda scale: float(grid.sum()) * scale, 'pid': os.getpid})\n"
+        "    assert not t._INHERITED\n"
+        "    del grid; gc.collect()\n"
+        "    assert alive() is None  # this process holds nothing of what the child inherited\n"
+        "    assert side.submit(t.inherited, 'sum', 2).result() == 2 * 499_999_500_000.0\n"
+        "    assert side.submit(t.inherited, 'pid').result() != os.getpid()"
     )
 
 
@@ -158,7 +193,7 @@ def test_a_dead_side_process_leaves_the_memory_forecasts_to_this_one(when: str) 
     fit_fleet_forecasts(threaded)
     side: Executor = broken_pool() if when == "before" else DyingExecutor()
     try:
-        fit_fleet_forecasts(beside, side)
+        fit_fleet_forecasts(beside, elsewhere(side, beside))
     finally:
         side.shutdown()
     for a, b in zip(threaded, beside):
@@ -211,10 +246,10 @@ class RecordingExecutor(Executor):
     """A side that runs what it is given here, and counts it."""
 
     def __init__(self) -> None:
-        self.tasks: list[str] = []
+        self.tasks: list[tuple[str, ...]] = []
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
-        self.tasks.append(fn.__name__)
+        self.tasks.append((fn.__name__, *(a for a in args if isinstance(a, str))))
         future: Future[Any] = Future()
         future.set_result(fn(*args, **kwargs))
         return future
@@ -226,8 +261,15 @@ def test_memory_grids_above_the_bound_are_chosen_in_threads_not_the_side_process
     run = _Run(settings, InProcessExecutor(), None, "test", None, 86400, quiet)
     parts = partitions()
     run.workspaces = {i: MemoryWorkspace(fitted=part) for i, part in enumerate(parts)}
+    models = run._fleet_models(sorted(run.workspaces))
+    work = run._side_work(models)
+    assert ("memory" in work) is beside
     side = RecordingExecutor()
     run.side = side  # type: ignore[assignment]
-    run._fleet_forecasts(sorted(run.workspaces), FleetReduction())
-    assert ("fit_resource_forecasts" in side.tasks) is beside
+    t._INHERITED.update(work)  # what the side process would have inherited at its fork
+    try:
+        run._fleet_forecasts(models, FleetReduction(), "memory" in work)
+    finally:
+        t._INHERITED.clear()
+    assert (("inherited", "memory") in side.tasks) is beside
     assert all(part.memory_forecasts_ for part in parts)
