@@ -680,7 +680,8 @@ class _Run:
         Prometheus in its own process) while partition i is fitted, one read ahead at most, so the rows held are
         about two partitions' and each partition's are freed once its estimators have taken them. `data_end`: the
         fleet's newest sample (`PrometheusSource.newest_step`), which every partition's grid ends at; node pools
-        end at their own partition's newest sample and are aligned as they merge."""
+        end at their own partition's newest sample and are aligned as they merge. `reads_done`: called once every
+        read is in (the client closes and its query threads end, so the side process can then be forked)."""
         assert self.executor.in_memory, "a cluster reads and fits in its tasks"
         fits: dict[int, PartitionFit] = {}
         total = len(self.partitions)
