@@ -408,6 +408,7 @@ def fit_node_model(
 
 
 def node_forecasts(model: NodeForecaster | None, as_of: int | None, horizon_seconds: int) -> list[NodeForecast]:
+    """The node lines of `model` at `as_of` (none without a model)."""
     return [] if model is None else model.predict(as_of=as_of, horizon_seconds=horizon_seconds)
 
 
