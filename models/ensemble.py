@@ -43,7 +43,7 @@ from models.forecast import (
     nan_quantile,
     nan_quantiles,
 )
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, UInt64Array
 from recommender.settings import ForecastSettings
 
 #: Candidates whose line is one value over the horizon: backtested as one value per origin and container.
@@ -510,9 +510,28 @@ def _higher_quantile(values: FloatArray, q: float) -> float:
     return float(np.partition(values, rank)[rank])
 
 
+def selection_rows(rows: list[IntArray], keys: list[UInt64Array], most: int) -> list[IntArray]:
+    """Of each partition's `rows`, those the fleet's choice is made on: all of them up to `most` in the fleet (0:
+    no limit), else the `most` of the smallest `keys` (per row of each partition's grid; a hash of the container,
+    so the same containers whatever the partitions). Such a sample stands for the fleet as well as it does at any
+    size (the choice's cost grows with the containers it is made on, its evidence with the samples per candidate)."""
+    total = sum(r.size for r in rows)
+    if most <= 0 or total <= most:
+        return rows
+    bound = np.partition(np.concatenate([k[r] for k, r in zip(keys, rows)]), most - 1)[most - 1]
+    return [r[k[r] <= bound] for k, r in zip(keys, rows)]
+
+
 def burst_groups(past_usage: PastUsage, n_groups: int) -> IntArray:
     """Group index (0 = steadiest) per container from its past usage (origins x containers x steps): quantile bins
     of the ratio of its 99th to its 50th percentile, so that bursty and steady containers may choose apart."""
+    ratio = burstiness(past_usage)
+    return burst_labels(ratio, burst_edges(ratio, n_groups))
+
+
+def burstiness(past_usage: PastUsage) -> FloatArray:
+    """Per container, the ratio of its past usage's 99th to its 50th percentile (inf when only the 99th is above 0,
+    1 when both are 0, NaN without usage)."""
     n_containers = past_usage.shape[1]
     high, middle = np.full(n_containers, np.nan), np.full(n_containers, np.nan)
     for rows in container_blocks(past_usage):
@@ -520,12 +539,22 @@ def burst_groups(past_usage: PastUsage, n_groups: int) -> IntArray:
         per_container = np.moveaxis(block, 1, 0).reshape(block.shape[1], -1)
         high[rows], middle[rows] = nan_quantiles(per_container, (0.99, 0.5))
     with np.errstate(divide="ignore", invalid="ignore"):
-        burstiness = np.where(middle > 0, high / middle, np.where(high > 0, np.inf, 1.0))
-    known = ~np.isnan(burstiness)
+        ratio: FloatArray = np.where(middle > 0, high / middle, np.where(high > 0, np.inf, 1.0))
+    return ratio
+
+
+def burst_edges(ratio: FloatArray, n_groups: int) -> FloatArray:
+    """The `burstiness` bounds between `n_groups` groups of equal size (none for one group or no known ratio)."""
+    known = ~np.isnan(ratio)
     if n_groups <= 1 or not known.any():
-        return np.zeros(n_containers, dtype=np.int64)
-    capped = np.minimum(np.where(known, burstiness, 1.0), 1e12)
-    edges = np.quantile(capped[known], np.linspace(0, 1, n_groups + 1)[1:-1])
+        return np.empty(0)
+    edges: FloatArray = np.quantile(np.minimum(ratio[known], 1e12), np.linspace(0, 1, n_groups + 1)[1:-1])
+    return edges
+
+
+def burst_labels(ratio: FloatArray, edges: FloatArray) -> IntArray:
+    """Each container's group by its `burstiness` between `edges` (`burst_edges`; an unknown ratio counts as 1)."""
+    capped = np.minimum(np.where(np.isnan(ratio), 1.0, ratio), 1e12)
     return np.searchsorted(edges, capped, side="right").astype(np.int64)
 
 
@@ -827,14 +856,25 @@ class CandidateScores:
 
     def __init__(self) -> None:
         self._groups: dict[int, IntArray] = {}
+        self._burstiness: FloatArray | None = None
         self._scores: dict[tuple[str, str, float], FloatArray] = {}
         self._totals: tuple[FloatArray, FloatArray] | None = None
 
     def groups(self, past_usage: PastUsage, n_groups: int) -> IntArray:
         """`burst_groups` of the usage."""
         if n_groups not in self._groups:
-            self._groups[n_groups] = burst_groups(past_usage, n_groups)
+            self._groups[n_groups] = burst_labels(self.burstiness(past_usage), self.edges(past_usage, n_groups))
         return self._groups[n_groups]
+
+    def edges(self, past_usage: PastUsage, n_groups: int) -> FloatArray:
+        """`burst_edges` of the usage: what places a container decided elsewhere in these groups."""
+        return burst_edges(self.burstiness(past_usage), n_groups)
+
+    def burstiness(self, past_usage: PastUsage) -> FloatArray:
+        """`burstiness` of the usage."""
+        if self._burstiness is None:
+            self._burstiness = burstiness(past_usage)
+        return self._burstiness
 
     def totals(self, past_usage: PastUsage) -> tuple[FloatArray, FloatArray]:
         """`usage_totals` of the usage."""
@@ -1244,11 +1284,21 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         line is the cold start of `finish_line`, or NaN)."""
         return self.decide(past_lines, past_usage).fit_chosen(grid, fit, rows)
 
-    def fit_chosen(self, grid: FloatArray, fit: Callable[[int], BaseEstimator], rows: IntArray | None = None) -> Self:
+    def fit_chosen(
+        self,
+        grid: FloatArray,
+        fit: Callable[[int], BaseEstimator],
+        rows: IntArray | None = None,
+        decided: IntArray | None = None,
+        groups: IntArray | None = None,
+    ) -> Self:
         """After `decide` (or `take`): fit the chosen candidates (`fit(m)`, on the grid rows `rows`, all by default)
-        and keep the grid's recent state for the lines' finish."""
-        if rows is not None:
-            self._expand(rows, grid.shape[0])
+        and keep the grid's recent state for the lines' finish. `decided`: the grid rows the decision was made on
+        (`rows` by default); the others of `rows` take their group's candidate (`groups`: per grid row) and the
+        fleet's factor."""
+        decided = rows if decided is None else decided
+        if decided is not None:
+            self._expand(decided, grid.shape[0], groups)
         self.rows_ = rows
         self.fitted_ = {int(m): fit(int(m)) for m in np.unique(self.choice_)}
         self.summary_ = history_summary(grid, self.recent_steps)
@@ -1267,18 +1317,26 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         part.partition_rows_ = [slice(0, rows.stop - rows.start)]
         return part
 
-    def _expand(self, rows: IntArray, n_rows: int) -> None:
+    def _expand(self, rows: IntArray, n_rows: int, groups: IntArray | None = None) -> None:
         """Per-container state for `n_rows` containers from a decision on the containers at `rows`: the others take
-        the fleet's choice, group 0 and no own calibration samples (so the fleet's factor)."""
+        their group's choice (`groups`: per container, -1 or None for none: then the fleet's choice and group 0)
+        and no own calibration samples (so their group's factor, the fleet's with the default priors)."""
         fleet_choice = cheapest_fair(self.fleet_costs_, self.reference, self.fairness_tolerance * self.target_violation)
+        # A group's containers all have its choice (`choose_models`); a group with none decided takes the fleet's.
+        group_choice = np.full(max(self.groups, 1), fleet_choice, dtype=np.int64)
+        group_choice[self.groups_] = self.choice_
 
         def spread(values: npt.NDArray[Any], fill: Any) -> npt.NDArray[Any]:
             out = np.full((*values.shape[:-1], n_rows), fill, dtype=values.dtype)
             out[..., rows] = values
             return out
 
-        self.groups_ = spread(self.groups_, 0)
-        self.choice_ = spread(self.choice_, fleet_choice)
+        placed = np.full(n_rows, -1, dtype=np.int64) if groups is None else groups.astype(np.int64)
+        placed[rows] = -1
+        choice = np.where(placed >= 0, group_choice[np.maximum(placed, 0)], fleet_choice)
+        choice[rows] = self.choice_
+        placed[rows] = self.groups_
+        self.groups_, self.choice_ = np.maximum(placed, 0), choice
         self.costs_ = spread(self.costs_, np.nan)
         self.own_factors_ = spread(self.own_factors_, np.nan)
         self.calibration_samples_ = spread(self.calibration_samples_, 0.0)

@@ -16,6 +16,7 @@ project (`models.recommendation` builds the API objects; `models.pods` keeps the
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
@@ -36,6 +37,8 @@ from models.ensemble import (
     FutureUsage,
     PeakForecaster,
     SelectedForecaster,
+    burst_labels,
+    burstiness,
     candidate_lines,
     constant_candidates,
     history_summary,
@@ -43,6 +46,7 @@ from models.ensemble import (
     model_name,
     rolling_origins,
     selected_forecaster,
+    selection_rows,
     short_term_candidates,
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
@@ -66,7 +70,7 @@ from models.recommendation import ResourceLines, floats_or_none, sizer, with_vpa
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, UInt64Array
 from recommender.policy import request_policy_for
 from recommender.resources import (
     CurrentResources,
@@ -244,7 +248,7 @@ def fit_resource_forecast(grid: FloatArray, settings: ForecastSettings, grid_end
 
 
 def fit_resource_forecasts(
-    grids: list[FloatArray], settings: ForecastSettings, grid_end: int
+    grids: list[FloatArray], settings: ForecastSettings, grid_end: int, keys: list[UInt64Array] | None = None
 ) -> list[ResourceForecast]:
     """The forecast models of one resource for each partition's usage grid (the same grid end; a narrower grid is one
     whose containers started later, padded with unknown days), chosen and calibrated on all of them as one fleet: a
@@ -254,7 +258,11 @@ def fit_resource_forecasts(
     are backtested and fitted (a newer one's line is its cold start, `finish_line`), a constant candidate's past
     lines are one value per origin and container, the usage after each origin is cut from the grid a block of
     containers at a time, a candidate shared by several lines is backtested once, and only the chosen candidates are
-    fitted."""
+    fitted.
+
+    Past `settings.selection_max_containers`, the choice and the calibration are made on that many of them (those
+    of the smallest `keys`, one per grid row: a hash of its container, so the same containers however the fleet is
+    partitioned); every other container is fitted with its burstiness group's choice and the fleet's factor."""
     per_day = STEPS_PER_DAY
     width = max(grid.shape[1] for grid in grids)
     grids = [
@@ -262,14 +270,39 @@ def fit_resource_forecasts(
         for g in grids
     ]
     rows = [np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= per_day) for grid in grids]
+    offsets = np.cumsum([0] + [grid.shape[0] for grid in grids])
+    if keys is None:
+        keys = [pd.util.hash_array(np.arange(a, b, dtype=np.int64)) for a, b in itertools.pairwise(offsets)]
+    decided = selection_rows(rows, keys, settings.selection_max_containers)
     origins = rolling_origins(width, settings.selection_days, per_day)
     # The usage after each origin is read from the grids themselves, a block of containers at a time: no copy of a
-    # partition's grid outlives its backtest or its chosen candidates' fit (`scored`).
-    usage = FleetUsage([FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, rows)])
+    # partition's grid outlives its backtest or its chosen candidates' fit (`cut`).
+    usage = FleetUsage(
+        [FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, decided)]
+    )
+    rest = [np.setdiff1d(r, d, assume_unique=True) for r, d in zip(rows, decided)]
+    rest_usage = (
+        FleetUsage([FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, rest)])
+        if any(r.size for r in rest)
+        else None
+    )
 
-    def scored(part: int) -> FloatArray:
-        grid, r = grids[part], rows[part]
+    def cut(part: int, which: list[IntArray]) -> FloatArray:
+        grid, r = grids[part], which[part]
         return grid if r.size == grid.shape[0] else grid[r]
+
+    def rest_groups(fleet: SelectedForecaster, days: int, scores: CandidateScores) -> list[IntArray | None]:
+        """Per grid, the burstiness group of each container the choice was not made on (-1 for the others)."""
+        if rest_usage is None:
+            return [None] * len(grids)
+        edges = scores.edges(usage.first(days * per_day), fleet.groups)
+        labels = burst_labels(burstiness(rest_usage.first(days * per_day)), edges)
+        placed: list[IntArray | None] = []
+        for grid, at, part in zip(grids, rest, rest_usage.part_rows(), strict=True):
+            groups = np.full(grid.shape[0], -1, dtype=np.int64)
+            groups[at] = labels[part]
+            placed.append(groups)
+        return placed
 
     starts = usage.starts.tolist()
     past: dict[str, FloatArray] = {}
@@ -283,13 +316,13 @@ def fit_resource_forecasts(
             # The fleet's arrays, each partition's lines written into its containers' part (no per-partition copy).
             lines = [np.full((len(origins), starts[-1], 1 if flat else per_day), np.nan) for flat in constant]
             for p, part in enumerate(usage.part_rows()):
-                candidate_lines(scored(p), new, origins, per_day, constant, [line[:, part] for line in lines])
+                candidate_lines(cut(p, decided), new, origins, per_day, constant, [line[:, part] for line in lines])
             for candidate, line in zip(new, lines):
                 past[model_name(candidate)] = line
         return [past[model_name(c)] for c in candidates]
 
     def fit_scored(candidates: list[BaseEstimator], part: int) -> Callable[[int], BaseEstimator]:
-        grid = functools.cache(lambda: scored(part))  # cut once for the line's chosen candidates, then let go
+        grid = functools.cache(lambda: cut(part, rows))  # cut once for the line's chosen candidates, then let go
 
         def fit(m: int) -> BaseEstimator:
             key = model_name(candidates[m])
@@ -312,18 +345,21 @@ def fit_resource_forecasts(
     for target, candidates, constant, days in specs:
         fleet = selected_forecaster(settings, candidates, target, constant, days)
         fleet.decide(backtest(candidates), *horizons[days])
+        groups = rest_groups(fleet, days, horizons[days][1])
         models.append(
-            [fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows=rows[p]) for p in range(len(grids))]
+            [
+                fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows[p], decided[p], groups[p])
+                for p in range(len(grids))
+            ]
         )
     peak = PeakForecaster(selection_days=settings.selection_days, quantile=settings.peak_quantile)
     peak.fit_parts(grids)
-    starts = np.cumsum([0] + [grid.shape[0] for grid in grids])
     return [
         ResourceForecast(
             short_term=models[0][p],
             request=models[1][p],
             long_term=models[2][p],
-            peak=peak.take(slice(int(starts[p]), int(starts[p + 1]))),
+            peak=peak.take(slice(int(offsets[p]), int(offsets[p + 1]))),
             grid_end=grid_end,
         )
         for p in range(len(grids))
@@ -357,6 +393,7 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         request_target_violation: float = 0.01,
         long_term_target_violation: float = 0.01,
         selection_days: int = 7,
+        selection_max_containers: int = 0,
         history_days: int = 14,
         selection_groups: int = 3,
         group_min_gain: float = 0.1,
@@ -379,6 +416,7 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         self.request_target_violation = request_target_violation
         self.long_term_target_violation = long_term_target_violation
         self.selection_days = selection_days
+        self.selection_max_containers = selection_max_containers
         self.history_days = history_days
         self.selection_groups = selection_groups
         self.group_min_gain = group_min_gain
@@ -399,7 +437,14 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
 
     @classmethod
     def from_settings(cls, forecast: ForecastSettings) -> FleetForecaster:
-        return cls(**{name: getattr(forecast, name) for name in cls._get_param_names()})
+        # A settings group pickled before one of its fields existed (an old store's) lacks it: its default then.
+        given, fields = vars(forecast), ForecastSettings.model_fields
+        return cls(**{name: given.get(name, fields[name].default) for name in cls._get_param_names()})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Pickled before the choice was made on a sample of a big fleet: it refits with today's default.
+        state.setdefault("selection_max_containers", ForecastSettings.model_fields["selection_max_containers"].default)
+        super().__setstate__(state)
 
     def settings(self) -> ForecastSettings:
         """These parameters as the settings group the candidate and selection builders (`models.ensemble`) read."""
@@ -1141,6 +1186,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
 ForecastsElsewhere = Callable[[ForecastSettings, int], "Future[list[ResourceForecast]]"]
 
 
+def selection_keys(models: list[WorkloadRecommender]) -> list[UInt64Array]:
+    """Per partition's grid row, a hash of its container's name (`forecast_groups_`): what a big fleet's choice is
+    made on a sample by (`fit_resource_forecasts`), the same whatever the partitions."""
+    return [pd.util.hash_array(model.forecast_groups_.astype(object)) for model in models]
+
+
 def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: ForecastsElsewhere | None = None) -> None:
     """The forecasts of each model of `models` (partitions of one fleet, each fitted with `fit_forecasts=False` and
     the fleet's `data_end`), chosen and calibrated on all of their containers as one fleet: each partition gets
@@ -1164,6 +1215,7 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: For
         return
     keys = sorted({key for model in models for key in model.group_levels_.tolist()})
     grid_end = models[0].grid_end_
+    containers = selection_keys(models)
     # Otherwise CPU and memory in two threads: the work is mostly numpy sorting, which releases the GIL.
     with ThreadPoolExecutor(max_workers=1 if memory_elsewhere is not None else 2) as pool:
         for key in keys:
@@ -1172,17 +1224,17 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: For
             memory_grids = [m.memory_grid_ for m in models]
             try:
                 if memory_elsewhere is None:
-                    memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end)
+                    memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end, containers)
                 else:
                     memory = memory_elsewhere(settings, grid_end)
             except BrokenExecutor:  # the side process died before (killed, out of memory): memory's are chosen here
-                memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end)
-            cpu = pool.submit(fit_resource_forecasts, [m.cpu_grid_ for m in models], settings, grid_end)
+                memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end, containers)
+            cpu = pool.submit(fit_resource_forecasts, [m.cpu_grid_ for m in models], settings, grid_end, containers)
             cpu_parts = cpu.result()
             try:
                 memory_parts = memory.result()
             except BrokenExecutor:  # or while it chose them
-                memory_parts = fit_resource_forecasts(memory_grids, settings, grid_end)
+                memory_parts = fit_resource_forecasts(memory_grids, settings, grid_end, containers)
             for model, cpu_part, memory_part in zip(models, cpu_parts, memory_parts):
                 model.cpu_forecasts_[key], model.memory_forecasts_[key] = cpu_part, memory_part
 

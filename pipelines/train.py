@@ -766,12 +766,14 @@ class _Run:
     def _side_work(self, models: list[WorkloadRecommender]) -> dict[str, Callable[..., Any]]:
         """What a side process would inherit: the node model's fit, and memory's forecast choice on the `models`'
         grids where they fit `scale.side_process_max_grid_mib`."""
-        from models.workload import fit_resource_forecasts
+        from models.workload import fit_resource_forecasts, selection_keys
 
         work: dict[str, Callable[..., Any]] = {"node": self.node_call} if self.node_call is not None else {}
         grids_mib = sum(m.memory_grid_.nbytes for m in models) / 2**20
         if models and grids_mib <= self.settings.scale.side_process_max_grid_mib:
-            work["memory"] = functools.partial(fit_resource_forecasts, [m.memory_grid_ for m in models])
+            work["memory"] = functools.partial(
+                fit_resource_forecasts, [m.memory_grid_ for m in models], keys=selection_keys(models)
+            )
         return work
 
     def _fleet_models(self, fitted: list[int]) -> list[WorkloadRecommender]:

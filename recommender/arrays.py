@@ -7,6 +7,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+UInt64Array = npt.NDArray[np.uint64]
 
 
 def maximum_at_cells(table: FloatArray, rows: IntArray, columns: IntArray, values: FloatArray) -> None:

@@ -204,9 +204,11 @@ def fleet_usage() -> pd.DataFrame:
     return pd.concat([early, late], ignore_index=True)
 
 
-def test_a_fleet_fitted_in_partitions_chooses_and_recommends_as_in_one_piece() -> None:
+@pytest.mark.parametrize("most", [0, 5])
+def test_a_fleet_fitted_in_partitions_chooses_and_recommends_as_in_one_piece(most: int) -> None:
+    # `most`: the containers the choice is made on (0: all 9; 5: a sample, the same one in one piece or in parts).
     usage = fleet_usage()
-    settings_ = ForecastSettings(group_min_containers=2)
+    settings_ = ForecastSettings(group_min_containers=2, selection_max_containers=most)
     whole = WorkloadRecommender(forecast=FleetForecaster.from_settings(settings_)).fit(usage)
     data_end = int(usage["timestamp"].max())
     cuts = [["w0", "w1"], ["w2", "w3", "w4", "w5"], ["x0", "x1", "x2"]]
