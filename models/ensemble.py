@@ -513,8 +513,7 @@ def _higher_quantile(values: FloatArray, q: float) -> float:
 def selection_rows(rows: list[IntArray], keys: list[UInt64Array], most: int) -> list[IntArray]:
     """Of each partition's `rows`, those the fleet's choice is made on: all of them up to `most` in the fleet (0:
     no limit), else the `most` of the smallest `keys` (per row of each partition's grid; a hash of the container,
-    so the same containers whatever the partitions). Such a sample stands for the fleet as well as it does at any
-    size (the choice's cost grows with the containers it is made on, its evidence with the samples per candidate)."""
+    so the same containers in every run and whatever the partitions, and no kind of container favoured)."""
     total = sum(r.size for r in rows)
     if most <= 0 or total <= most:
         return rows
@@ -1294,8 +1293,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
     ) -> Self:
         """After `decide` (or `take`): fit the chosen candidates (`fit(m)`, on the grid rows `rows`, all by default)
         and keep the grid's recent state for the lines' finish. `decided`: the grid rows the decision was made on
-        (`rows` by default); the others of `rows` take their group's candidate (`groups`: per grid row) and the
-        fleet's factor."""
+        (`rows` by default); the others of `rows` take their group's candidate and factor (`groups`: per grid row;
+        `_expand`)."""
         decided = rows if decided is None else decided
         if decided is not None:
             self._expand(decided, grid.shape[0], groups)

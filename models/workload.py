@@ -291,12 +291,16 @@ def fit_resource_forecasts(
         grid, r = grids[part], which[part]
         return grid if r.size == grid.shape[0] else grid[r]
 
+    rest_burstiness: dict[int, FloatArray] = {}
+
     def rest_groups(fleet: SelectedForecaster, days: int, scores: CandidateScores) -> list[IntArray | None]:
-        """Per grid, the burstiness group of each container the choice was not made on (-1 for the others)."""
+        """Per grid, the burstiness group of each container the choice was not made on (-1 for the others), by the
+        bounds of the groups the choice was made in (its usage over the line's horizon, as theirs)."""
         if rest_usage is None:
             return [None] * len(grids)
-        edges = scores.edges(usage.first(days * per_day), fleet.groups)
-        labels = burst_labels(burstiness(rest_usage.first(days * per_day)), edges)
+        if days not in rest_burstiness:
+            rest_burstiness[days] = burstiness(rest_usage.first(days * per_day))
+        labels = burst_labels(rest_burstiness[days], scores.edges(usage.first(days * per_day), fleet.groups))
         placed: list[IntArray | None] = []
         for grid, at, part in zip(grids, rest, rest_usage.part_rows(), strict=True):
             groups = np.full(grid.shape[0], -1, dtype=np.int64)
