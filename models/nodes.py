@@ -185,21 +185,79 @@ def level_rise_table(grid: FloatArray, reference: FloatArray, band_fraction: flo
     node and level band; a node idling can jump by a whole burst, a busy one only by what is left). A bin no step
     started near takes the node's largest rise; 0 where none is known. Only the columns given are read: a line built
     from it at the grid's end sees nothing after it (`colocation.level_rise` reads it)."""
-    recent = grid[:, -(steps + 1) :]
-    level, rises = recent[:, :-1], np.diff(recent, axis=1)
-    known = ~np.isnan(level) & ~np.isnan(rises)
-    rows, _ = np.nonzero(known)
-    bins = colocation.level_bin(level, np.asarray(reference, dtype=np.float64)[:, None])
-    table = np.full((grid.shape[0], colocation.LEVEL_BINS), -np.inf)
-    maximum_at_cells(table, rows, bins[known], rises[known])
-    width = int(round(band_fraction * colocation.LEVEL_BINS))
-    padded = np.pad(table, ((0, 0), (width, width)), constant_values=-np.inf)
-    banded = sliding_window_view(padded, 2 * width + 1, axis=1).max(axis=2)
-    largest = table.max(axis=1, keepdims=True)
+    level, rises = _recent_rises(grid, steps)
+    banded, largest = _banded_rises(level, rises, ~np.isnan(level) & ~np.isnan(rises), reference, band_fraction)
     result: FloatArray = np.maximum(
         np.where(np.isfinite(banded), banded, np.where(np.isfinite(largest), largest, 0)), 0
     )
     return result
+
+
+def activity_rise_tables(
+    grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int, activity_steps: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """`level_rise_table` split by how active each node was before a rise started (`node_activity` over
+    `activity_steps`): (the calm steps' table, the active steps' table, the boundary per node: the median activity
+    of the steps learned from, calm at or below it; NaN without any). A node calm for a while climbs by less than one in the middle of a
+    burst, so a level measured after calm keeps a calm node's rises. A cell no step of its class fell in takes the
+    whole table's value; nothing after the grid's end is read."""
+    whole = level_rise_table(grid, reference, band_fraction, steps)
+    level, rises = _recent_rises(grid, steps)
+    activity = node_activity(grid, activity_steps)[:, -(steps + 1) : -1] if grid.shape[1] else level
+    known = ~np.isnan(level) & ~np.isnan(rises) & ~np.isnan(activity)
+    edge = np.full(grid.shape[0], np.nan)
+    has = known.any(axis=1)
+    edge[has] = [float(np.median(activity[row][known[row]])) for row in np.flatnonzero(has)]
+    calm = activity <= edge[:, None]
+    tables = []
+    for part in (calm, ~calm):
+        banded, _ = _banded_rises(level, rises, known & part, reference, band_fraction)
+        tables.append(np.maximum(np.where(np.isfinite(banded), banded, whole), 0))
+    return tables[0], tables[1], edge
+
+
+def node_activity(grid: FloatArray, steps: int) -> FloatArray:
+    """Per node and step, the largest |change| of its usage between consecutive steps over the `steps` changes up
+    to that step (the last one into it included; NaN where none is known): how active the node has just been."""
+    change = np.abs(np.diff(grid, axis=1, prepend=np.nan))
+    padded = np.pad(change, ((0, 0), (max(steps, 1) - 1, 0)), constant_values=np.nan)
+    result: FloatArray = np.fmax.reduce(sliding_window_view(padded, max(steps, 1), axis=1), axis=2)
+    return result
+
+
+def measured_activity(history: dict[int, float], newest: int, window_seconds: int, step_seconds: int) -> float | None:
+    """`node_activity` of a node's live measurements (sample time -> value): the largest |change| between two
+    `step_seconds` apart among those of the last `window_seconds` up to `newest`. None until the measurements cover
+    the window from its start (a loop just started has not seen the last hour: the whole rise table is kept)."""
+    if not history or min(history) > newest - window_seconds:
+        return None
+    changes = [
+        abs(value - history[sample - step_seconds])
+        for sample, value in history.items()
+        if newest - window_seconds < sample <= newest and sample - step_seconds in history
+    ]
+    return max(changes) if changes else None
+
+
+def _recent_rises(grid: FloatArray, steps: int) -> tuple[FloatArray, FloatArray]:
+    """The levels the last `steps` rises of `grid` started from, and those rises (nodes x steps)."""
+    recent = grid[:, -(steps + 1) :]
+    return recent[:, :-1], np.diff(recent, axis=1)
+
+
+def _banded_rises(
+    level: FloatArray, rises: FloatArray, use: npt.NDArray[np.bool_], reference: FloatArray, band_fraction: float
+) -> tuple[FloatArray, FloatArray]:
+    """Per node and level bin the largest of the rises `use` marks that started within `band_fraction` x reference
+    of the bin (-inf where none did), and per node the largest of them (nodes x 1)."""
+    rows, _ = np.nonzero(use)
+    bins = colocation.level_bin(level, np.asarray(reference, dtype=np.float64)[:, None])
+    table = np.full((level.shape[0], colocation.LEVEL_BINS), -np.inf)
+    maximum_at_cells(table, rows, bins[use], rises[use])
+    width = int(round(band_fraction * colocation.LEVEL_BINS))
+    padded = np.pad(table, ((0, 0), (width, width)), constant_values=-np.inf)
+    banded: FloatArray = sliding_window_view(padded, 2 * width + 1, axis=1).max(axis=2)
+    return banded, table.max(axis=1, keepdims=True)
 
 
 def live_rise_reference(grid: FloatArray, limit: float | None) -> float:
@@ -301,6 +359,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         live_rise_band_fraction: float = 0.2,
         cpu_live_rise_history_days: int = 14,
         memory_live_rise_history_days: int = 7,
+        live_rise_activity_seconds: int = 3600,
     ) -> None:
         self.forecast = forecast
         self.step_seconds = step_seconds
@@ -310,6 +369,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         self.live_rise_band_fraction = live_rise_band_fraction
         self.cpu_live_rise_history_days = cpu_live_rise_history_days
         self.memory_live_rise_history_days = memory_live_rise_history_days
+        self.live_rise_activity_seconds = live_rise_activity_seconds
 
     @classmethod
     def from_settings(cls, settings: ModelSettings, colocation: ColocationSettings) -> NodeForecaster:
@@ -322,6 +382,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
             live_rise_band_fraction=colocation.live_rise_band_fraction,
             cpu_live_rise_history_days=colocation.cpu_live_rise_history_days,
             memory_live_rise_history_days=colocation.memory_live_rise_history_days,
+            live_rise_activity_seconds=colocation.live_rise_activity_seconds,
         )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -332,6 +393,23 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
 
     def _forecaster(self) -> FleetForecaster:
         return self.forecast if self.forecast is not None else FleetForecaster()
+
+    def activity_steps(self) -> int:
+        """The steps `live_rise_activity_seconds` spans (0: the live rise table is not split by activity)."""
+        return int(self.live_rise_activity_seconds // self.step_seconds)
+
+    def _activity_split(
+        self, grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int
+    ) -> dict[str, Any]:
+        """One node's `activity_rise_tables` as its lines' fields (none without the split)."""
+        if not self.activity_steps():
+            return {}
+        calm, active, edge = activity_rise_tables(grid, reference, band_fraction, steps, self.activity_steps())
+        return {
+            "live_rise_calm": calm[0].tolist(),
+            "live_rise_active": active[0].tolist(),
+            "live_activity_edge": float(edge[0]) if np.isfinite(edge[0]) else None,
+        }
 
     def _steps(self) -> int:
         forecaster = self._forecaster()
@@ -443,6 +521,8 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 limit = float(requests.sum()) if requests.notna().any() else None
                 reference = live_rise_reference(grid[row : row + 1], limit)
                 rise_days = getattr(self, f"{resource}_live_rise_history_days")
+                rise_args = (grid[row : row + 1], np.array([reference]), self.live_rise_band_fraction)
+                split = self._activity_split(*rise_args, rise_days * steps_per_day)
                 per_resource[resource] = (
                     None
                     if np.all(np.isnan(short[row]))
@@ -455,13 +535,9 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                             )[0]
                         ),
                         largest_jump=float(rise_allowance(grid[row : row + 1], 1.0, 7 * steps_per_day)[0]),
-                        live_rise=level_rise_table(
-                            grid[row : row + 1],
-                            np.array([reference]),
-                            self.live_rise_band_fraction,
-                            rise_days * steps_per_day,
-                        )[0].tolist(),
+                        live_rise=level_rise_table(*rise_args, rise_days * steps_per_day)[0].tolist(),
                         live_rise_reference=reference,
+                        **split,
                         recent_usage=[None if np.isnan(v) else float(v) for v in recent],
                         short_term=np.nan_to_num(short[row]).tolist(),
                         long_term=float(np.nan_to_num(long[row])),

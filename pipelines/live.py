@@ -34,7 +34,7 @@ import numpy.typing as npt
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from models.nodes import LiveNodeUsage, newest_node_usage
+from models.nodes import LiveNodeUsage, measured_activity, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.ingest import SampleBounds, quarantine
@@ -139,9 +139,14 @@ class StepReport:
     phases: dict[str, float] = field(default_factory=dict)
 
 
-def with_live_usage(nodes: list[NodeForecast], measured: dict[str, LiveNodeUsage]) -> list[NodeForecast]:
+def with_live_usage(
+    nodes: list[NodeForecast],
+    measured: dict[str, LiveNodeUsage],
+    activity: dict[str, dict[str, float | None]] | None = None,
+) -> list[NodeForecast]:
     """The version's node lines with each measured node's live usage and its time (`serve` and `sync` then offer the
-    room from it, `colocation.live_reclaimable`); nodes not measured keep their last live usage, which ages out."""
+    room from it, `colocation.live_reclaimable`) and its recent activity per resource (`activity`: which of the
+    calm or active rise tables the room reads); nodes not measured keep their last live usage, which ages out."""
     out = []
     for node in nodes:
         found = measured.get(node.node)
@@ -149,12 +154,45 @@ def with_live_usage(nodes: list[NodeForecast], measured: dict[str, LiveNodeUsage
             out.append(node)
             continue
         update: dict[str, Any] = {"live_sample": found.sample}
+        active = (activity or {}).get(node.node, {})
         for resource, value in (("cpu", found.cpu_cores), ("memory", found.memory_bytes)):
             lines = getattr(node, resource)
             if lines is not None:
-                update[resource] = lines.model_copy(update={"live_usage": value})
+                update[resource] = lines.model_copy(update={"live_usage": value, "live_activity": active.get(resource)})
         out.append(node.model_copy(update=update))
     return out
+
+
+class NodeActivity:
+    """Each node's live measurements of the last `window_seconds` (plus a step), and its activity from them
+    (`measured_activity` per resource, on the node model's `step_seconds`). Not checkpointed: after a restart the
+    activity is unknown for a window, and the whole rise table is served meanwhile."""
+
+    def __init__(self, window_seconds: int, step_seconds: int) -> None:
+        self.window_seconds = window_seconds
+        self.step_seconds = step_seconds
+        self._history: dict[str, dict[str, dict[int, float]]] = {}
+
+    def add(self, measured: dict[str, LiveNodeUsage]) -> None:
+        for node, usage in measured.items():
+            kept = self._history.setdefault(node, {"cpu": {}, "memory": {}})
+            for resource, value in (("cpu", usage.cpu_cores), ("memory", usage.memory_bytes)):
+                history = kept[resource]
+                history[usage.sample] = value
+                for old in [s for s in history if s < usage.sample - self.window_seconds - self.step_seconds]:
+                    del history[old]
+
+    def of(self, measured: dict[str, LiveNodeUsage]) -> dict[str, dict[str, float | None]]:
+        """Per measured node and resource, its activity up to its newest measurement (None: not known yet)."""
+        if self.window_seconds <= 0:
+            return {}
+        return {
+            node: {
+                resource: measured_activity(history, usage.sample, self.window_seconds, self.step_seconds)
+                for resource, history in self._history.get(node, {}).items()
+            }
+            for node, usage in measured.items()
+        }
 
 
 class LiveMetrics:
@@ -239,6 +277,8 @@ class LiveLoop:
         self.state: LoopState | None = None
         #: each node's newest live measurement (not checkpointed: the first pass after a restart measures again)
         self.measured: dict[str, LiveNodeUsage] = {}
+        #: each node's recent measurements, for which of its rise tables the live room reads
+        self.activity = NodeActivity(settings.colocation.live_rise_activity_seconds, settings.reservation.step_seconds)
         self._checkpointed_at = 0.0
 
     # -- state -------------------------------------------------------------------------------------------------
@@ -382,13 +422,16 @@ class LiveLoop:
     ) -> LiveUpdate | None:
         began = time.perf_counter()
         state.model.live_update(usage, oom_events=oom)
-        self.measured.update(newest_node_usage(usage))
+        newest = newest_node_usage(usage)
+        self.measured.update(newest)
+        self.activity.add(newest)
         state.last_sample = end
         phases["update"] = time.perf_counter() - began
         began = time.perf_counter()
         # An unpartitioned model decides at its data end + 1, a partitioned one at the fleet's (the same time).
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
-        recommendations = recommendations.model_copy(update={"nodes": with_live_usage(state.nodes, self.measured)})
+        nodes = with_live_usage(state.nodes, self.measured, self.activity.of(self.measured))
+        recommendations = recommendations.model_copy(update={"nodes": nodes})
         phases["predict"] = time.perf_counter() - began
         began = time.perf_counter()
         update = self._publish(state, recommendations, costs)

@@ -56,7 +56,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
 from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets
-from models.nodes import group_sums, level_rise_table, live_rise_reference, rise_allowance
+from models.nodes import (
+    activity_rise_tables,
+    group_sums,
+    level_rise_table,
+    live_rise_reference,
+    node_activity,
+    rise_allowance,
+)
 from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
@@ -533,7 +540,11 @@ def run_node_backtest(
             )
             for q in (quantile, 1.0)
         )
-        rise_tables = live_rise_tables(grid, requested, decision_days, per_day, col.live_rise_band_fraction, mine)
+        activity_steps = col.live_rise_activity_seconds // step_seconds
+        rise_tables = live_rise_tables(
+            grid, requested, decision_days, per_day, col.live_rise_band_fraction, mine, activity_steps
+        )
+        activity = node_activity(grid, activity_steps) if activity_steps else None
         for scenario in SCENARIOS:
             measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
             full_measured = np.concatenate([np.ones((n_nodes, start), dtype=bool), measured], axis=1)
@@ -566,7 +577,9 @@ def run_node_backtest(
             # The live loop's level: the newest measured usage, a pod without metrics at its request (as Koordinator).
             live_level = np.where(age <= col.fresh_seconds, live[:, start:end], np.nan)
             cap = short_flat if mine.live_forecast_cap else np.nan
-            live_rise = rise_tables.rise(live_level)
+            # The activity known with the live level: up to the step it was measured at.
+            live_activity = None if activity is None else last_measured(activity, full_measured)[0][:, start:end]
+            live_rise = rise_tables.rise(live_level, live_activity)
 
             def live_room(rise: FloatArray) -> Callable[[float], FloatArray]:
                 def served(fraction: float) -> FloatArray:
@@ -652,20 +665,35 @@ def run_node_backtest(
 
 @dataclass(frozen=True)
 class LiveRiseTables:
-    """Per decision day, each node's live rise table as the daily training learns it then (`level_rise_table` of
-    the days before it) and the level it is binned over."""
+    """Per decision day, each node's live rise tables as the daily training learns them then (`level_rise_table`
+    and `activity_rise_tables` of the days before it) and the level they are binned over."""
 
     tables: list[FloatArray]  # per day: nodes x LEVEL_BINS
     references: list[FloatArray]  # per day: nodes
     per_day: int
+    #: per day: the calm and the active steps' tables and the boundary between them (None: no split)
+    split: list[tuple[FloatArray, FloatArray, FloatArray]] | None = None
 
-    def rise(self, level: FloatArray) -> FloatArray:
-        """The rise allowed above each live `level` (nodes x evaluated steps), by the table of its day."""
+    def rise(self, level: FloatArray, activity: FloatArray | None = None) -> FloatArray:
+        """The rise allowed above each live `level` (nodes x evaluated steps), by the table of its day: the calm or
+        the active one by the node's `activity` when measured with the level (unknown: the whole table)."""
         days = range(len(self.tables))
-        span = [slice(d * self.per_day, (d + 1) * self.per_day) for d in days]
-        return np.concatenate(
-            [colocation.level_rise(self.tables[d], level[:, span[d]], self.references[d]) for d in days], axis=1
-        )
+        out = []
+        for d in days:
+            span = slice(d * self.per_day, (d + 1) * self.per_day)
+            whole = colocation.level_rise(self.tables[d], level[:, span], self.references[d])
+            if self.split is None or activity is None:
+                out.append(whole)
+                continue
+            calm, active, edge = self.split[d]
+            now = activity[:, span]
+            by_class = np.where(
+                now <= edge[:, None],
+                colocation.level_rise(calm, level[:, span], self.references[d]),
+                colocation.level_rise(active, level[:, span], self.references[d]),
+            )
+            out.append(np.where(np.isnan(now) | np.isnan(edge)[:, None], whole, by_class))
+        return np.concatenate(out, axis=1)
 
 
 def live_rise_tables(
@@ -675,20 +703,23 @@ def live_rise_tables(
     per_day: int,
     band_fraction: float,
     settings: ResourceColocation,
+    activity_steps: int = 0,
 ) -> LiveRiseTables:
     """The live rise tables of every decision day, from the node grid before it; binned over the node's requests at
-    the decision (its peak usage where it has none), as `NodeForecaster.predict` does."""
-    tables, references = [], []
+    the decision (its peak usage where it has none), as `NodeForecaster.predict` does; split by activity over
+    `activity_steps` (0: not)."""
+    tables, references, split = [], [], []
     for day in decision_days:
         t = day * per_day
         reference = np.array(
             [live_rise_reference(grid[n : n + 1, :t], float(requested[n, t - 1])) for n in range(len(grid))]
         )
-        tables.append(
-            level_rise_table(grid[:, :t], reference, band_fraction, settings.live_rise_history_days * per_day)
-        )
+        steps = settings.live_rise_history_days * per_day
+        tables.append(level_rise_table(grid[:, :t], reference, band_fraction, steps))
+        if activity_steps:
+            split.append(activity_rise_tables(grid[:, :t], reference, band_fraction, steps, activity_steps))
         references.append(reference)
-    return LiveRiseTables(tables, references, per_day)
+    return LiveRiseTables(tables, references, per_day, split if activity_steps else None)
 
 
 #: Koordinator's knobs swept for the fair comparison, most room first: the usage policy's reclaim threshold (whole

@@ -379,9 +379,14 @@ def node_reclaimable(
 
 def live_rise(pooled: NodeResourceLines, level: float) -> float:
     """The rise the live room keeps above a measured `level`: the node's rise table at that level
-    (`colocation.level_rise`); for a version stored before the table, the largest rise of the week (else `jump`)."""
+    (`colocation.level_rise`), the calm or the active one by the node's `live_activity` where the live loop measured
+    it; for a version stored before the table, the largest rise of the week (else `jump`)."""
     if pooled.live_rise is not None and pooled.live_rise_reference is not None:
-        table = np.asarray([pooled.live_rise], dtype=np.float64)
+        rises = pooled.live_rise
+        activity, edge = pooled.live_activity, pooled.live_activity_edge
+        if activity is not None and edge is not None and pooled.live_rise_calm and pooled.live_rise_active:
+            rises = pooled.live_rise_calm if activity <= edge else pooled.live_rise_active
+        table = np.asarray([rises], dtype=np.float64)
         return float(colocation.level_rise(table, np.array([[level]]), np.array([pooled.live_rise_reference]))[0, 0])
     return pooled.jump if pooled.largest_jump is None else pooled.largest_jump
 

@@ -204,6 +204,26 @@ class NodeResourceLines(BaseModel):
         None,
         description="The level live_rise is binned over (the pods' requests, else the peak usage), cores or bytes.",
     )
+    live_rise_calm: list[float] | None = Field(
+        None,
+        description=(
+            "live_rise learned from the steps after calm: a live_activity at or below live_activity_edge reads it "
+            "(`models.nodes.activity_rise_tables`); None without the split."
+        ),
+    )
+    live_rise_active: list[float] | None = Field(
+        None, description="live_rise learned from the steps after activity: a live_activity above the edge."
+    )
+    live_activity_edge: float | None = Field(
+        None,
+        description="The node's median activity (largest 5-minute change over `colocation.live_rise_activity_seconds`), "
+        "cores or bytes: what splits calm from active.",
+    )
+    live_activity: float | None = Field(
+        None,
+        description="The node's activity up to live_usage, from the live loop's measurements (None: unknown, "
+        "live_rise is kept).",
+    )
     recent_usage: list[float | None] = Field(
         description="Pooled high-priority usage per step over the last day before as_of."
     )

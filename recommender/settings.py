@@ -482,14 +482,15 @@ class ColocationSettings(BaseModel):
         0.11, ge=0, lt=1, description="Same for the memory-reclaim-ratio label (chosen the same way)."
     )
     cpu_live_margin_fraction: float = Field(
-        0.025,
+        0.05,
         ge=0,
         lt=1,
         description=(
             "Margin of the node room served from live usage (`colocation.live_reclaimable`: the newest measured "
-            "high-priority usage plus the node's largest 5-minute rise from about that level, the live rise table), "
-            "share of allocatable CPU (chosen on the validation days of the --nodes backtest: the smallest with no "
-            "more violations than Koordinator's usage policy; docs/benchmarks.md)."
+            "high-priority usage plus the node's largest 5-minute rise from about that level after as much activity, "
+            "the live rise tables), share of allocatable CPU (chosen on the validation days of the --nodes backtest "
+            "and bitbrains-jul-aug's July days: the smallest with no more violations than Koordinator's usage policy "
+            "on both; 5 % on each since the rise tables are split by activity, 2.5 % before; docs/benchmarks.md)."
         ),
     )
     memory_live_margin_fraction: float = Field(0.12, ge=0, lt=1, description="Same for memory (chosen the same way).")
@@ -513,6 +514,16 @@ class ColocationSettings(BaseModel):
             "Live rise table: a node's rise allowed above a level is the largest 5-minute rise it showed from a level "
             "within this share of its requests (Mondrian by level band; 0: the same 1 % bin only, 1: any level, the "
             "largest rise). Chosen on the validation days of the --nodes backtest (10-30 % tried)."
+        ),
+    )
+    live_rise_activity_seconds: int = Field(
+        3600,
+        ge=0,
+        description=(
+            "Live rise table split by the node's recent activity, seconds: the largest 5-minute change of its pooled "
+            "usage over this long before a level was measured, against the node's median; a level measured after "
+            "calm keeps the rises seen after calm, one measured in activity those seen in activity (0: no split). "
+            "One hour, the batch window (15 min and 2 h kept more violations on the held-out days; --nodes backtest)."
         ),
     )
     cpu_live_rise_history_days: int = Field(

@@ -141,9 +141,11 @@ def test_models_stored_before_scalar_parameters_load_and_predict_the_same() -> N
     stored = json.loads(gzip.decompress((OLD / "nodes.json.gz").read_bytes()))
     assert isinstance(nodes.forecast, FleetForecaster) and nodes.forecast.selection_days == 1
 
-    # The same lines; beside them the live rise table (issue 18), which the old model learns at its defaults.
+    # The same lines; beside them the live rise tables and their activity split (issue 18), which the old model
+    # learns at its defaults.
     def lines(n: dict[str, Any]) -> dict[str, Any]:
-        return {**n, **{r: {k: v for k, v in n[r].items() if not k.startswith("live_rise")} for r in ("cpu", "memory")}}
+        new = ("live_rise", "live_activity")
+        return {**n, **{r: {k: v for k, v in n[r].items() if not k.startswith(new)} for r in ("cpu", "memory")}}
 
     predicted = [n.model_dump(mode="json") for n in nodes.predict()]
     assert all(len(n[r]["live_rise"]) == colocation.LEVEL_BINS for n in predicted for r in ("cpu", "memory"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,8 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from models.nodes import NodeForecaster, level_rise_table, live_rise_reference
+from models.nodes import (
+    LiveNodeUsage,
+    NodeForecaster,
+    activity_rise_tables,
+    level_rise_table,
+    live_rise_reference,
+    measured_activity,
+    node_activity,
+)
 from models.workload import FleetForecaster
+from pipelines.live import NodeActivity, with_live_usage
 from pipelines.node_backtest import live_rise_tables
 from recommender import colocation as c
 from recommender.placement import live_rise, node_reclaimable
@@ -89,14 +99,9 @@ def test_the_live_room_shrinks_as_the_rise_or_margin_grows(
     assert float(c.live_reclaimable(32.0, 32.0 * (margin + extra), 0.0, 0.0, level, rise, float("nan"))) <= room + 1e-9
 
 
-def test_the_model_stores_each_nodes_table_and_the_served_room_reads_it() -> None:
-    found = {n.node: n for n in NodeForecaster(FleetForecaster.from_settings(FAST)).fit(alternating()).predict()}
-    cpu = found["a"].cpu
-    assert cpu is not None and cpu.live_rise is not None and len(cpu.live_rise) == c.LEVEL_BINS
-    assert cpu.live_rise_reference == 4.0  # the high-priority requests (the batch pod borrows)
-    # the pods swap at 00:00 and 12:00: the pooled usage stays at 4.5, so no step rises
-    assert max(cpu.live_rise) == pytest.approx(0.0, abs=1e-9)
-    lines = NodeResourceLines(
+def pooled(**tables: Any) -> NodeResourceLines:
+    """A node's pooled lines of 10 cores' requests with these rise tables (the week's largest rise: 6)."""
+    return NodeResourceLines(
         limit=10.0,
         last_usage=1.0,
         jump=0.1,
@@ -104,9 +109,19 @@ def test_the_model_stores_each_nodes_table_and_the_served_room_reads_it() -> Non
         recent_usage=[],
         short_term=[],
         long_term=1.0,
-        live_rise=[6.0] * 30 + [1.0] * 70,
         live_rise_reference=10.0,
+        **tables,
     )
+
+
+def test_the_model_stores_each_nodes_table_and_the_served_room_reads_it() -> None:
+    found = {n.node: n for n in NodeForecaster(FleetForecaster.from_settings(FAST)).fit(alternating()).predict()}
+    cpu = found["a"].cpu
+    assert cpu is not None and cpu.live_rise is not None and len(cpu.live_rise) == c.LEVEL_BINS
+    assert cpu.live_rise_reference == 4.0  # the high-priority requests (the batch pod borrows)
+    # the pods swap at 00:00 and 12:00: the pooled usage stays at 4.5, so no step rises
+    assert max(cpu.live_rise) == pytest.approx(0.0, abs=1e-9)
+    lines = pooled(live_rise=[6.0] * 30 + [1.0] * 70)
     assert live_rise(lines, 1.0) == 6.0 and live_rise(lines, 8.0) == 1.0
     assert live_rise(lines.model_copy(update={"live_rise": None}), 8.0) == 6.0  # older versions: the week's largest
 
@@ -128,12 +143,18 @@ def test_the_served_live_room_is_the_level_plus_the_tables_rise() -> None:
 def test_a_model_pickled_before_the_table_gets_its_defaults() -> None:
     model = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(alternating())
     state = model.__getstate__()
-    for name in ("live_rise_band_fraction", "cpu_live_rise_history_days", "memory_live_rise_history_days"):
+    for name in (
+        "live_rise_band_fraction",
+        "cpu_live_rise_history_days",
+        "memory_live_rise_history_days",
+        "live_rise_activity_seconds",
+    ):
         del state[name]
     old = NodeForecaster.__new__(NodeForecaster)
     old.__setstate__(state)
     restored = pickle.loads(pickle.dumps(old))
     assert restored.get_params()["live_rise_band_fraction"] == ColocationSettings().live_rise_band_fraction
+    assert restored.get_params()["live_rise_activity_seconds"] == ColocationSettings().live_rise_activity_seconds
     assert restored.predict()[0].cpu is not None
 
 
@@ -142,3 +163,80 @@ def test_the_reference_is_the_requests_else_the_peak() -> None:
     assert live_rise_reference(np.array([[1.0, 3.0]]), None) == 3.0
     assert live_rise_reference(np.array([[1.0, 3.0]]), float("nan")) == 3.0
     assert live_rise_reference(np.array([[np.nan]]), None) == 1.0
+
+
+def test_activity_is_the_largest_change_of_the_last_steps_up_to_each_step() -> None:
+    grid = np.array([[1.0, 1.0, 4.0, 4.0, 4.0, 3.0, np.nan, 3.0]])
+    np.testing.assert_allclose(node_activity(grid, 2)[0], [np.nan, 0, 3, 3, 0, 1, 1, np.nan])
+    np.testing.assert_allclose(node_activity(grid, 1)[0], [np.nan, 0, 3, 0, 0, 1, np.nan, np.nan])
+
+
+def calm_then_bursts(days: int = 6, per_day: int = 48) -> np.ndarray:
+    """A node idling at 1 core that, once busy (a 1-core step), climbs 3 cores more; never more than 1 from calm."""
+    day = np.ones(per_day)
+    day[20:30] = [2.0, 5.0, 5.0, 5.0, 2.0, 5.0, 5.0, 1.0, 1.0, 1.0]
+    return np.tile(day, days)[None, :]
+
+
+def test_a_calm_node_keeps_a_calm_nodes_rises_and_an_active_one_a_bursts() -> None:
+    grid = calm_then_bursts()
+    reference = np.array([10.0])
+    whole = level_rise_table(grid, reference, 0.2, grid.shape[1] - 1)
+    calm, active, edge = activity_rise_tables(grid, reference, 0.2, grid.shape[1] - 1, 3)
+    at_one = c.level_bin(1.0, 10.0)
+    # From about 1 core (the band: 1 +- 2): after calm the node rose by 1 (into its first busy step), after a
+    # change by 3 (from 2 to 5). Idle most of the time, its median activity is 0: calm is no change at all.
+    assert calm[0, at_one] == pytest.approx(1.0) and active[0, at_one] == pytest.approx(3.0)
+    assert whole[0, at_one] == pytest.approx(3.0) and np.all(calm <= whole + 1e-12) and np.all(active <= whole + 1e-12)
+    assert edge[0] == 0.0
+    # the backtest's tables read the calm one after calm, the active one after activity, the whole one unknown
+    tables = live_rise_tables(grid, np.full(grid.shape, 10.0), [3, 4], 48, 0.2, COLOCATION.of("cpu"), 3)
+    level = np.ones((1, 96))
+    activity = np.full((1, 96), np.nan)
+    activity[0, :48], activity[0, 48:60] = 0.0, 4.0
+    rise = tables.rise(level, activity)[0]
+    assert rise[0] == pytest.approx(1.0) and rise[50] == pytest.approx(3.0) and rise[70] == pytest.approx(3.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(usage_rows, st.integers(1, 6))
+def test_the_split_tables_stay_within_the_whole_one(grid: np.ndarray, steps: int) -> None:
+    reference = np.full(grid.shape[0], 10.0)
+    whole = level_rise_table(grid, reference, 0.2, grid.shape[1])
+    calm, active, _ = activity_rise_tables(grid, reference, 0.2, grid.shape[1], steps)
+    assert np.all(calm >= 0) and np.all(active >= 0)
+    assert np.all(calm <= whole + 1e-12) and np.all(active <= whole + 1e-12)
+
+
+def test_measured_activity_needs_the_window_covered_and_pairs_a_step_apart() -> None:
+    history = {0: 1.0, 300: 1.0, 600: 3.0, 900: 2.5, 960: 9.0}
+    assert measured_activity(history, 900, 900, 300) == pytest.approx(2.0)  # 300->600; 960 is after the newest
+    assert measured_activity(history, 900, 1200, 300) is None  # the window starts before the first measurement
+    assert measured_activity({900: 1.0}, 900, 300, 300) is None  # no pair a step apart
+    assert measured_activity({}, 900, 300, 300) is None
+
+
+def test_the_live_loop_measures_each_nodes_activity_and_publishes_it_with_the_usage() -> None:
+    activity = NodeActivity(window_seconds=900, step_seconds=300)
+    for sample, cpu in ((0, 1.0), (300, 1.0), (600, 1.5), (900, 1.5)):
+        activity.add({"a": LiveNodeUsage(sample, cpu, 2.0)})
+    newest = {"a": LiveNodeUsage(900, 1.5, 2.0)}
+    assert activity.of(newest) == {"a": {"cpu": pytest.approx(0.5), "memory": pytest.approx(0.0)}}
+    activity.add({"a": LiveNodeUsage(5000, 1.0, 2.0)})  # a long gap: what is older than the window is let go
+    assert activity.of({"a": LiveNodeUsage(5000, 1.0, 2.0)}) == {"a": {"cpu": None, "memory": None}}
+    assert NodeActivity(0, 300).of(newest) == {}
+    nodes = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(alternating()).predict()
+    updated = {n.node: n for n in with_live_usage(nodes, {"a": newest["a"]}, {"a": {"cpu": 0.5, "memory": None}})}
+    cpu = updated["a"].cpu
+    assert cpu is not None and cpu.live_usage == 1.5 and cpu.live_activity == 0.5
+    assert cpu.live_rise_calm is not None and cpu.live_rise_active is not None
+
+
+def test_the_served_rise_is_the_calm_or_the_active_tables_by_the_measured_activity() -> None:
+    lines = pooled(
+        live_rise=[6.0] * 100, live_rise_calm=[1.0] * 100, live_rise_active=[5.0] * 100, live_activity_edge=0.5
+    )
+    assert live_rise(lines, 1.0) == 6.0  # activity not measured: the whole table
+    assert live_rise(lines.model_copy(update={"live_activity": 0.5}), 1.0) == 1.0
+    assert live_rise(lines.model_copy(update={"live_activity": 0.6}), 1.0) == 5.0
+    assert live_rise(lines.model_copy(update={"live_activity": 0.2, "live_rise_calm": None}), 1.0) == 6.0
