@@ -359,7 +359,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         live_rise_band_fraction: float = 0.2,
         cpu_live_rise_history_days: int = 14,
         memory_live_rise_history_days: int = 7,
-        live_rise_activity_seconds: int = 3600,
+        live_rise_activity_seconds: int = 1800,
     ) -> None:
         self.forecast = forecast
         self.step_seconds = step_seconds

@@ -482,7 +482,7 @@ class ColocationSettings(BaseModel):
         0.11, ge=0, lt=1, description="Same for the memory-reclaim-ratio label (chosen the same way)."
     )
     cpu_live_margin_fraction: float = Field(
-        0.05,
+        0.045,
         ge=0,
         lt=1,
         description=(
@@ -490,7 +490,8 @@ class ColocationSettings(BaseModel):
             "high-priority usage plus the node's largest 5-minute rise from about that level after as much activity, "
             "the live rise tables), share of allocatable CPU (chosen on the validation days of the --nodes backtest "
             "and bitbrains-jul-aug's July days: the smallest with no more violations than Koordinator's usage policy "
-            "on both; 5 % on each since the rise tables are split by activity, 2.5 % before; docs/benchmarks.md)."
+            "on both, the stricter: 4.5 % since the rise tables are split by activity, 2.5 % before; "
+            "docs/benchmarks.md)."
         ),
     )
     memory_live_margin_fraction: float = Field(0.12, ge=0, lt=1, description="Same for memory (chosen the same way).")
@@ -517,13 +518,14 @@ class ColocationSettings(BaseModel):
         ),
     )
     live_rise_activity_seconds: int = Field(
-        3600,
+        1800,
         ge=0,
         description=(
             "Live rise table split by the node's recent activity, seconds: the largest 5-minute change of its pooled "
             "usage over this long before a level was measured, against the node's median; a level measured after "
             "calm keeps the rises seen after calm, one measured in activity those seen in activity (0: no split). "
-            "One hour, the batch window (15 min and 2 h kept more violations on the held-out days; --nodes backtest)."
+            "30 min: the most room at the margin rule's violations on both parts of bitbrains-aug among 30 min, 1 h "
+            "and 2 h (--nodes backtest; docs/benchmarks.md)."
         ),
     )
     cpu_live_rise_history_days: int = Field(
