@@ -194,14 +194,13 @@ def level_rise_table(grid: FloatArray, reference: FloatArray, band_fraction: flo
 
 
 def activity_rise_tables(
-    grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int, activity_steps: int
+    grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int, activity_steps: int, whole: FloatArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """`level_rise_table` split by how active each node was before a rise started (`node_activity` over
-    `activity_steps`): (the calm steps' table, the active steps' table, the boundary per node: the median activity
-    of the steps learned from, calm at or below it; NaN without any). A node calm for a while climbs by less than one in the middle of a
-    burst, so a level measured after calm keeps a calm node's rises. A cell no step of its class fell in takes the
-    whole table's value; nothing after the grid's end is read."""
-    whole = level_rise_table(grid, reference, band_fraction, steps)
+    """`level_rise_table` (`whole`, of the same arguments) split by how active each node was before a rise started
+    (`node_activity` over `activity_steps`): (the calm steps' table, the active steps' table, the boundary per node:
+    the median activity of the steps learned from, calm at or below it; NaN without any). A node calm for a while
+    climbs by less than one in the middle of a burst, so a level measured after calm keeps a calm node's rises. A
+    cell no step of its class fell in takes the whole table's value; nothing after the grid's end is read."""
     level, rises = _recent_rises(grid, steps)
     activity = node_activity(grid, activity_steps)[:, -(steps + 1) : -1] if grid.shape[1] else level
     known = ~np.isnan(level) & ~np.isnan(rises) & ~np.isnan(activity)
@@ -228,7 +227,7 @@ def node_activity(grid: FloatArray, steps: int) -> FloatArray:
 def measured_activity(history: dict[int, float], newest: int, window_seconds: int, step_seconds: int) -> float | None:
     """`node_activity` of a node's live measurements (sample time -> value): the largest |change| between two
     `step_seconds` apart among those of the last `window_seconds` up to `newest`. None until the measurements cover
-    the window from its start (a loop just started has not seen the last hour: the whole rise table is kept)."""
+    the window from its start (a loop just started has not seen it: the whole rise table is kept)."""
     if not history or min(history) > newest - window_seconds:
         return None
     changes = [
@@ -399,12 +398,12 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         return int(self.live_rise_activity_seconds // self.step_seconds)
 
     def _activity_split(
-        self, grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int
+        self, grid: FloatArray, reference: FloatArray, band_fraction: float, steps: int, whole: FloatArray
     ) -> dict[str, Any]:
         """One node's `activity_rise_tables` as its lines' fields (none without the split)."""
         if not self.activity_steps():
             return {}
-        calm, active, edge = activity_rise_tables(grid, reference, band_fraction, steps, self.activity_steps())
+        calm, active, edge = activity_rise_tables(grid, reference, band_fraction, steps, self.activity_steps(), whole)
         return {
             "live_rise_calm": calm[0].tolist(),
             "live_rise_active": active[0].tolist(),
@@ -522,7 +521,8 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                 reference = live_rise_reference(grid[row : row + 1], limit)
                 rise_days = getattr(self, f"{resource}_live_rise_history_days")
                 rise_args = (grid[row : row + 1], np.array([reference]), self.live_rise_band_fraction)
-                split = self._activity_split(*rise_args, rise_days * steps_per_day)
+                whole = level_rise_table(*rise_args, rise_days * steps_per_day)
+                split = self._activity_split(*rise_args, rise_days * steps_per_day, whole)
                 per_resource[resource] = (
                     None
                     if np.all(np.isnan(short[row]))
@@ -535,7 +535,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
                             )[0]
                         ),
                         largest_jump=float(rise_allowance(grid[row : row + 1], 1.0, 7 * steps_per_day)[0]),
-                        live_rise=level_rise_table(*rise_args, rise_days * steps_per_day)[0].tolist(),
+                        live_rise=whole[0].tolist(),
                         live_rise_reference=reference,
                         **split,
                         recent_usage=[None if np.isnan(v) else float(v) for v in recent],

@@ -293,14 +293,16 @@ def fit_resource_forecasts(
 
     rest_burstiness: dict[int, FloatArray] = {}
 
-    def rest_groups(fleet: SelectedForecaster, days: int, scores: CandidateScores) -> list[IntArray | None]:
+    def rest_groups(
+        fleet: SelectedForecaster, days: int, decided_usage: FleetUsage, scores: CandidateScores
+    ) -> list[IntArray | None]:
         """Per grid, the burstiness group of each container the choice was not made on (-1 for the others), by the
-        bounds of the groups the choice was made in (its usage over the line's horizon, as theirs)."""
+        bounds of the groups the choice was made in (`decided_usage`: theirs over the line's horizon)."""
         if rest_usage is None:
             return [None] * len(grids)
         if days not in rest_burstiness:
             rest_burstiness[days] = burstiness(rest_usage.first(days * per_day))
-        labels = burst_labels(rest_burstiness[days], scores.edges(usage.first(days * per_day), fleet.groups))
+        labels = burst_labels(rest_burstiness[days], scores.edges(decided_usage, fleet.groups))
         placed: list[IntArray | None] = []
         for grid, at, part in zip(grids, rest, rest_usage.part_rows(), strict=True):
             groups = np.full(grid.shape[0], -1, dtype=np.int64)
@@ -349,7 +351,7 @@ def fit_resource_forecasts(
     for target, candidates, constant, days in specs:
         fleet = selected_forecaster(settings, candidates, target, constant, days)
         fleet.decide(backtest(candidates), *horizons[days])
-        groups = rest_groups(fleet, days, horizons[days][1])
+        groups = rest_groups(fleet, days, *horizons[days])
         models.append(
             [
                 fleet.take(p).fit_chosen(grids[p], fit_scored(candidates, p), rows[p], decided[p], groups[p])

@@ -717,7 +717,7 @@ def live_rise_tables(
         steps = settings.live_rise_history_days * per_day
         tables.append(level_rise_table(grid[:, :t], reference, band_fraction, steps))
         if activity_steps:
-            split.append(activity_rise_tables(grid[:, :t], reference, band_fraction, steps, activity_steps))
+            split.append(activity_rise_tables(grid[:, :t], reference, band_fraction, steps, activity_steps, tables[-1]))
         references.append(reference)
     return LiveRiseTables(tables, references, per_day, split if activity_steps else None)
 

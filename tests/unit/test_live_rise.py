@@ -182,7 +182,7 @@ def test_a_calm_node_keeps_a_calm_nodes_rises_and_an_active_one_a_bursts() -> No
     grid = calm_then_bursts()
     reference = np.array([10.0])
     whole = level_rise_table(grid, reference, 0.2, grid.shape[1] - 1)
-    calm, active, edge = activity_rise_tables(grid, reference, 0.2, grid.shape[1] - 1, 3)
+    calm, active, edge = activity_rise_tables(grid, reference, 0.2, grid.shape[1] - 1, 3, whole)
     at_one = c.level_bin(1.0, 10.0)
     # From about 1 core (the band: 1 +- 2): after calm the node rose by 1 (into its first busy step), after a
     # change by 3 (from 2 to 5). Idle most of the time, its median activity is 0: calm is no change at all.
@@ -203,7 +203,7 @@ def test_a_calm_node_keeps_a_calm_nodes_rises_and_an_active_one_a_bursts() -> No
 def test_the_split_tables_stay_within_the_whole_one(grid: np.ndarray, steps: int) -> None:
     reference = np.full(grid.shape[0], 10.0)
     whole = level_rise_table(grid, reference, 0.2, grid.shape[1])
-    calm, active, _ = activity_rise_tables(grid, reference, 0.2, grid.shape[1], steps)
+    calm, active, _ = activity_rise_tables(grid, reference, 0.2, grid.shape[1], steps, whole)
     assert np.all(calm >= 0) and np.all(active >= 0)
     assert np.all(calm <= whole + 1e-12) and np.all(active <= whole + 1e-12)
 
