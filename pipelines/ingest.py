@@ -337,12 +337,19 @@ def _cast_parquet(path: Path, table: pa.Table, columns: list[Column]) -> pa.Tabl
     for column in columns:
         field = table.schema.field(column.name)
         target = _arrow_type(column)
-        if column.kind == "id" and not pa.types.is_string(field.type) and not pa.types.is_large_string(field.type):
+        if column.kind == "id" and not _holds_strings(field.type):
             raise InputFileError(path, f"column '{column.name}' must hold strings, holds {field.type}")
         if column.kind != "id" and not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
             raise InputFileError(path, f"column '{column.name}' must be numeric, holds {field.type}")
         casts.append(target if column.kind != "timestamp" or pa.types.is_integer(field.type) else pa.float64())
     return table.cast(pa.schema([(c.name, t) for c, t in zip(columns, casts)]))
+
+
+def _holds_strings(kind: pa.DataType) -> bool:
+    """Strings, or strings dictionary-encoded (pandas writes its categorical columns so): the cast decodes them."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
 
 def _records(path: Path, header: list[str]) -> Iterator[tuple[int, int, list[str]]]:

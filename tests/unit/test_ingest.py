@@ -109,6 +109,20 @@ def test_parquet_errors_name_the_row(tmp_path: Path) -> None:
         read_usage(path, BOUNDS)
 
 
+def test_parquet_categorical_names_read_as_strings(tmp_path: Path) -> None:
+    """A frame whose names pandas holds as categoricals is written dictionary-encoded: read as the plain one."""
+    frame = make_usage(workloads=2, pods=2, days=0.2)
+    plain, coded = tmp_path / "plain.parquet", tmp_path / "coded.parquet"
+    frame.to_parquet(plain, index=False)
+    names = ["namespace", "workload", "pod", "container"]
+    frame.astype(dict.fromkeys(names, "category")).to_parquet(coded, index=False)
+    read = read_usage(coded, BOUNDS)
+    pd.testing.assert_frame_equal(read, read_usage(plain, BOUNDS))
+    frame.astype({"pod": "category"}).assign(pod=lambda f: f["pod"].cat.codes).to_parquet(coded, index=False)
+    with pytest.raises(InputFileError, match="'pod' must hold strings"):
+        read_usage(coded, BOUNDS)
+
+
 def test_oom_events(tmp_path: Path) -> None:
     path = write(tmp_path / "oom.csv", "timestamp,namespace,workload,pod,container\n10,ns,w,p,c\n")
     events = read_oom_events(path, BOUNDS)
