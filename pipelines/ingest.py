@@ -242,13 +242,28 @@ def _typed_frame(
                 spans += pc.count_substring(table[column.name], "\n").fill_null(0).to_numpy(zero_copy_only=False)
     ends = first + np.cumsum(spans)
     lines = ends - spans
-    frame: pd.DataFrame = table.to_pandas()
+    frame: pd.DataFrame = _blank_as_missing(table, wanted).to_pandas()
     _check_values(path, frame, wanted, literal_nan, bounds, lines, unit="row" if parquet else "line")
     frame["timestamp"] = frame["timestamp"].astype(np.int64)
     for column in schema:
         if column.name not in frame.columns and column.kind == "value":
             frame[column.name] = np.nan
     return frame, lines, int(ends[-1]) if len(ends) else first
+
+
+def _blank_as_missing(table: pa.Table, columns: list[Column]) -> pa.Table:
+    """The table with the empty (or blank) cells of its optional name columns as nulls: a pod not yet placed has no
+    node, one without a PriorityClass none, and either is a missing value, not a bad row."""
+    for column in columns:
+        if column.kind == "id" and not column.required:
+            values = table[column.name]
+            blank = pc.equal(pc.utf8_trim_whitespace(values), "")
+            table = table.set_column(
+                table.schema.get_field_index(column.name),
+                column.name,
+                pc.if_else(blank, pa.scalar(None, values.type), values),
+            )
+    return table
 
 
 def _parquet_columns(path: Path) -> list[str]:
@@ -417,7 +432,7 @@ def _locate_csv_problem(
 def _cell_problem(column: Column, cell: str, bounds: SampleBounds) -> str | None:
     """What is wrong with one cell, as the typed checks of `_check_values` would say it."""
     if column.kind == "id":
-        return f"'{column.name}' is empty" if not cell else None
+        return f"'{column.name}' is empty" if not cell and column.required else None
     if not cell:
         return f"'{column.name}' is empty" if column.kind == "timestamp" else None
     if column.kind == "timestamp":
@@ -461,9 +476,10 @@ def _check_values(
     for column in columns:
         series = frame[column.name]
         if column.kind == "id":
-            bad = series.isna().to_numpy() | (series.astype(str).str.strip() == "").to_numpy()
-            if bad.any():
-                fail(bad, column, f"'{column.name}' is empty")
+            if column.required:
+                bad = series.isna().to_numpy() | (series.astype(str).str.strip() == "").to_numpy()
+                if bad.any():
+                    fail(bad, column, f"'{column.name}' is empty")
             continue
         if literal_nan[column.name].any():
             fail(

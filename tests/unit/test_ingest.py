@@ -53,6 +53,26 @@ def test_missing_values_are_accepted(tmp_path: Path) -> None:
     assert read["cpu_cores"].isna().sum() == 1 and read["memory_bytes"].isna().all()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_empty_node_and_priority_class_are_missing(tmp_path: Path, suffix: str) -> None:
+    """The optional name columns may be empty (a pod not yet placed, one without a PriorityClass): missing values,
+    as an empty cell of a value column is; a required name still may not be."""
+    body = "1,ns,w,p,c,1,1,n1,\n2,ns,w,p,c,1,1,,koord-batch\n3,ns,w,p,c,1,1, ,\n"
+    text = HEADER + ",node,priority_class\n" + body
+    path = write(tmp_path / "u.csv", text)
+    if suffix == ".parquet":
+        frame = pd.read_csv(path, keep_default_na=False, dtype=str)
+        frame = frame.astype({"timestamp": np.int64, "cpu_cores": float, "memory_bytes": float})
+        path = tmp_path / "u.parquet"
+        frame.to_parquet(path, index=False)
+    read = read_usage(path, BOUNDS)
+    assert read["node"].isna().tolist() == [False, True, True]
+    assert read["priority_class"].isna().tolist() == [True, False, True]
+    assert read["node"].iloc[0] == "n1" and read["priority_class"].iloc[1] == "koord-batch"
+    with pytest.raises(InputFileError, match="'pod' is empty"):
+        read_usage(write(tmp_path / "v.csv", HEADER + "\n1,ns,w, ,c,1,1\n"), BOUNDS)
+
+
 def test_unsorted_rows_come_back_sorted(tmp_path: Path) -> None:
     path = write(tmp_path / "u.csv", HEADER + "\n5,ns,w,p,c,1,1\n1,ns,w,p,c,1,1\n3,ns,a,p,c,1,1\n")
     assert list(read_usage(path, BOUNDS)["timestamp"]) == [3, 1, 5]
