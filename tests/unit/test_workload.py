@@ -221,6 +221,18 @@ def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
     assert max(relaxed.short_term) < max(strict.short_term)
 
 
+def test_a_zero_limit_is_no_limit() -> None:
+    """An export that writes an unset limit as 0 gets no limit back (we never add one), not one at the request."""
+    usage = make_usage(workloads=2, pods=1, days=3).assign(cpu_limit_cores=0.0, memory_limit_bytes=0.0)
+    usage.loc[usage["workload"] == "w1", ["cpu_limit_cores", "memory_limit_bytes"]] = [2.0, 8e9]
+    recs = {r.workload: r for r in WorkloadRecommender().fit(usage).predict().recommendations}
+    unset, set_ = recs["w0"], recs["w1"]
+    assert unset.cpu is not None and unset.memory is not None and set_.cpu is not None and set_.memory is not None
+    assert unset.cpu.limit is None and unset.cpu.limit_rule is None
+    assert unset.memory.limit is None and unset.memory.limit_rule is None
+    assert set_.cpu.limit is not None and set_.memory.limit is not None
+
+
 def test_memory_request_stays_within_the_week_peak_and_the_limit_above_it() -> None:
     usage = make_usage(workloads=1, pods=1, days=10).assign(memory_limit_bytes=8e9)
     memory = WorkloadRecommender().fit(usage).predict().recommendations[0].memory
