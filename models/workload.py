@@ -273,8 +273,8 @@ def fit_resource_forecasts(
     offsets = np.cumsum([0] + [grid.shape[0] for grid in grids])
     if keys is None:
         keys = [pd.util.hash_array(np.arange(a, b, dtype=np.int64)) for a, b in itertools.pairwise(offsets)]
-    decided = selection_rows(rows, keys, settings.selection_max_containers)
     origins = rolling_origins(width, settings.selection_days, per_day)
+    decided = selection_rows(scored_rows(grids, rows, origins), keys, settings.selection_max_containers)
     # The usage after each origin is read from the grids themselves, a block of containers at a time: no copy of a
     # partition's grid outlives its backtest or its chosen candidates' fit (`cut`).
     usage = FleetUsage(
@@ -370,6 +370,17 @@ def fit_resource_forecasts(
         )
         for p in range(len(grids))
     ]
+
+
+def scored_rows(grids: list[FloatArray], rows: list[IntArray], origins: list[int]) -> list[IntArray]:
+    """Of each grid's `rows`, those with a sample after the first origin: a container gone before the selection
+    days has no usage to score a line against, so the choice is made without it (it takes its group's choice and
+    factor, as a container outside a sample does) instead of carrying its lines through every score. All of them
+    when none has (nothing to choose on either way) or there is no origin."""
+    if not origins:
+        return rows
+    scored = [r[np.any(~np.isnan(grid[r, origins[0] :]), axis=1)] for grid, r in zip(grids, rows)]
+    return scored if any(r.size for r in scored) else rows
 
 
 def level_key(label: str, overrides: dict[str, float], defaults: tuple[float, float, float]) -> str:

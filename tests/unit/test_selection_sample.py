@@ -93,6 +93,28 @@ def test_the_choice_on_a_sample_is_the_samples_own_and_the_others_take_their_gro
     assert set(groups[np.isin(rows, others)].tolist()) == {0, 1, 2}
 
 
+def test_containers_gone_before_the_selection_days_are_not_chosen_on() -> None:
+    """A container whose samples end before the first origin (a finished job, a workload scaled away) has nothing to
+    score a line against: the choice is the live containers' alone, and it takes its group's choice and factor."""
+    live = three_kinds(containers=30, days=12)
+    gone = three_kinds(containers=30, days=12, seed=1)
+    gone[:, -8 * STEPS_PER_DAY :] = np.nan
+    grid = np.concatenate([live, gone])
+    settings = ForecastSettings(group_min_containers=3)
+    both = fit_resource_forecasts([grid], settings, END)[0]
+    alone = fit_resource_forecasts([live], settings, END)[0]
+    dead = np.arange(live.shape[0], grid.shape[0])
+    for line in ("short_term", "request", "long_term"):
+        a, b = getattr(both, line), getattr(alone, line)
+        assert a.fleet_factor_ == b.fleet_factor_
+        np.testing.assert_array_equal(a.choice_[: live.shape[0]], b.choice_)
+        np.testing.assert_array_equal(a.groups_[: live.shape[0]], b.groups_)
+        np.testing.assert_array_equal(a.predict(STEPS_PER_DAY)[: live.shape[0]], b.predict(STEPS_PER_DAY))
+        group_choice = dict(zip(b.groups_.tolist(), b.choice_.tolist()))
+        assert all(group_choice.get(g, c) == c for g, c in zip(a.groups_[dead].tolist(), a.choice_[dead].tolist()))
+        assert (a.calibration_samples_[dead] == 0).all()
+
+
 def test_a_fleet_no_bigger_than_the_sample_is_decided_on_every_container() -> None:
     grid = three_kinds(containers=12)
     keys = [pd.util.hash_array(np.arange(grid.shape[0], dtype=np.int64))]
