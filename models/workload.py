@@ -1132,8 +1132,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         peak_bound = np.full(len(groups), np.nan)
         if memory:
             # A small fleet must not inflate memory: without an OOM kill, the request stays within the week's peak
-            # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`).
-            peak_bound = self._observed_peak(groups) * (1.0 + self.memory_peak_margin_fraction)
+            # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`). A week of
+            # zeros bounds nothing (no running container has no working set): VPA's minimum then stands.
+            peak = self._observed_peak(groups)
+            peak_bound = np.where(peak > 0, peak * (1.0 + self.memory_peak_margin_fraction), np.nan)
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)

@@ -221,6 +221,18 @@ def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
     assert max(relaxed.short_term) < max(strict.short_term)
 
 
+def test_a_week_of_zero_memory_keeps_vpas_minimum() -> None:
+    """A container whose working set read 0 all week (a broken metric: a running one always has some) is not sized
+    at 0 bytes by the peak bound: VPA's minimum stands, and there is no limit floor."""
+    usage = make_usage(workloads=2, pods=1, days=8)
+    usage.loc[usage["workload"] == "w0", "memory_bytes"] = 0.0
+    recs = {r.workload: r.memory for r in WorkloadRecommender().fit(usage).predict().recommendations}
+    zero, used = recs["w0"], recs["w1"]
+    assert zero is not None and used is not None
+    assert zero.target == pytest.approx(250 * 2**20) and zero.limit_floor is None
+    assert used.limit_floor is not None and used.target <= used.limit_floor
+
+
 def test_a_zero_limit_is_no_limit() -> None:
     """An export that writes an unset limit as 0 gets no limit back (we never add one), not one at the request."""
     usage = make_usage(workloads=2, pods=1, days=3).assign(cpu_limit_cores=0.0, memory_limit_bytes=0.0)
