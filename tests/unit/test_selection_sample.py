@@ -113,6 +113,13 @@ def test_containers_gone_before_the_selection_days_are_not_chosen_on() -> None:
         group_choice = dict(zip(b.groups_.tolist(), b.choice_.tolist()))
         assert all(group_choice.get(g, c) == c for g, c in zip(a.groups_[dead].tolist(), a.choice_[dead].tolist()))
         assert (a.calibration_samples_[dead] == 0).all()
+    # A partition of gone containers only is fitted as the fleet in one piece fits them.
+    parts = fit_resource_forecasts([live, gone], settings, END)
+    for line in ("short_term", "request", "long_term"):
+        np.testing.assert_array_equal(
+            np.concatenate([getattr(p, line).predict(STEPS_PER_DAY) for p in parts]),
+            getattr(both, line).predict(STEPS_PER_DAY),
+        )
 
 
 def test_a_fleet_no_bigger_than_the_sample_is_decided_on_every_container() -> None:
