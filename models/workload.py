@@ -275,17 +275,15 @@ def fit_resource_forecasts(
         keys = [pd.util.hash_array(np.arange(a, b, dtype=np.int64)) for a, b in itertools.pairwise(offsets)]
     origins = rolling_origins(width, settings.selection_days, per_day)
     decided = selection_rows(scored_rows(grids, rows, origins), keys, settings.selection_max_containers)
-    # The usage after each origin is read from the grids themselves, a block of containers at a time: no copy of a
-    # partition's grid outlives its backtest or its chosen candidates' fit (`cut`).
-    usage = FleetUsage(
-        [FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, decided)]
-    )
+
+    def after_origins(which: list[IntArray]) -> FleetUsage:
+        """The usage after each origin of the grids' rows `which`, read from the grids themselves a block of
+        containers at a time: no copy of a partition's grid outlives its backtest or its chosen candidates' fit."""
+        return FleetUsage([FutureUsage(g, origins, LONG_TERM_DAYS * per_day, rows=r) for g, r in zip(grids, which)])
+
+    usage = after_origins(decided)
     rest = [np.setdiff1d(r, d, assume_unique=True) for r, d in zip(rows, decided)]
-    rest_usage = (
-        FleetUsage([FutureUsage(grid, origins, LONG_TERM_DAYS * per_day, rows=r) for grid, r in zip(grids, rest)])
-        if any(r.size for r in rest)
-        else None
-    )
+    rest_usage = after_origins(rest) if any(r.size for r in rest) else None
 
     def cut(part: int, which: list[IntArray]) -> FloatArray:
         grid, r = grids[part], which[part]

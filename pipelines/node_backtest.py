@@ -681,18 +681,12 @@ class LiveRiseTables:
         out = []
         for d in days:
             span = slice(d * self.per_day, (d + 1) * self.per_day)
-            whole = colocation.level_rise(self.tables[d], level[:, span], self.references[d])
             if self.split is None or activity is None:
-                out.append(whole)
+                out.append(colocation.level_rise(self.tables[d], level[:, span], self.references[d]))
                 continue
             calm, active, edge = self.split[d]
-            now = activity[:, span]
-            by_class = np.where(
-                now <= edge[:, None],
-                colocation.level_rise(calm, level[:, span], self.references[d]),
-                colocation.level_rise(active, level[:, span], self.references[d]),
-            )
-            out.append(np.where(np.isnan(now) | np.isnan(edge)[:, None], whole, by_class))
+            tables = (self.tables[d], calm, active)
+            out.append(colocation.activity_rise(tables, edge, activity[:, span], level[:, span], self.references[d]))
         return np.concatenate(out, axis=1)
 
 

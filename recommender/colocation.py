@@ -272,6 +272,23 @@ def level_rise(table: FloatArray, level: ArrayLike, reference: ArrayLike) -> Flo
     return result
 
 
+def activity_rise(
+    tables: tuple[FloatArray, FloatArray, FloatArray],
+    edge: ArrayLike,
+    activity: ArrayLike,
+    level: ArrayLike,
+    reference: ArrayLike,
+) -> FloatArray:
+    """`level_rise` by a node's split tables (the whole, the calm steps' and the active steps' one, each nodes x
+    LEVEL_BINS): the calm table where the node's `activity` (nodes x k, with the level) is at most its `edge`
+    (nodes), the active one above it, the whole table where either is unknown (NaN)."""
+    whole, calm, active = (level_rise(table, level, reference) for table in tables)
+    now = np.asarray(activity, dtype=np.float64)
+    bound = np.asarray(edge, dtype=np.float64)[:, None]
+    result: FloatArray = np.where(np.isnan(now) | np.isnan(bound), whole, np.where(now <= bound, calm, active))
+    return result
+
+
 def live_reclaimable(
     allocatable: ArrayLike,
     margin: ArrayLike,

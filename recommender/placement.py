@@ -382,12 +382,15 @@ def live_rise(pooled: NodeResourceLines, level: float) -> float:
     (`colocation.level_rise`), the calm or the active one by the node's `live_activity` where the live loop measured
     it; for a version stored before the table, the largest rise of the week (else `jump`)."""
     if pooled.live_rise is not None and pooled.live_rise_reference is not None:
-        rises = pooled.live_rise
-        activity, edge = pooled.live_activity, pooled.live_activity_edge
-        if activity is not None and edge is not None and pooled.live_rise_calm and pooled.live_rise_active:
-            rises = pooled.live_rise_calm if activity <= edge else pooled.live_rise_active
-        table = np.asarray([rises], dtype=np.float64)
-        return float(colocation.level_rise(table, np.array([[level]]), np.array([pooled.live_rise_reference]))[0, 0])
+        at, reference = np.array([[level]]), np.array([pooled.live_rise_reference])
+        whole = np.asarray([pooled.live_rise], dtype=np.float64)
+        if not (pooled.live_rise_calm and pooled.live_rise_active):
+            return float(colocation.level_rise(whole, at, reference)[0, 0])
+        tables = (whole, np.asarray([pooled.live_rise_calm]), np.asarray([pooled.live_rise_active]))
+        unknown = float("nan")
+        edge = pooled.live_activity_edge if pooled.live_activity_edge is not None else unknown
+        activity = pooled.live_activity if pooled.live_activity is not None else unknown
+        return float(colocation.activity_rise(tables, np.array([edge]), np.array([[activity]]), at, reference)[0, 0])
     return pooled.jump if pooled.largest_jump is None else pooled.largest_jump
 
 
