@@ -521,13 +521,6 @@ def selection_rows(rows: list[IntArray], keys: list[UInt64Array], most: int) -> 
     return [r[k[r] <= bound] for k, r in zip(keys, rows)]
 
 
-def burst_groups(past_usage: PastUsage, n_groups: int) -> IntArray:
-    """Group index (0 = steadiest) per container from its past usage (origins x containers x steps): quantile bins
-    of the ratio of its 99th to its 50th percentile, so that bursty and steady containers may choose apart."""
-    ratio = burstiness(past_usage)
-    return burst_labels(ratio, burst_edges(ratio, n_groups))
-
-
 def burstiness(past_usage: PastUsage) -> FloatArray:
     """Per container, the ratio of its past usage's 99th to its 50th percentile (inf when only the 99th is above 0,
     1 when both are 0, NaN without usage)."""
@@ -860,7 +853,8 @@ class CandidateScores:
         self._totals: tuple[FloatArray, FloatArray] | None = None
 
     def groups(self, past_usage: PastUsage, n_groups: int) -> IntArray:
-        """`burst_groups` of the usage."""
+        """Group index (0 = steadiest) per container of the usage (origins x containers x steps): quantile bins of
+        its `burstiness`, so that bursty and steady containers may choose apart."""
         if n_groups not in self._groups:
             self._groups[n_groups] = burst_labels(self.burstiness(past_usage), self.edges(past_usage, n_groups))
         return self._groups[n_groups]

@@ -14,10 +14,10 @@ from sklearn.utils.estimator_checks import (
 )
 
 from models.ensemble import (
+    CandidateScores,
     PeakForecaster,
     SelectedForecaster,
     blend_factors,
-    burst_groups,
     choose_models,
     labelled_costs,
     matched_costs,
@@ -193,7 +193,7 @@ def test_fleet_chooses_and_a_group_only_with_strong_evidence() -> None:
     usage[:, 40:] *= np.where(rng.random((7, 20, P)) < 0.05, 4.0, 1.0)  # a bursty third
     flat = np.broadcast_to(usage.max(axis=2, keepdims=True).mean(axis=0, keepdims=True), usage.shape)
     lines = np.stack([flat, usage * 1.5 + 0.2 * rng.random(usage.shape)])  # the second is near the truth
-    groups = burst_groups(usage, 3)
+    groups = CandidateScores().groups(usage, 3)
     assert set(groups[40:].tolist()) == {2}
     costs = labelled_costs(list(lines), usage, 0.01, groups, 3)
     choice, fleet, per_group = choose_models(costs, groups, 0.01, min_gain=0.1, min_containers=20, reference=0)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.ensemble import burst_groups, keep_pooled_gains, labelled_costs, pooled_choice_cost
+from models.ensemble import CandidateScores, keep_pooled_gains, labelled_costs, pooled_choice_cost
 from recommender.arrays import FloatArray, IntArray
 
 P = 288
@@ -103,7 +103,7 @@ def test_the_pooled_cost_of_one_candidate_for_all_is_the_fleets_cost_of_it() -> 
     flat = np.broadcast_to(usage.max(axis=2, keepdims=True).mean(axis=0, keepdims=True), usage.shape)[:, :, :1]
     shaped = usage * 1.5 + 0.2 * rng.random(usage.shape)
     lines = [np.ascontiguousarray(flat), shaped]
-    groups = burst_groups(usage, 3)
+    groups = CandidateScores().groups(usage, 3)
     fleet = labelled_costs(lines, usage, 0.05, groups, 3)[3]
     for m in range(2):
         # The same sums in another order: equal to rounding.

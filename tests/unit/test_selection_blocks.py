@@ -21,7 +21,6 @@ from models.ensemble import (
     FutureUsage,
     RatioBlocks,
     _higher_quantile,
-    burst_groups,
     choose_models,
     labelled_costs,
     labelled_quantiles,
@@ -187,7 +186,7 @@ def test_the_decision_is_the_same_in_one_block_in_many_and_over_partitions(
         [FleetStatistics(sample_steps=(np.empty(0, np.int64),) * 2, calibration={"x": p.ratio_sketch_}) for p in shares]
     ).calibration["x"]
     assert all(np.array_equal(a, b) for a, b in zip(merged, whole.ratio_sketch_))
-    assert burst_groups(parts, 3).tolist() == whole.groups_.tolist()
+    assert CandidateScores().groups(parts, 3).tolist() == whole.groups_.tolist()
     costs = labelled_costs(lines, parts, 0.01, whole.groups_, int(whole.groups_.max()) + 1)
     choice = choose_models(costs, whole.groups_, 0.01, 0.1, 5)[0]
     assert choice.tolist() == whole.choice_.tolist()
