@@ -6,6 +6,9 @@ harness's `evaluate` calls `fit_resource_forecast` on each decision day's histor
 `run_project.py` does, minutes faster than a CLI call per day. Judge the result on the other half with
 `run_project.py`, never here.
 
+Besides the harness's scores it prints the churn of the request and long-term lines: the share of a container's
+changes from one decision to the next beyond 1.5x (use `--day-stride 1` for day-over-day figures).
+
 Usage: .venv/bin/python scripts/forecast_dev.py [--data eval-data/dev.csv.gz] [--target-violation 0.01]
            [--day-stride 2] [--first-decision 2013-08-01] [--settings '{"selection_groups": 1}']
            [--resources cpu,memory] [--shared ../shared]
@@ -14,6 +17,7 @@ Usage: .venv/bin/python scripts/forecast_dev.py [--data eval-data/dev.csv.gz] [-
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pathlib
 import sys
@@ -66,6 +70,7 @@ def main() -> None:
                 short, request, long_term = forecast.lines(T, 86400, 300)
                 peak = forecast.peak.predict()
                 for i, s in enumerate(eligible):
+                    constant_lines.setdefault((resource, s.key), {})[T] = (float(request[i]), float(long_term[i]))
                     out[s.key][resource] = harness.Rec(
                         float(np.nan_to_num(request[i])),
                         np.nan_to_num(short[i]),
@@ -79,6 +84,7 @@ def main() -> None:
             )
             return out
 
+    constant_lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]] = {}
     data = harness.load_tidy(args.data)
     data.resources = tuple(r for r in data.resources if r in args.resources.split(","))
     result = harness.evaluate(data, InProcess(), 7.0, args.first_decision, None, args.day_stride)
@@ -91,8 +97,31 @@ def main() -> None:
                 f"{resource} {line}: violation {pct(m['violation'])}, @1 % {pct(a1['overprovision'])} (p90 {pct(a1['p90_container_violation'])}), "
                 f"@5 % {pct(a5['overprovision'])} (p90 {pct(a5['p90_container_violation'])})"
             )
+        for position, line in enumerate(("request", "long_term")):
+            changes = day_over_day(constant_lines, resource, position, 86400 * args.day_stride)
+            print(
+                f"{resource} {line} churn: {np.mean((changes > 1.5) | (changes < 1 / 1.5)):.1%} of {changes.size} "
+                "changes from one decision to the next beyond 1.5x"
+            )
         peak = result["results"][resource]["peak"]
         print(f"{resource} peak: MdAPE {pct(peak['mdape'])}, days above {pct(peak['under_forecast'])}")
+
+
+def day_over_day(
+    lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]], resource: str, position: int, stride: int
+) -> np.ndarray:
+    """Each container's ratio of one constant line (`position` in the kept pair) to its value at the decision
+    before (`stride` seconds earlier): how much a line moves from one decision to the next, which the harness's
+    scores do not show (a request that jumps 2x one day and back the next churns pods at no cost in them)."""
+    ratios = []
+    for (kind, _), per_time in lines.items():
+        if kind != resource:
+            continue
+        for before, after in itertools.pairwise(sorted(per_time)):
+            old, new = per_time[before][position], per_time[after][position]
+            if after - before == stride and old > 0 and new > 0:
+                ratios.append(new / old)
+    return np.array(ratios)
 
 
 if __name__ == "__main__":
