@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from recommender.arrays import FloatArray, IntArray
 
@@ -128,3 +129,21 @@ def score_peak(forecast: FloatArray, actual: FloatArray) -> PeakScore:
         median_absolute_percentage_error=float(np.median(errors)) if errors.size else 0.0,
         exceeded_fraction=float(np.mean(actual > forecast)) if actual.size else 0.0,
     )
+
+
+#: A line "moves" from one decision to the next when it changes by more than this factor either way.
+CHURN_FACTOR = 1.5
+
+
+def line_churn(lines: FloatArray, known: npt.NDArray[np.bool_], factor: float = CHURN_FACTOR) -> float:
+    """Share of a container's changes from one decision to the next that exceed `factor` either way: `lines` are
+    (consecutive decisions x containers) values of a constant line, `known` where a container was decided on. The
+    pooled scores judge each decision on its own, so a request that doubles one day and halves the next costs
+    nothing in them but churns the pods it is applied to. Pairs where either value is unknown or not above 0 are
+    left out; NaN without any pair."""
+    before, after = lines[:-1], lines[1:]
+    usable = known[:-1] & known[1:] & (before > 0) & (after > 0)
+    if not usable.any():
+        return float("nan")
+    ratio = after[usable] / before[usable]
+    return float(np.mean((ratio > factor) | (ratio < 1.0 / factor)))

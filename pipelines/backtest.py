@@ -33,7 +33,7 @@ from models.ensemble import (
     usage_after,
 )
 from models.forecast import nan_quantile, usage_grid
-from models.metrics import LineScore, PeakScore, score_line, score_peak
+from models.metrics import LineScore, PeakScore, line_churn, score_line, score_peak
 from models.pods import group_label, with_group_labels
 from models.workload import LONG_TERM_DAYS
 from pipelines.ingest import SampleBounds, read_usage
@@ -48,6 +48,9 @@ RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
 #: candidates per resource, and the scores of all days and of each half.
 STAGES = 2 + 3 * len(RESOURCES) + 3
 LINES = ("request", "short_term", "long_term")
+#: The lines whose day-to-day movement is reported (`line_churn`): the constant ones, which a request or a
+#: reservation takes as it is.
+CHURN_LINES = ("request", "long_term")
 METHODS = ("ours", "vpa", "krr_simple", "koordinator_mid", "seasonal_naive", "foundation_short_term", "oracle")
 
 
@@ -273,6 +276,8 @@ def _flat(values: FloatArray, steps: int) -> FloatArray:
 class MethodScores:
     lines: dict[str, LineScore]
     peak: PeakScore
+    #: Per constant line (request, long-term): `line_churn`, the share of day-over-day changes beyond 1.5x.
+    churn: dict[str, float]
 
 
 def score(
@@ -315,7 +320,8 @@ def score(
             keep = eligible[i] & np.isfinite(real) & ~np.isnan(decisions.peak[method][i])
             forecast.append(decisions.peak[method][i][keep])
             actual.append(real[keep])
-        out[method] = MethodScores(per_line, score_peak(np.concatenate(forecast), np.concatenate(actual)))
+        churn = {line: line_churn(getattr(decisions, line)[method][chosen], eligible[chosen]) for line in CHURN_LINES}
+        out[method] = MethodScores(per_line, score_peak(np.concatenate(forecast), np.concatenate(actual)), churn)
     return out
 
 

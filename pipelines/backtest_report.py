@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from models.metrics import overprovision, usage_to_line_ratio
-from pipelines.backtest import DAY, LINES, RESOURCES, BacktestResult, Fleet, MethodScores
+from models.metrics import CHURN_FACTOR, overprovision, usage_to_line_ratio
+from pipelines.backtest import CHURN_LINES, DAY, LINES, RESOURCES, BacktestResult, Fleet, MethodScores
 from presentation.charts import save_png
 from recommender.atomic import atomic_write_text
 
@@ -26,6 +26,8 @@ LINE_TITLES = {"short_term": "short-term", "request": "request", "long_term": "l
 
 
 def _pct(value: float) -> str:
+    if np.isnan(value):
+        return "n/a"
     return "inf" if not np.isfinite(value) else f"{value * 100:.2f} %"
 
 
@@ -65,8 +67,23 @@ def report_markdown(result: BacktestResult, source: str) -> str:
     ]
     for part, title in (("all", "All decision days"), ("validation", "Validation days"), ("held_out", "Held-out days")):
         parts += [f"## {title}", "", markdown_table(result.scores[part]), ""]
+    parts += ["## Day-to-day movement", "", churn_table(result.scores["all"]), ""]
     parts += ["## Model choices", "", choice_table(result), ""]
     return "\n".join(parts)
+
+
+def churn_table(scores: dict[str, dict[str, MethodScores]]) -> str:
+    """Per resource, constant line and method: the share of a container's changes from one decision day to the
+    next beyond 1.5x either way (`line_churn`), which the scores above do not see."""
+    rows = [
+        f"| resource | line | method | changes beyond {CHURN_FACTOR:g}x from one day to the next |",
+        "|---|---|---|---:|",
+    ]
+    for resource, methods in scores.items():
+        for line in CHURN_LINES:
+            for method, result in methods.items():
+                rows.append(f"| {resource} | {LINE_TITLES[line]} | {method} | {_pct(result.churn[line])} |")
+    return "\n".join(rows)
 
 
 def choice_table(result: BacktestResult) -> str:

@@ -17,7 +17,6 @@ Usage: .venv/bin/python scripts/forecast_dev.py [--data eval-data/dev.csv.gz] [-
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import pathlib
 import sys
@@ -29,6 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from models.forecast import usage_grid  # noqa: E402
+from models.metrics import CHURN_FACTOR, line_churn  # noqa: E402
 from models.workload import fit_resource_forecast  # noqa: E402
 from recommender.settings import ForecastSettings  # noqa: E402
 
@@ -98,30 +98,28 @@ def main() -> None:
                 f"@5 % {pct(a5['overprovision'])} (p90 {pct(a5['p90_container_violation'])})"
             )
         for position, line in enumerate(("request", "long_term")):
-            changes = day_over_day(constant_lines, resource, position, 86400 * args.day_stride)
+            decided = decisions_by_container(constant_lines, resource, position)
             print(
-                f"{resource} {line} churn: {np.mean((changes > 1.5) | (changes < 1 / 1.5)):.1%} of {changes.size} "
-                "changes from one decision to the next beyond 1.5x"
+                f"{resource} {line} churn: {line_churn(decided, ~np.isnan(decided)):.1%} of the changes from one "
+                f"decision to the next beyond {CHURN_FACTOR:g}x"
             )
         peak = result["results"][resource]["peak"]
         print(f"{resource} peak: MdAPE {pct(peak['mdape'])}, days above {pct(peak['under_forecast'])}")
 
 
-def day_over_day(
-    lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]], resource: str, position: int, stride: int
+def decisions_by_container(
+    lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]], resource: str, position: int
 ) -> np.ndarray:
-    """Each container's ratio of one constant line (`position` in the kept pair) to its value at the decision
-    before (`stride` seconds earlier): how much a line moves from one decision to the next, which the harness's
-    scores do not show (a request that jumps 2x one day and back the next churns pods at no cost in them)."""
-    ratios = []
-    for (kind, _), per_time in lines.items():
-        if kind != resource:
-            continue
-        for before, after in itertools.pairwise(sorted(per_time)):
-            old, new = per_time[before][position], per_time[after][position]
-            if after - before == stride and old > 0 and new > 0:
-                ratios.append(new / old)
-    return np.array(ratios)
+    """One constant line (`position` in the kept pair) of `resource` as (decisions x containers), NaN where a
+    container was not decided on: what `line_churn` reads (the decisions are consecutive, `--day-stride` apart)."""
+    kept = {key: per_time for (kind, key), per_time in lines.items() if kind == resource}
+    decided_at = sorted({when for per_time in kept.values() for when in per_time})
+    table = np.full((len(decided_at), len(kept)), np.nan)
+    row = {when: i for i, when in enumerate(decided_at)}
+    for column, per_time in enumerate(kept.values()):
+        for when, values in per_time.items():
+            table[row[when], column] = values[position]
+    return table
 
 
 if __name__ == "__main__":

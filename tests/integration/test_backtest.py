@@ -48,6 +48,12 @@ def test_protocol_on_a_small_fleet(small_usage: Path) -> None:
             resource[m].lines["short_term"].matched[0].overprovision for m in ("vpa", "krr_simple", "koordinator_mid")
         )
         assert ours.matched[0].overprovision < flat_best
+        # Day-to-day movement of the constant lines: a share for every method; KRR's 14-day p95 of a steady
+        # cycle does not move by 1.5x from one day to the next.
+        for method in METHODS:
+            assert set(resource[method].churn) == {"request", "long_term"}
+            assert all(0.0 <= value <= 1.0 for value in resource[method].churn.values())
+        assert resource["krr_simple"].churn["request"] == 0.0
     shares = [result.scores[p]["cpu"]["ours"].lines["short_term"].samples for p in ("validation", "held_out")]
     assert sum(shares) == scores["cpu"]["ours"].lines["short_term"].samples and all(shares)
     assert np.all(result.decisions["cpu"].choices["short_term"] >= 0)
@@ -59,6 +65,7 @@ def test_backtest_command_writes_table_and_charts(cli: Runner, tmp_path: Path, s
     assert "| cpu | short-term | ours |" in result.stdout
     report = (tmp_path / "report" / "report.md").read_text()
     assert "Held-out days" in report and "koordinator_mid" in report and "## Model choices" in report
+    assert "## Day-to-day movement" in report and "| cpu | long-term | ours |" in report
     for chart in ("tradeoff.png", "examples.png"):
         assert (tmp_path / "report" / chart).read_bytes()[:4] == b"\x89PNG"
 

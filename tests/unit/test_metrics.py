@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from models.metrics import (
+    line_churn,
     matched_alpha,
     overprovision,
     per_container_violation,
@@ -60,3 +61,35 @@ def test_matched_alpha_is_the_smallest_that_meets_the_target(usage: np.ndarray, 
     assert violation_rate(usage, line, alpha) <= target + 1e-12
     if alpha > 0:
         assert violation_rate(usage, line, alpha * (1 - 1e-9)) > target
+
+
+def test_line_churn_known_answers() -> None:
+    lines = np.array([[1.0, 2.0, 1.0], [2.0, 2.0, 1.4], [1.0, 0.0, 1.0], [1.0, 2.0, np.nan]])
+    known = np.ones(lines.shape, dtype=bool)
+    # Pairs: container 0: 2x, 0.5x, 1x; container 1: 1x, (to 0: left out), (from 0: left out); container 2:
+    # 1.4x, 1/1.4x, (to NaN: left out). Beyond 1.5x either way: 2 of 6.
+    assert line_churn(lines, known) == pytest.approx(2 / 6)
+    known[1, 0] = False  # container 0 not decided on the second day: its first two pairs go
+    assert line_churn(lines, known) == pytest.approx(0 / 4)
+    assert line_churn(lines, known, factor=1.3) == pytest.approx(2 / 4)
+    assert np.isnan(line_churn(lines[:1], known[:1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 8), st.integers(1, 6)),
+        elements=st.one_of(st.just(np.nan), st.just(0.0), st.floats(1e-3, 1e3)),
+    ),
+    st.floats(0.01, 100.0),
+)
+def test_line_churn_is_a_share_blind_to_units_and_to_the_direction_of_time(lines: np.ndarray, scale: float) -> None:
+    known = ~np.isnan(lines)
+    churn = line_churn(lines, known)
+    assert np.isnan(churn) or 0.0 <= churn <= 1.0
+    # A change beyond the factor one way is one beyond it the other way (ratios on the factor's edge excepted).
+    ratios = lines[1:] / np.where(lines[:-1] > 0, lines[:-1], np.nan)
+    if not np.any(np.isclose(ratios, 1.5) | np.isclose(ratios, 1 / 1.5)):
+        np.testing.assert_equal(line_churn(lines[::-1], known[::-1]), churn)
+        np.testing.assert_equal(line_churn(lines * scale, known), churn)
