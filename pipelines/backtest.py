@@ -276,7 +276,7 @@ def _flat(values: FloatArray, steps: int) -> FloatArray:
 class MethodScores:
     lines: dict[str, LineScore]
     peak: PeakScore
-    #: Per constant line (request, long-term): `line_churn`, the share of day-over-day changes beyond 1.5x.
+    #: Per constant line (`CHURN_LINES`): `line_churn`, the share of day-over-day changes beyond `CHURN_FACTOR`.
     churn: dict[str, float]
 
 

@@ -49,6 +49,9 @@ def main() -> None:
     settings = ForecastSettings(**json.loads(args.settings)).with_target_violation(args.target_violation)
     steps = (settings.selection_days + settings.history_days + 1) * 288
 
+    # Each container's request and long-term values at each decision, for the churn figure.
+    constant_lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]] = {}
+
     class InProcess(harness.Method):  # type: ignore[misc, name-defined]
         name = "project-in-process"
 
@@ -84,7 +87,6 @@ def main() -> None:
             )
             return out
 
-    constant_lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]] = {}
     data = harness.load_tidy(args.data)
     data.resources = tuple(r for r in data.resources if r in args.resources.split(","))
     result = harness.evaluate(data, InProcess(), 7.0, args.first_decision, None, args.day_stride)
