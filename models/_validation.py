@@ -7,6 +7,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from recommender.arrays import IntArray
+
 
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], estimator: str) -> None:
     """Raise a ValueError naming the estimator and the missing columns."""
@@ -17,9 +19,19 @@ def require_columns(frame: pd.DataFrame, columns: Iterable[str], estimator: str)
         raise ValueError(f"{estimator} needs columns {missing}; got {list(frame.columns)}")
 
 
-def factorize_groups(groups: pd.Series) -> tuple[np.ndarray, pd.Index]:
-    """Integer codes and string labels of a group column; cheap when it is already categorical."""
-    if isinstance(groups.dtype, pd.CategoricalDtype):
-        return groups.cat.codes.to_numpy(dtype=np.int64), pd.Index(groups.cat.categories.astype(str))
-    codes, uniques = pd.factorize(groups)
-    return codes.astype(np.int64), pd.Index(pd.Index(uniques).astype(str))
+def factorize_labels(column: pd.Series) -> tuple[IntArray, pd.Index]:
+    """Integer codes and distinct labels of a label column: a categorical one's own codes and categories (unused
+    ones too; nothing per row), others factorized once."""
+    codes: IntArray
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = np.asarray(column.cat.codes, dtype=np.int64)
+        return codes, pd.Index(column.cat.categories)
+    found, uniques = pd.factorize(column)
+    codes = found.astype(np.int64)
+    return codes, pd.Index(uniques)
+
+
+def factorize_groups(groups: pd.Series) -> tuple[IntArray, pd.Index]:
+    """`factorize_labels` of a group column, its labels as strings."""
+    codes, labels = factorize_labels(groups)
+    return codes, pd.Index(labels.astype(str))

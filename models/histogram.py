@@ -270,11 +270,8 @@ Coded = tuple[IntArray, npt.NDArray[np.object_]]
 def _coded(column: pd.Series) -> Coded:
     """A label column as integer codes and its distinct labels (Python strings); a categorical one through its
     categories, others factorized once (no per-row string objects)."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes: IntArray = np.asarray(column.cat.codes, dtype=np.int64)
-        return codes, np.asarray(column.cat.categories.astype(str), dtype=object)
-    found, uniques = pd.factorize(column)
-    return found.astype(np.int64), np.asarray(pd.Index(uniques).astype(str), dtype=object)
+    codes, labels = factorize_groups(column)
+    return codes, np.asarray(labels, dtype=object)
 
 
 def _level(index: pd.Index, level: int) -> Coded:

@@ -24,7 +24,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from models._validation import require_columns
+from models._validation import factorize_labels, require_columns
 from models.forecast import nan_quantile, usage_grid
 from models.migration import migrate_node_state
 from models.placed import high_priority_rows
@@ -287,7 +287,7 @@ class PodContainers:
         codes = np.zeros(len(usage), dtype=np.int64)
         missing = np.zeros(len(usage), dtype=bool)
         for key in INSTANCE_KEYS:
-            key_codes, uniques = pd.factorize(usage[key])
+            key_codes, uniques = factorize_labels(usage[key])
             missing |= key_codes < 0
             # Refactorized at each key, so the combined code stays below the row count (never overflows).
             codes = pd.factorize(codes * len(uniques) + key_codes)[0].astype(np.int64)
@@ -319,7 +319,8 @@ class PodContainers:
             known = np.flatnonzero(values.notna().to_numpy()[order])
             newest = known[np.diff(codes[known], append=n) != 0]
             found: pd.Series = values.iloc[order[newest]].set_axis(codes[newest]).reindex(pd.RangeIndex(n))
-            return found
+            # A categorical's values (one per container: few) as plain ones, to be filled and compared as names.
+            return found.astype(object) if isinstance(found.dtype, pd.CategoricalDtype) else found
 
         out = pd.DataFrame(
             {

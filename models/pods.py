@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from models._validation import factorize_labels
 from recommender.arrays import IntArray
 from recommender.identity import KEY_COLUMNS
 
@@ -42,7 +43,7 @@ def group_label(namespace: str, workload: str, container: str) -> str:
 def with_group_labels(usage: pd.DataFrame) -> pd.DataFrame:
     """The usage frame with a `group` column of labels, computed once per distinct key."""
     # Factorizing each column, then the combined integer code, is far cheaper than hashing string triples.
-    per_column = [pd.factorize(usage[column]) for column in KEY_COLUMNS]
+    per_column = [factorize_labels(usage[column]) for column in KEY_COLUMNS]
     sizes = [max(len(uniques), 1) for _, uniques in per_column]
     combined = np.zeros(len(usage), dtype=np.int64)
     for (codes, _), size in zip(per_column, sizes):
@@ -79,8 +80,8 @@ def oom_counts(frame: pd.DataFrame | None) -> pd.Series:
 def pod_states(usage: pd.DataFrame) -> pd.DataFrame:
     """Per (group, pod): first and last sample, sample count, and the last requests/limits it reported (the newest
     known value; of two at one time, the later row's). Rows in the order pods first appear in time order."""
-    group_codes, group_labels = _codes(usage["group"])
-    pod_codes, pod_labels = _codes(usage["pod"])
+    group_codes, group_labels = factorize_labels(usage["group"])
+    pod_codes, pod_labels = factorize_labels(usage["pod"])
     width = max(len(pod_labels), 1)
     pair_ids, pairs = pd.factorize(group_codes * width + pod_codes)
     n = len(pairs)
@@ -112,14 +113,6 @@ def pod_states(usage: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in CURRENT_COLUMNS if c not in present]
     names = ["first_sample", "last_sample", "samples", *SAMPLE_COLUMNS, *present, *missing]
     return pd.DataFrame({name: columns[name] for name in names}, index=index)
-
-
-def _codes(column: pd.Series) -> tuple[IntArray, pd.Index]:
-    """Integer codes and distinct labels of a label column (a categorical one's categories, unused ones too)."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return np.asarray(column.cat.codes, dtype=np.int64), pd.Index(column.cat.categories)
-    found, uniques = pd.factorize(column)
-    return found.astype(np.int64), pd.Index(uniques)
 
 
 def _extreme_rows(ids: IntArray, times: npt.NDArray[Any], n: int, newest: bool) -> IntArray:
@@ -241,7 +234,7 @@ _DESCRIBED = [
 def sample_steps(usage: pd.DataFrame) -> Sketch:
     """Distinct times between consecutive samples of a pod container, seconds, and their counts: their median
     is the sample interval (60 s, VPA's assumption, when there are none)."""
-    pods = pd.factorize(usage["pod"])[0]
+    pods = factorize_labels(usage["pod"])[0]
     groups = usage["group"].cat.codes.to_numpy()
     times = usage["timestamp"].to_numpy(dtype=np.float64)
     order = np.lexsort((times, pods, groups))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
+from pandas.api.types import union_categoricals
 
 from pipelines import promql
 from pipelines.prometheus import Labels, PrometheusClient, RangeQuery, Series
@@ -106,7 +106,7 @@ class PrometheusSource:
             only = next(iter(blocks.values()))
             usage, containers = only.rows.reset_index(drop=True), only.containers
         elif blocks:
-            usage = pd.concat([blocks[ns].rows for ns in sorted(blocks)], ignore_index=True)
+            usage = _concat_rows([blocks[ns].rows for ns in sorted(blocks)])
             containers = pd.concat([blocks[ns].containers for ns in sorted(blocks)], ignore_index=True)
         else:
             usage = _empty_usage()
@@ -488,18 +488,30 @@ class ReadPlan:
         return {(ns, w): k for ns, w, k in pairs.itertuples(index=False)}
 
 
-def _per_row(per_container: pd.Series, rows: IntArray) -> pd.Series | np.ndarray:
-    """A per-container column repeated for each row of its container (`rows`: the container of each row). Names go
-    through one Arrow take into Arrow-backed strings, the dtype pandas gives them anyway: a million rows' Python
-    string objects, each converted again, were the frame's largest cost. No rows, or none with a name, keep the
-    object column pandas makes of those."""
+def _per_row(per_container: pd.Series, rows: IntArray) -> np.ndarray | pd.Categorical:
+    """A per-container column repeated for each row of its container (`rows`: the container of each row). Names
+    become a categorical over the batch's few distinct ones: a million rows then hold small codes instead of strings
+    (each row's string was the frame's largest cost, and the estimators factorized them back into codes)."""
     if per_container.dtype.kind == "f":
         return per_container.to_numpy()[rows]
-    taken = pa.array(per_container, from_pandas=True).take(pa.array(rows))
-    if taken.null_count == len(taken):
-        return per_container.to_numpy()[rows]
-    named: pd.Series = taken.to_pandas()
-    return named
+    codes, names = pd.factorize(per_container)
+    # Gathered in the categorical's own small code type; the codes are factorize's, valid by construction. The
+    # categories always of the default string dtype (an all-None column too), so batches' columns can be united.
+    small = codes.astype(np.min_scalar_type(-max(len(names), 1)))
+    return pd.Categorical.from_codes(small[rows], categories=pd.Index(names, dtype="str"), validate=False)
+
+
+def _concat_rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Batches' rows one after the other, each categorical column over the union of the batches' names (a plain
+    concat turns categoricals of different names into strings, one per row)."""
+    return pd.DataFrame(
+        {
+            column: union_categoricals([frame[column] for frame in frames])
+            if isinstance(frames[0][column].dtype, pd.CategoricalDtype)
+            else pd.concat([frame[column] for frame in frames], ignore_index=True)
+            for column in frames[0].columns
+        }
+    )
 
 
 def _empty_usage() -> pd.DataFrame:

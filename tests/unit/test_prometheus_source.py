@@ -18,7 +18,7 @@ from cli.settings import Settings
 from models.store import ModelStore
 from pipelines import train
 from pipelines.prometheus import PrometheusClient
-from pipelines.prometheus_source import PrometheusSource, _per_row, plan_batches
+from pipelines.prometheus_source import PrometheusSource, _concat_rows, _per_row, plan_batches
 from pipelines.settings import PrometheusSettings
 
 PODS = {"a": ["a-web-5d4f8b9c7-x1x1x"], "b": ["b-batch-1"]}
@@ -300,7 +300,10 @@ def test_one_batch_of_three_namespaces_comes_sorted_with_its_facts_once_per_cont
     assert usage.groupby("pod").size().to_dict() == {pod: 5 for pods in FLEET.values() for pod in pods}
     assert usage.loc[usage["pod"] == "c-solo", "memory_bytes"].isna().tolist() == [False, True, False, False, False]
     assert (usage["cpu_cores"] == usage["timestamp"] / 300).all()
-    assert (usage["memory_limit_bytes"] == 4e9).all() and usage["namespace"].dtype == usage["pod"].dtype == "str"
+    assert (usage["memory_limit_bytes"] == 4e9).all()
+    # Names per row are codes of the batch's names (categoricals of strings), not a string per row.
+    assert all(isinstance(usage[c].dtype, pd.CategoricalDtype) for c in ("namespace", "pod", "container", "node"))
+    assert usage["pod"].cat.categories.dtype == "str"
     assert usage.loc[usage["node"].notna(), "pod"].unique().tolist() == ["a-web-5d4f8b9c7-x1x1x"]
     assert read.workload_kinds == {
         ("a", "web"): "Deployment",
@@ -326,10 +329,33 @@ def test_one_batch_of_three_namespaces_comes_sorted_with_its_facts_once_per_cont
     st.lists(st.integers(0, 7), max_size=40),
 )
 @settings(max_examples=200, deadline=None)
-def test_names_per_row_equal_the_per_row_objects_pandas_made_before(names: list[str | None], picks: list[int]) -> None:
-    """The Arrow take gives the column (values, missing values and dtype) that indexing an object array gave."""
+def test_names_per_row_are_the_names_indexing_gave(names: list[str | None], picks: list[int]) -> None:
+    """The categorical holds, row by row, the name (or the missing value) that indexing an object array gave."""
     per_container = pd.DataFrame({"name": names})["name"]
     rows = np.array([p % len(names) for p in picks], dtype=np.int64)
-    before = pd.DataFrame({"name": per_container.to_numpy()[rows]})
-    after = pd.DataFrame({"name": _per_row(per_container, rows)})
-    pd.testing.assert_frame_equal(after, before)
+    before = per_container.to_numpy()[rows]
+    after = pd.Series(_per_row(per_container, rows))
+    assert isinstance(after.dtype, pd.CategoricalDtype) and after.cat.categories.dtype == "str"
+    assert after.isna().tolist() == pd.isna(before).tolist()
+    assert after.dropna().astype(object).tolist() == [name for name in before if not pd.isna(name)]
+
+
+@given(st.lists(st.lists(st.one_of(st.none(), st.sampled_from("abcde")), max_size=6), min_size=1, max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_batches_rows_concatenated_keep_their_names_as_one_categorical(batches: list[list[str | None]]) -> None:
+    """Batches with different names are joined into one categorical over all of them, every row's name kept."""
+    frames = [
+        pd.DataFrame(
+            {
+                "name": _per_row(pd.Series(names, dtype=object), np.arange(len(names), dtype=np.int64)),
+                "value": np.arange(len(names), dtype=np.float64),
+            }
+        )
+        for names in batches
+    ]
+    joined = _concat_rows(frames)
+    assert isinstance(joined["name"].dtype, pd.CategoricalDtype)
+    assert joined["name"].astype(object).where(joined["name"].notna(), None).tolist() == [
+        name for names in batches for name in names
+    ]
+    assert joined["value"].tolist() == [float(i) for names in batches for i in range(len(names))]
