@@ -72,7 +72,8 @@ from recommender.text import printable
 
 if TYPE_CHECKING:
     from models.nodes import NodeForecaster, PooledNodeUsage
-    from models.workload import FleetStatistics, WorkloadRecommender
+    from models.workload import FleetStatistics, ResourceForecast, WorkloadRecommender
+    from recommender.arrays import FloatArray, UInt64Array
     from recommender.settings import ForecastSettings
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,21 @@ def fork_side_process(stack: ExitStack, inherit: dict[str, Callable[..., Any]]) 
         _INHERITED.clear()
     stack.callback(side.shutdown, cancel_futures=True)
     return side
+
+
+def memory_forecasts(
+    grids: list[FloatArray],
+    keys: list[UInt64Array],
+    more_grids: list[FloatArray],
+    more_keys: list[UInt64Array],
+    settings: ForecastSettings,
+    grid_end: int,
+) -> list[ResourceForecast]:
+    """Memory's forecasts of the partitions a side process inherited (`grids`, `keys`) and of those fitted after its
+    fork (`more_grids`, `more_keys`, sent with the call), chosen as one fleet (`fit_resource_forecasts`)."""
+    from models.workload import fit_resource_forecasts
+
+    return fit_resource_forecasts(grids + more_grids, settings, grid_end, keys=keys + more_keys)
 
 
 def inherited(name: str, *args: Any) -> Any:
@@ -356,11 +372,24 @@ def new_node_model(settings: TrainingSettings) -> NodeForecaster:
     return NodeForecaster.from_settings(settings, settings.colocation)
 
 
+def pool_partition(plan: FitPlan, usage: pd.DataFrame | None) -> PooledNodeUsage | None:
+    """A partition's rows pooled per node (none without a node model or placement)."""
+    if usage is None or plan.node_model is None or "node" not in usage.columns:
+        return None
+    return plan.node_model.pool(usage, plan.node_data_end)
+
+
 def fit_partition(
-    partition: Partition, workspace: Workspace, plan: FitPlan, oom_events: pd.DataFrame | None, source: str
+    partition: Partition,
+    workspace: Workspace,
+    plan: FitPlan,
+    oom_events: pd.DataFrame | None,
+    source: str,
+    pooled: bool = False,
 ) -> PartitionFit:
     """Fit a partition (or continue its parent's model with the newer rows), keep the model in its workspace, and
-    return its share of the fleet's statistics and of the pooled node usage."""
+    return its share of the fleet's statistics and of the pooled node usage (none when `pooled`: the caller pooled
+    its rows before, `pool_partition`)."""
     started = time.perf_counter()
     usage = workspace.take_input(source)
     continued = plan.parent_store is not None and partition.index in plan.parent_partitions
@@ -377,8 +406,8 @@ def fit_partition(
             model = model.fit(
                 usage, oom_events=oom_events, data_end=plan.data_end, fit_forecasts=not plan.fleet_forecasts
             )
-        if plan.node_model is not None and "node" in usage.columns:
-            nodes = plan.node_model.pool(usage, plan.node_data_end)
+        if not pooled:
+            nodes = pool_partition(plan, usage)
     workspace.put_fitted(model)
     rows = usage if usage is not None else pd.DataFrame({"pod": [], "timestamp": []})
     fit = PartitionFit(
@@ -551,12 +580,15 @@ class _Run:
     read_wait_seconds: float = 0.0
     #: The node model and its lines, fitted beside the fleet's forecast choice and the finish (`_finish`): in the side
     #: process, ahead of memory's forecasts, or else in a thread; the node pools are complete once the partitions are
-    #: fitted.
+    #: fitted (a streamed read: once its last partition is read and pooled, before that partition's fit).
     node_fit: Future[tuple[NodeForecaster, list[NodeForecast]]] | None = None
     #: The node model's fit as a call, run here should the side process have died under it.
     node_call: Callable[[], tuple[NodeForecaster, list[NodeForecast]]] | None = None
     #: Where the fleet's memory forecasts are chosen beside CPU's (`fork_side_process`; None: a thread).
     side: ProcessPoolExecutor | None = None
+    #: The partitions' models whose grids the side process inherited for memory's choice (`_start_side`); None until
+    #: it is started. A partition fitted after the fork sends its grid with the call.
+    side_models: list[WorkloadRecommender] | None = None
     _version: VersionWriter | None = None
 
     def plan(self, containers: dict[WorkloadName, int] | None, default_size: int | None = None) -> None:
@@ -707,8 +739,24 @@ class _Run:
                     self.reads[partition.index] = got
                     if got.last_sample is not None or partition.index in plan.parent_partitions:
                         oom = self._oom_of(None, partition.index, got)
+                        early = number == total > 1
+                        if early:
+                            # Every read is in: the side process is started now, with the node pools made whole by
+                            # this partition's (pooled before its fit), so the node model runs there while this
+                            # partition is fitted here, instead of after it on a core of its own.
+                            reader.shutdown(wait=True)
+                            reads_done()
+                            workspace = self.workspaces[partition.index]
+                            assert isinstance(workspace, MemoryWorkspace)
+                            from models.nodes import PooledNodeUsage
+
+                            pool = pool_partition(plan, workspace.usage)
+                            reduction = replace(reduction, nodes=PooledNodeUsage.merge([reduction.nodes, pool]))
+                            self._start_side(plan, fits, reduction)
                         try:
-                            fit = fit_partition(partition, self.workspaces[partition.index], plan, oom, self.source)
+                            fit = fit_partition(
+                                partition, self.workspaces[partition.index], plan, oom, self.source, pooled=early
+                            )
                         except Exception as error:
                             self.failed[partition.index] = error
                         else:
@@ -727,29 +775,43 @@ class _Run:
         self.oom_events = pd.concat(
             [r.oom_events for r in self.reads.values() if r.oom_events is not None], ignore_index=True
         )
-        reads_done()  # the client's query threads end: the side process can be forked
+        if self.side_models is None:
+            reads_done()  # the client's query threads end: the side process can be forked
         self.streamed = self._finish(plan, fits, reduction)
 
     def _finish(
         self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction
     ) -> tuple[dict[int, PartitionFit], FleetReduction, dict[int, PartitionResult]]:
-        """The node model and the fleet's forecasts, each beside the other (in the side process forked here where
-        it can be, which inherits their data), then the partitions' recommendations."""
+        """The node model and the fleet's forecasts, each beside the other (in the side process, started here
+        unless a streamed read started it before its last fit, which inherits their data), then the partitions'
+        recommendations."""
+        if self.side_models is None:
+            self._start_side(plan, fits, reduction)
         models = self._fleet_models(sorted(fits)) if plan.fleet_forecasts else []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as thread:
+            if self.node_call is not None and self.node_fit is None:
+                self.node_fit = thread.submit(self.node_call)
+            if models:
+                reduction = self._fleet_forecasts(models, reduction)
+            return self._finish_partitions(fits, reduction)
+
+    def _start_side(self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction) -> None:
+        """The node model's call on the fleet's pools (`reduction`) and, where a fork can be made, the side process
+        with what it inherits: the node model, started in it at once, and memory's choice on the grids of the
+        partitions fitted so far (`fits`)."""
+        self.side_models = self._fleet_models(sorted(fits)) if plan.fleet_forecasts else []
         if reduction.nodes is not None:
             parent = self.parent.node_model if self.parent else None
             self.node_call = functools.partial(
                 fit_node_model, self.settings, parent, reduction.nodes, self.as_of, self.horizon_seconds
             )
-        inherit = self._side_work(models)
+        inherit = self._side_work(self.side_models)
         if inherit and self.store is not None:
             self.side = fork_side_process(self.store, inherit)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-model") as thread:
-            if self.node_call is not None:
-                self.node_fit = self.beside(inherited, "node") or thread.submit(self.node_call)
-            if models:
-                reduction = self._fleet_forecasts(models, reduction, "memory" in inherit)
-            return self._finish_partitions(fits, reduction)
+        if "memory" not in inherit:
+            self.side_models = []  # memory's forecasts stay in this process
+        if self.node_call is not None:
+            self.node_fit = self.beside(inherited, "node")
 
     def _finish_partitions(
         self, fits: dict[int, PartitionFit], reduction: FleetReduction
@@ -766,13 +828,13 @@ class _Run:
     def _side_work(self, models: list[WorkloadRecommender]) -> dict[str, Callable[..., Any]]:
         """What a side process would inherit: the node model's fit, and memory's forecast choice on the `models`'
         grids where they fit `scale.side_process_max_grid_mib`."""
-        from models.workload import fit_resource_forecasts, selection_keys
+        from models.workload import selection_keys
 
         work: dict[str, Callable[..., Any]] = {"node": self.node_call} if self.node_call is not None else {}
         grids_mib = sum(m.memory_grid_.nbytes for m in models) / 2**20
         if models and grids_mib <= self.settings.scale.side_process_max_grid_mib:
             work["memory"] = functools.partial(
-                fit_resource_forecasts, [m.memory_grid_ for m in models], keys=selection_keys(models)
+                memory_forecasts, [m.memory_grid_ for m in models], selection_keys(models)
             )
         return work
 
@@ -785,23 +847,25 @@ class _Run:
             models.append(workspace.fitted)
         return models
 
-    def _fleet_forecasts(
-        self, models: list[WorkloadRecommender], reduction: FleetReduction, memory_beside: bool
-    ) -> FleetReduction:
+    def _fleet_forecasts(self, models: list[WorkloadRecommender], reduction: FleetReduction) -> FleetReduction:
         """The forecasts of the partitions' `models`, chosen and calibrated on all of them as one fleet (memory's in
-        the side process when `memory_beside`: it inherited their grids), and the fleet statistics they give (the
-        calibration sketches exist only once the forecasts do)."""
-        from models.workload import FleetStatistics, ResourceForecast, fit_fleet_forecasts
+        the side process where it inherited the grids of `side_models`; a partition fitted after its fork sends its
+        own), and the fleet statistics they give (the calibration sketches exist only once the forecasts do)."""
+        from models.workload import FleetStatistics, fit_fleet_forecasts, selection_keys
 
         self.step(f"choosing the forecasts of {len(models)} partitions as one fleet")
+        known = self.side_models or []
+        assert all(a is b for a, b in zip(models, known)), "the side process's partitions come first, in order"
+        later = models[len(known) :]
 
         def memory_elsewhere(settings: ForecastSettings, grid_end: int) -> Future[list[ResourceForecast]]:
-            asked = self.beside(inherited, "memory", settings, grid_end)
+            more = ([m.memory_grid_ for m in later], selection_keys(later))
+            asked = self.beside(inherited, "memory", *more, settings, grid_end)
             if asked is None:
                 raise BrokenExecutor("the side process is gone")
             return asked
 
-        fit_fleet_forecasts(models, memory_elsewhere if memory_beside and self.side is not None else None)
+        fit_fleet_forecasts(models, memory_elsewhere if known and self.side is not None else None)
         return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
     def beside(self, function: Callable[..., Any], *args: Any) -> Future[Any] | None:

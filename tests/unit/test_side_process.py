@@ -266,10 +266,36 @@ def test_memory_grids_above_the_bound_are_chosen_in_threads_not_the_side_process
     assert ("memory" in work) is beside
     side = RecordingExecutor()
     run.side = side  # type: ignore[assignment]
+    run.side_models = models if "memory" in work else []
     t._INHERITED.update(work)  # what the side process would have inherited at its fork
     try:
-        run._fleet_forecasts(models, FleetReduction(), "memory" in work)
+        run._fleet_forecasts(models, FleetReduction())
     finally:
         t._INHERITED.clear()
     assert (("inherited", "memory") in side.tasks) is beside
     assert all(part.memory_forecasts_ for part in parts)
+
+
+@pytest.mark.parametrize("inherited_parts", [1, 2])
+def test_a_partition_fitted_after_the_fork_sends_its_grid_and_gets_the_forecasts_of_one_fleet(
+    inherited_parts: int,
+) -> None:
+    """A streamed read forks the side process before its last partition's fit: memory's choice there takes the grids
+    it inherited and the later partitions' sent with the call, and chooses as on the whole fleet in one process."""
+    threaded = partitions()
+    fit_fleet_forecasts(threaded)
+    run = _Run(TrainingSettings(), InProcessExecutor(), None, "test", None, 86400, quiet)
+    parts = partitions()
+    run.workspaces = {i: MemoryWorkspace(fitted=part) for i, part in enumerate(parts)}
+    models = run._fleet_models(sorted(run.workspaces))
+    run.side_models = models[:inherited_parts]
+    side = RecordingExecutor()
+    run.side = side  # type: ignore[assignment]
+    t._INHERITED.update(run._side_work(run.side_models))  # inherited at the fork: the first partitions' grids only
+    try:
+        run._fleet_forecasts(models, FleetReduction())
+    finally:
+        t._INHERITED.clear()
+    assert ("inherited", "memory") in side.tasks
+    for a, b in zip(threaded, parts):
+        assert a.predict().model_dump() == b.predict().model_dump()
