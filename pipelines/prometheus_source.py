@@ -210,7 +210,8 @@ class PrometheusSource:
                 "memory_bytes": grids["memory_bytes"][rows, slots],
                 **{column: _per_row(facts[column], rows) for column in FACT_COLUMNS},
             },
-            # Each column is new: kept as it is, not copied into one block of the float columns (0.13 s a batch).
+            # Each column is new: kept as it is, not copied into one block of the floats (0.22 CPU s a pass at 1,000
+            # containers, on the read's path).
             copy=False,
         )
         counts = np.bincount(rows, minlength=len(keys))
@@ -512,7 +513,8 @@ def _concat_rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
             if isinstance(frames[0][column].dtype, pd.CategoricalDtype)
             else pd.concat([frame[column] for frame in frames], ignore_index=True)
             for column in frames[0].columns
-        }
+        },
+        copy=False,  # every column is new (`_batch_frame`)
     )
 
 

@@ -71,8 +71,8 @@ class ScaleSettings(BaseModel):
         description="Samples (containers x steps of the history) per partition of a Prometheus read in this process "
         "when `partition_containers` is unset, 1,000,000 by default (about 250 containers x 14 days at 5 minutes): "
         "the read streams partition by partition into the estimators, one partition read ahead while the one before "
-        "it is fitted, so the rows held are about two partitions' (some 72 bytes a sample, names as codes; a few times that while "
-        "the per-sample estimators fit) whatever the fleet; what outlives a partition is its compact state (histogram "
+        "it is fitted, so the rows held are about two partitions' (some 72 bytes a sample, names as codes; a few "
+        "times that while the per-sample estimators fit) whatever the fleet; what outlives a partition is its compact state (histogram "
         "counts, the forecast grids of containers x steps). Whole namespaces: a bigger namespace is a partition alone.",
     )
     side_process_max_grid_mib: int = Field(

@@ -457,12 +457,16 @@ class FleetReduction:
     nodes: PooledNodeUsage | None = None
 
     def add(self, fit: PartitionFit) -> FleetReduction:
-        from models.nodes import PooledNodeUsage
         from models.workload import FleetStatistics
 
-        return FleetReduction(
-            FleetStatistics.merge([self.statistics, fit.statistics]), PooledNodeUsage.merge([self.nodes, fit.nodes])
-        )
+        merged = self.with_nodes(fit.nodes)
+        return replace(merged, statistics=FleetStatistics.merge([self.statistics, fit.statistics]))
+
+    def with_nodes(self, nodes: PooledNodeUsage | None) -> FleetReduction:
+        """This reduction with a partition's node pool merged in (`fit_partition`'s, or `pool_partition`'s)."""
+        from models.nodes import PooledNodeUsage
+
+        return replace(self, nodes=PooledNodeUsage.merge([self.nodes, nodes]))
 
 
 @dataclass(frozen=True)
@@ -740,19 +744,10 @@ class _Run:
                     if got.last_sample is not None or partition.index in plan.parent_partitions:
                         oom = self._oom_of(None, partition.index, got)
                         early = number == total > 1
-                        if early:
-                            # Every read is in: the side process is started now, with the node pools made whole by
-                            # this partition's (pooled before its fit), so the node model runs there while this
-                            # partition is fitted here, instead of after it on a core of its own.
+                        if early:  # every read is in: the reader's and the client's threads end, so a fork can be made
                             reader.shutdown(wait=True)
                             reads_done()
-                            workspace = self.workspaces[partition.index]
-                            assert isinstance(workspace, MemoryWorkspace)
-                            from models.nodes import PooledNodeUsage
-
-                            pool = pool_partition(plan, workspace.usage)
-                            reduction = replace(reduction, nodes=PooledNodeUsage.merge([reduction.nodes, pool]))
-                            self._start_side(plan, fits, reduction)
+                            reduction = self._start_side_before_last_fit(plan, fits, reduction, partition)
                         try:
                             fit = fit_partition(
                                 partition, self.workspaces[partition.index], plan, oom, self.source, pooled=early
@@ -794,6 +789,18 @@ class _Run:
             if models:
                 reduction = self._fleet_forecasts(models, reduction)
             return self._finish_partitions(fits, reduction)
+
+    def _start_side_before_last_fit(
+        self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction, last: Partition
+    ) -> FleetReduction:
+        """The side process started before the `last` partition's fit, with the node pools made whole by its rows
+        (pooled first, `pool_partition`), so the node model runs there while that partition is fitted here instead
+        of after it on a core of its own; the reduction with its pool."""
+        workspace = self.workspaces[last.index]
+        assert isinstance(workspace, MemoryWorkspace)
+        reduction = reduction.with_nodes(pool_partition(plan, workspace.usage))
+        self._start_side(plan, fits, reduction)
+        return reduction
 
     def _start_side(self, plan: FitPlan, fits: dict[int, PartitionFit], reduction: FleetReduction) -> None:
         """The node model's call on the fleet's pools (`reduction`) and, where a fork can be made, the side process
