@@ -377,8 +377,11 @@ class SortedSegments:
         level = levels[self.origin, self.container]
         known = np.where(np.isnan(level), 0, self.counts[self.segment])
         label = labels[self.container]
-        tails = []
+        tails: list[tuple[float, int, IntArray, IntArray]] = []
         for i in range(n_labels + 1):
+            if i == n_labels == 1:  # one label: the union is its containers, so its tail too
+                tails.append(tails[0])
+                break
             which = np.flatnonzero(((label == i) if i < n_labels else (label >= 0)) & (known > 0))
             quantile, total, above = self.tail_quantile(level, known, which, q)
             tails.append((quantile, total, which, above))
@@ -855,6 +858,8 @@ class CandidateScores:
     def groups(self, past_usage: PastUsage, n_groups: int) -> IntArray:
         """Group index (0 = steadiest) per container of the usage (origins x containers x steps): quantile bins of
         its `burstiness`, so that bursty and steady containers may choose apart."""
+        if n_groups <= 1:  # one group: no burstiness to compute (a week of samples a container for the long-term line)
+            return np.zeros(past_usage.shape[1], dtype=np.int64)
         if n_groups not in self._groups:
             self._groups[n_groups] = burst_labels(self.burstiness(past_usage), self.edges(past_usage, n_groups))
         return self._groups[n_groups]
@@ -1248,7 +1253,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.horizon_days = horizon_days
         self.steps_per_day = steps_per_day
 
-    def _candidates(self) -> list[BaseEstimator]:
+    def candidate_models(self) -> list[BaseEstimator]:
+        """The candidates (a flat quantile at the target level when none are given)."""
         return (
             list(self.candidates)
             if self.candidates
@@ -1257,7 +1263,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
     def fit(self, X: Any, y: Any = None) -> Self:
         grid = check_grid(X, type(self).__name__)
-        candidates = self._candidates()
+        candidates = self.candidate_models()
         past, actual = rolling_lines(
             grid, candidates, self.selection_days, self.steps_per_day, self.constant, self.horizon_days
         )
@@ -1472,7 +1478,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
 
     def model_names(self) -> list[str]:
         """A short name of each candidate, e.g. `WindowQuantileForecaster(window_steps=36)`."""
-        return [model_name(candidate) for candidate in self._candidates()]
+        return [model_name(candidate) for candidate in self.candidate_models()]
 
 
 def short_term_candidates(settings: ForecastSettings, target_violation: float) -> list[BaseEstimator]:
@@ -1504,6 +1510,21 @@ def constant_candidates(settings: ForecastSettings, target_violation: float) -> 
         MultiWindowQuantileForecaster(days=long, shortest_days=3.0, windows=3, quantile=q),
     ]
     return [*flat, *peaks, *decayed, *mixed]
+
+
+#: The long-term line holds for a week: its candidates are scored on the week after each origin.
+LONG_TERM_DAYS = 7
+#: Days each line holds for: its candidates are scored on that many days after each origin.
+LINE_DAYS = {"short_term": 1, "request": 1, "long_term": LONG_TERM_DAYS}
+
+
+def line_forecaster(settings: ForecastSettings, line: str) -> SelectedForecaster:
+    """The unfitted `SelectedForecaster` of one line (`short_term`, `request`, `long_term`) at its risk level in
+    `settings`, with its candidates: the one place the lines' candidates, shapes and horizons are set (training,
+    `backtest` and the node backtest all build them here)."""
+    target = settings.target_for(line)
+    candidates = (short_term_candidates if line == "short_term" else constant_candidates)(settings, target)
+    return selected_forecaster(settings, candidates, target, line != "short_term", LINE_DAYS[line])
 
 
 def reference_candidate(settings: ForecastSettings, target_violation: float) -> BaseEstimator:

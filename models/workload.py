@@ -32,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import require_columns
 from models.ensemble import (
     CONSTANT_FORECASTERS,
+    LONG_TERM_DAYS,
     CandidateScores,
     FleetUsage,
     FutureUsage,
@@ -40,14 +41,12 @@ from models.ensemble import (
     burst_labels,
     burstiness,
     candidate_lines,
-    constant_candidates,
     history_summary,
+    line_forecaster,
     merge_sketches,
     model_name,
     rolling_origins,
-    selected_forecaster,
     selection_rows,
-    short_term_candidates,
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
@@ -189,8 +188,6 @@ class LineDescriptions:
 
 
 LINES = ("short_term", "request", "long_term")
-#: The long-term line holds for a week: its candidates are scored on the week after each origin.
-LONG_TERM_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -296,7 +293,7 @@ def fit_resource_forecasts(
     ) -> list[IntArray | None]:
         """Per grid, the burstiness group of each container the choice was not made on (-1 for the others), by the
         bounds of the groups the choice was made in (`decided_usage`: theirs over the line's horizon)."""
-        if rest_usage is None:
+        if rest_usage is None or fleet.groups <= 1:  # one group: every container takes the fleet's choice
             return [None] * len(grids)
         if days not in rest_burstiness:
             rest_burstiness[days] = burstiness(rest_usage.first(days * per_day))
@@ -336,18 +333,13 @@ def fit_resource_forecasts(
 
         return fit
 
-    short, request, long = (settings.target_for(line) for line in LINES)
     models = []
-    specs = (
-        (short, short_term_candidates(settings, short), False, 1),
-        (request, constant_candidates(settings, request), True, 1),
-        (long, constant_candidates(settings, long), True, LONG_TERM_DAYS),
-    )
-    backtest([candidate for _, candidates, _, _ in specs for candidate in candidates])  # all lines' at once
+    fleets = [line_forecaster(settings, line) for line in LINES]
+    backtest([candidate for fleet in fleets for candidate in fleet.candidate_models()])  # all lines' at once
     # The usage after the origins over each line's horizon, and the candidates' scores against it (`CandidateScores`).
-    horizons = {days: (usage.first(days * per_day), CandidateScores()) for *_, days in specs}
-    for target, candidates, constant, days in specs:
-        fleet = selected_forecaster(settings, candidates, target, constant, days)
+    horizons = {fleet.horizon_days: (usage.first(fleet.horizon_days * per_day), CandidateScores()) for fleet in fleets}
+    for fleet in fleets:
+        candidates, days = fleet.candidate_models(), fleet.horizon_days
         fleet.decide(backtest(candidates), *horizons[days])
         groups = rest_groups(fleet, days, *horizons[days])
         models.append(

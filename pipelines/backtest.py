@@ -24,18 +24,14 @@ from sklearn.base import clone
 from models.ensemble import (
     PeakForecaster,
     SelectedForecaster,
-    constant_candidates,
     constant_line,
     history_summary,
-    model_name,
-    selected_forecaster,
-    short_term_candidates,
+    line_forecaster,
     usage_after,
 )
 from models.forecast import nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, line_churn, score_line, score_peak
 from models.pods import group_label, with_group_labels
-from models.workload import LONG_TERM_DAYS
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
 from pipelines.train import new_workload_model
@@ -218,23 +214,11 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
     for resource in RESOURCES:
         grid = fleet.group_grid[resource]
         decisions = Decisions()
-        families = {
-            line: (
-                candidates(forecast, forecast.target_for(line)),
-                forecast.target_for(line),
-                line != "short_term",
-                days,
-            )
-            for line, candidates, days in (
-                ("short_term", short_term_candidates, 1),
-                ("request", constant_candidates, 1),
-                ("long_term", constant_candidates, LONG_TERM_DAYS),
-            )
-        }
-        for line, (candidates, target, constant, horizon_days) in families.items():
+        for line in ("short_term", "request", "long_term"):
+            selector = line_forecaster(forecast, line)
+            candidates, constant = selector.candidate_models(), selector.constant
             step(f"{resource}: {line} candidates ({len(candidates)} models x {fleet.days} days)")
             lines = daily_candidate_lines(grid, candidates, per_day, constant)
-            selector = selected_forecaster(forecast, candidates, target, constant, horizon_days)
             ours, choices = selected_lines(grid, lines, selector, decision_days, per_day)
             getattr(decisions, line)["ours"] = ours if line == "short_term" else ours[:, :, 0]
             decisions.choices[line] = choices
@@ -347,13 +331,5 @@ def run_backtest(path: Path, settings: TrainingSettings, step: Step = quiet) -> 
     for part, day_slice in parts.items():
         step(f"scoring ({part})")
         scores[part] = {r: score(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
-    names = {
-        "short_term": [
-            model_name(c)
-            for c in short_term_candidates(settings.forecast, settings.forecast.short_term_target_violation)
-        ],
-        "constant": [
-            model_name(c) for c in constant_candidates(settings.forecast, settings.forecast.request_target_violation)
-        ],
-    }
+    names = {line: line_forecaster(settings.forecast, line).model_names() for line in LINES}
     return fleet, BacktestResult(days, fleet.origin, scores, decisions, time.perf_counter() - started, names)

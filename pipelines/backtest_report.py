@@ -91,7 +91,7 @@ def choice_table(result: BacktestResult) -> str:
     rows = ["| resource | line | candidate | share |", "|---|---|---|---:|"]
     for resource, decisions in result.decisions.items():
         for line, choices in decisions.choices.items():
-            names = result.candidate_names["short_term" if line == "short_term" else "constant"]
+            names = result.candidate_names[line]
             picked = choices[~np.isnan(choices)].astype(np.int64)
             counts = np.bincount(picked, minlength=len(names))
             for index in np.argsort(-counts):

@@ -54,7 +54,7 @@ import numpy.typing as npt
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-from models.ensemble import constant_candidates, selected_forecaster, short_term_candidates
+from models.ensemble import line_forecaster
 from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets
 from models.nodes import (
     activity_rise_tables,
@@ -64,7 +64,6 @@ from models.nodes import (
     node_activity,
     rise_allowance,
 )
-from models.workload import LONG_TERM_DAYS
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
 from pipelines.settings import TrainingSettings
@@ -298,24 +297,11 @@ def _forecast_lines(
     """Our day-ahead short-term lines (days x nodes x steps) and long-term values (days x nodes) on the node grid."""
     forecast = settings.forecast
     out = []
-    for name, candidates, target, constant in (
-        (
-            "short-term",
-            short_term_candidates(forecast, forecast.short_term_target_violation),
-            forecast.short_term_target_violation,
-            False,
-        ),
-        (
-            "long-term",
-            constant_candidates(forecast, forecast.long_term_target_violation),
-            forecast.long_term_target_violation,
-            True,
-        ),
-    ):
-        step(f"{resource}: node {name} candidates ({len(candidates)} models)")
-        lines = daily_candidate_lines(grid, candidates, per_day, constant)
-        horizon_days = LONG_TERM_DAYS if constant else 1
-        selector = selected_forecaster(forecast, candidates, target, constant, horizon_days)
+    for line in ("short_term", "long_term"):
+        selector = line_forecaster(forecast, line)
+        candidates = selector.candidate_models()
+        step(f"{resource}: node {line.replace('_', '-')} candidates ({len(candidates)} models)")
+        lines = daily_candidate_lines(grid, candidates, per_day, selector.constant)
         final, _ = selected_lines(grid, lines, selector, decision_days, per_day)
         out.append(final)
     return out[0], out[1][:, :, 0]

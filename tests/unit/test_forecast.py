@@ -13,14 +13,18 @@ from sklearn.utils.estimator_checks import (
     check_set_params,
 )
 
+from models import ensemble
 from models.ensemble import (
     CandidateScores,
     PeakForecaster,
     SelectedForecaster,
     blend_factors,
     choose_models,
+    constant_candidates,
     labelled_costs,
+    line_forecaster,
     matched_costs,
+    model_name,
     selected_forecaster,
     selection_costs,
     short_term_candidates,
@@ -290,3 +294,30 @@ def test_window_quantiles_in_blocks_of_rows_equal_one_pass(monkeypatch: pytest.M
     whole = WindowQuantileForecaster(window_steps=12).fit(grid).profile_
     monkeypatch.setattr(forecast, "WINDOW_BLOCK_VALUES", 5 * P * 7 * 25)  # blocks of 5 rows
     assert np.array_equal(WindowQuantileForecaster(window_steps=12).fit(grid).profile_, whole, equal_nan=True)
+
+
+def test_each_line_has_its_candidates_shape_and_horizon() -> None:
+    """The one place training, `backtest` and the node backtest take their lines from."""
+    settings = ForecastSettings(short_term_target_violation=0.05, selection_groups=2, fairness_tolerance=0.5)
+    short, request, long_term = (line_forecaster(settings, line) for line in ("short_term", "request", "long_term"))
+    assert short.model_names() == [model_name(c) for c in short_term_candidates(settings, 0.05)]
+    assert (
+        request.model_names() == long_term.model_names() == [model_name(c) for c in constant_candidates(settings, 0.01)]
+    )
+    assert [(f.constant, f.horizon_days, f.target_violation) for f in (short, request, long_term)] == [
+        (False, 1, 0.05),
+        (True, 1, 0.01),
+        (True, 7, 0.01),
+    ]
+    assert {(f.groups, f.fairness_tolerance) for f in (short, request, long_term)} == {(2, 0.5)}
+
+
+def test_one_group_needs_no_burstiness(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(_: object) -> None:
+        raise AssertionError("burstiness computed for one group")
+
+    monkeypatch.setattr(ensemble, "burstiness", refused)
+    usage = np.random.default_rng(3).uniform(size=(7, 5, 7 * P))
+    assert CandidateScores().groups(usage, 1).tolist() == [0] * 5
+    with pytest.raises(AssertionError, match="burstiness"):
+        CandidateScores().groups(usage, 3)

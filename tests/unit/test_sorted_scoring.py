@@ -120,13 +120,14 @@ cases = st.builds(
 )
 
 
+@pytest.mark.parametrize("n_labels", [1, 3])  # one label: the union's tail is that label's, read once
 @settings(max_examples=60, deadline=None)
 @given(cases)
-def test_constant_line_costs_equal_those_of_every_ratio(case: Case) -> None:
-    labels: IntArray = np.random.default_rng(case.seed).integers(-1, 3, size=(case.grid.shape[0],))
+def test_constant_line_costs_equal_those_of_every_ratio(n_labels: int, case: Case) -> None:
+    labels: IntArray = np.random.default_rng(case.seed).integers(-1, n_labels, size=(case.grid.shape[0],))
     for usage in usages(case.grid, case.origins, case.steps):
-        fast = constant_line_costs(SortedSegments(usage), case.levels, labels, 3, case.q)
-        slow = blocked_line_costs(case.levels[:, :, None], usage, labels, 3, case.q)
+        fast = constant_line_costs(SortedSegments(usage), case.levels, labels, n_labels, case.q)
+        slow = blocked_line_costs(case.levels[:, :, None], usage, labels, n_labels, case.q)
         np.testing.assert_array_equal(fast[0], slow[0])  # the quantiles: the same order statistics
         np.testing.assert_array_equal(fast[1], slow[1])  # their counts
         labelled = labels >= 0  # (`labelled_costs` reads the counts of labelled containers only)
