@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
 from sklearn.base import clone
 
 from models.ensemble import (
@@ -34,7 +35,7 @@ from models.metrics import LineScore, PeakScore, line_churn, score_line, score_p
 from models.pods import group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
-from pipelines.train import new_workload_model
+from pipelines.train import map_big_blocks, new_workload_model
 from recommender.arrays import FloatArray
 from recommender.progress import Step, quiet
 
@@ -62,6 +63,8 @@ class Fleet:
     pod_group: npt.NDArray[np.int64]
     first_sample: FloatArray
     frame: pd.DataFrame
+    #: Each row's pod, a code per (group, pod) in the order they first appear.
+    pod_of_row: npt.NDArray[np.int64]
 
     @property
     def steps_per_day(self) -> int:
@@ -74,14 +77,22 @@ class Fleet:
 
 def load_fleet(path: Path, step_seconds: int, bounds: SampleBounds) -> Fleet:
     """Read a tidy usage file into day-aligned group and pod grids (a pod's samples in one step: their max)."""
-    usage = with_group_labels(read_usage(path, bounds))
+    map_big_blocks()  # the backtests' big arrays come and go a decision at a time: freed ones leave the process
+    usage = read_usage(path, bounds)
+    # Names as categories, not a string a row: the baselines' fit cuts the history at every decision (a copy of
+    # codes, not of strings), and the estimators read categories as they do from Prometheus.
+    names = [name for name in ("namespace", "workload", "pod", "container") if name in usage.columns]
+    usage = with_group_labels(usage.astype(dict.fromkeys(names, "category")))
+    pa.default_memory_pool().release_unused()  # the strings' Arrow buffers, freed by that, back to the system
     times = usage["timestamp"].to_numpy(dtype=np.float64)
     origin = int(times.min() // DAY * DAY)
     end = int(-(-(times.max() + 1) // DAY) * DAY)
     n_steps = (end - origin) // step_seconds
     groups = np.asarray(usage["group"].cat.codes, dtype=np.int64)
     labels = pd.Index(usage["group"].cat.categories)
-    pods, pod_labels = pd.factorize(usage["group"].astype(str) + "\x00" + usage["pod"].astype(str))
+    # A (group, pod) pair as one integer, factorized: no string a row (a pod's name may recur in other groups).
+    pod_names = pd.factorize(usage["pod"])[0].astype(np.int64)
+    pods, pod_labels = pd.factorize(groups * (int(pod_names.max(initial=-1)) + 1) + pod_names)
     pod_group = np.zeros(len(pod_labels), dtype=np.int64)
     pod_group[pods] = groups
     group_grid, pod_grid = {}, {}
@@ -93,7 +104,7 @@ def load_fleet(path: Path, step_seconds: int, bounds: SampleBounds) -> Fleet:
         )
     first = np.full(len(labels), np.inf)
     np.minimum.at(first, groups, times)
-    return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage)
+    return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage, pods.astype(np.int64))
 
 
 @dataclass
@@ -108,15 +119,16 @@ class Decisions:
 
 
 def daily_candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: int, constant: bool) -> FloatArray:
-    """(models x days x groups x steps) day-ahead lines of each candidate from each day's origin (NaN on day 0)."""
+    """(models x days x groups x steps) day-ahead lines of each candidate from each day's origin (NaN on day 0); one
+    step wide when `constant` (a constant line is one value a day)."""
     n_groups, n = grid.shape
     days = n // steps_per_day
-    out = np.full((len(candidates), days, n_groups, steps_per_day), np.nan)
+    out = np.full((len(candidates), days, n_groups, 1 if constant else steps_per_day), np.nan)
     for m, candidate in enumerate(candidates):
         for day in range(1, days):
             fitted = clone(candidate).fit(grid[:, : day * steps_per_day])
             line = fitted.predict(steps_per_day)
-            out[m, day] = constant_line(line) if constant else line
+            out[m, day] = constant_line(line)[:, :1] if constant else line
     return out
 
 
@@ -131,7 +143,7 @@ def selected_lines(
     for day in decision_days:
         first = max(day - selector.selection_days, 1)
         actual = usage_after(grid[:, : day * steps_per_day], [d * steps_per_day for d in range(first, day)], horizon)
-        past = lines[:, first:day, :, :1] if selector.constant else lines[:, first:day]
+        past = lines[:, first:day]
         model = clone(selector).decide(past, actual)
         summary = history_summary(grid[:, : day * steps_per_day], selector.recent_steps)
         finals.append(model.combine(lines[:, day], summary))
@@ -252,6 +264,17 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
     return decision_days, results
 
 
+def _scored_samples(
+    fleet: Fleet, pods: FloatArray, table: FloatArray, eligible: npt.NDArray[np.bool_], start: int, horizon_days: int
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """The pods' usage over the `horizon_days` from step `start`, a method's line for each of those samples (its
+    group's: `table` is groups x steps, or one value a group for a constant line) and which samples are scored."""
+    future = pods[:, start : start + horizon_days * fleet.steps_per_day]
+    per_pod = table[fleet.pod_group] if table.ndim == 2 else table[fleet.pod_group][:, None]
+    shaped = per_pod if table.ndim == 2 else np.broadcast_to(per_pod, future.shape)
+    return future, shaped, ~np.isnan(future) & eligible[fleet.pod_group][:, None] & ~np.isnan(shaped)
+
+
 def _flat(values: FloatArray, steps: int) -> FloatArray:
     return np.repeat(values[:, :, None], steps, axis=2)
 
@@ -278,23 +301,24 @@ def score(
         per_line = {}
         for line in LINES:
             horizon = 7 if line == "long_term" else 1
-            usage, values, containers = [], [], []
-            for i in chosen:
-                day = decision_days[i]
-                future = pods[:, day * per_day : (day + horizon) * per_day]
-                table = getattr(decisions, line)[method][i]
-                line_per_pod = table[fleet.pod_group] if table.ndim == 2 else table[fleet.pod_group][:, None]
-                if line == "short_term":
-                    shaped = line_per_pod
-                else:
-                    shaped = np.broadcast_to(line_per_pod, future.shape)
-                mask = ~np.isnan(future) & eligible[i][fleet.pod_group][:, None] & ~np.isnan(shaped)
-                usage.append(future[mask])
-                values.append(shaped[mask])
-                containers.append(np.nonzero(mask)[0])
-            per_line[line] = score_line(
-                np.concatenate(usage), np.concatenate(values), np.concatenate(containers).astype(np.int64)
-            )
+            tables = getattr(decisions, line)[method]
+
+            def scored(
+                i: int, tables: FloatArray = tables, horizon: int = horizon
+            ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+                return _scored_samples(fleet, pods, tables[i], eligible[i], decision_days[i] * per_day, horizon)
+
+            # The samples of every decision written into arrays of their total size (tens of millions for the
+            # long-term line), not joined from a list: one copy of them is held, not two.
+            sizes = [int(np.count_nonzero(scored(i)[2])) for i in chosen]
+            usage, values = np.empty(sum(sizes)), np.empty(sum(sizes))
+            containers = np.empty(sum(sizes), dtype=np.int64)
+            for i, start, size in zip(chosen, np.cumsum([0, *sizes[:-1]]).tolist(), sizes, strict=True):
+                future, shaped, mask = scored(i)
+                usage[start : start + size], values[start : start + size] = future[mask], shaped[mask]
+                containers[start : start + size] = np.nonzero(mask)[0]
+            per_line[line] = score_line(usage, values, containers)
+            del usage, values, containers
         forecast, actual = [], []
         for i in chosen:
             day = decision_days[i]

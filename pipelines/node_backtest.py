@@ -129,8 +129,7 @@ def pack_pods(
 
 def pod_requests(fleet: Fleet) -> dict[str, FloatArray]:
     """Each fleet pod's largest request (its limit where no request is given, its peak usage where neither is)."""
-    frame = fleet.frame
-    codes, _ = pd.factorize(frame["group"].astype(str) + "\x00" + frame["pod"].astype(str))
+    frame, codes = fleet.frame, fleet.pod_of_row
     out = {}
     for resource, column in RESOURCES.items():
         stated = frame.get(f"{resource}_request_{'cores' if resource == 'cpu' else 'bytes'}")
@@ -150,10 +149,11 @@ def placement(fleet: Fleet, node_size: dict[str, float], seed: int) -> Placement
     requests = pod_requests(fleet)
     frame = fleet.frame
     if "node" in frame.columns and frame["node"].notna().any():
-        codes, _ = pd.factorize(frame["group"].astype(str) + "\x00" + frame["pod"].astype(str))
         nodes = frame["node"].fillna("<unknown>").astype(str)
         most = (
-            pd.DataFrame({"pod": codes, "node": nodes}).groupby("pod")["node"].agg(lambda s: s.value_counts().index[0])
+            pd.DataFrame({"pod": fleet.pod_of_row, "node": nodes})
+            .groupby("pod")["node"]
+            .agg(lambda s: s.value_counts().index[0])
         )
         names = sorted(most.unique())
         node_of = pd.Index(names).get_indexer(most.sort_index().to_numpy()).astype(np.int64)

@@ -15,6 +15,7 @@ from models.metrics import (
     per_container_violation,
     score_line,
     score_peak,
+    usage_to_line_ratio,
     violation_rate,
 )
 
@@ -93,3 +94,40 @@ def test_line_churn_is_a_share_blind_to_units_and_to_the_direction_of_time(lines
     if not np.any(np.isclose(ratios, 1.5) | np.isclose(ratios, 1 / 1.5)):
         np.testing.assert_equal(line_churn(lines[::-1], known[::-1]), churn)
         np.testing.assert_equal(line_churn(lines * scale, known), churn)
+
+
+def _ratio_by_definition(usage: np.ndarray, line: np.ndarray) -> np.ndarray:
+    """usage / line where the line is above 0; elsewhere (0, below 0 or unknown) inf where there is usage, else 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio: np.ndarray = np.where(line > 0, usage / np.where(line > 0, line, 1.0), np.where(usage > 0, np.inf, 0.0))
+    return ratio
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**31), st.sampled_from([0.0, 0.1, 0.5]))
+def test_score_line_is_its_definitions_on_ratios_computed_once(n: int, seed: int, low: float) -> None:
+    """Shares of a line's lows (0 or below 0) and idle samples; the matched alpha is the sorted order statistic."""
+    rng = np.random.default_rng(seed)
+    usage = rng.gamma(1.0, 1.0, n) * (rng.random(n) > 0.1)
+    line = rng.gamma(2.0, 1.0, n)
+    bad = rng.random(n) < low
+    line[bad] = rng.choice([0.0, -1.0], size=int(bad.sum()))
+    container = rng.integers(0, 7, n)
+    unknown = line.copy()
+    unknown[bad] = np.nan
+    np.testing.assert_array_equal(usage_to_line_ratio(usage, unknown), _ratio_by_definition(usage, unknown))
+    ratio = _ratio_by_definition(usage, line)
+    scores = score_line(usage, line, container)
+
+    def p90(alpha: float) -> float:
+        return float(np.quantile([np.mean(ratio[container == c] > alpha) for c in np.unique(container)], 0.9))
+
+    used = float(np.sum(usage))
+    assert scores.violation == pytest.approx(float(np.mean(ratio > 1.0)))
+    assert scores.p90_container_violation == pytest.approx(p90(1.0))
+    if used > 0:
+        assert scores.overprovision == pytest.approx(float(np.sum(line)) / used - 1.0)
+    for matched in scores.matched:
+        allowed = int(np.floor(matched.target_violation * n + 1e-9))
+        assert matched.alpha == max(np.sort(ratio)[n - 1 - allowed], 0.0)
+        assert matched.p90_container_violation == pytest.approx(p90(matched.alpha))
