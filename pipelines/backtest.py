@@ -23,6 +23,7 @@ import pyarrow as pa
 from sklearn.base import clone
 
 from models.ensemble import (
+    LINE_DAYS,
     PeakForecaster,
     SelectedForecaster,
     constant_line,
@@ -300,25 +301,21 @@ def score(
     for method in METHODS:
         per_line = {}
         for line in LINES:
-            horizon = 7 if line == "long_term" else 1
             tables = getattr(decisions, line)[method]
-
-            def scored(
-                i: int, tables: FloatArray = tables, horizon: int = horizon
-            ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-                return _scored_samples(fleet, pods, tables[i], eligible[i], decision_days[i] * per_day, horizon)
-
+            samples = [
+                _scored_samples(fleet, pods, tables[i], eligible[i], decision_days[i] * per_day, LINE_DAYS[line])
+                for i in chosen
+            ]
             # The samples of every decision written into arrays of their total size (tens of millions for the
             # long-term line), not joined from a list: one copy of them is held, not two.
-            sizes = [int(np.count_nonzero(scored(i)[2])) for i in chosen]
+            sizes = [int(np.count_nonzero(mask)) for *_, mask in samples]
             usage, values = np.empty(sum(sizes)), np.empty(sum(sizes))
             containers = np.empty(sum(sizes), dtype=np.int64)
-            for i, start, size in zip(chosen, np.cumsum([0, *sizes[:-1]]).tolist(), sizes, strict=True):
-                future, shaped, mask = scored(i)
+            for (future, shaped, mask), start, size in zip(samples, np.cumsum([0, *sizes[:-1]]).tolist(), sizes):
                 usage[start : start + size], values[start : start + size] = future[mask], shaped[mask]
                 containers[start : start + size] = np.nonzero(mask)[0]
             per_line[line] = score_line(usage, values, containers)
-            del usage, values, containers
+            del samples, usage, values, containers
         forecast, actual = [], []
         for i in chosen:
             day = decision_days[i]
