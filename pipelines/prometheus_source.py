@@ -112,8 +112,29 @@ class PrometheusSource:
             usage = _empty_usage()
             containers = usage.drop(columns=["timestamp", "cpu_cores", "memory_bytes"])
         del blocks
+        self._warn_without_cpu(usage)
         return PrometheusUsage(
             usage.drop(columns=["workload_kind"]), plan.oom_events(containers), plan.skipped, plan.kinds(containers)
+        )
+
+    def _warn_without_cpu(self, usage: pd.DataFrame) -> None:
+        """Say so when containers have memory samples but not one has a CPU sample: the mark of a rate() window
+        shorter than two scrapes of the counter, which otherwise leaves every CPU recommendation empty unexplained."""
+        if len(usage) == 0 or np.isfinite(usage["cpu_cores"].to_numpy()).any():
+            return
+        with_memory = usage.loc[np.isfinite(usage["memory_bytes"].to_numpy()), ["namespace", "pod", "container"]]
+        if len(with_memory) == 0:
+            return
+        s = self.s
+        log.warning(
+            "no CPU samples for any of the %d containers with memory samples: rate(%s[%ds]) needs two scrapes of the "
+            "counter in its window, so a counter scraped every %d s or less often gives none; set "
+            "prometheus.cpu_rate_window_seconds (KOORD_RECOMMENDER_PROMETHEUS__CPU_RATE_WINDOW_SECONDS) to at least "
+            "twice the scrape interval. CPU is left without a recommendation.",
+            len(with_memory.drop_duplicates()),
+            s.cpu_usage_metric,
+            s.cpu_rate_window_seconds,
+            s.cpu_rate_window_seconds,
         )
 
     def plan(self, start: int, end: int, step: Step) -> ReadPlan:

@@ -150,6 +150,28 @@ def test_owner_chains_resolve_every_kind(cluster: Cluster) -> None:
     assert throttled.notna().all() and (throttled >= 0).all() and (throttled <= 1).all() and throttled.max() > 0
 
 
+def test_a_rate_window_of_one_scrape_is_named_not_left_silent(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fixture's counter is scraped every 5 minutes: a 300 s rate() window holds one sample, so no container gets
+    a CPU line. The read says so once, naming the setting; with two scrapes in the window it says nothing."""
+    end = (cluster.as_of - 1) // 300 * 300
+    warned = []
+    for window in (300, 600):
+        settings = PrometheusSettings(url=cluster.server.url, cpu_rate_window_seconds=window, history_seconds=4 * DAY)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="pipelines.prometheus_source"), PrometheusClient(settings) as client:
+            read = PrometheusSource(client, settings).read(end - 4 * DAY, end, lambda _: None)
+        assert read.usage["memory_bytes"].notna().any()
+        warned.append([r.getMessage() for r in caplog.records if "cpu_rate_window_seconds" in r.getMessage()])
+        if window == 300:
+            assert read.usage["cpu_cores"].isna().all()
+    short, wide = warned
+    containers = len(read.usage[["namespace", "pod", "container"]].drop_duplicates())
+    assert len(short) == 1 and f"any of the {containers} containers" in short[0] and "[300s])" in short[0]
+    assert wide == []
+
+
 def trained_alike(cluster: Cluster, cli: Runner, tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
     """Train from the file and from Prometheus (with `env`); assert the same recommendations within one histogram
     bucket; return the Prometheus version's manifest."""
