@@ -120,7 +120,8 @@ class PrometheusSource:
     def _warn_without_cpu(self, usage: pd.DataFrame) -> None:
         """Say so when containers have memory samples but not one has a CPU sample: the mark of a rate() window
         shorter than two scrapes of the counter, which otherwise leaves every CPU recommendation empty unexplained."""
-        if len(usage) == 0 or np.isfinite(usage["cpu_cores"].to_numpy()).any():
+        # fmax skips NaN, so the fleet's largest CPU value is NaN only when every one is (and no array is made).
+        if len(usage) == 0 or not np.isnan(np.fmax.reduce(usage["cpu_cores"].to_numpy())):
             return
         with_memory = usage.loc[np.isfinite(usage["memory_bytes"].to_numpy()), ["namespace", "pod", "container"]]
         if len(with_memory) == 0:
