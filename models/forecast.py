@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from recommender.arrays import FloatArray, IntArray, maximum_at_cells
+from recommender.arrays import FloatArray, IntArray, argsort_nan_last, maximum_at_cells
 
 STEPS_PER_DAY = 288
 _T = TypeVar("_T")
@@ -268,7 +268,7 @@ class SharedFit:
             window = self.recent(n_steps) if rows is None else self.recent(n_steps)[rows]
             end = self.grid.shape[1]
             order = (
-                np.argsort(window, axis=1)
+                argsort_nan_last(window, axis=1)
                 if self.order is None
                 else self.order.window(end - window.shape[1], end, rows)
             )
@@ -326,7 +326,7 @@ class GridOrder:
             self._order = np.empty((rows, width), dtype=np.int32)
             block = max(1, WINDOW_BLOCK_VALUES // max(width, 1))
             for first in range(0, rows, block):
-                self._order[first : first + block] = np.argsort(self.grid[first : first + block], axis=1)
+                self._order[first : first + block] = argsort_nan_last(self.grid[first : first + block], axis=1)
         return self._order
 
     def window(self, start: int, stop: int, rows: IntArray | None = None) -> npt.NDArray[np.intp]:
@@ -481,7 +481,7 @@ class DecayedQuantileForecaster(_ConstantLine):
             # Equal values in another order add their weights in another order: where the quantile's weight lies
             # within rounding of a step of the cumulative weights, the row is sorted on its own, as its window is.
             window = shared.recent(self._steps())[unsure if rows is None else rows[unsure]]
-            exact = np.argsort(window, axis=1)
+            exact = argsort_nan_last(window, axis=1)
             levels[unsure] = self._levels(exact, np.take_along_axis(window, exact, axis=1))[0]
         self.level_[slice(None) if rows is None else rows] = levels
         return self

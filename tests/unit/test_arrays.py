@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.arrays import maximum_at_cells
+from recommender.arrays import argsort_nan_last, maximum_at_cells
 
 cells = st.tuples(st.integers(1, 6), st.integers(1, 9), st.integers(0, 60), st.integers(0, 2**32 - 1))
 
@@ -38,3 +38,27 @@ def test_maximum_at_cells_refuses_a_column_outside_the_table(column: int) -> Non
 def test_maximum_at_cells_refuses_a_strided_view() -> None:
     with pytest.raises(ValueError, match="C-contiguous"):
         maximum_at_cells(np.zeros((4, 4))[:, ::2], np.array([0]), np.array([0]), np.array([1.0]))
+
+
+# Values from a few levels so that ties are common, with NaN, -inf and (in some draws) +inf among them.
+sortable = st.lists(st.sampled_from([np.nan, -np.inf, np.inf, -1.5, 0.0, 0.25, 2.0, 7.0]), min_size=0, max_size=40)
+
+
+@given(st.lists(sortable, min_size=1, max_size=4).filter(lambda rows: len({len(r) for r in rows}) == 1))
+def test_argsort_nan_last_orders_values_as_numpys_argsort(rows: list[list[float]]) -> None:
+    """Each row's order is a permutation that puts the values where numpy's argsort puts them (NaN last, after
+    +inf); only equal values may come in another order."""
+    values = np.asarray(rows, dtype=np.float64)
+    order = argsort_nan_last(values, axis=1)
+    np.testing.assert_array_equal(np.sort(order, axis=1), np.broadcast_to(np.arange(values.shape[1]), values.shape))
+    expected = np.take_along_axis(values, np.argsort(values, axis=1), axis=1)
+    np.testing.assert_array_equal(np.take_along_axis(values, order, axis=1), expected)
+
+
+def test_argsort_nan_last_orders_a_grid_with_gaps_as_numpy_does() -> None:
+    """The case it exists for (a usage grid with missing samples in most rows; its speed is in docs/benchmarks.md)."""
+    rng = np.random.default_rng(7)
+    grid = rng.random((400, 4032))
+    grid[rng.random(grid.shape) < 0.01] = np.nan
+    order = argsort_nan_last(grid, axis=1)
+    np.testing.assert_array_equal(np.take_along_axis(grid, order, axis=1), np.sort(grid, axis=1))
