@@ -32,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import require_columns
 from models.ensemble import (
     CONSTANT_FORECASTERS,
+    LINE_DAYS,
     LONG_TERM_DAYS,
     CandidateScores,
     FleetUsage,
@@ -187,7 +188,7 @@ class LineDescriptions:
     peak: str
 
 
-LINES = ("short_term", "request", "long_term")
+LINES = tuple(LINE_DAYS)  # short_term, request, long_term
 
 
 @dataclass(frozen=True)

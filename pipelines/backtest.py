@@ -227,7 +227,7 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
     for resource in RESOURCES:
         grid = fleet.group_grid[resource]
         decisions = Decisions()
-        for line in ("short_term", "request", "long_term"):
+        for line in LINE_DAYS:  # every line, from the one table of them (the report lists choices in this order)
             selector = line_forecaster(forecast, line)
             candidates, constant = selector.candidate_models(), selector.constant
             step(f"{resource}: {line} candidates ({len(candidates)} models x {fleet.days} days)")
