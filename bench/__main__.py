@@ -2,7 +2,8 @@
 training from a real Prometheus vs the file path and a KRR-equivalent reference; `prometheus-read`, its streamed read
 alone vs the KRR-equivalent, for fleets whose whole pass takes too long), `scale` (bench/scale.py: distributed
 training at 1k-50k containers on
-1-4 Dask workers), `live-cost` and `live-reaction` (bench/live.py: the live loop's cost per pass, and its reaction
+1-4 Dask workers), `live-line` (bench/live_line.py: the learned live line's fit and cost per pass), `live-cost` and
+`live-reaction` (bench/live.py: the live loop's cost per pass, and its reaction
 to a step up against VPA's rule), and (bench/serving.py) the `webhook`, `extender` and `rest` consumers
 over TLS, or `serving` for all three on one rig, and `isolation` (small reviews and probes while big reviews run).
 
@@ -180,6 +181,9 @@ def main() -> None:
         action="store_true",
         help="leave out the reference (an incremental train over the same steps: ~20 minutes at 10,000 containers)",
     )
+    live_line = sub.add_parser("live-line", help="the learned live line's fit and cost per pass vs a rolling max")
+    live_line.add_argument("--containers", type=int, default=10000)
+    live_line.add_argument("--passes", type=int, default=11)
     live_reaction = sub.add_parser("live-reaction", help="time from a step up to the line following it, ours vs VPA")
     live_reaction.add_argument("--trace", type=Path, default=DEFAULT_INPUT, help="5-minute usage (bitbrains-aug)")
     decode = sub.add_parser(
@@ -238,6 +242,10 @@ def main() -> None:
             result = bench_model_part(args.input, args.containers, args.passes)
         else:
             result = bench_cost(args.input, args.containers, args.passes, reference=not args.no_reference)
+    elif args.name == "live-line":
+        from bench.live_line import bench_live_line
+
+        result = bench_live_line(args.containers, args.passes)
     elif args.name == "live-reaction":
         from bench.live import bench_reaction
 
@@ -265,7 +273,11 @@ def main() -> None:
     else:
         result = bench_serving(args.name, args.requests)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = args.name if args.name not in ("prometheus-train", "live-cost") else f"{args.name}-{args.containers}"
+    name = (
+        args.name
+        if args.name not in ("prometheus-train", "live-cost", "live-line")
+        else f"{args.name}-{args.containers}"
+    )
     name += "-model" if getattr(args, "model_only", False) else ""
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

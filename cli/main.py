@@ -28,7 +28,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from cli.settings import Settings
 from recommender import __version__
-from recommender.atomic import atomic_write_text
+from recommender.atomic import atomic_write_bytes, atomic_write_text
 from recommender.errors import (
     ConfigurationError,
     KubernetesError,
@@ -379,6 +379,59 @@ def recommend(
         result = recommend_from_file(input, as_of, horizon_seconds, settings, step=step)
     atomic_write_text(output, result.model_dump_json())
     err.print(f"wrote {len(result.recommendations)} recommendations to {output}")
+
+
+def _instant(text: str, option: str) -> int:
+    """Unix seconds, or an ISO date or date-time (UTC unless it names a zone)."""
+    raw = text.strip()
+    try:
+        if raw.lstrip("-").isdigit():
+            value = int(raw)
+        else:
+            import pandas as pd
+
+            stamp = pd.Timestamp(raw)
+            value = int((stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp).timestamp())
+    except (ValueError, OverflowError) as error:
+        raise ConfigurationError(f"{option}: {text!r} is not Unix seconds or an ISO date ({error})") from None
+    if not 0 <= value < 1 << 40:
+        raise ConfigurationError(f"{option}: {text!r} is outside 1970 .. year 36812")
+    return value
+
+
+@app.command()
+def replay(
+    input: Annotated[Path, typer.Option("--input", help="Tidy usage file to replay the live loop on.")],
+    start: Annotated[str, typer.Option("--start", help="First issue time: Unix seconds or an ISO date (UTC).")],
+    end: Annotated[str, typer.Option("--end", help="Issue times stop before this: Unix seconds or an ISO date.")],
+    output: Annotated[Path, typer.Option("--output", help="Where to write the lines (Parquet).")],
+    every: Annotated[str, typer.Option("--every", help="Interval between two issues, e.g. 1h.")] = "1h",
+    retrain_every: Annotated[
+        str, typer.Option("--retrain-every", help="Interval between two fits of the model, e.g. 1d or 7d.")
+    ] = "7d",
+    target_violation: TargetViolationOption = None,
+) -> None:
+    """The live loop's short-term line replayed on a file: a line every --every, from earlier rows only."""
+    from pipelines.replay import ReplayPlan, run_replay
+
+    settings = _settings(forecast=_forecast_levels(target_violation))
+    plan = ReplayPlan(
+        _instant(start, "--start"),
+        _instant(end, "--end"),
+        _duration(every, "--every"),
+        _duration(retrain_every, "--retrain-every"),
+    )
+    if output.is_dir():
+        raise ConfigurationError(f"--output: {output} is a directory")
+    with _progress(4) as step:
+        lines, seconds = run_replay(input, plan, settings, step=step)
+        buffer = io.BytesIO()
+        lines.to_parquet(buffer, index=False)
+        try:
+            atomic_write_bytes(output, buffer.getvalue())
+        except OSError as error:
+            raise ConfigurationError(f"--output: cannot write {output} ({error.strerror or error})") from None
+    err.print(f"wrote {len(lines):,} line steps to {output} in {seconds:.0f} s")
 
 
 @app.command()

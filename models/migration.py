@@ -34,6 +34,9 @@ def migrate_workload_state(
     for name in ("pods_", "workloads_"):
         if name in state and "cpu_samples" not in state[name].columns:
             state[name] = state[name].assign(**dict.fromkeys(SAMPLE_COLUMNS, state[name]["samples"]))
+    # Before issue 38 there was no learned live line: such a version keeps its day-ahead lines until refitted.
+    state.setdefault("live_line", None)
+    state.setdefault("live_line_enabled", True)
     # Before issue 16 the parameters were the settings groups themselves (None: the defaults).
     if "histogram" in state:
         groups = {name: value for name in SETTINGS_PARAMETERS if (value := state.pop(name, None)) is not None}

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from recommender.arrays import FloatArray, IntArray
 from recommender.policy import RequestBounds, request_bounds, with_target
-from recommender.resources import LineModels, Peak, ResourceRecommendation
+from recommender.resources import LineModels, LiveLine, Peak, ResourceRecommendation
 from recommender.settings import PolicySettings
 
 
@@ -37,6 +37,11 @@ class ResourceLines:
     stale: npt.NDArray[np.bool_]
     request_now: FloatArray
     limit_now: FloatArray
+    #: The learned live line per group (NaN where it does not serve), its factor and block, and its model's name.
+    live: FloatArray | None = None
+    live_factor: FloatArray | None = None
+    live_block: tuple[int, int] = (0, 0)
+    live_model: str = ""
 
     def recommendations(self) -> list[ResourceRecommendation | None]:
         """Per group, its recommendation (None without a histogram or with too few samples), each value and model
@@ -54,6 +59,8 @@ class ResourceLines:
             self.long_values, self.peak_values, self.peak_times, self.peak_bound, self.request_now, self.limit_now,
         )  # fmt: skip
         rows = zip(*(column.tolist() for column in columns), self.stale.tolist(), self.has_line.tolist())
+        live = self.live.tolist() if self.live is not None else [float("nan")] * len(self.stale)
+        live_factor = self.live_factor.tolist() if self.live_factor is not None else live
         for i, (
             target,
             lower,
@@ -81,6 +88,15 @@ class ResourceLines:
                     upper_bound=max(upper, target),
                     uncapped_target=uncapped,
                     short_term=self.lines[i].tolist(),
+                    live_short_term=None
+                    if live[i] != live[i]
+                    else LiveLine.model_construct(
+                        value=live[i],
+                        issued_at=self.live_block[0],
+                        until=self.live_block[1],
+                        calibration_factor=live_factor[i],
+                        model=self.live_model,
+                    ),
                     long_term=long_value,
                     peak=Peak.model_construct(value=peak, at=peak_at),
                     levels=ours["levels"][i],

@@ -6,7 +6,13 @@ import os
 
 from pydantic import BaseModel, Field, field_validator
 
-from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, ReservationSettings
+from recommender.settings import (
+    ForecastSettings,
+    HistogramSettings,
+    LiveLineSettings,
+    PolicySettings,
+    ReservationSettings,
+)
 
 
 class StoreSettings(BaseModel):
@@ -35,3 +41,4 @@ class ModelSettings(BaseModel):
     policy: PolicySettings = PolicySettings()
     reservation: ReservationSettings = ReservationSettings()
     forecast: ForecastSettings = ForecastSettings()
+    live_line: LiveLineSettings = LiveLineSettings()

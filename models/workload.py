@@ -51,6 +51,7 @@ from models.ensemble import (
 )
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
+from models.live_line import AdaptiveScale, LiveIssue, LiveLineForecaster
 from models.migration import migrate_workload_state
 from models.pods import (
     CURRENT_COLUMNS,
@@ -491,6 +492,7 @@ POLICY_PARAMETERS = tuple(name for name in PolicySettings.model_fields if name n
 #: The resources, and the unit in the names of their parameters and columns (`pod_min_cpu_cores`,
 #: `memory_request_bytes`), so code that loops over resources reads names, not a cpu/memory branch.
 UNITS = {"cpu": "cores", "memory": "bytes"}
+LIVE_MODEL_NAME = "learned quantile trees, calibrated online (live)"
 
 
 @functools.cache
@@ -539,6 +541,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         min_allowed_memory_bytes: float | None = None,
         max_allowed_memory_bytes: float | None = None,
         min_samples: int = 12,
+        live_line: LiveLineForecaster | None = None,
+        live_line_enabled: bool = True,
     ) -> None:
         self.cpu_histogram = cpu_histogram
         self.memory_histogram = memory_histogram
@@ -558,6 +562,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.min_allowed_memory_bytes = min_allowed_memory_bytes
         self.max_allowed_memory_bytes = max_allowed_memory_bytes
         self.min_samples = min_samples
+        self.live_line = live_line
+        self.live_line_enabled = live_line_enabled
 
     @classmethod
     def from_settings(cls, settings: ModelSettings) -> WorkloadRecommender:
@@ -607,6 +613,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             target_violation_overrides=dict(forecast.target_violation_overrides),
             memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
             **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
+            live_line=LiveLineForecaster.from_settings(
+                settings.live_line, forecast.short_term_target_violation, res.step_seconds
+            ),
+            live_line_enabled=settings.live_line.enabled and forecast.enabled,
         )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -715,7 +725,26 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         for name, grid in (("cpu_forecasts_", self.cpu_grid_), ("memory_forecasts_", self.memory_grid_)):
             forecasts: dict[str, ResourceForecast] = getattr(self, name)
             setattr(self, name, {key: f.following(grid, self.grid_end_) for key, f in forecasts.items()})
+        self._issue_live_lines()
         return self
+
+    def _issue_live_lines(self) -> None:
+        """The live cadence's step: the online calibration learns from the steps completed since the last issue
+        (the grid's newest columns against the line then in force), then a line is issued from the grid's end."""
+        for resource in UNITS:
+            model: LiveLineForecaster | None = getattr(self, f"{resource}_live_line_", None)
+            if model is None:
+                continue
+            grid: FloatArray = getattr(self, f"{resource}_grid_")
+            scale: AdaptiveScale = getattr(self, f"{resource}_live_scale_")
+            issued: LiveIssue | None = getattr(self, f"{resource}_live_issued_")
+            if issued is not None and issued.lines.size == grid.shape[0]:
+                done = min(int((self.grid_end_ - issued.at) // model.step_seconds), model.horizon_steps, grid.shape[1])
+                if done > 0:
+                    scale = scale.updated(issued.lines, grid[:, grid.shape[1] - done :])
+            lines = model.predict(grid, issued_at=self.grid_end_) * scale.factors(grid.shape[0])
+            setattr(self, f"{resource}_live_scale_", scale)
+            setattr(self, f"{resource}_live_issued_", LiveIssue(self.grid_end_, lines, scale.factors(grid.shape[0])))
 
     def _continue(
         self, X: pd.DataFrame, oom_events: pd.DataFrame | None, data_end: int | None, new_forecast_groups: bool
@@ -1141,6 +1170,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
         stale = ours["stale"]
         lines = np.where(stale[:, None], sized_target[:, None], lines)
+        live, live_factor, block = self._live_line(resource, groups, as_of, step)
+        live = np.where(stale | ~enough, np.nan, live)
+        served = np.isfinite(live)
+        lines[:, : block[1]] = np.where(served[:, None], live[:, None], lines[:, : block[1]])
         long_values = np.where(stale, sized_target, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
         unit = UNITS[resource]
@@ -1160,7 +1193,37 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             stale=stale,
             request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
             limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
+            live=live,
+            live_factor=live_factor,
+            live_block=(as_of, as_of + block[1] * step),
+            live_model=LIVE_MODEL_NAME,
         ).recommendations()
+
+    def _live_line(
+        self, resource: str, groups: pd.Index, as_of: int, step: int
+    ) -> tuple[FloatArray, FloatArray, tuple[int, int]]:
+        """Per group, the learned live line in force at `as_of` (NaN where it does not serve: no model, a row it
+        could not forecast, a risk level of the group's own, or `as_of` past its block), its factor, and its block
+        in steps from `as_of` (0 steps where none)."""
+        nothing = np.full(len(groups), np.nan)
+        model: LiveLineForecaster | None = getattr(self, f"{resource}_live_line_", None)
+        issued: LiveIssue | None = getattr(self, f"{resource}_live_issued_", None)
+        if model is None or issued is None:
+            return nothing, nothing, (0, 0)
+        steps = int((issued.at + model.horizon_steps * model.step_seconds - as_of) // step)
+        if steps <= 0 or as_of < issued.at - step:
+            return nothing, nothing, (0, 0)
+        own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        found = own >= 0
+        keys, which = np.unique(np.asarray(getattr(self, "group_levels_", [])), return_inverse=True)
+        mine = np.array([np.isclose(parse_level_key(str(key))[0], model.target_violation) for key in keys], dtype=bool)
+        same_level = np.zeros(len(groups), dtype=bool)
+        if which.size == len(self.forecast_groups_):
+            same_level[found] = mine[which[own[found]]]
+        live, factor = nothing.copy(), nothing.copy()
+        live[found], factor[found] = issued.lines[own[found]], issued.factors[own[found]]
+        live = np.where(same_level, live, np.nan)
+        return live, factor, (0, min(steps, model.horizon_steps))
 
     def _observed_peak(self, groups: pd.Index) -> FloatArray:
         """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
@@ -1222,6 +1285,7 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: For
         model.cpu_forecasts_ = {}
         model.memory_forecasts_ = {}
     if not models[0].forecast_enabled:
+        fit_live_lines(models)
         return
     keys = sorted({key for model in models for key in model.group_levels_.tolist()})
     grid_end = models[0].grid_end_
@@ -1247,6 +1311,27 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: For
                 memory_parts = fit_resource_forecasts(memory_grids, settings, grid_end, containers)
             for model, cpu_part, memory_part in zip(models, cpu_parts, memory_parts):
                 model.cpu_forecasts_[key], model.memory_forecasts_[key] = cpu_part, memory_part
+    fit_live_lines(models)
+
+
+def fit_live_lines(models: list[WorkloadRecommender]) -> None:
+    """The learned live line per resource, fitted on the grids of every partition of the fleet as on one (None where
+    it is off or the history is too short for it), and each partition's first line issued from it."""
+    first = models[0]
+    for resource in UNITS:
+        fitted: LiveLineForecaster | None = None
+        if first.live_line_enabled and first.forecast_enabled:
+            grids = [getattr(model, f"{resource}_grid_") for model in models]
+            try:
+                fitted = clone(first._part("live_line")).fit_grids(grids, first.grid_end_)
+            except ValueError:  # too little history: the day-ahead line alone
+                fitted = None
+        for model in models:
+            setattr(model, f"{resource}_live_line_", fitted)
+            setattr(model, f"{resource}_live_scale_", fitted.initial_scale() if fitted is not None else None)
+            setattr(model, f"{resource}_live_issued_", None)
+    for model in models:
+        model._issue_live_lines()
 
 
 def _significant(value: float, digits: int = 6) -> float:

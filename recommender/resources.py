@@ -64,6 +64,19 @@ class LineLevels(BaseModel):
     long_term: float
 
 
+class LiveLine(BaseModel):
+    """The learned short-term line of the live cadence: what `short_term` holds from `issued_at` until `until`."""
+
+    value: float = Field(description="The line over [issued_at, until) (cores or bytes).")
+    issued_at: int = Field(description="Start of the block it covers: the step after the newest sample, Unix seconds.")
+    until: int = Field(description="End of the block, Unix seconds; the day-ahead line follows it.")
+    calibration_factor: float = Field(
+        description="The online calibration's factor in the value: above 1 when recent lines were under-run more "
+        "often than the risk level allows, below 1 when less."
+    )
+    model: str = Field(description="What drew it.")
+
+
 class ResourceRecommendation(BaseModel):
     """One resource (CPU or memory) of one workload container."""
 
@@ -72,6 +85,12 @@ class ResourceRecommendation(BaseModel):
     upper_bound: float = Field(description="Above this the request is wasteful (VPA's upper bound).")
     uncapped_target: float = Field(description="The target before the allowed range was applied.")
     short_term: list[float] = Field(description="Short-term reservation: one value per step over the horizon.")
+    live_short_term: LiveLine | None = Field(
+        None,
+        description="Where the learned live line serves the container: its value, which the first steps of "
+        "`short_term` hold, and the block it covers; None where the day-ahead line stands alone (cold start, a gap, "
+        "a stale container, a risk level of its own, or a version trained without it).",
+    )
     long_term: float = Field(description="Long-term reservation (Koordinator's mid rule).")
     peak: Peak
     levels: LineLevels | None = Field(

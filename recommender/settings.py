@@ -308,6 +308,77 @@ class ForecastSettings(BaseModel):
         )
 
 
+class LiveLineSettings(BaseModel):
+    """The learned short-term line of the live cadence (`models/live_line.py`, README "Two cadences"): one global
+    quantile model fitted by `train`, applied by `live` every interval and by `replay` every `--every`, calibrated
+    online. Its risk level is the short-term line's (`forecast.short_term_target_violation`). Every default below
+    was chosen on the development half (docs/benchmarks.md, "The live short-term line")."""
+
+    enabled: bool = Field(
+        True, description="False: the short-term line is the day-ahead one alone (no learned line is fitted)."
+    )
+    horizon_seconds: int = Field(
+        3600,
+        ge=300,
+        le=86400,
+        description="Seconds one issued line covers (1 h): the live loop re-issues it every interval, so it needs "
+        "to reach only past the next few passes; an hour still covers a missed pass or a slow read.",
+    )
+    training_days: int = Field(
+        14, ge=1, le=60, description="Days of rolling origins the model is fitted on (14, the grid's history)."
+    )
+    origin_stride_seconds: int = Field(
+        3600, ge=300, description="Spacing of the training origins, seconds (1 h: neighbours add little)."
+    )
+    max_training_rows: int = Field(
+        100_000,
+        ge=1000,
+        description="(origin, step) rows fitted at most, a random subset above it: a big fleet's fit costs no "
+        "more than this (a few seconds per resource on 2 cores).",
+    )
+    min_history_steps: int = Field(
+        288,
+        ge=12,
+        description="5-minute samples a container needs in its last week before the learned line serves it (a "
+        "day); with fewer, or none in the last hour, the day-ahead line stands (cold start, a gap).",
+    )
+    quantile_trees: bool = Field(
+        False,
+        description="Add a quantile-tree forecast (scikit-learn's HistGradientBoostingRegressor, quantile loss, "
+        "fitted out of fold by time) to the blend's inputs. Off: on the development half it helped at a 5 % risk "
+        "and cost more at 1 %, for two extra fits (docs/benchmarks.md).",
+    )
+    trees_quantile: float = Field(
+        0.95, gt=0, lt=1, description="The quantile the trees forecast (the blend rescales it to the risk level)."
+    )
+    max_iter: int = Field(100, ge=10, description="Boosting iterations of the quantile trees.")
+    learning_rate: float = Field(0.1, gt=0, le=1, description="Shrinkage of the quantile trees.")
+    max_leaf_nodes: int = Field(8, ge=2, description="Leaves per tree: few, the trees overfit the training days.")
+    min_samples_leaf: int = Field(
+        3000, ge=1, description="Rows a leaf needs: large, for the same reason (200 fitted the training days)."
+    )
+    fairness_tolerance: float = Field(
+        0.005,
+        ge=0,
+        le=1,
+        description="The blend may not buy the fleet's room by giving up on some containers: its p90 container "
+        "violation at the matched level stays within this share (half a point) of its best single statistic's.",
+    )
+    adaptation_rate: float = Field(
+        0.2,
+        ge=0,
+        description="Online calibration (adaptive conformal inference): the fleet's log-factor moves by this x "
+        "(observed violation share - the risk level) per interval of samples; 0 keeps the fitted line as it is. "
+        "0.2: on the development half 0, 0.2, 0.5 and 2 all held the level within half a point, and the faster "
+        "the factor moves the more room the lines need at the same risk (CPU at 5 %: 19, 24, 29, 48 %).",
+    )
+    own_adaptation_rate: float = Field(
+        0.0,
+        ge=0,
+        description="The same for each container's own log-factor (0: the fleet's factor alone).",
+    )
+
+
 class WebhookPolicy(BaseModel):
     """How the admission webhook sizes the containers of matching workloads (the first matching rule wins)."""
 

@@ -5,7 +5,7 @@
 const TOKEN_KEY = "koord-recommender.token";
 // The API sits beside /ui wherever the service is mounted (also behind a path-prefix proxy).
 const API_BASE = location.pathname.replace(/\/ui(\/.*)?$/, "") + "/api/v1/";
-const COLORS = { limit: "#8c8c8c", usage: "#d62728", short: "#08306b", long: "#6baed6", target: "#2ca02c", request: "#5f6b7a" };
+const COLORS = { limit: "#8c8c8c", usage: "#d62728", short: "#08306b", long: "#6baed6", target: "#2ca02c", request: "#5f6b7a", live: "#ff7f0e" };
 const HOUR = 3600;
 const view = document.getElementById("view");
 
@@ -395,8 +395,13 @@ function resourceChart(kind, rec, lines, stepHours) {
   const ahead = learned.short_term.length * stepHours;
   const current = kind === "cpu" ? rec.current.cpu_request_cores : rec.current.memory_request_bytes;
   const peakAt = (learned.peak.at - lines.as_of) / HOUR;
+  const live = learned.live_short_term;
+  // The learned live line over its block (the next hour), drawn wide under the day-ahead line it replaces there.
+  const liveLine = live ? [flat("live short-term line (learned, next hour)", "live_short_term", COLORS.live, live.value,
+    (live.issued_at - lines.as_of) / HOUR, (live.until - lines.as_of) / HOUR, { width: 5 })] : [];
   // Drawn wide and light first, so a narrow line on the same value stays visible on top.
   return chart(`${title} of ${rec.container}`, format, [
+    ...liveLine,
     flat("limit", "limit", COLORS.limit, own.limit, -past, ahead, { width: 2.5 }),
     flat("long-term reservation", "long_term", COLORS.long, learned.long_term, 0, ahead, { width: 3 }),
     { label: "usage", key: "usage", color: COLORS.usage, points: timeline(own.usage, -past, stepHours) },
@@ -416,6 +421,7 @@ function recommendationTable(rec) {
     ["lower bound", (r) => rec[r]?.lower_bound],
     ["upper bound", (r) => rec[r]?.upper_bound],
     ["uncapped target", (r) => rec[r]?.uncapped_target],
+    ["live short-term line (learned, next hour)", (r) => rec[r]?.live_short_term?.value],
     ["long-term reservation", (r) => rec[r]?.long_term],
     ["forecast peak", (r) => rec[r]?.peak.value],
     ["recommended limit", (r) => rec[r]?.limit],

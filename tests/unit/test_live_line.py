@@ -1,0 +1,248 @@
+"""The learned live line: features that cannot see the block they forecast, a blend that is never fitted worse than
+its best input, online calibration that moves toward the asked level, and `replay` that issues lines from the past
+only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from models.live_line import (
+    BLEND_STATISTICS,
+    FEATURE_NAMES,
+    STEPS_PER_DAY,
+    AdaptiveScale,
+    LiveLineForecaster,
+    blend_inputs,
+    container_violation_p90,
+    live_features,
+    matched_cost,
+    usable_rows,
+)
+from pipelines.replay import ReplayPlan, replay_resource, run_replay
+from pipelines.settings import TrainingSettings
+from recommender.errors import ConfigurationError
+from recommender.progress import quiet
+
+DAY = 86400
+START = 1_700_006_400  # a midnight, UTC
+
+
+def bursty_grid(rows: int = 30, days: int = 12, seed: int = 0) -> np.ndarray:
+    """Usage with a daily cycle, noise and bursts that cluster in time (what makes a recent max informative)."""
+    rng = np.random.default_rng(seed)
+    steps = days * STEPS_PER_DAY
+    phase = 2 * np.pi * np.arange(steps) / STEPS_PER_DAY
+    level = rng.uniform(0.2, 4.0, rows)[:, None]
+    cycle = 1 + 0.4 * np.sin(phase)[None, :]
+    bursts = np.repeat(rng.random((rows, steps // 12)) < 0.03, 12, axis=1) * rng.uniform(1, 3, (rows, 1))
+    grid = level * (cycle + bursts + rng.gamma(2.0, 0.05, (rows, steps)))
+    grid[rng.random(grid.shape) < 0.01] = np.nan
+    return grid
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    grid=arrays(np.float64, (3, 400), elements=st.floats(0, 1e6) | st.just(np.nan)),
+    position=st.integers(0, 399),
+    later=st.floats(0, 1e9),
+)
+def test_features_read_only_the_columns_before_the_issue(grid: np.ndarray, position: int, later: float) -> None:
+    before, scale = live_features(grid, position, 12, START)
+    changed = grid.copy()
+    changed[:, position:] = later
+    after, scale_after = live_features(changed, position, 12, START)
+    np.testing.assert_array_equal(before, after)
+    np.testing.assert_array_equal(scale, scale_after)
+    assert before.shape == (3, len(FEATURE_NAMES))
+    assert np.array_equal(usable_rows(grid, position, 12), usable_rows(changed, position, 12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    line=arrays(np.float64, 50, elements=st.floats(0.01, 100)),
+    usage=arrays(np.float64, 50, elements=st.floats(0, 100)),
+    level=st.sampled_from([0.01, 0.05, 0.2]),
+)
+def test_matched_cost_is_invariant_to_the_line_s_scale(line: np.ndarray, usage: np.ndarray, level: float) -> None:
+    if usage.sum() <= 0:
+        return
+    weights = np.ones_like(line)
+    one = matched_cost(line, usage, weights, level)
+    assert matched_cost(3.0 * line, usage, weights, level) == pytest.approx(one, rel=1e-9, abs=1e-9)
+    # No line does better than the usage itself at a 0 risk... and a line of the usage has no room at all.
+    assert matched_cost(np.maximum(usage, 1e-9), usage, weights, 1e-9) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_fitted_blend_is_no_dearer_than_its_best_statistic_on_its_training_rows() -> None:
+    grid = bursty_grid()
+    model = LiveLineForecaster(target_violation=0.05, training_days=6).fit(grid, grid_end=START + 12 * DAY)
+    assert model.coef_.shape == (len(BLEND_STATISTICS),)
+    assert model.training_cost_ <= min(model.baseline_costs_.values()) + 1e-9
+    # ... and it gave up on no more containers than its best statistic plus the tolerance.
+    features, targets, _, owners = model.training_set([grid], START + 12 * DAY)
+    line = model.level_ * np.exp(blend_inputs(features) @ model.coef_)
+    assert container_violation_p90(line, targets, owners, 0.05) <= model.fairness_limit_ + 1e-12
+    line = model.predict(grid, issued_at=START + 12 * DAY)
+    assert line.shape == (grid.shape[0],) and np.all(np.isfinite(line)) and np.all(line > 0)
+
+
+def test_quantile_trees_are_fitted_out_of_fold_and_feed_the_blend() -> None:
+    grid = bursty_grid(rows=40)
+    model = LiveLineForecaster(
+        target_violation=0.05, training_days=6, quantile_trees=True, min_samples_leaf=200, max_iter=20
+    ).fit(grid, grid_end=START + 12 * DAY)
+    assert len(model.trees_) == 2 and model.coef_.shape == (len(BLEND_STATISTICS) + 1,)
+    assert np.all(np.isfinite(model.predict(grid, issued_at=START + 12 * DAY)))
+
+
+def test_too_little_history_is_refused_not_fitted() -> None:
+    with pytest.raises(ValueError, match="too little history"):
+        LiveLineForecaster().fit(bursty_grid(rows=2, days=1), grid_end=START + DAY)
+
+
+def test_cold_starts_and_gaps_get_no_learned_line() -> None:
+    grid = bursty_grid()
+    model = LiveLineForecaster(target_violation=0.05, training_days=6).fit(grid, grid_end=START + 12 * DAY)
+    grid[0, -12:] = np.nan  # silent for the last hour: a gap
+    grid[1, :-100] = np.nan  # 100 samples in all: a cold start
+    line = model.predict(grid, issued_at=START + 12 * DAY)
+    assert np.isnan(line[0]) and np.isnan(line[1]) and np.all(np.isfinite(line[2:]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    misses=st.integers(0, 12),
+    level=st.sampled_from([0.01, 0.05]),
+    rate=st.floats(0.01, 5),
+)
+def test_calibration_rises_after_misses_and_sinks_after_none(misses: int, level: float, rate: float) -> None:
+    state = AdaptiveScale(level, rate, rate, horizon_steps=12)
+    lines = np.ones(4)
+    observed = np.full((4, 12), 0.5)
+    observed[0, :misses] = 2.0
+    after = state.updated(lines, observed)
+    share = misses / 48
+    assert np.sign(after.fleet) == np.sign(share - level) or share == level
+    assert after.factors(4)[0] >= after.factors(4)[1]
+    # Rows without a line or a sample teach nothing.
+    assert state.updated(np.full(4, np.nan), observed) == state
+
+
+def test_online_calibration_brings_a_biased_line_to_the_asked_level() -> None:
+    """A line fitted for 5 % on a calm week, run on a fleet that became burstier: the adaptive factor restores the
+    level within half a point over the replayed days, where the fixed fit misses it."""
+    calm, bursty = bursty_grid(rows=60, days=10, seed=1), bursty_grid(rows=60, days=10, seed=2) * 1.0
+    bursty[:, 8 * STEPS_PER_DAY :] *= 1 + 0.8 * (np.random.default_rng(3).random((60, 2 * STEPS_PER_DAY)) < 0.2)
+    grid = np.concatenate([calm[:, : 8 * STEPS_PER_DAY], bursty[:, 8 * STEPS_PER_DAY :]], axis=1)
+    start, end = START + 8 * DAY, START + 10 * DAY
+    plan = ReplayPlan(start, end, 3600, 30 * DAY)
+    shares = {}
+    for rate in (0.0, 2.0):
+        model = LiveLineForecaster(target_violation=0.05, training_days=6, adaptation_rate=rate)
+        lines = replay_resource(grid, START, plan, model, quiet)
+        usage = grid[:, 8 * STEPS_PER_DAY :].reshape(60, -1, 12)
+        shares[rate] = float(np.nanmean(usage > lines.T[:, :, None]))
+    assert abs(shares[2.0] - 0.05) <= 0.005 < abs(shares[0.0] - 0.05)
+
+
+def tidy(grid: np.ndarray, resource: str = "cpu_cores") -> pd.DataFrame:
+    rows, steps = grid.shape
+    times = START + 300 * np.arange(steps)
+    frames = [
+        pd.DataFrame(
+            {
+                "timestamp": times,
+                "namespace": "ns",
+                "workload": f"w{r:02d}",
+                "pod": f"w{r:02d}-0",
+                "container": "main",
+                "cpu_cores": grid[r],
+                "memory_bytes": grid[r] * 1e9,
+            }
+        )
+        for r in range(rows)
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_replay_issues_every_interval_from_the_past_only(tmp_path: Path) -> None:
+    """No peeking: every sample from a cut on is changed, and every line issued before the cut stays as it was."""
+    grid = bursty_grid(rows=12, days=10)
+    original = tidy(grid)
+    original.to_csv(tmp_path / "a.csv", index=False)
+    cut = START + 9 * DAY + 5 * 3600
+    changed = original.copy()
+    later = changed["timestamp"] >= cut
+    changed.loc[later, ["cpu_cores", "memory_bytes"]] *= 7.0
+    changed.to_csv(tmp_path / "b.csv", index=False)
+    plan = ReplayPlan(START + 8 * DAY, START + 10 * DAY, 3600, DAY)
+    run_settings = TrainingSettings.model_validate({"live_line": {"training_days": 6}})
+    a, _ = run_replay(tmp_path / "a.csv", plan, run_settings)
+    b, _ = run_replay(tmp_path / "b.csv", plan, run_settings)
+    assert list(a.columns) == ["namespace", "workload", "container", "resource", "issued_at", "step", "value"]
+    assert set(a["resource"]) == {"cpu", "memory"}
+    assert ((a["step"] >= a["issued_at"]) & (a["step"] < a["issued_at"] + 3600)).all()
+    assert ((a["issued_at"] - plan.start) % 3600 == 0).all() and (a["step"] % 300 == 0).all()
+    assert len(a) == 12 * 2 * 48 * 12  # every container, resource, issue and step
+    before = a["issued_at"] < cut
+    pd.testing.assert_frame_equal(a[before].reset_index(drop=True), b[b["issued_at"] < cut].reset_index(drop=True))
+    assert not np.allclose(a[~before]["value"], b[b["issued_at"] >= cut]["value"])
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "every", "message"),
+    [
+        (START + 1, START + DAY, 3600, "5-minute grid"),
+        (START, START + DAY, 100, "multiple of 5 minutes"),
+        (START, START, 3600, "not after --start"),
+        (START, START + 10_000 * DAY, 300, "issue times"),
+    ],
+)
+def test_replay_plans_that_make_no_sense_are_refused(start: int, end: int, every: int, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        ReplayPlan(start, end, every, max(every, DAY))
+
+
+def test_train_fits_the_live_line_and_live_updates_issue_and_calibrate_it() -> None:
+    """`fit` (train) fits the learned line and issues it; the recommendation says so and its short-term line's first
+    hour is that value; `live_update` (the live loop) learns from the steps since, and issues the next line."""
+    from models.settings import ModelSettings
+    from models.workload import WorkloadRecommender
+    from tests.conftest import make_usage
+
+    usage = make_usage(workloads=3, pods=1, days=5)
+    end = int(usage["timestamp"].max())
+    model = WorkloadRecommender.from_settings(ModelSettings()).fit(usage[usage["timestamp"] < end - 3600])
+    first = model.predict()
+    for rec in first.recommendations:
+        live = rec.cpu.live_short_term
+        assert live is not None and live.until - live.issued_at == 3600
+        assert rec.cpu.short_term[:12] == [live.value] * 12
+        assert rec.cpu.peak.value >= live.value
+    before = model.cpu_live_issued_
+    later = usage[usage["timestamp"] >= end - 3600].assign(cpu_cores=lambda f: f["cpu_cores"] * 5)
+    model.live_update(later)
+    assert model.cpu_live_issued_.at > before.at
+    assert model.cpu_live_scale_.fleet > 0  # every sample of the hour ran above the line: it rises
+    second = model.predict()
+    assert all(r.cpu.live_short_term is not None for r in second.recommendations)
+    assert second.recommendations[0].cpu.live_short_term.calibration_factor > 1
+
+
+def test_a_workload_with_a_risk_level_of_its_own_keeps_the_day_ahead_line() -> None:
+    from models.settings import ModelSettings
+    from models.workload import WorkloadRecommender
+    from recommender.settings import ForecastSettings
+    from tests.conftest import make_usage
+
+    settings = ModelSettings(forecast=ForecastSettings(target_violation_overrides={"ns/w0": 0.05}))
+    recs = WorkloadRecommender.from_settings(settings).fit(make_usage(workloads=3, pods=1, days=5)).predict()
+    served = {r.workload: r.cpu.live_short_term is not None for r in recs.recommendations}
+    assert served == {"w0": False, "w1": True, "w2": True}
