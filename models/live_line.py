@@ -358,6 +358,12 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         self.n_features_in_ = len(FEATURE_NAMES)
         return self
 
+    @property
+    def description(self) -> str:
+        """What draws the line, as the recommendations name it."""
+        inputs = "recent usage and quantile trees" if self.quantile_trees else "recent usage"
+        return f"learned blend of {inputs}, calibrated online (live, {self.horizon_seconds // 60} min)"
+
     def initial_scale(self) -> AdaptiveScale:
         """The online calibration's state before any interval was observed (factor 1)."""
         return AdaptiveScale(self.target_violation, self.adaptation_rate, self.own_adaptation_rate, self.horizon_steps)

@@ -492,7 +492,6 @@ POLICY_PARAMETERS = tuple(name for name in PolicySettings.model_fields if name n
 #: The resources, and the unit in the names of their parameters and columns (`pod_min_cpu_cores`,
 #: `memory_request_bytes`), so code that loops over resources reads names, not a cpu/memory branch.
 UNITS = {"cpu": "cores", "memory": "bytes"}
-LIVE_MODEL_NAME = "learned quantile trees, calibrated online (live)"
 
 
 @functools.cache
@@ -1196,7 +1195,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             live=live,
             live_factor=live_factor,
             live_block=(as_of, as_of + block[1] * step),
-            live_model=LIVE_MODEL_NAME,
+            live_model=model.description if (model := getattr(self, f"{resource}_live_line_", None)) else "",
         ).recommendations()
 
     def _live_line(

@@ -396,17 +396,17 @@ function resourceChart(kind, rec, lines, stepHours) {
   const current = kind === "cpu" ? rec.current.cpu_request_cores : rec.current.memory_request_bytes;
   const peakAt = (learned.peak.at - lines.as_of) / HOUR;
   const live = learned.live_short_term;
-  // The learned live line over its block (the next hour), drawn wide under the day-ahead line it replaces there.
+  // The learned live line over its block (the next hour), drawn over the short-term line whose first hour it is.
   const liveLine = live ? [flat("live short-term line (learned, next hour)", "live_short_term", COLORS.live, live.value,
-    (live.issued_at - lines.as_of) / HOUR, (live.until - lines.as_of) / HOUR, { width: 5 })] : [];
+    (live.issued_at - lines.as_of) / HOUR, (live.until - lines.as_of) / HOUR, { width: 4 })] : [];
   // Drawn wide and light first, so a narrow line on the same value stays visible on top.
   return chart(`${title} of ${rec.container}`, format, [
-    ...liveLine,
     flat("limit", "limit", COLORS.limit, own.limit, -past, ahead, { width: 2.5 }),
     flat("long-term reservation", "long_term", COLORS.long, learned.long_term, 0, ahead, { width: 3 }),
     { label: "usage", key: "usage", color: COLORS.usage, points: timeline(own.usage, -past, stepHours) },
     { label: "short-term reservation", key: "short_term", color: COLORS.short, step: true, marker: [peakAt, learned.peak.value],
       points: [...timeline(learned.short_term, 0, stepHours), [ahead, learned.short_term[learned.short_term.length - 1]]] },
+    ...liveLine,
     flat("recommended request", "target", COLORS.target, learned.target, 0, ahead, { dash: "6 4" }),
     flat("current request", "request", COLORS.request, current, -past, ahead, { dash: "2 3", width: 1.2 }),
   ]);

@@ -309,3 +309,44 @@ def test_show_and_errors_print_names_without_terminal_escapes(cli: Runner, tmp_p
     assert failed.returncode == 2
     assert "\x1b" not in failed.stderr and "\x07" not in failed.stderr
     assert "evil\\x1b[31m.csv" in failed.stderr and "duplicate sample" in failed.stderr
+
+
+def test_replay_writes_the_live_lines_contract_with_progress(cli: Runner, tmp_path: Path) -> None:
+    """`recommender replay`: the Parquet that ../shared/eval/rolling.py reads, a line per container, resource, issue
+    and step, built from earlier rows (tests/unit/test_live_line.py checks the no-peeking in depth)."""
+    start = 1_700_006_400  # a midnight
+    make_usage(workloads=3, pods=2, days=9, start=start).to_csv(tmp_path / "usage.csv.gz", index=False)
+    result = cli(
+        "replay", "--input", "usage.csv.gz", "--start", str(start + 8 * 86400), "--end", str(start + 8 * 86400 + 6 * 3600),
+        "--every", "1h", "--output", "lines.parquet", "--target-violation", "0.05",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert PROGRESS.search(result.stderr) and "wrote" in result.stderr
+    lines = pd.read_parquet(tmp_path / "lines.parquet")
+    assert list(lines.columns) == ["namespace", "workload", "container", "resource", "issued_at", "step", "value"]
+    assert len(lines) == 3 * 2 * 6 * 12
+    assert ((lines["step"] >= lines["issued_at"]) & (lines["step"] < lines["issued_at"] + 3600)).all()
+    assert (lines["value"] > 0).all()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names"),
+    [
+        (["--start", "yesterday-ish"], "--start"),
+        (["--start", "1700006401"], "--start"),
+        (["--every", "7m"], "--every"),
+        (["--end", "1700000000"], "--end"),
+        (["--output", "."], "--output"),
+        (["--target-violation", "0.7"], "--target-violation"),
+    ],
+)
+def test_replay_refuses_bad_arguments_in_one_line(
+    cli: Runner, tmp_path: Path, usage_csv: Path, arguments: list[str], names: str
+) -> None:
+    defaults = {"--start": "1700006400", "--end": "1700092800", "--every": "1h", "--output": "out.parquet"}
+    given = dict(zip(arguments[::2], arguments[1::2]))
+    flat = [x for key, value in {**defaults, **given}.items() for x in (key, value)]
+    result = cli("replay", "--input", str(usage_csv), *flat)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and names in result.stderr
+    assert not (tmp_path / "out.parquet").exists()
