@@ -554,8 +554,9 @@ def _open_when_up(url: str, probe: str) -> None:
 
 
 def _run_server(settings: Settings, open_browser: bool = False) -> None:
-    from serving.server import run
+    from serving.server import ensure_can_listen, run
 
+    ensure_can_listen(settings.serve.host, settings.serve.port)  # before the URL is shown
     scheme = "https" if settings.serve.tls_cert_file else "http"
     # A wildcard listen address is reachable on loopback; that is the address to show and open.
     host = "127.0.0.1" if settings.serve.host in ("0.0.0.0", "::", "") else settings.serve.host
@@ -886,6 +887,10 @@ def demo(
 
     source = input or bundled_dataset()
     settings = _settings(store={"path": workdir / "store"}, serve={"port": port})
+    if serve_after:  # a taken port said before a minute of training, not after
+        from serving.server import ensure_can_listen
+
+        ensure_can_listen(settings.serve.host, settings.serve.port)
     with _progress(4) as step:
         # The bundled trace is from 2019: moved at load so it ends now, or every page would call the model stale.
         manifest = train_from_file(source, settings, end_at=int(time.time()) if input is None else None, step=step)

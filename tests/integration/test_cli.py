@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -223,6 +224,23 @@ def test_demo_serves_the_dashboard_and_says_where(tmp_path: Path) -> None:
         logs.seek(0)
         output = logs.read().decode(errors="replace")
     assert f"dashboard: {base}/ui/" in output and "no display here" in output
+
+
+def test_a_taken_port_is_one_line_naming_it_with_its_own_exit_code(cli: Runner, tmp_path: Path) -> None:
+    """Issue 39: uvicorn's JSON log line and exit 3 (the model store's) after the URL; `demo` after its training."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for command in (["serve", "--store", "store"], ["demo", "--workdir", "demo", "--no-open"]):
+            result = cli(*command, "--port", port, env={"KOORD_RECOMMENDER_SERVE__HOST": "127.0.0.1"})
+            assert result.returncode == 9, result.stderr
+            assert result.stderr == (
+                f"error: port {port} on 127.0.0.1 is already in use: choose another port with --port "
+                "(or KOORD_RECOMMENDER_SERVE__PORT)\n"
+            )
+            assert result.stdout == ""
+    assert not (tmp_path / "demo").exists()
 
 
 def test_incremental_training_from_files(cli: Runner, tmp_path: Path) -> None:
