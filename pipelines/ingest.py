@@ -17,7 +17,7 @@ import logging
 import math
 import re
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,7 +32,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipelines.settings import IngestSettings
-from recommender.errors import InputFileError
+from recommender.errors import InputFileError, PrometheusError
 from recommender.text import printable
 
 log = logging.getLogger(__name__)
@@ -567,10 +567,13 @@ def _cell_problem_of(column: Column, value: float, bounds: SampleBounds) -> str:
     return bounds.value_problem(column, value) or f"{value} is out of bounds"
 
 
-def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame, dict[str, str]]:
+def quarantine(
+    usage: pd.DataFrame, bounds: SampleBounds, nan_samples: Mapping[tuple[str, str, str], str] | None = None
+) -> tuple[pd.DataFrame, dict[str, str]]:
     """Usage read from a source that cannot be refused as a whole (Prometheus) without every workload container
     that has an impossible sample, and `namespace/workload/container` -> why for each, each logged: one broken
-    exporter or counter must not size anything, nor stop the rest of the fleet from being trained."""
+    exporter or counter must not size anything, nor stop the rest of the fleet from being trained. `nan_samples`:
+    the containers the source saw a NaN of ((namespace, workload, container) -> why), which `usage` cannot show."""
     bad = np.zeros(len(usage), dtype=bool)
     why = np.full(len(usage), "", dtype=object)
     times = usage["timestamp"].to_numpy(dtype=np.float64)
@@ -586,17 +589,29 @@ def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame,
             broken = ~bad & (np.isinf(values) | (values < 0) | (values > limit))
         why[broken] = [f"{bounds.value_problem(column, v)} at {t:.0f}" for v, t in zip(values[broken], times[broken])]
         bad |= broken
-    if not bad.any():
+    if not bad.any() and not nan_samples:
         return usage, {}
     keys = ["namespace", "workload", "container"]
     first = usage.loc[bad, keys].assign(why=why[bad]).drop_duplicates(keys)
-    quarantined = {
-        f"{ns}/{workload}/{container}": reason for ns, workload, container, reason in first.itertuples(index=False)
-    }
+    found = {(ns, workload, container): reason for ns, workload, container, reason in first.itertuples(index=False)}
+    for key, reason in (nan_samples or {}).items():
+        found.setdefault(key, reason)
+    quarantined = {"/".join(key): reason for key, reason in found.items()}
     for name, reason in quarantined.items():
         log.warning("quarantined %s (none of its samples are used): %s", printable(name), reason)
-    dropped = pd.MultiIndex.from_frame(usage[keys]).isin(pd.MultiIndex.from_frame(first[keys]))
+    dropped = pd.MultiIndex.from_frame(usage[keys]).isin(pd.MultiIndex.from_tuples(list(found), names=keys))
     return usage[~dropped].reset_index(drop=True), quarantined
+
+
+def no_samples_error(source: str, start: int, end: int, quarantined: Mapping[str, str]) -> PrometheusError:
+    """A read without a usage sample left: why, when the quarantine dropped every container that had some."""
+    if not quarantined:
+        return PrometheusError(f"{source}: no usage samples between {start} and {end}")
+    name, why = next(iter(quarantined.items()))
+    return PrometheusError(
+        f"{source}: no usage samples left between {start} and {end}: all {len(quarantined)} container(s) with "
+        f"samples were quarantined for an impossible sample (see the warnings), the first {printable(name)}: {why}"
+    )
 
 
 def _check_unique(path: Path, frame: pd.DataFrame, key: list[str], lines: np.ndarray | None) -> None:
