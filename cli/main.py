@@ -38,6 +38,7 @@ from recommender.errors import (
 )
 from recommender.text import printable
 from recommender.units import (
+    SECONDS_PER_DAY,
     cpu_cores_from_quantity,
     memory_bytes_from_quantity,
     parse_duration_seconds,
@@ -134,6 +135,54 @@ def _duration(text: str, option: str) -> int:
         raise ConfigurationError(f"{option}: {error}") from None
 
 
+#: The longest `--horizon`: the long-term line's week (models.ensemble.LONG_TERM_DAYS), the furthest ahead any line
+#: is scored. The short-term line holds a value a step, so an unbounded horizon was unbounded memory (100000d: 5.9 GB).
+MAX_HORIZON_DAYS = 7
+HORIZON_HELP = f"e.g. 24h; at most {MAX_HORIZON_DAYS}d, the long-term line's week"
+#: The latest `--as-of`: the end of the year 9999, the last a date can be written in (a time in milliseconds is past it).
+LATEST_AS_OF = 253_402_300_799
+
+
+def _horizon(text: str) -> int:
+    seconds = _duration(text, "--horizon")
+    if seconds > MAX_HORIZON_DAYS * SECONDS_PER_DAY:
+        raise ConfigurationError(
+            f"--horizon {text}: at most {MAX_HORIZON_DAYS}d, the long-term line's week (the furthest the models forecast)"
+        )
+    return seconds
+
+
+def _as_of(value: int) -> int:
+    if not 0 <= value <= LATEST_AS_OF:
+        raise ConfigurationError(
+            f"--as-of {value}: not a Unix time in seconds from 0 to {LATEST_AS_OF} (the end of the year 9999)"
+        )
+    return value
+
+
+def _writable(path: Path, option: str) -> Path:
+    """`path`, once it is known a file can be written there: a directory, or a path under a file or in a directory
+    that is not ours, is said before the work rather than as a traceback after it."""
+    if path.is_dir():
+        raise ConfigurationError(f"{option} {path}: is a directory; give a file name")
+    parent = path.parent
+    while not parent.exists():  # the missing directories are made when writing
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigurationError(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"{option} {path}: cannot write in {parent}")
+    return path
+
+
+def _write(path: Path, text: str, option: str) -> None:
+    """`text` to `path`, atomically (a file already there is left whole if this fails), or a one-line error."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as error:
+        raise ConfigurationError(f"{option} {path}: cannot write: {error.strerror or error}") from None
+
+
 @contextmanager
 def _progress(total: int) -> Iterator[Any]:
     """Steps of a long command: a live bar on a terminal; elsewhere (a pod's log, CI, a pipe) one timestamped line
@@ -192,7 +241,9 @@ def train(
         Path | None,
         typer.Option("--oom-events", help="OOM kills (timestamp,namespace,workload,pod,container[,memory_bytes])."),
     ] = None,
-    horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon of the stored lines, e.g. 24h.")] = "24h",
+    horizon: Annotated[
+        str, typer.Option("--horizon", help=f"Forecast horizon of the stored lines, {HORIZON_HELP}.")
+    ] = "24h",
     history: Annotated[
         str | None,
         typer.Option(
@@ -298,7 +349,7 @@ def train(
         },
         forecast=_forecast_levels(target_violation),
     )
-    horizon_seconds = _duration(horizon, "--horizon")
+    horizon_seconds, as_of = _horizon(horizon), None if as_of is None else _as_of(as_of)
     with _executor(settings) as executor:
         if input is not None:
             with _progress(6) as step:
@@ -367,17 +418,17 @@ def recommend(
     input: Annotated[Path, typer.Option("--input", help="Tidy usage history file.")],
     as_of: Annotated[int, typer.Option("--as-of", help="Decision time, Unix seconds: only earlier rows are used.")],
     output: Annotated[Path, typer.Option("--output", help="Where to write the JSON recommendations.")],
-    horizon: Annotated[str, typer.Option("--horizon", help="Forecast horizon, e.g. 24h.")] = "24h",
+    horizon: Annotated[str, typer.Option("--horizon", help=f"Forecast horizon, {HORIZON_HELP}.")] = "24h",
     target_violation: TargetViolationOption = None,
 ) -> None:
     """Recommend for every workload container at a decision time (the evaluation contract)."""
     from pipelines.train import recommend_from_file
 
     settings = _settings(forecast=_forecast_levels(target_violation))
-    horizon_seconds = _duration(horizon, "--horizon")
+    horizon_seconds, as_of, output = _horizon(horizon), _as_of(as_of), _writable(output, "--output")
     with _progress(3) as step:
         result = recommend_from_file(input, as_of, horizon_seconds, settings, step=step)
-    atomic_write_text(output, result.model_dump_json())
+    _write(output, result.model_dump_json(), "--output")
     err.print(f"wrote {len(result.recommendations)} recommendations to {output}")
 
 
@@ -540,6 +591,8 @@ def show(
     from presentation.overview import overview
 
     settings = _settings(store={"path": store})
+    if output is not None:
+        _writable(output, "--output")
     loaded = ModelStore(settings.store.path, settings.store.retention_versions).load()
     recommendations = report.chosen(loaded.recommendations, namespace or [], workload or [])
     if not recommendations.recommendations:
@@ -560,7 +613,7 @@ def show(
     if output is None:
         sys.stdout.write(text)
     else:
-        atomic_write_text(output, text)
+        _write(output, text, "--output")
         err.print(f"wrote {format.value} of {len(recommendations.recommendations)} containers to {output}")
 
 
@@ -607,8 +660,9 @@ def _open_when_up(url: str, probe: str) -> None:
 
 
 def _run_server(settings: Settings, open_browser: bool = False) -> None:
-    from serving.server import run
+    from serving.server import ensure_can_listen, run
 
+    ensure_can_listen(settings.serve.host, settings.serve.port)  # before the URL is shown
     scheme = "https" if settings.serve.tls_cert_file else "http"
     # A wildcard listen address is reachable on loopback; that is the address to show and open.
     host = "127.0.0.1" if settings.serve.host in ("0.0.0.0", "::", "") else settings.serve.host
@@ -939,6 +993,10 @@ def demo(
 
     source = input or bundled_dataset()
     settings = _settings(store={"path": workdir / "store"}, serve={"port": port})
+    if serve_after:  # a taken port said before a minute of training, not after
+        from serving.server import ensure_can_listen
+
+        ensure_can_listen(settings.serve.host, settings.serve.port)
     with _progress(4) as step:
         # The bundled trace is from 2019: moved at load so it ends now, or every page would call the model stale.
         manifest = train_from_file(source, settings, end_at=int(time.time()) if input is None else None, step=step)

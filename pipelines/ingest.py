@@ -15,8 +15,9 @@ import io
 import itertools
 import logging
 import math
+import re
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +32,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipelines.settings import IngestSettings
-from recommender.errors import InputFileError
+from recommender.errors import InputFileError, PrometheusError
 from recommender.text import printable
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,14 @@ log = logging.getLogger(__name__)
 Kind = Literal["id", "timestamp", "value"]
 Quantity = Literal["cpu", "memory", "fraction"]
 INT64_MAX = 2**63 - 1
+#: The most characters a cell may hold: the csv module's limit, which the slow re-read of a file runs into (a
+#: Kubernetes name has at most 253).
+MAX_CELL_CHARACTERS = csv.field_size_limit()
+_TOO_LONG = f"the cell is longer than {MAX_CELL_CHARACTERS:,} characters, the most a cell may hold"
+#: Characters of a cell an error message quotes, at most.
+_EXCERPT_CHARACTERS = 40
+#: One field of a CSV line: quoted (closed or not) or plain, however long (`_field_lengths`).
+_FIELD = re.compile(r'"[^"]*(?:""[^"]*)*"?[^,]*|[^,]*')
 
 
 @dataclass(frozen=True)
@@ -234,6 +243,14 @@ def _typed_frame(
         for c in wanted
         if c.kind != "id"
     }
+    # Names longer than the slow re-read can take are refused on the fast path too: one rule whichever path reads.
+    long_cells = {}
+    for column in wanted:
+        if column.kind == "id":
+            lengths = pc.utf8_length(table[column.name])
+            if (pc.max(lengths).as_py() or 0) > MAX_CELL_CHARACTERS:
+                too_long = pc.greater(lengths, MAX_CELL_CHARACTERS).fill_null(False)
+                long_cells[column.name] = too_long.to_numpy(zero_copy_only=False)
     # A quoted line break in a name makes its row take more than one line.
     spans = np.ones(table.num_rows, dtype=np.int64)
     if not parquet:
@@ -243,7 +260,7 @@ def _typed_frame(
     ends = first + np.cumsum(spans)
     lines = ends - spans
     frame: pd.DataFrame = _blank_as_missing(table, wanted).to_pandas()
-    _check_values(path, frame, wanted, literal_nan, bounds, lines, unit="row" if parquet else "line")
+    _check_values(path, frame, wanted, literal_nan, long_cells, bounds, lines, unit="row" if parquet else "line")
     frame["timestamp"] = frame["timestamp"].astype(np.int64)
     for column in schema:
         if column.name not in frame.columns and column.kind == "value":
@@ -294,7 +311,7 @@ def _encoding_error(
     path: Path, raw: bytes, error: UnicodeDecodeError, line: int, header: list[str] | None
 ) -> InputFileError:
     prefix = raw[: error.start].decode("utf-8")
-    field = len(next(csv.reader([prefix]))) - 1 if prefix else 0
+    field = len(_field_lengths(prefix)) - 1
     return InputFileError(
         path,
         f"byte 0x{raw[error.start]:02x} at character {len(prefix) + 1} is not UTF-8 (save the file as UTF-8)",
@@ -305,7 +322,12 @@ def _encoding_error(
 
 def _csv_header(path: Path) -> list[str]:
     with closing(_physical_lines(path, None)) as lines:
-        first = next(csv.reader(lines), None)
+        try:
+            first = next(csv.reader(lines), None)
+        except csv.Error as error:
+            raise InputFileError(
+                path, _TOO_LONG if "field limit" in str(error) else f"is not valid CSV: {error}", line=1
+            ) from None
     if first is None:
         raise InputFileError(path, "is empty: expected a header row", line=1)
     return [name.strip() for name in first]
@@ -315,12 +337,14 @@ def _check_header(path: Path, header: list[str], schema: tuple[Column, ...], lin
     missing = [c.name for c in schema if c.required and c.name not in header]
     if missing:
         raise InputFileError(
-            path, f"missing required column(s) {', '.join(missing)}; header has {', '.join(header)}", line=line
+            path,
+            f"missing required column(s) {', '.join(missing)}; header has {', '.join(map(_excerpt, header))}",
+            line=line,
         )
     seen: set[str] = set()
     for name in header:
         if name in seen:
-            raise InputFileError(path, f"column '{name}' appears twice in the header", line=line)
+            raise InputFileError(path, f"column '{_excerpt(name)}' appears twice in the header", line=line)
         seen.add(name)
 
 
@@ -379,6 +403,8 @@ def _records(path: Path, header: list[str]) -> Iterator[tuple[int, int, list[str
             except StopIteration:
                 return
             except csv.Error as error:
+                if "field limit" in str(error) and reader.line_num == start:  # one line: a long cell, not a quote
+                    raise _long_cell(path, header, start) from None
                 if "field limit" in str(error):
                     raise InputFileError(
                         path,
@@ -388,6 +414,35 @@ def _records(path: Path, header: list[str]) -> Iterator[tuple[int, int, list[str
                     ) from None
                 raise InputFileError(path, f"is not valid CSV: {error}", line=start) from None
             yield start, reader.line_num, fields
+
+
+def _long_cell(path: Path, header: list[str], line: int) -> InputFileError:
+    """The error for a line with a cell longer than the csv module takes, naming the column of its longest cell."""
+    with closing(_physical_lines(path, header)) as lines:
+        lengths = _field_lengths(next(itertools.islice(lines, line - 1, None), ""))
+    field = lengths.index(max(lengths))
+    return InputFileError(path, _TOO_LONG, line=line, column=header[field] if field < len(header) else None)
+
+
+def _field_lengths(line: str) -> list[int]:
+    """The length of each field of one CSV line (quotes respected; the last one's line break counted), however long
+    they are: the csv module stops at `MAX_CELL_CHARACTERS`."""
+    lengths, position = [], 0
+    while True:
+        match = _FIELD.match(line, position)
+        assert match is not None  # every alternative can match nothing
+        lengths.append(match.end() - position)
+        if match.end() >= len(line):
+            return lengths
+        position = match.end() + 1  # past the comma
+
+
+def _excerpt(text: str, quoted: bool = False) -> str:
+    """A cell as an error shows it (`quoted`: as repr does): never more than its first characters, and then how many
+    it has."""
+    head = text[:_EXCERPT_CHARACTERS]
+    shown = repr(head) if quoted else head
+    return shown if len(text) == len(head) else f"{shown}... ({len(text):,} characters)"
 
 
 def _quoted_column(path: Path, header: list[str], line: int) -> str | None:
@@ -439,18 +494,18 @@ def _cell_problem(column: Column, cell: str, bounds: SampleBounds) -> str | None
         try:
             timestamp = int(cell.replace("_", "?"))
         except ValueError:
-            return f"timestamp {cell!r} is not a whole number of Unix seconds"
+            return f"timestamp {_excerpt(cell, quoted=True)} is not a whole number of Unix seconds"
         if timestamp < 0:
-            return f"timestamp {timestamp} is negative"
+            return f"timestamp {_excerpt(str(timestamp))} is negative"
         if timestamp > INT64_MAX:
-            return f"timestamp {timestamp} does not fit in 64 bits: timestamps are Unix seconds"
+            return f"timestamp {_excerpt(str(timestamp))} does not fit in 64 bits: timestamps are Unix seconds"
         return bounds.future_problem(timestamp) if timestamp > bounds.latest_timestamp else None
     try:
         value = float(cell.replace("_", "?"))
     except ValueError:
-        return f"{cell!r} is not a number"
+        return f"{_excerpt(cell, quoted=True)} is not a number"
     if math.isnan(value):
-        return f"{cell!r} is not a finite number (a missing value is an empty cell)"
+        return f"{_excerpt(cell, quoted=True)} is not a finite number (a missing value is an empty cell)"
     return bounds.value_problem(column, value)
 
 
@@ -459,6 +514,7 @@ def _check_values(
     frame: pd.DataFrame,
     columns: list[Column],
     literal_nan: dict[str, np.ndarray],
+    long_cells: dict[str, np.ndarray],
     bounds: SampleBounds,
     lines: np.ndarray,
     unit: str,
@@ -476,6 +532,8 @@ def _check_values(
     for column in columns:
         series = frame[column.name]
         if column.kind == "id":
+            if column.name in long_cells:
+                fail(long_cells[column.name], column, _TOO_LONG)
             if column.required:
                 bad = series.isna().to_numpy() | (series.astype(str).str.strip() == "").to_numpy()
                 if bad.any():
@@ -509,10 +567,13 @@ def _cell_problem_of(column: Column, value: float, bounds: SampleBounds) -> str:
     return bounds.value_problem(column, value) or f"{value} is out of bounds"
 
 
-def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame, dict[str, str]]:
+def quarantine(
+    usage: pd.DataFrame, bounds: SampleBounds, nan_samples: Mapping[tuple[str, str, str], str] | None = None
+) -> tuple[pd.DataFrame, dict[str, str]]:
     """Usage read from a source that cannot be refused as a whole (Prometheus) without every workload container
     that has an impossible sample, and `namespace/workload/container` -> why for each, each logged: one broken
-    exporter or counter must not size anything, nor stop the rest of the fleet from being trained."""
+    exporter or counter must not size anything, nor stop the rest of the fleet from being trained. `nan_samples`:
+    the containers the source saw a NaN of ((namespace, workload, container) -> why), which `usage` cannot show."""
     bad = np.zeros(len(usage), dtype=bool)
     why = np.full(len(usage), "", dtype=object)
     times = usage["timestamp"].to_numpy(dtype=np.float64)
@@ -528,17 +589,29 @@ def quarantine(usage: pd.DataFrame, bounds: SampleBounds) -> tuple[pd.DataFrame,
             broken = ~bad & (np.isinf(values) | (values < 0) | (values > limit))
         why[broken] = [f"{bounds.value_problem(column, v)} at {t:.0f}" for v, t in zip(values[broken], times[broken])]
         bad |= broken
-    if not bad.any():
+    if not bad.any() and not nan_samples:
         return usage, {}
     keys = ["namespace", "workload", "container"]
     first = usage.loc[bad, keys].assign(why=why[bad]).drop_duplicates(keys)
-    quarantined = {
-        f"{ns}/{workload}/{container}": reason for ns, workload, container, reason in first.itertuples(index=False)
-    }
+    found = {(ns, workload, container): reason for ns, workload, container, reason in first.itertuples(index=False)}
+    for key, reason in (nan_samples or {}).items():
+        found.setdefault(key, reason)
+    quarantined = {"/".join(key): reason for key, reason in found.items()}
     for name, reason in quarantined.items():
         log.warning("quarantined %s (none of its samples are used): %s", printable(name), reason)
-    dropped = pd.MultiIndex.from_frame(usage[keys]).isin(pd.MultiIndex.from_frame(first[keys]))
+    dropped = pd.MultiIndex.from_frame(usage[keys]).isin(pd.MultiIndex.from_tuples(list(found), names=keys))
     return usage[~dropped].reset_index(drop=True), quarantined
+
+
+def no_samples_error(source: str, start: int, end: int, quarantined: Mapping[str, str]) -> PrometheusError:
+    """A read without a usage sample left: why, when the quarantine dropped every container that had some."""
+    if not quarantined:
+        return PrometheusError(f"{source}: no usage samples between {start} and {end}")
+    name, why = next(iter(quarantined.items()))
+    return PrometheusError(
+        f"{source}: no usage samples left between {start} and {end}: all {len(quarantined)} container(s) with "
+        f"samples were quarantined for an impossible sample (see the warnings), the first {printable(name)}: {why}"
+    )
 
 
 def _check_unique(path: Path, frame: pd.DataFrame, key: list[str], lines: np.ndarray | None) -> None:
@@ -546,7 +619,7 @@ def _check_unique(path: Path, frame: pd.DataFrame, key: list[str], lines: np.nda
     if duplicated.any():
         row = int(np.argmax(duplicated))
         sample = frame.iloc[row]
-        described = ", ".join(f"{k}={sample[k]}" for k in key)
+        described = ", ".join(f"{k}={_excerpt(str(sample[k]))}" for k in key)
         if lines is None:
             raise InputFileError(path, f"duplicate sample ({described})")
         original = frame.index[(frame[key] == sample[key]).all(axis=1)][0]

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from models.nodes import LiveNodeUsage, measured_activity, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
 from models.workload import WorkloadRecommender
-from pipelines.ingest import SampleBounds, quarantine
+from pipelines.ingest import SampleBounds, no_samples_error, quarantine
 from pipelines.partitions import WorkloadName, label_key
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
@@ -387,9 +387,9 @@ class LiveLoop:
         if read.skipped:
             # Every namespace or none: a step applied without some would be lost to them, not replayed.
             raise PrometheusError(f"{len(read.skipped)} batch(es) unreadable: {'; '.join(read.skipped.values())}")
-        usage, quarantined = quarantine(read.usage, SampleBounds.at(self.settings.ingest, now))
+        usage, quarantined = quarantine(read.usage, SampleBounds.at(self.settings.ingest, now), read.nan_samples)
         if usage.empty:
-            raise PrometheusError(f"{self.settings.prometheus.url}: no usage samples between {start} and {end}")
+            raise no_samples_error(str(self.settings.prometheus.url), start, end, quarantined)
         if quarantined:
             log.warning("left out %d containers with an impossible sample", len(quarantined))
         phases = {"read": time.perf_counter() - started}

@@ -35,12 +35,15 @@ NO_OWNER = "<none>"
 
 @dataclass
 class PrometheusUsage:
-    """The tidy usage read from Prometheus, OOM kills, and what could not be read (workload group -> why)."""
+    """The tidy usage read from Prometheus, OOM kills, what could not be read (workload group -> why), and the
+    containers with a NaN sample ((namespace, workload, container) -> the first), which `usage` cannot show: a NaN
+    there is a missing value."""
 
     usage: pd.DataFrame
     oom_events: pd.DataFrame
     skipped: dict[str, str] = field(default_factory=dict)
     workload_kinds: dict[tuple[str, str], str] = field(default_factory=dict)
+    nan_samples: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 class PrometheusSource:
@@ -93,7 +96,9 @@ class PrometheusSource:
         `plan`: facts already read (`ReadPlan.scoped` to one partition's namespaces), so only the usage is asked for."""
         plan = self.plan(start, end, step) if plan is None else plan
         blocks: dict[str, BatchRows] = {}
+        nan_samples: dict[tuple[str, str, str], str] = {}
         for got in self.batches(plan, step):
+            nan_samples.update(got.nan_samples)
             # Containers come sorted by namespace first, so each namespace is one run of containers and of rows.
             namespaces = got.containers["namespace"].to_numpy()
             ends = np.cumsum(got.containers["rows"].to_numpy())
@@ -114,7 +119,11 @@ class PrometheusSource:
         del blocks
         self._warn_without_cpu(usage)
         return PrometheusUsage(
-            usage.drop(columns=["workload_kind"]), plan.oom_events(containers), plan.skipped, plan.kinds(containers)
+            usage.drop(columns=["workload_kind"]),
+            plan.oom_events(containers),
+            plan.skipped,
+            plan.kinds(containers),
+            nan_samples,
         )
 
     def _warn_without_cpu(self, usage: pd.DataFrame) -> None:
@@ -212,14 +221,23 @@ class PrometheusSource:
         grids = {}
         # Prometheus answers on the query's steps; the time of each slot is kept anyway (other stores may not).
         stamps = np.zeros((len(keys), n_steps), dtype=np.int64)
+        # On the grid NaN is a missing value (fmax skips it): a NaN Prometheus answered is noted here, to quarantine.
+        nan_samples: dict[tuple[str, str, str], str] = {}
         for column, series in lines.items():
             grid = np.full((len(keys), n_steps), np.nan)
             for x in series:
                 slots = np.floor((x.times - plan.start) / plan.step_seconds).astype(np.int64)
                 inside = (slots >= 0) & (slots < n_steps)
-                row = index[self._key(x.labels)]
+                key = self._key(x.labels)
+                row = index[key]
                 np.fmax.at(grid[row], slots[inside], x.values[inside])
                 stamps[row, slots[inside]] = x.times[inside].astype(np.int64)
+                nan = inside & np.isnan(x.values)
+                if nan.any():
+                    nan_samples.setdefault(
+                        (key[0], plan.owner(key)[1], key[2]),
+                        f"{column} NaN is not a finite number at {x.times[nan][0]:.0f}",
+                    )
             grids[column] = grid
         del lines
         rows, slots = np.nonzero(~np.isnan(grids["cpu_cores"]) | ~np.isnan(grids["memory_bytes"]))
@@ -237,7 +255,7 @@ class PrometheusSource:
             copy=False,
         )
         counts = np.bincount(rows, minlength=len(keys))
-        return BatchRows(frame, facts[counts > 0].assign(rows=counts[counts > 0]).reset_index(drop=True))
+        return BatchRows(frame, facts[counts > 0].assign(rows=counts[counts > 0]).reset_index(drop=True), nan_samples)
 
     def _usage_queries(self, matchers: list[promql.Matcher]) -> dict[str, str]:
         """The CPU and memory line of the containers `matchers` select, by tidy column."""
@@ -406,6 +424,7 @@ class BatchRows:
 
     rows: pd.DataFrame
     containers: pd.DataFrame
+    nan_samples: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import pandas as pd
 
 from models.placed import last_node_sample
 from models.store import MODEL, DataWindow, Manifest, ModelStore, VersionWriter, partition_model
-from pipelines.ingest import SampleBounds, quarantine, read_oom_events, read_usage
+from pipelines.ingest import SampleBounds, no_samples_error, quarantine, read_oom_events, read_usage
 from pipelines.partitions import (
     Kept,
     MemoryWorkspace,
@@ -301,11 +301,11 @@ def read_prometheus_partition(
             costs = client.stats.summary()
     if read.skipped and not allow_partial:
         raise PartialDataError(read.skipped)
-    usage, quarantined = quarantine(read.usage, SampleBounds.at(settings.ingest, time.time()))
+    usage, quarantined = quarantine(read.usage, SampleBounds.at(settings.ingest, time.time()), read.nan_samples)
     if usage.empty and read.skipped:  # allowed: every batch of the partition was skipped, nothing to fit
         return PartitionRead(partition.index, None, None, costs=costs, skipped=read.skipped, quarantined=quarantined)
     if usage.empty:
-        raise PrometheusError(f"{prom.url}: no usage samples between {start} and {end}")
+        raise no_samples_error(str(prom.url), start, end, quarantined)
     workspace.put_input(usage)
     return PartitionRead(
         partition.index,

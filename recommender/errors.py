@@ -118,6 +118,14 @@ class DistributedTrainingError(RecommenderError):
         return type(self), (self.failed, self.partitions, self.tolerance)
 
 
+class ListenError(RecommenderError):
+    """`serve` (or `demo`) cannot listen on its address: the port is taken, or not ours to bind. A code of its own:
+    uvicorn exits 3 for it, which is the model store's."""
+
+    http_status = 500
+    exit_code = 9
+
+
 class RequestTooLargeError(RecommenderError):
     """A request body above its route's limit (serve.*_max_body_bytes); reading stopped there."""
 

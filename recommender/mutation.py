@@ -158,6 +158,10 @@ def _size_container(
         if old_limit is not None and not scale_limit:
             new_request = min(new_request, old_limit)  # a request above an unchanged limit would be rejected
         request_text = fmt(new_request)
+        if old_limit is not None and not scale_limit and parse(request_text) > old_limit:
+            # Rounded up to the quantity grid (whole millicores, MiB), a request at a limit off that grid (1.5m,
+            # 10^9 bytes) would pass it and the API server would reject the pod: the limit is the largest it accepts.
+            request_text = limits[name]
         if requests.get(name) != request_text:
             result.changes.append(
                 f"{container.get('name')}: {name} request {requests.get(name, '-')} -> {request_text}"

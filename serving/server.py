@@ -3,11 +3,14 @@ cut off (serving.isolation), and client certificates asked for when mutual TLS i
 
 from __future__ import annotations
 
+import errno
+import socket
 import ssl
 import sys
 
 import uvicorn
 
+from recommender.errors import ListenError
 from serving.app import create_app
 from serving.isolation import guarded_protocol
 from serving.logs import LOG_CONFIG
@@ -39,3 +42,27 @@ def run(settings: ServingSettings) -> None:
         ssl_context_factory=tls.context_factory if tls else None,
         log_config=LOG_CONFIG,
     )
+
+
+_CHOOSE = "choose another port with --port (or KOORD_RECOMMENDER_SERVE__PORT)"
+
+
+def ensure_can_listen(host: str, port: int) -> None:
+    """Bind each address uvicorn will (as asyncio does: every address `host` resolves to, SO_REUSEADDR) and let go:
+    a taken port is one line naming it and --port, not uvicorn's JSON log line and the model store's exit code."""
+    where = f"{'[' + host + ']' if ':' in host else host or '*'}:{port}"
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise ListenError(f"cannot listen on {where}: {error.strerror} (KOORD_RECOMMENDER_SERVE__HOST)") from None
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise ListenError(f"port {port} on {host or '*'} is already in use: {_CHOOSE}") from None
+                raise ListenError(f"cannot listen on {where}: {error.strerror}: {_CHOOSE}") from None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import itertools
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -198,6 +200,34 @@ def test_bad_flags_are_clear(cli: Runner, usage_csv: Path) -> None:
     assert result.returncode == 3 and "no model version published yet" in result.stderr
 
 
+def test_bad_flags_and_outputs_are_one_line_and_leave_an_existing_output_whole(
+    cli: Runner, tmp_path: Path, usage_csv: Path
+) -> None:
+    """Issue 39: tracebacks before (an --as-of beyond 64 bits, an --output that is a directory or under a file), and
+    a --horizon of 100000d took 5.9 GB before it was killed."""
+    (tmp_path / "out.json").write_text("kept")
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "a-file").write_text("")
+    as_of = str(int(pd.read_csv(usage_csv)["timestamp"].max()))
+    cases = {
+        ("--as-of", "99999999999999999999"): "--as-of 99999999999999999999: not a Unix time in seconds from 0 to "
+        "253402300799 (the end of the year 9999)",
+        ("--horizon", "100000d"): "--horizon 100000d: at most 7d, the long-term line's week",
+        ("--output", "a-directory"): "--output a-directory: is a directory; give a file name",
+        ("--output", "a-file/out.json"): "--output a-file/out.json: a-file is not a directory",
+    }
+    for (flag, value), says in cases.items():
+        flags = {"--as-of": as_of, "--output": "out.json", flag: value}
+        result = cli("recommend", "--input", str(usage_csv), *itertools.chain(*flags.items()))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"error: {says}") and result.stderr.count("\n") == 1, result.stderr
+    trained = cli("train", "--input", str(usage_csv), "--store", "store", "--as-of", "-1")
+    assert trained.returncode == 2 and "--as-of -1: not a Unix time" in trained.stderr
+    assert (tmp_path / "out.json").read_text() == "kept" and not (tmp_path / "store").exists()
+    for command in ("recommend", "train"):  # the bound is in the help too (without the wrapping's whitespace)
+        assert "atmost7d,thelong-termline'sweek" in "".join(cli(command, "--help").stdout.split())
+
+
 def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
     result = cli("demo", "--no-serve", "--workdir", "demo")
     assert result.returncode == 0, result.stderr
@@ -223,6 +253,23 @@ def test_demo_serves_the_dashboard_and_says_where(tmp_path: Path) -> None:
         logs.seek(0)
         output = logs.read().decode(errors="replace")
     assert f"dashboard: {base}/ui/" in output and "no display here" in output
+
+
+def test_a_taken_port_is_one_line_naming_it_with_its_own_exit_code(cli: Runner, tmp_path: Path) -> None:
+    """Issue 39: uvicorn's JSON log line and exit 3 (the model store's) after the URL; `demo` after its training."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for command in (["serve", "--store", "store"], ["demo", "--workdir", "demo", "--no-open"]):
+            result = cli(*command, "--port", port, env={"KOORD_RECOMMENDER_SERVE__HOST": "127.0.0.1"})
+            assert result.returncode == 9, result.stderr
+            assert result.stderr == (
+                f"error: port {port} on 127.0.0.1 is already in use: choose another port with --port "
+                "(or KOORD_RECOMMENDER_SERVE__PORT)\n"
+            )
+            assert result.stdout == ""
+    assert not (tmp_path / "demo").exists()
 
 
 def test_incremental_training_from_files(cli: Runner, tmp_path: Path) -> None:
@@ -260,6 +307,8 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "latin1.csv": (header + "1,ns,w\xe9,p,c,1,1\n").encode("latin-1"),
         "millis.csv": (header + "".join(lines[:3]) + "1700000000000,ns,w,p,c,1,1\n").encode(),
         "huge.csv": (header + "1,ns,w,p,c,1e300,1\n").encode(),
+        "long-cell.csv": (header + f"1700000000,ns,{'w' * 200_000},p,c,1,1\n" + "1700000300,ns,w,p,c,x,1\n").encode(),
+        "long-number.csv": (header + f"1700000000,ns,w,p,c,{'x' * 100_000},1\n").encode(),
     }
     expected = {
         "truncated.csv.gz": r", line \d+: cannot be read: Compressed file ended before the end-of-stream marker",
@@ -269,6 +318,8 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "latin1.csv": r", line 2, column 'workload': byte 0xe9 at character 7 is not UTF-8",
         "millis.csv": r", line 5, column 'timestamp': timestamp 1700000000000 is in the future",
         "huge.csv": r", line 2, column 'cpu_cores': cpu_cores 1e\+300 is above the ceiling of 2048 cores",
+        "long-cell.csv": r", line 2, column 'workload': the cell is longer than 131,072 characters",
+        "long-number.csv": r", line 2, column 'cpu_cores': 'x{40}'\.\.\. \(100,000 characters\) is not a number",
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
@@ -277,8 +328,8 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 @pytest.mark.parametrize(
     ("name", "command"),
-    [(name, "train") for name in ("truncated.csv.gz", "quote.csv", "header.csv", "millis.csv")]
-    + [("truncated.csv.gz", "recommend")],
+    [(name, "train") for name in ("truncated.csv.gz", "quote.csv", "header.csv", "millis.csv", "long-cell.csv")]
+    + [(name, "recommend") for name in ("truncated.csv.gz", "long-cell.csv", "long-number.csv")],
 )
 def test_hostile_files_are_one_line_errors_with_the_bad_input_code(
     cli: Runner, tmp_path: Path, name: str, command: str
@@ -290,7 +341,8 @@ def test_hostile_files_are_one_line_errors_with_the_bad_input_code(
     # Beside the progress lines a log gets (stderr is no terminal here), the error is one line.
     lines = [line for line in result.stderr.strip().splitlines() if not PROGRESS.match(line)]
     assert len(lines) == 1, result.stderr
-    assert re.fullmatch("error: " + re.escape(name) + expected + ".*", lines[0]), result.stderr
+    assert re.fullmatch("error: " + re.escape(name) + expected + ".*", lines[0]), result.stderr[:1000]
+    assert len(lines[0]) < 300, "a cell is quoted by its first characters only"
     assert not (tmp_path / "store").exists() and not (tmp_path / "out.json").exists()
 
 

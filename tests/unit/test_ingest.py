@@ -12,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.ingest import SampleBounds, iter_usage_batches, quarantine, read_oom_events, read_usage
+from pipelines.ingest import (
+    MAX_CELL_CHARACTERS,
+    SampleBounds,
+    iter_usage_batches,
+    quarantine,
+    read_oom_events,
+    read_usage,
+)
 from pipelines.settings import IngestSettings
 from recommender.errors import InputFileError
 from tests.conftest import make_usage
@@ -321,6 +328,32 @@ def test_bytes_that_are_not_utf8_name_line_and_column(tmp_path: Path) -> None:
     header.write_bytes(b"timestamp,namespace,w\xffrkload\n")
     with pytest.raises(InputFileError, match=r"header\.csv, line 1: byte 0xff at character 22 is not UTF-8"):
         read_usage(header, BOUNDS)
+
+
+def test_a_cell_longer_than_the_csv_module_takes_is_one_error_quoting_only_a_prefix(tmp_path: Path) -> None:
+    """Issue 39: such a cell was a traceback of the csv module when the file had another problem, and a bad cell
+    was echoed whole."""
+    long = "w" * (MAX_CELL_CHARACTERS + 1)
+    bad = "1700000300,ns,w,p,c,lots,1\n"  # makes the fast parser give up: the slow re-read meets the long cell
+    cases = {
+        "valid-otherwise.csv": (rows_text(2) + f"1,ns,{long},p,c,1,1\n", 4, "workload"),
+        "then-bad.csv": (f"1,ns,{long},p,c,1,1\n" + bad, 2, "workload"),
+        "quoted.csv": (f'1,"ns,{long}",w,p,c,1,1\n' + bad, 2, "namespace"),
+        "number.csv": (f"1,ns,w,p,c,{long},1\n", 2, "cpu_cores"),
+    }
+    for name, (body, line, column) in cases.items():
+        error = read_both_ways(write(tmp_path / name, HEADER + "\n" + body))
+        assert (error.line, error.column) == (line, column), name
+        assert str(error).endswith("the cell is longer than 131,072 characters, the most a cell may hold")
+    with pytest.raises(InputFileError, match=r"header\.csv, line 1: the cell is longer than 131,072 characters"):
+        read_usage(write(tmp_path / "header.csv", HEADER + "," + long + "\n" + rows_text(1)), BOUNDS)
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes((HEADER + "\n" + f"1,ns,{long},p\xe9,c,1,1\n").encode("latin-1"))
+    error = read_both_ways(latin1)
+    assert (error.line, error.column) == (2, "pod") and "byte 0xe9" in str(error)
+    shorter = write(tmp_path / "shorter.csv", HEADER + "\n" + f"1,ns,w,p,c,{'x' * 100_000},1\n")
+    error = read_both_ways(shorter)
+    assert str(error).endswith(f"{'x' * 40!r}... (100,000 characters) is not a number"), str(error)[:300]
 
 
 def test_a_header_without_a_newline_is_an_empty_file(tmp_path: Path) -> None:

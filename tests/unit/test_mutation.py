@@ -265,3 +265,43 @@ def test_a_stale_recommendation_is_not_applied_and_says_why() -> None:
     result = mutate(original, "shop", lookup_of(stale).get, WebhookSettings(), "v1", ON)
     assert resources(result.pod) == RESOURCE_SHAPES["both"]
     assert any("stale" in warning for warning in result.warnings)
+
+
+@st.composite
+def off_grid_resources(draw: st.DrawFn) -> dict[str, Any]:
+    """Limits anywhere, off the grid the webhook rounds to (a 1.5m CPU limit, 10^9 bytes of memory), and requests
+    from 0 up to them, or none."""
+    found: dict[str, Any] = {"requests": {}, "limits": {}}
+    for name, unit, largest in (("cpu", "u", 64_000_000), ("memory", "", 2**40)):
+        limit = draw(st.integers(1, largest))
+        found["limits"][name] = f"{limit}{unit}"
+        request = draw(st.one_of(st.none(), st.integers(0, limit)))
+        if request is not None:
+            found["requests"][name] = f"{request}{unit}"
+    return found
+
+
+@given(
+    shape=off_grid_resources(),
+    cpu=st.floats(0, 100),
+    memory=st.floats(0, 2.0**41),
+    controlled=st.sampled_from(["RequestsOnly", "RequestsAndLimits"]),
+)
+@hsettings(max_examples=300, deadline=None)
+def test_rounding_never_puts_a_request_above_its_limit(
+    shape: dict[str, Any], cpu: float, memory: float, controlled: str
+) -> None:
+    """Issue 39: a 0 request with a 1.5m limit was patched to a 2m request, which the API server rejects."""
+    rec = recommendation("shop", "web", "main", cpu, memory)
+    webhook = WebhookSettings(policies=[WebhookPolicy(controlled_values=controlled)])
+    found = resources(
+        mutate(pod("deployment", "web", [container("main", shape)]), "shop", lookup_of(rec).get, webhook, "v1", ON).pod
+    )
+    for name, parse in (("cpu", cpu_cores_from_quantity), ("memory", memory_bytes_from_quantity)):
+        assert parse(found["requests"][name]) <= parse(found["limits"][name]), (name, found)
+
+
+def test_a_request_rounded_past_an_off_grid_limit_is_the_limit() -> None:
+    original = pod("deployment", "web", [container("main", {"requests": {"cpu": "0"}, "limits": {"cpu": "1500u"}})])
+    found = resources(mutate(original, "shop", RECS.get, WebhookSettings(), "v1", ON).pod)
+    assert found["requests"]["cpu"] == "1500u" and found["limits"]["cpu"] == "1500u"

@@ -20,6 +20,7 @@ from pipelines import train
 from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource, _concat_rows, _per_row, plan_batches
 from pipelines.settings import PrometheusSettings
+from recommender.errors import PrometheusError
 
 PODS = {"a": ["a-web-5d4f8b9c7-x1x1x"], "b": ["b-batch-1"]}
 
@@ -91,11 +92,12 @@ POISONED = {
     "bad-1": {"cpu": (100, "1e300")},
     "neg-1": {"memory": (7, "-5")},
     "inf-1": {"cpu": (3, "+Inf")},
+    "nan-1": {"memory": (5, "NaN")},
 }
 
 
 def poisoned(request: httpx.Request) -> httpx.Response:
-    """A Prometheus whose answers hold one impossible sample in three of four pods (each its own workload)."""
+    """A Prometheus whose answers hold one impossible sample in four of five pods (each its own workload)."""
     form = parse_qs(request.content.decode())
     if request.url.path.endswith("/series"):
         match = form["match[]"][0]
@@ -133,16 +135,45 @@ def test_a_container_with_an_impossible_sample_is_quarantined_by_name_and_never_
     settings = Settings(store={"path": tmp_path}, prometheus={"url": "http://prom.test", "history_seconds": 287 * STEP})
     with caplog.at_level(logging.WARNING, logger="pipelines.ingest"):
         manifest, _ = train.train_from_prometheus(settings, as_of=START + 288 * STEP)
-    assert set(manifest.quarantined) == {"a/bad-1/main", "a/neg-1/main", "a/inf-1/main"}
+    assert set(manifest.quarantined) == {"a/bad-1/main", "a/neg-1/main", "a/inf-1/main", "a/nan-1/main"}
     assert manifest.quarantined["a/bad-1/main"] == (
         f"cpu_cores 1e+300 is above the ceiling of 2048 cores per container (ingest.max_cpu_cores) at {START + 100 * STEP}"
     )
     assert "negative memory_bytes -5.0" in manifest.quarantined["a/neg-1/main"]
     assert "inf is not a finite number" in manifest.quarantined["a/inf-1/main"]
-    assert manifest.row_counts["quarantined_containers"] == 3 and manifest.row_counts["usage_rows"] == 288
+    # Issue 39: a NaN was dropped silently, the rest of the container's samples used.
+    assert manifest.quarantined["a/nan-1/main"] == f"memory_bytes NaN is not a finite number at {START + 5 * STEP}"
+    assert manifest.row_counts["quarantined_containers"] == 4 and manifest.row_counts["usage_rows"] == 288
     published = ModelStore(tmp_path).load().recommendations.recommendations
     assert [(r.workload, r.container) for r in published] == [("web-1", "main")]
     assert "quarantined a/bad-1/main (none of its samples are used): cpu_cores 1e+300" in caplog.text
+
+
+def test_when_every_sample_is_quarantined_the_error_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 39: a fleet whose every line is NaN (one broken exporter) read as "no usage samples"."""
+
+    def all_nan(request: httpx.Request) -> httpx.Response:
+        answer = poisoned(request)
+        return httpx.Response(
+            answer.status_code, content=answer.content.replace(b'"0.5"', b'"NaN"').replace(b'"1e9"', b'"NaN"')
+        )
+
+    monkeypatch.setattr(
+        train, "PrometheusClient", lambda s: PrometheusClient(s, transport=httpx.MockTransport(all_nan))
+    )
+    settings = Settings(store={"path": tmp_path}, prometheus={"url": "http://prom.test", "history_seconds": 287 * STEP})
+    with caplog.at_level(logging.WARNING, logger="pipelines.ingest"), pytest.raises(PrometheusError) as caught:
+        train.train_from_prometheus(settings, as_of=START + 288 * STEP)
+    said = str(caught.value)
+    assert "no usage samples left between" in said and "all 5 container(s) with samples were quarantined" in said
+    assert "(see the warnings), the first a/bad-1/main: cpu_cores 1e+300 is above the ceiling" in said
+    assert (
+        f"quarantined a/web-1/main (none of its samples are used): cpu_cores NaN is not a finite number at {START}"
+        in (caplog.text)
+    )
+    assert not (tmp_path / "latest").exists()
 
 
 def test_the_newest_step_is_the_reads_end_for_a_live_fleet_else_the_last_step_with_a_line() -> None:
