@@ -90,18 +90,18 @@ def main() -> None:
         grid = grid[known_from <= first - 7 * 288]  # scored: 7 days of history at the first issue, as rolling.py
         scored = grid[:, first : first + len(plan.issue_times()) * per_issue]
 
-        def report(name: str, lines: np.ndarray, seconds: float = 0.0) -> None:
+        def report(name: str, lines: np.ndarray, seconds: float, resource: str, scored: np.ndarray) -> None:
             drawn = np.repeat(lines.T, per_issue, axis=1)
             print(resource, name, scores(drawn, scored, FLOORS[resource]), f"{seconds:.0f} s", flush=True)
 
         for name, steps in (("roll_max_1h", 12), ("roll_max_6h", 72)):
-            report(name, rolling_max(grid, grid_start, plan, steps))
+            report(name, rolling_max(grid, grid_start, plan, steps), 0.0, resource, scored)
         for variant, parameters in json.loads(args.variants).items():
             for level in (0.01, 0.05):
                 model = LiveLineForecaster(target_violation=level).set_params(**parameters)
                 started = time.monotonic()
                 lines = replay_resource(grid, grid_start, plan, model, quiet)
-                report(f"{variant} built for {level:.0%}", lines, time.monotonic() - started)
+                report(f"{variant} built for {level:.0%}", lines, time.monotonic() - started, resource, scored)
 
 
 if __name__ == "__main__":
