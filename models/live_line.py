@@ -229,23 +229,9 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
 
     @classmethod
     def from_settings(cls, settings: LiveLineSettings, target_violation: float, step_seconds: int = 300) -> Self:
+        """The model of these settings (each field but `enabled` is the parameter of its name) at a risk level."""
         return cls(
-            target_violation=target_violation,
-            horizon_seconds=settings.horizon_seconds,
-            step_seconds=step_seconds,
-            origin_stride_seconds=settings.origin_stride_seconds,
-            training_days=settings.training_days,
-            max_training_rows=settings.max_training_rows,
-            min_history_steps=settings.min_history_steps,
-            quantile_trees=settings.quantile_trees,
-            trees_quantile=settings.trees_quantile,
-            max_iter=settings.max_iter,
-            learning_rate=settings.learning_rate,
-            max_leaf_nodes=settings.max_leaf_nodes,
-            min_samples_leaf=settings.min_samples_leaf,
-            fairness_tolerance=settings.fairness_tolerance,
-            adaptation_rate=settings.adaptation_rate,
-            own_adaptation_rate=settings.own_adaptation_rate,
+            target_violation=target_violation, step_seconds=step_seconds, **settings.model_dump(exclude={"enabled"})
         )
 
     @property
