@@ -538,7 +538,7 @@ def _node_backtest(
     input: Path, report: Path | None, settings: Settings, node_cpu: str, node_memory: str, seed: int, outages: float
 ) -> None:
     from pipelines.node_backtest import NODE_STAGES, run_node_backtest
-    from pipelines.node_backtest_report import summary_table, write_node_report
+    from pipelines.node_backtest_report import equal_table, summary_table, write_node_report
 
     try:
         size = {"cpu": cpu_cores_from_quantity(node_cpu), "memory": memory_bytes_from_quantity(node_memory)}
@@ -546,10 +546,16 @@ def _node_backtest(
         raise ConfigurationError(f"--node-cpu/--node-memory: {error}") from None
     with _progress(NODE_STAGES) as step:
         result = run_node_backtest(input, settings, size, seed=seed, outage_fraction=outages, step=step)
-        written = write_node_report(report, result, input.name) if report is not None else []
+        target = settings.colocation.live_line_target_violation
+        written = write_node_report(report, result, input.name, target) if report is not None else []
     for resource in ("cpu", "memory"):
         sys.stdout.write(
             f"\n{resource} (all days, complete metrics)\n" + summary_table(result, "all", "complete", resource) + "\n"
+        )
+        sys.stdout.write(
+            f"\n{resource}: room against Koordinator's usage policy at equal violations\n"
+            + equal_table(result, resource)
+            + "\n"
         )
     err.print(
         f"{len(result.placement.names)} nodes, {len(result.decision_days)} decision days in {result.seconds:.0f} s"

@@ -26,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_labels, require_columns
 from models.forecast import nan_quantile, usage_grid
+from models.live_line import LiveLineForecaster
 from models.migration import migrate_node_state
 from models.placed import high_priority_rows
 from models.pods import USAGE_COLUMNS
@@ -34,7 +35,7 @@ from models.workload import FleetForecaster
 from recommender import colocation
 from recommender.arrays import FloatArray, IntArray, maximum_at_cells
 from recommender.resources import NodeForecast, NodePod, NodeResourceLines
-from recommender.settings import ColocationSettings
+from recommender.settings import ColocationSettings, LiveLineSettings
 
 RESOURCE_COLUMNS = {
     "cpu": ("cpu_cores", "cpu_request_cores", "cpu_limit_cores"),
@@ -257,6 +258,14 @@ def _banded_rises(
     padded = np.pad(table, ((0, 0), (width, width)), constant_values=-np.inf)
     banded: FloatArray = sliding_window_view(padded, 2 * width + 1, axis=1).max(axis=2)
     return banded, table.max(axis=1, keepdims=True)
+
+
+def node_live_line(live: LiveLineSettings, colocation: ColocationSettings, step_seconds: int) -> LiveLineForecaster:
+    """The (unfitted) learned live line of a node's pooled high-priority usage: the containers' model and settings,
+    at the node room's risk level and horizon (one update: the room is re-issued every pass)."""
+    model = LiveLineForecaster.from_settings(live, colocation.live_line_target_violation, step_seconds)
+    result: LiveLineForecaster = model.set_params(horizon_seconds=colocation.live_line_horizon_seconds)
+    return result
 
 
 def live_rise_reference(grid: FloatArray, limit: float | None) -> float:

@@ -17,6 +17,12 @@ measured usage exceeded that. Methods:
   live rise table allows from that level (`models.nodes.level_rise_table`, learned at each decision from the days
   before it, as the daily training does), capped by the forecast where the settings say so; the forecast-only value
   while the measurement is stale;
+- ours_live_line: the live loop's room from the node's learned live line (`models.live_line` fitted on the node
+  grid, `models.nodes.node_live_line`): re-issued every step, the cadence of the live loop's passes on 5-minute data,
+  from the measured usage before it, refitted on the data before the first decision day and weekly after
+  (`LIVE_LINE_REFIT_DAYS`), calibrated online; `colocation.line_reclaimable` (allocatable minus the larger of the
+  live level and the line times the resource's `live_line_factor`), the ours_live value where no line is issued or
+  the measurement is stale;
 - ours_forecast_only: the same as ours without any measurement after the decision, at the forecast-only margin
   (what `serve` offers between daily trainings, which see no live usage);
 - koordinator_our_ratio: Koordinator's usage policy, on its own live usage, with the node's reclaim ratio set as
@@ -37,7 +43,12 @@ For the three paths without our daily forecast's measurement floor (ours_forecas
 ours_live; beside them ours_live_weekly_max, the live room's earlier form: the node's largest rise of the week at
 every level, for the record) the margin is also swept (`MARGIN_GRID`, complete metrics): `NodeBacktestResult.chosen_margin` is the
 smallest with at most the violations of Koordinator's usage policy on the validation days, the rule the settings'
-defaults were chosen by. The fair comparison (`NodeBacktestResult.fair`) tunes Koordinator's knob (usage threshold,
+defaults were chosen by. The comparison that replaces that rule (issue 38) is at equal violations
+(`NodeBacktestResult.equal`): the node live line's factor (`LINE_FACTOR_GRID`) and Koordinator's usage threshold
+(`USAGE_THRESHOLD_GRID`) are swept, each gives a room-against-violations curve per part, and the room is read at the
+method's own violation count as served and at 0.1 % and 1 % of the part's node-steps (`best_within`: the best point
+within the budget, no interpolation), for ours_live_line and ours_live. The fair comparison
+(`NodeBacktestResult.fair`) tunes Koordinator's knob (usage threshold,
 mid safety margin) on the validation days to at most each method's violations there and judges both on the
 held-out days.
 """
@@ -53,19 +64,23 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
+from sklearn.base import clone
 
 from models.ensemble import line_forecaster
 from models.histogram import MAX_DECAY_EXPONENT, ExponentialBuckets
+from models.live_line import LiveLineForecaster
 from models.nodes import (
     activity_rise_tables,
     group_sums,
     level_rise_table,
     live_rise_reference,
     node_activity,
+    node_live_line,
     rise_allowance,
 )
 from pipelines.backtest import RESOURCES, Fleet, daily_candidate_lines, load_fleet, selected_lines
 from pipelines.ingest import SampleBounds
+from pipelines.replay import ReplayPlan, learned_issues
 from pipelines.settings import TrainingSettings
 from recommender import colocation
 from recommender.arrays import FloatArray, IntArray
@@ -75,6 +90,7 @@ from recommender.settings import ResourceColocation
 BATCH_METHODS = (
     "ours",
     "ours_live",
+    "ours_live_line",
     "ours_forecast_only",
     "koordinator_our_ratio",
     "koordinator_usage",
@@ -87,10 +103,17 @@ SCENARIOS = ("complete", "outages")
 #: `serve` offers between trainings and the reclaim-ratio label; the settings' defaults are chosen from this sweep.
 MARGIN_GRID = tuple(round(0.005 * i, 3) for i in range(61))
 SWEEP_PARTS = ("validation", "held_out")
+#: Factors on the node's learned live line swept for its room-against-violations curve (complete metrics).
+LINE_FACTOR_GRID = tuple(round(0.7 + 0.025 * i, 3) for i in range(53))
+#: The node live line is refitted at the first decision day and every this many days after: the daily training
+#: would refit it every day; weekly (which the issue allows) keeps the replay's fits to a few per resource.
+LIVE_LINE_REFIT_DAYS = 7
+#: Violation budgets of the equal-violation comparison besides our own count, shares of the part's node-steps.
+VIOLATION_BUDGETS = (0.001, 0.01)
 
-#: The stages `run_node_backtest` reports: reading, then per resource the node short- and long-term candidates and
-#: Koordinator mid's replay.
-NODE_STAGES = 1 + 3 * len(RESOURCES)
+#: The stages `run_node_backtest` reports: reading, then per resource the node short- and long-term candidates,
+#: Koordinator mid's replay and the node live line's replay per scenario.
+NODE_STAGES = 1 + 3 * len(RESOURCES) + len(SCENARIOS) * len(RESOURCES)
 
 
 @dataclass(frozen=True)
@@ -262,10 +285,79 @@ def _summary_of(offers: Offered, batch: FloatArray, columns: slice, step_seconds
     )
 
 
-#: (margin as a share of allocatable, summary per part) for each swept margin, smallest first.
+#: (knob value, summary per part) for each swept value: a margin (share of allocatable, smallest first), a factor on
+#: the live line, or Koordinator's usage threshold (percent).
 Sweep = list[tuple[float, dict[str, MethodSummary]]]
 #: (Koordinator's tuned knob value, its summary per part), or None when no swept value was as safe.
 Tuned = tuple[float, dict[str, MethodSummary]] | None
+#: A knob value and the summary it gave on one part.
+Point = tuple[float, MethodSummary]
+
+
+def sweep(
+    offers: Offered,
+    make: Callable[[float], FloatArray],
+    grid: Sequence[float],
+    parts: dict[str, slice],
+    step_seconds: int,
+) -> Sweep:
+    """Each knob value's offer (`make`) judged on the validation and the held-out days."""
+    return [
+        (value, {part: _summary_of(offers, make(value), parts[part], step_seconds) for part in SWEEP_PARTS})
+        for value in grid
+    ]
+
+
+def best_within(swept: Sweep, part: str, budget: int) -> Point | None:
+    """The swept point with the most room on `part` among those with at most `budget` violations there (None: none
+    is that safe): a room-against-violations curve read at a budget, with no interpolation between points, so the
+    room it gives never grows as the budget shrinks."""
+    within = [(value, found[part]) for value, found in swept if found[part].violations <= budget]
+    return max(within, key=lambda point: point[1].reclaimed, default=None)
+
+
+@dataclass(frozen=True)
+class RoomAtBudget:
+    """Ours and Koordinator's usage policy at one violation budget (node-steps) on one part."""
+
+    budget: int
+    ours: Point | None
+    koordinator: Point | None
+
+    @property
+    def gain(self) -> float | None:
+        """Our room over Koordinator's - 1; None when either has no point within the budget or Koordinator none."""
+        if self.ours is None or self.koordinator is None or self.koordinator[1].reclaimed <= 0:
+            return None
+        return self.ours[1].reclaimed / self.koordinator[1].reclaimed - 1.0
+
+
+@dataclass(frozen=True)
+class EqualViolations:
+    """A method's room against Koordinator's usage policy at equal violations on one part: at the violation count of
+    the method as served (its knob from the settings; Koordinator's threshold the best within that count), and at
+    each of `VIOLATION_BUDGETS` of the part's node-steps (each the best swept point within it). Koordinator's
+    threshold is picked on the same days it is judged: the comparison is between the two curves, not a forecast of
+    Koordinator's tuning."""
+
+    node_steps: int
+    served: float
+    at: dict[str, RoomAtBudget]
+
+
+def budget_name(share: float) -> str:
+    return f"{share * 100:g} %"
+
+
+def equal_violations(ours: Sweep, served: Point, koordinator: Sweep, part: str, node_steps: int) -> EqualViolations:
+    """`EqualViolations` of a method's sweep (`served`: its knob and summary as the settings serve it)."""
+    at = {"ours": RoomAtBudget(served[1].violations, served, best_within(koordinator, part, served[1].violations))}
+    for share in VIOLATION_BUDGETS:
+        budget = int(share * node_steps)
+        at[budget_name(share)] = RoomAtBudget(
+            budget, best_within(ours, part, budget), best_within(koordinator, part, budget)
+        )
+    return EqualViolations(node_steps, served[0], at)
 
 
 @dataclass(frozen=True)
@@ -280,6 +372,11 @@ class NodeBacktestResult:
     sweeps: dict[str, dict[str, Sweep]]  # resource -> method -> its margin sweep (complete metrics)
     fair: dict[str, dict[str, Tuned]]  # resource -> method -> Koordinator tuned to its validation violations
     seconds: float
+    #: resource -> the node live line's factor sweep, and Koordinator's usage-threshold sweep (complete metrics)
+    line_sweeps: dict[str, Sweep] = field(default_factory=dict)
+    koordinator_sweeps: dict[str, Sweep] = field(default_factory=dict)
+    #: resource -> method (ours_live_line, ours_live) -> part -> its room against Koordinator's at equal violations
+    equal: dict[str, dict[str, dict[str, EqualViolations]]] = field(default_factory=dict)
 
     def chosen_margin(self, resource: str, method: str) -> float | None:
         """The smallest swept margin (most room) whose violations on the validation days are at most those of
@@ -289,6 +386,13 @@ class NodeBacktestResult:
             (fraction for fraction, found in self.sweeps[resource][method] if found["validation"].violations <= bound),
             None,
         )
+
+    def chosen_factor(self, resource: str, target_violation: float) -> float | None:
+        """The smallest swept factor on the node live line (most room) whose violations on the validation days are at
+        most `target_violation` of their node-steps: the rule the settings' live-line factors are chosen by."""
+        bound = int(target_violation * self.equal[resource]["ours_live_line"]["validation"].node_steps)
+        found = best_within(self.line_sweeps[resource], "validation", bound)
+        return None if found is None else found[0]
 
 
 def _forecast_lines(
@@ -471,6 +575,8 @@ def run_node_backtest(
     outages = outage_mask(n_nodes, end - start, outage_fraction, seed)
     offered: dict[str, dict[str, Offered]] = {s: {} for s in SCENARIOS}
     sweeps: dict[str, dict[str, Sweep]] = {}
+    line_sweeps: dict[str, Sweep] = {}
+    koordinator_sweeps: dict[str, Sweep] = {}
     fair: dict[str, dict[str, Tuned]] = {}
     half = len(decision_days) // 2 * per_day
     parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
@@ -531,6 +637,7 @@ def run_node_backtest(
             grid, requested, decision_days, per_day, col.live_rise_band_fraction, mine, activity_steps
         )
         activity = node_activity(grid, activity_steps) if activity_steps else None
+        line_model = node_live_line(settings.live_line, col, step_seconds)
         for scenario in SCENARIOS:
             measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
             full_measured = np.concatenate([np.ones((n_nodes, start), dtype=bool), measured], axis=1)
@@ -582,6 +689,16 @@ def run_node_backtest(
 
             offers.batch["ours_forecast_only"] = forecast_only(blind_fraction)
             offers.batch["ours_live"] = served_live(mine.live_margin_fraction)
+            step(f"{resource}: node live line, issued every step ({scenario} metrics)")
+            node_line = node_live_lines(grid, full_measured, fleet.origin, start, end, line_model, step)
+
+            def line_room(factor: float) -> FloatArray:
+                """What the live loop serves from the node's learned live line at this factor (the rise tables' room
+                where no line is issued or the measurement is stale)."""
+                value = colocation.line_reclaimable(alloc[:, None], 0.0, 0.0, 0.0, live_level, factor * node_line)
+                return np.where(np.isnan(value), offers.batch["ours_live"], value)
+
+            offers.batch["ours_live_line"] = line_room(mine.live_line_factor)
             offers.batch["koordinator_our_ratio"] = with_our_ratio(mine.reclaim_ratio_margin_fraction)
             paths = (
                 ("ours_forecast_only", forecast_only),
@@ -590,19 +707,11 @@ def run_node_backtest(
                 ("ours_live_weekly_max", live_room(largest_jump)),
             )
             if scenario == "complete":
-                sweeps[resource] = {
-                    path: [
-                        (
-                            fraction,
-                            {
-                                part: _summary_of(offers, make(fraction), parts[part], step_seconds)
-                                for part in SWEEP_PARTS
-                            },
-                        )
-                        for fraction in MARGIN_GRID
-                    ]
-                    for path, make in paths
-                }
+                sweeps[resource] = {path: sweep(offers, make, MARGIN_GRID, parts, step_seconds) for path, make in paths}
+                line_sweeps[resource] = sweep(offers, line_room, LINE_FACTOR_GRID, parts, step_seconds)
+                koordinator_sweeps[resource] = sweep(
+                    offers, koordinator_usage(alloc, live[:, start:end], age), USAGE_THRESHOLD_GRID, parts, step_seconds
+                )
             for policy in policies:
                 used, _ = last_measured(np.nan_to_num(hp_used[policy]), full_measured)
                 offers.batch[f"koordinator_{policy}"] = colocation.koordinator_batch(
@@ -635,6 +744,25 @@ def run_node_backtest(
         }
         for part, columns in parts.items()
     }
+    equal = {
+        resource: {
+            method: {
+                part: equal_violations(
+                    swept,
+                    (knob, summaries[part]["complete"][resource][method]),
+                    koordinator_sweeps[resource],
+                    part,
+                    int(np.sum(~np.isnan(offered["complete"][resource].hp[:, parts[part]]))),
+                )
+                for part in SWEEP_PARTS
+            }
+            for method, swept, knob in (
+                ("ours_live_line", line_sweeps[resource], col.of(resource).live_line_factor),
+                ("ours_live", sweeps[resource]["ours_live"], col.of(resource).live_margin_fraction),
+            )
+        }
+        for resource in RESOURCES
+    }
     return NodeBacktestResult(
         where,
         decision_days,
@@ -646,6 +774,9 @@ def run_node_backtest(
         sweeps,
         fair,
         time.perf_counter() - started,
+        line_sweeps=line_sweeps,
+        koordinator_sweeps=koordinator_sweeps,
+        equal=equal,
     )
 
 
@@ -712,8 +843,40 @@ FAIR_PAIRS = {
     "ours_forecast_only": "usage",
     "koordinator_our_ratio": "usage",
     "ours_live": "usage",
+    "ours_live_line": "usage",
     "ours_mid": "mid",
 }
+
+
+def node_live_lines(
+    grid: FloatArray,
+    measured: npt.NDArray[np.bool_],
+    origin: int,
+    start: int,
+    end: int,
+    model: LiveLineForecaster,
+    step: Step,
+) -> FloatArray:
+    """(nodes x steps of [start, end)) the node's learned live line as the live loop issues it every step: from the
+    measured usage before that step (`measured` masks the grid: the gaps of an outage reach its fits and its issues),
+    refitted on the columns before the first step and every `LIVE_LINE_REFIT_DAYS` after (`replay.learned_issues`),
+    calibrated online; NaN where it cannot serve. Column 0 of `grid` starts at `origin` (Unix seconds)."""
+    step_seconds = model.step_seconds
+    plan = ReplayPlan(
+        origin + start * step_seconds, origin + end * step_seconds, step_seconds, LIVE_LINE_REFIT_DAYS * 86400
+    )
+    seen = np.where(measured, grid, np.nan)
+    lines: FloatArray = learned_issues(seen, origin, plan, clone(model), step).T
+    return lines
+
+
+def koordinator_usage(alloc: FloatArray, live_usage: FloatArray, age: FloatArray) -> Callable[[float], FloatArray]:
+    """Koordinator's usage policy on its live usage at a reclaim threshold (percent): its one knob."""
+
+    def usage(percent: float) -> FloatArray:
+        return colocation.koordinator_batch(alloc[:, None], percent, 0.0, 0.0, live_usage, age)
+
+    return usage
 
 
 def _fair_comparisons(
@@ -727,10 +890,7 @@ def _fair_comparisons(
 ) -> dict[str, Tuned]:
     """Per method, Koordinator with its knob tuned on the validation days to at most that method's violations there
     (`tuned_threshold`); None when no swept value is that safe."""
-
-    def usage(percent: float) -> FloatArray:
-        return colocation.koordinator_batch(alloc[:, None], percent, 0.0, 0.0, live_usage, age)
-
+    usage = koordinator_usage(alloc, live_usage, age)
     out: dict[str, Tuned] = {}
     for method, rule in FAIR_PAIRS.items():
         bound = _summary_of(offers, offers.batch[method], parts["validation"], step_seconds).violations

@@ -16,6 +16,7 @@ from pipelines.node_backtest import (
     SWEEP_PARTS,
     NodeBacktestResult,
     Offered,
+    Point,
     summarize,
 )
 from presentation.charts import save_png
@@ -26,6 +27,7 @@ UNIT = {"cpu": ("core-h", 1.0), "memory": ("GiB-h", GIB)}
 COLOURS = {
     "ours": "#08306b",
     "ours_live": "#8c564b",
+    "ours_live_line": "#bcbd22",
     "ours_forecast_only": "#2ca02c",
     "koordinator_our_ratio": "#17becf",
     "koordinator_usage": "#d62728",
@@ -37,6 +39,7 @@ COLOURS = {
 REFERENCE = {
     "ours": "koordinator_usage",
     "ours_live": "koordinator_usage",
+    "ours_live_line": "koordinator_usage",
     "ours_forecast_only": "koordinator_usage",
     "koordinator_our_ratio": "koordinator_usage",
     "ours_mid": "koordinator_mid",
@@ -149,7 +152,67 @@ def fair_table(result: NodeBacktestResult, resource: str) -> str:
     return "\n".join(rows)
 
 
-def report_markdown(result: NodeBacktestResult, source: str) -> str:
+#: How each compared method's knob reads: the node live line's factor, the rise tables' margin.
+KNOBS = {"ours_live_line": ("factor", 1.0, "{:g}"), "ours_live": ("margin", 100.0, "{:g} %")}
+
+
+def _point(point: Point | None, unit: str, scale: float, knob: str) -> str:
+    if point is None:
+        return "none within the budget"
+    value, found = point
+    return f"{knob.format(value)}: {found.reclaimed / scale:,.0f} {unit}, {found.violations}"
+
+
+def equal_table(result: NodeBacktestResult, resource: str) -> str:
+    """Room against Koordinator's usage policy at equal violations (complete metrics), per part and method: at the
+    method's violation count as served, and at 0.1 % and 1 % of the part's node-steps (each side's best swept point
+    with at most that many violations)."""
+    unit, scale = UNIT[resource]
+    rows = [
+        "| part | method | budget (node-steps) | ours: knob, room, violations | Koordinator usage: threshold, room, "
+        "violations | room vs Koordinator |",
+        "|---|---|---|---|---|---:|",
+    ]
+    for method, parts in result.equal.get(resource, {}).items():
+        name, times, knob = KNOBS[method]
+        for part, found in parts.items():
+            for budget, at in found.at.items():
+                label = f"our count, {at.budget}" if budget == "ours" else f"{budget}, {at.budget}"
+                gain = "n/a" if at.gain is None else f"{at.gain * 100:+.1f} %"
+                ours = _point(None if at.ours is None else (at.ours[0] * times, at.ours[1]), unit, scale, knob)
+                rows.append(
+                    f"| {part.replace('_', ' ')} | {method} ({name} {knob.format(found.served * times)}) | {label} | "
+                    f"{ours} | {_point(at.koordinator, unit, scale, '{:g} %')} | {gain} |"
+                )
+    return "\n".join(rows)
+
+
+def line_sweep_table(result: NodeBacktestResult, resource: str, target_violation: float) -> str:
+    """Room (vs Koordinator's usage policy at its default) and violations of the node live line at every swept
+    factor, on the validation and the held-out days; the rule's factor in a closing line."""
+    reference = {part: result.summaries[part]["complete"][resource]["koordinator_usage"] for part in SWEEP_PARTS}
+    rows = [
+        "| factor | " + " | ".join(f"{part.replace('_', ' ')}: room, violations" for part in SWEEP_PARTS) + " |",
+        "|---:|" + "---:|" * len(SWEEP_PARTS),
+    ]
+    for factor, found in result.line_sweeps.get(resource, []):
+        cells = []
+        for part in SWEEP_PARTS:
+            base = reference[part].reclaimed
+            ratio = f"{(found[part].reclaimed / base - 1) * 100:+.1f} %" if base > 0 else "n/a"
+            cells.append(f"{ratio}, {found[part].violations}")
+        rows.append(f"| {factor:g} | " + " | ".join(cells) + " |")
+    chosen = result.chosen_factor(resource, target_violation) if result.equal else None
+    rows += [
+        "",
+        f"Smallest factor with at most {target_violation * 100:g} % of the validation node-steps violated: "
+        + ("none of the swept factors" if chosen is None else f"{chosen:g}")
+        + ". Room against Koordinator's usage policy at its default threshold.",
+    ]
+    return "\n".join(rows)
+
+
+def report_markdown(result: NodeBacktestResult, source: str, target_violation: float = 0.001) -> str:
     days = result.decision_days
     lines = [
         f"# Node colocation backtest of {source}",
@@ -177,6 +240,21 @@ def report_markdown(result: NodeBacktestResult, source: str) -> str:
             f"## Fair comparison, {resource} (complete metrics; Koordinator tuned on the validation days)",
             "",
             fair_table(result, resource),
+            "",
+        ]
+    for resource in RESOURCES:
+        lines += [
+            f"## Room at equal violations, {resource} (complete metrics; against Koordinator's usage policy, its "
+            "threshold swept)",
+            "",
+            equal_table(result, resource),
+            "",
+        ]
+    for resource in RESOURCES:
+        lines += [
+            f"## Node live line factor sweep, {resource} (complete metrics)",
+            "",
+            line_sweep_table(result, resource, target_violation),
             "",
         ]
     for resource in RESOURCES:
@@ -279,7 +357,9 @@ def node_lines_figure(result: NodeBacktestResult, days: int = 3) -> Figure:
     return figure
 
 
-def write_node_report(directory: Path, result: NodeBacktestResult, source: str) -> list[Path]:
+def write_node_report(
+    directory: Path, result: NodeBacktestResult, source: str, target_violation: float = 0.001
+) -> list[Path]:
     """report.md, over-time.png and node-lines.png in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     written = [
@@ -288,7 +368,7 @@ def write_node_report(directory: Path, result: NodeBacktestResult, source: str) 
         directory / "nodes-outages.png",
         directory / "node-lines.png",
     ]
-    atomic_write_text(written[0], report_markdown(result, source))
+    atomic_write_text(written[0], report_markdown(result, source, target_violation))
     save_png(over_time_figure(result), written[1])
     save_png(over_time_figure(result, "outages"), written[2])
     save_png(node_lines_figure(result), written[3])

@@ -63,10 +63,12 @@ def fallback_line(grid: FloatArray, position: int) -> FloatArray:
     return nan_quantile(grid[:, max(position - STEPS_PER_WEEK, 0) : position], 0.99)
 
 
-def replay_resource(
+def learned_issues(
     grid: FloatArray, grid_start: int, plan: ReplayPlan, model: LiveLineForecaster, step: Step
 ) -> FloatArray:
-    """The (issues x rows) lines of one resource's grid (column 0 starts at `grid_start`)."""
+    """The (issues x rows) learned lines of one resource's grid (column 0 starts at `grid_start`), calibrated online,
+    NaN where the model cannot serve (no fit yet, a cold start, a gap): the live loop's line before its fallback. The
+    node backtest issues the node line through this too."""
     issues = plan.issue_times()
     out = np.full((len(issues), grid.shape[0]), np.nan)
     history = (model.training_days + 8) * 288  # the longest look-back of a fit (7-day features at its oldest origin)
@@ -87,13 +89,22 @@ def replay_resource(
         if previous is not None:
             start, lines = previous
             scale = scale.updated(lines, grid[:, start:position])
-        recent = grid[:, max(position - STEPS_PER_WEEK - 288, 0) : position]
-        learned = model.predict(recent, issued_at=issued) * scale.factors(grid.shape[0]) if fitted else None
-        line = fallback_line(grid, position)
-        if learned is not None:
-            line = np.where(np.isnan(learned), line, learned)
-            previous = (position, learned)
-        out[k] = line
+        if fitted:
+            recent = grid[:, max(position - STEPS_PER_WEEK - 288, 0) : position]
+            out[k] = model.predict(recent, issued_at=issued) * scale.factors(grid.shape[0])
+            previous = (position, out[k])
+    return out
+
+
+def replay_resource(
+    grid: FloatArray, grid_start: int, plan: ReplayPlan, model: LiveLineForecaster, step: Step
+) -> FloatArray:
+    """The (issues x rows) lines of one resource's grid (column 0 starts at `grid_start`): the learned line, the
+    fallback where it cannot serve."""
+    out = learned_issues(grid, grid_start, plan, model, step)
+    for k, issued in enumerate(plan.issue_times()):
+        position = (issued - grid_start) // STEP_SECONDS
+        out[k] = np.where(np.isnan(out[k]), fallback_line(grid, position), out[k])
     return out
 
 

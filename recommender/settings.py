@@ -599,6 +599,45 @@ class ColocationSettings(BaseModel):
             "and 2 h (--nodes backtest; docs/benchmarks.md)."
         ),
     )
+    live_line: bool = Field(
+        True,
+        description=(
+            "Node room from the learned live line of the node's pooled high-priority usage (`models.live_line`, "
+            "fitted on the node grid beside the node models): allocatable minus the larger of the newest measured "
+            "usage and the line times the resource's live_line_factor. False, or no fitted line (cold start, a gap, "
+            "a stale measurement): the live rise tables' room (live margin, rise from the level)."
+        ),
+    )
+    live_line_horizon_seconds: int = Field(
+        300,
+        ge=300,
+        le=86400,
+        description=(
+            "Seconds one issued node line covers (5 min): the live loop re-issues the node room every pass, so the "
+            "line must reach only to the next update, as the live rise does (chosen on the validation days of the "
+            "--nodes backtest against 1 h; docs/benchmarks.md)."
+        ),
+    )
+    live_line_target_violation: float = Field(
+        0.001,
+        gt=0,
+        lt=0.5,
+        description=(
+            "Share of node-steps the node line is fitted and calibrated to be exceeded at (0.1 %: Koordinator's "
+            "default usage policy leaves 0.002-0.02 % of node-steps violated on bitbrains-aug; the factor below "
+            "sets the served level)."
+        ),
+    )
+    cpu_live_line_factor: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "Factor on the node's learned CPU live line before it is reserved: the knob of the node room's risk, the "
+            "smallest swept factor whose violations on the --nodes backtest's validation days are at most "
+            "live_line_target_violation of node-steps (docs/benchmarks.md)."
+        ),
+    )
+    memory_live_line_factor: float = Field(1.0, gt=0, description="Same for memory (chosen the same way).")
     cpu_live_rise_history_days: int = Field(
         14,
         gt=0,
@@ -680,6 +719,7 @@ class ColocationSettings(BaseModel):
             forecast_only_margin_fraction=getattr(self, f"{resource}_forecast_only_margin_fraction"),
             reclaim_ratio_margin_fraction=getattr(self, f"{resource}_reclaim_ratio_margin_fraction"),
             live_margin_fraction=getattr(self, f"{resource}_live_margin_fraction"),
+            live_line_factor=getattr(self, f"{resource}_live_line_factor"),
             live_forecast_cap=getattr(self, f"{resource}_live_forecast_cap"),
             live_rise_history_days=getattr(self, f"{resource}_live_rise_history_days"),
             jump_quantile=getattr(self, f"{resource}_jump_quantile"),
@@ -695,6 +735,7 @@ class ResourceColocation:
     forecast_only_margin_fraction: float
     reclaim_ratio_margin_fraction: float
     live_margin_fraction: float
+    live_line_factor: float
     live_forecast_cap: bool
     live_rise_history_days: int
     jump_quantile: float

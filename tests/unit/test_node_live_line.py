@@ -1,0 +1,113 @@
+"""The node room from the learned live line: its room rule, the issue that sees no later data, and the
+equal-violation comparison of the --nodes backtest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.live_line import STEPS_PER_DAY, LiveLineForecaster
+from models.nodes import node_live_line
+from pipelines.node_backtest import (
+    MethodSummary,
+    Sweep,
+    best_within,
+    equal_violations,
+    node_live_lines,
+)
+from recommender import colocation
+from recommender.progress import quiet
+from recommender.settings import ColocationSettings, LiveLineSettings
+from tests.unit.test_live_line import START, bursty_grid
+
+
+def summary(reclaimed: float, violations: int) -> MethodSummary:
+    return MethodSummary(
+        reclaimed=reclaimed,
+        reclaimed_share=0.0,
+        violations=violations,
+        violation_rate=0.0,
+        zero_drops=0,
+        mean_change=0.0,
+    )
+
+
+def curve(points: list[tuple[float, float, int]]) -> Sweep:
+    """A sweep whose held-out part has these (knob, room, violations)."""
+    return [(knob, {"held_out": summary(room, violations)}) for knob, room, violations in points]
+
+
+def test_line_room_reserves_the_line_never_below_the_measurement() -> None:
+    alloc = np.array([[100.0, 100.0, 100.0, 100.0]])
+    last = np.array([[40.0, 40.0, 40.0, np.nan]])
+    line = np.array([[50.0, 30.0, np.nan, 50.0]])
+    room = colocation.line_reclaimable(alloc, 5.0, 0.0, 0.0, last, line)
+    # 100 - 5 - max(40, 50); 100 - 5 - max(40, 30); no line or no measurement: the caller's fallback
+    np.testing.assert_array_equal(room[:, :2], [[45.0, 55.0]])
+    assert np.isnan(room[0, 2]) and np.isnan(room[0, 3])
+    assert colocation.line_reclaimable(10.0, 0.0, 0.0, 0.0, 4.0, 30.0) == 0.0  # floored at 0
+
+
+def test_room_at_a_budget_is_the_best_point_within_it_and_never_shrinks_with_the_budget() -> None:
+    swept = curve([(1.0, 100.0, 9), (1.2, 80.0, 4), (1.4, 85.0, 2), (1.6, 60.0, 0)])
+    assert best_within(swept, "held_out", 0) == (1.6, swept[3][1]["held_out"])
+    # 85 with 2 violations beats 80 with 4: the curve is the best point within the budget, not the nearest knob
+    assert best_within(swept, "held_out", 5) == (1.4, swept[2][1]["held_out"])
+    assert best_within(swept, "held_out", 9) == (1.0, swept[0][1]["held_out"])
+    assert best_within(curve([(1.0, 10.0, 3)]), "held_out", 2) is None
+    rooms = [point[1].reclaimed for b in range(12) if (point := best_within(swept, "held_out", b)) is not None]
+    assert rooms == sorted(rooms) and len(rooms) == 12
+
+
+def test_equal_violations_by_hand() -> None:
+    """Ours as served at 3 violations in 2,000 node-steps; Koordinator's thresholds swept."""
+    ours = curve([(0.8, 150.0, 40), (1.0, 120.0, 3), (1.2, 110.0, 1)])
+    koordinator = curve([(80.0, 130.0, 30), (70.0, 100.0, 5), (65.0, 90.0, 2), (60.0, 75.0, 0)])
+    found = equal_violations(ours, (1.0, ours[1][1]["held_out"]), koordinator, "held_out", 2000)
+    assert found.served == 1.0 and found.node_steps == 2000
+    at_count, tight, loose = found.at["ours"], found.at["0.1 %"], found.at["1 %"]
+    assert at_count.budget == 3 and at_count.koordinator is not None and at_count.koordinator[0] == 65.0
+    assert at_count.gain == pytest.approx(120 / 90 - 1)
+    assert tight.budget == 2 and tight.ours is not None and tight.ours[0] == 1.2
+    assert tight.gain == pytest.approx(110 / 90 - 1)
+    assert loose.budget == 20 and loose.gain == pytest.approx(120 / 100 - 1)  # 0.8's 40 are over 20
+    assert (
+        equal_violations(ours, (1.0, ours[1][1]["held_out"]), curve([(60.0, 75.0, 9)]), "held_out", 0).at["ours"].gain
+        is None
+    )  # Koordinator has no point as safe
+
+
+def test_the_node_line_issued_before_a_cut_sees_nothing_after_it() -> None:
+    """Every sample from a cut onwards changed: each line issued before the cut is unchanged (no peeking), and lines
+    after it move."""
+    grid = bursty_grid(rows=6, days=12, seed=4)
+    measured = np.ones(grid.shape, dtype=bool)
+    start, end = 8 * STEPS_PER_DAY, 10 * STEPS_PER_DAY
+    model = LiveLineForecaster(target_violation=0.01, horizon_seconds=300, training_days=6)
+    before = node_live_lines(grid, measured, START, start, end, model, quiet)
+    cut = start + STEPS_PER_DAY + 37
+    changed = grid.copy()
+    changed[:, cut:] *= 3.0
+    after = node_live_lines(changed, measured, START, start, end, model, quiet)
+    assert before.shape == (6, end - start) and np.isfinite(before).mean() > 0.9
+    np.testing.assert_array_equal(before[:, : cut - start + 1], after[:, : cut - start + 1])
+    assert not np.allclose(before[:, cut - start + 2 :], after[:, cut - start + 2 :], equal_nan=True)
+
+
+def test_the_node_line_sees_only_what_was_measured() -> None:
+    """A node without a measurement for over an hour gets no line (the rise tables' room serves it); the others keep
+    theirs."""
+    grid = bursty_grid(rows=4, days=10, seed=5)
+    measured = np.ones(grid.shape, dtype=bool)
+    start = 8 * STEPS_PER_DAY
+    measured[0, start + 100 : start + 130] = False
+    model = LiveLineForecaster(target_violation=0.01, horizon_seconds=300, training_days=6)
+    lines = node_live_lines(grid, measured, START, start, start + 200, model, quiet)
+    assert np.isnan(lines[0, 113:131]).all() and np.isfinite(lines[0, :100]).all()
+    assert np.isfinite(lines[1:, 100:131]).all()
+
+
+def test_the_node_line_takes_the_node_rooms_level_and_horizon() -> None:
+    colocation_settings = ColocationSettings(live_line_target_violation=0.002, live_line_horizon_seconds=600)
+    model = node_live_line(LiveLineSettings(training_days=9), colocation_settings, 300)
+    assert (model.target_violation, model.horizon_seconds, model.training_days) == (0.002, 600, 9)
