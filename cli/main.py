@@ -546,8 +546,7 @@ def _node_backtest(
         raise ConfigurationError(f"--node-cpu/--node-memory: {error}") from None
     with _progress(NODE_STAGES) as step:
         result = run_node_backtest(input, settings, size, seed=seed, outage_fraction=outages, step=step)
-        target = settings.colocation.live_line_target_violation
-        written = write_node_report(report, result, input.name, target) if report is not None else []
+        written = write_node_report(report, result, input.name) if report is not None else []
     for resource in ("cpu", "memory"):
         sys.stdout.write(
             f"\n{resource} (all days, complete metrics)\n" + summary_table(result, "all", "complete", resource) + "\n"

@@ -59,6 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -103,8 +104,9 @@ SCENARIOS = ("complete", "outages")
 #: `serve` offers between trainings and the reclaim-ratio label; the settings' defaults are chosen from this sweep.
 MARGIN_GRID = tuple(round(0.005 * i, 3) for i in range(61))
 SWEEP_PARTS = ("validation", "held_out")
-#: Factors on the node's learned live line swept for its room-against-violations curve (complete metrics).
-LINE_FACTOR_GRID = tuple(round(0.7 + 0.025 * i, 3) for i in range(53))
+#: Factors on the node's learned live line swept, each with every margin of `MARGIN_GRID`, for its
+#: room-against-violations curve (complete metrics).
+LINE_FACTOR_GRID = tuple(round(0.1 * i, 1) for i in range(2, 13))
 #: The node live line is refitted at the first decision day and every this many days after: the daily training
 #: would refit it every day; weekly (which the issue allows) keeps the replay's fits to a few per resource.
 LIVE_LINE_REFIT_DAYS = 7
@@ -285,22 +287,25 @@ def _summary_of(offers: Offered, batch: FloatArray, columns: slice, step_seconds
     )
 
 
-#: (knob value, summary per part) for each swept value: a margin (share of allocatable, smallest first), a factor on
-#: the live line, or Koordinator's usage threshold (percent).
+#: (knob value, summary per part) for each swept value: a margin (share of allocatable, smallest first), or
+#: Koordinator's usage threshold (percent).
 Sweep = list[tuple[float, dict[str, MethodSummary]]]
 #: (Koordinator's tuned knob value, its summary per part), or None when no swept value was as safe.
 Tuned = tuple[float, dict[str, MethodSummary]] | None
-#: A knob value and the summary it gave on one part.
-Point = tuple[float, MethodSummary]
+Knob = TypeVar("Knob")
+#: The node live line's knobs: the factor on the line and the margin (share of allocatable).
+LineKnob = tuple[float, float]
+#: A knob, as the report names it, and the summary it gave on one part.
+Point = tuple[str, MethodSummary]
 
 
 def sweep(
     offers: Offered,
-    make: Callable[[float], FloatArray],
-    grid: Sequence[float],
+    make: Callable[[Knob], FloatArray],
+    grid: Sequence[Knob],
     parts: dict[str, slice],
     step_seconds: int,
-) -> Sweep:
+) -> list[tuple[Knob, dict[str, MethodSummary]]]:
     """Each knob value's offer (`make`) judged on the validation and the held-out days."""
     return [
         (value, {part: _summary_of(offers, make(value), parts[part], step_seconds) for part in SWEEP_PARTS})
@@ -308,10 +313,12 @@ def sweep(
     ]
 
 
-def best_within(swept: Sweep, part: str, budget: int) -> Point | None:
+def best_within(
+    swept: Sequence[tuple[Knob, dict[str, MethodSummary]]], part: str, budget: int
+) -> tuple[Knob, MethodSummary] | None:
     """The swept point with the most room on `part` among those with at most `budget` violations there (None: none
     is that safe): a room-against-violations curve read at a budget, with no interpolation between points, so the
-    room it gives never grows as the budget shrinks."""
+    room it gives never grows as the budget shrinks. Several knobs swept together give their envelope."""
     within = [(value, found[part]) for value, found in swept if found[part].violations <= budget]
     return max(within, key=lambda point: point[1].reclaimed, default=None)
 
@@ -335,13 +342,13 @@ class RoomAtBudget:
 @dataclass(frozen=True)
 class EqualViolations:
     """A method's room against Koordinator's usage policy at equal violations on one part: at the violation count of
-    the method as served (its knob from the settings; Koordinator's threshold the best within that count), and at
-    each of `VIOLATION_BUDGETS` of the part's node-steps (each the best swept point within it). Koordinator's
+    the method as served (its knobs from the settings; Koordinator's threshold the best within that count), and at
+    each of `VIOLATION_BUDGETS` of the part's node-steps (each side's best swept point within it). Koordinator's
     threshold is picked on the same days it is judged: the comparison is between the two curves, not a forecast of
     Koordinator's tuning."""
 
     node_steps: int
-    served: float
+    served: str
     at: dict[str, RoomAtBudget]
 
 
@@ -349,15 +356,39 @@ def budget_name(share: float) -> str:
     return f"{share * 100:g} %"
 
 
-def equal_violations(ours: Sweep, served: Point, koordinator: Sweep, part: str, node_steps: int) -> EqualViolations:
-    """`EqualViolations` of a method's sweep (`served`: its knob and summary as the settings serve it)."""
-    at = {"ours": RoomAtBudget(served[1].violations, served, best_within(koordinator, part, served[1].violations))}
+def margin_name(fraction: float) -> str:
+    return f"margin {fraction * 100:g} %"
+
+
+def line_knob_name(knob: LineKnob) -> str:
+    return f"factor {knob[0]:g}, margin {knob[1] * 100:g} %"
+
+
+def equal_violations(
+    ours: Sequence[tuple[Knob, dict[str, MethodSummary]]],
+    served: tuple[Knob, MethodSummary],
+    koordinator: Sweep,
+    part: str,
+    node_steps: int,
+    name: Callable[[Knob], str],
+) -> EqualViolations:
+    """`EqualViolations` of a method's sweep (`served`: its knobs and summary as the settings serve them; `name`
+    says a knob of ours as the report does)."""
+
+    def named(point: tuple[Knob, MethodSummary] | None) -> Point | None:
+        return None if point is None else (name(point[0]), point[1])
+
+    def threshold(point: tuple[float, MethodSummary] | None) -> Point | None:
+        return None if point is None else (f"threshold {point[0]:g} %", point[1])
+
+    count = served[1].violations
+    at = {"ours": RoomAtBudget(count, named(served), threshold(best_within(koordinator, part, count)))}
     for share in VIOLATION_BUDGETS:
         budget = int(share * node_steps)
         at[budget_name(share)] = RoomAtBudget(
-            budget, best_within(ours, part, budget), best_within(koordinator, part, budget)
+            budget, named(best_within(ours, part, budget)), threshold(best_within(koordinator, part, budget))
         )
-    return EqualViolations(node_steps, served[0], at)
+    return EqualViolations(node_steps, name(served[0]), at)
 
 
 @dataclass(frozen=True)
@@ -372,8 +403,9 @@ class NodeBacktestResult:
     sweeps: dict[str, dict[str, Sweep]]  # resource -> method -> its margin sweep (complete metrics)
     fair: dict[str, dict[str, Tuned]]  # resource -> method -> Koordinator tuned to its validation violations
     seconds: float
-    #: resource -> the node live line's factor sweep, and Koordinator's usage-threshold sweep (complete metrics)
-    line_sweeps: dict[str, Sweep] = field(default_factory=dict)
+    #: resource -> the node live line's (factor, margin) sweep, and Koordinator's usage-threshold sweep (complete
+    #: metrics)
+    line_sweeps: dict[str, list[tuple[LineKnob, dict[str, MethodSummary]]]] = field(default_factory=dict)
     koordinator_sweeps: dict[str, Sweep] = field(default_factory=dict)
     #: resource -> method (ours_live_line, ours_live) -> part -> its room against Koordinator's at equal violations
     equal: dict[str, dict[str, dict[str, EqualViolations]]] = field(default_factory=dict)
@@ -387,12 +419,21 @@ class NodeBacktestResult:
             None,
         )
 
-    def chosen_factor(self, resource: str, target_violation: float) -> float | None:
-        """The smallest swept factor on the node live line (most room) whose violations on the validation days are at
-        most `target_violation` of their node-steps: the rule the settings' live-line factors are chosen by."""
-        bound = int(target_violation * self.equal[resource]["ours_live_line"]["validation"].node_steps)
-        found = best_within(self.line_sweeps[resource], "validation", bound)
-        return None if found is None else found[0]
+    def chosen_line_knobs(self, resource: str) -> LineKnob | None:
+        """The node live line's (factor, margin) whose validation room is the largest share above Koordinator's usage
+        policy at as many violations (its best threshold within that count), fewer violations on a tie: the rule
+        the settings' live-line knobs are chosen by, the goal's own measure read on the validation days only. None
+        when Koordinator has no point as safe as any of ours."""
+        koordinator = self.koordinator_sweeps[resource]
+        best: tuple[float, int, LineKnob] | None = None
+        for knob, found in self.line_sweeps[resource]:
+            ours = found["validation"]
+            theirs = best_within(koordinator, "validation", ours.violations)
+            if theirs is None or theirs[1].reclaimed <= 0:
+                continue
+            score = (round(ours.reclaimed / theirs[1].reclaimed, 4), -ours.violations, knob)
+            best = score if best is None or score[:2] > best[:2] else best
+        return None if best is None else best[2]
 
 
 def _forecast_lines(
@@ -575,7 +616,7 @@ def run_node_backtest(
     outages = outage_mask(n_nodes, end - start, outage_fraction, seed)
     offered: dict[str, dict[str, Offered]] = {s: {} for s in SCENARIOS}
     sweeps: dict[str, dict[str, Sweep]] = {}
-    line_sweeps: dict[str, Sweep] = {}
+    line_sweeps: dict[str, list[tuple[LineKnob, dict[str, MethodSummary]]]] = {}
     koordinator_sweeps: dict[str, Sweep] = {}
     fair: dict[str, dict[str, Tuned]] = {}
     half = len(decision_days) // 2 * per_day
@@ -692,13 +733,16 @@ def run_node_backtest(
             step(f"{resource}: node live line, issued every step ({scenario} metrics)")
             node_line = node_live_lines(grid, full_measured, fleet.origin, start, end, line_model, step)
 
-            def line_room(factor: float) -> FloatArray:
-                """What the live loop serves from the node's learned live line at this factor (the rise tables' room
-                where no line is issued or the measurement is stale)."""
-                value = colocation.line_reclaimable(alloc[:, None], 0.0, 0.0, 0.0, live_level, factor * node_line)
-                return np.where(np.isnan(value), offers.batch["ours_live"], value)
+            def line_room(knob: LineKnob) -> FloatArray:
+                """What the live loop serves from the node's learned live line and its rise tables at this factor
+                and margin (the forecast-only value where the measurement is stale)."""
+                factor, fraction = knob
+                value = colocation.line_reclaimable(
+                    alloc[:, None], fraction * alloc[:, None], 0.0, 0.0, live_level, live_rise, factor * node_line
+                )
+                return np.where(np.isnan(value), offers.batch["ours_forecast_only"], value)
 
-            offers.batch["ours_live_line"] = line_room(mine.live_line_factor)
+            offers.batch["ours_live_line"] = line_room((mine.live_line_factor, mine.live_line_margin_fraction))
             offers.batch["koordinator_our_ratio"] = with_our_ratio(mine.reclaim_ratio_margin_fraction)
             paths = (
                 ("ours_forecast_only", forecast_only),
@@ -708,7 +752,8 @@ def run_node_backtest(
             )
             if scenario == "complete":
                 sweeps[resource] = {path: sweep(offers, make, MARGIN_GRID, parts, step_seconds) for path, make in paths}
-                line_sweeps[resource] = sweep(offers, line_room, LINE_FACTOR_GRID, parts, step_seconds)
+                knobs = [(factor, fraction) for factor in LINE_FACTOR_GRID for fraction in MARGIN_GRID]
+                line_sweeps[resource] = sweep(offers, line_room, knobs, parts, step_seconds)
                 koordinator_sweeps[resource] = sweep(
                     offers, koordinator_usage(alloc, live[:, start:end], age), USAGE_THRESHOLD_GRID, parts, step_seconds
                 )
@@ -744,25 +789,28 @@ def run_node_backtest(
         }
         for part, columns in parts.items()
     }
-    equal = {
-        resource: {
-            method: {
-                part: equal_violations(
-                    swept,
-                    (knob, summaries[part]["complete"][resource][method]),
-                    koordinator_sweeps[resource],
-                    part,
-                    int(np.sum(~np.isnan(offered["complete"][resource].hp[:, parts[part]]))),
-                )
-                for part in SWEEP_PARTS
-            }
-            for method, swept, knob in (
-                ("ours_live_line", line_sweeps[resource], col.of(resource).live_line_factor),
-                ("ours_live", sweeps[resource]["ours_live"], col.of(resource).live_margin_fraction),
+    equal: dict[str, dict[str, dict[str, EqualViolations]]] = {}
+    for resource in RESOURCES:
+        mine = col.of(resource)
+        for part in SWEEP_PARTS:
+            found = summaries[part]["complete"][resource]
+            node_steps = int(np.sum(~np.isnan(offered["complete"][resource].hp[:, parts[part]])))
+            equal.setdefault(resource, {}).setdefault("ours_live_line", {})[part] = equal_violations(
+                line_sweeps[resource],
+                ((mine.live_line_factor, mine.live_line_margin_fraction), found["ours_live_line"]),
+                koordinator_sweeps[resource],
+                part,
+                node_steps,
+                line_knob_name,
             )
-        }
-        for resource in RESOURCES
-    }
+            equal[resource].setdefault("ours_live", {})[part] = equal_violations(
+                sweeps[resource]["ours_live"],
+                (mine.live_margin_fraction, found["ours_live"]),
+                koordinator_sweeps[resource],
+                part,
+                node_steps,
+                margin_name,
+            )
     return NodeBacktestResult(
         where,
         decision_days,

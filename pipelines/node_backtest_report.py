@@ -152,15 +152,11 @@ def fair_table(result: NodeBacktestResult, resource: str) -> str:
     return "\n".join(rows)
 
 
-#: How each compared method's knob reads: the node live line's factor, the rise tables' margin.
-KNOBS = {"ours_live_line": ("factor", 1.0, "{:g}"), "ours_live": ("margin", 100.0, "{:g} %")}
-
-
-def _point(point: Point | None, unit: str, scale: float, knob: str) -> str:
+def _point(point: Point | None, unit: str, scale: float) -> str:
     if point is None:
         return "none within the budget"
-    value, found = point
-    return f"{knob.format(value)}: {found.reclaimed / scale:,.0f} {unit}, {found.violations}"
+    knob, found = point
+    return f"{knob}: {found.reclaimed / scale:,.0f} {unit}, {found.violations}"
 
 
 def equal_table(result: NodeBacktestResult, resource: str) -> str:
@@ -169,50 +165,57 @@ def equal_table(result: NodeBacktestResult, resource: str) -> str:
     with at most that many violations)."""
     unit, scale = UNIT[resource]
     rows = [
-        "| part | method | budget (node-steps) | ours: knob, room, violations | Koordinator usage: threshold, room, "
-        "violations | room vs Koordinator |",
+        "| part | method (as served) | budget (node-steps) | ours: knobs, room, violations | Koordinator usage: "
+        "threshold, room, violations | room vs Koordinator |",
         "|---|---|---|---|---|---:|",
     ]
     for method, parts in result.equal.get(resource, {}).items():
-        name, times, knob = KNOBS[method]
         for part, found in parts.items():
             for budget, at in found.at.items():
                 label = f"our count, {at.budget}" if budget == "ours" else f"{budget}, {at.budget}"
                 gain = "n/a" if at.gain is None else f"{at.gain * 100:+.1f} %"
-                ours = _point(None if at.ours is None else (at.ours[0] * times, at.ours[1]), unit, scale, knob)
                 rows.append(
-                    f"| {part.replace('_', ' ')} | {method} ({name} {knob.format(found.served * times)}) | {label} | "
-                    f"{ours} | {_point(at.koordinator, unit, scale, '{:g} %')} | {gain} |"
+                    f"| {part.replace('_', ' ')} | {method} ({found.served}) | {label} | "
+                    f"{_point(at.ours, unit, scale)} | {_point(at.koordinator, unit, scale)} | {gain} |"
                 )
     return "\n".join(rows)
 
 
-def line_sweep_table(result: NodeBacktestResult, resource: str, target_violation: float) -> str:
+def line_sweep_table(result: NodeBacktestResult, resource: str) -> str:
     """Room (vs Koordinator's usage policy at its default) and violations of the node live line at every swept
-    factor, on the validation and the held-out days; the rule's factor in a closing line."""
+    factor and every whole-percent margin, on the validation and the held-out days; the rule's knobs in a closing
+    line."""
     reference = {part: result.summaries[part]["complete"][resource]["koordinator_usage"] for part in SWEEP_PARTS}
+    swept = result.line_sweeps.get(resource, [])
+    factors = sorted({factor for (factor, _), _ in swept})
     rows = [
-        "| factor | " + " | ".join(f"{part.replace('_', ' ')}: room, violations" for part in SWEEP_PARTS) + " |",
-        "|---:|" + "---:|" * len(SWEEP_PARTS),
+        "| margin | " + " | ".join(f"factor {factor:g}" for factor in factors) + " |",
+        "|---:|" + "---:|" * len(factors),
     ]
-    for factor, found in result.line_sweeps.get(resource, []):
-        cells = []
+    cells: dict[float, list[str]] = {}
+    for (_, fraction), found in swept:
+        if abs(fraction * 100 - round(fraction * 100)) > 1e-9:
+            continue
+        text = []
         for part in SWEEP_PARTS:
             base = reference[part].reclaimed
-            ratio = f"{(found[part].reclaimed / base - 1) * 100:+.1f} %" if base > 0 else "n/a"
-            cells.append(f"{ratio}, {found[part].violations}")
-        rows.append(f"| {factor:g} | " + " | ".join(cells) + " |")
-    chosen = result.chosen_factor(resource, target_violation) if result.equal else None
+            text.append(f"{(found[part].reclaimed / base - 1) * 100:+.0f} %" if base > 0 else "n/a")
+        violations = "/".join(str(found[part].violations) for part in SWEEP_PARTS)
+        cells.setdefault(fraction, []).append(f"{' / '.join(text)}, {violations}")
+    rows += [f"| {fraction * 100:g} % | " + " | ".join(values) + " |" for fraction, values in cells.items()]
+    chosen = result.chosen_line_knobs(resource) if result.equal else None
     rows += [
         "",
-        f"Smallest factor with at most {target_violation * 100:g} % of the validation node-steps violated: "
-        + ("none of the swept factors" if chosen is None else f"{chosen:g}")
-        + ". Room against Koordinator's usage policy at its default threshold.",
+        "Each cell: room against Koordinator's usage policy at its default threshold, validation / held out; "
+        "violations, validation / held out. The knobs with the most validation room against Koordinator's usage "
+        "policy at equal violations (`chosen_line_knobs`): "
+        + ("none of the swept knobs" if chosen is None else f"factor {chosen[0]:g}, margin {chosen[1] * 100:g} %")
+        + ".",
     ]
     return "\n".join(rows)
 
 
-def report_markdown(result: NodeBacktestResult, source: str, target_violation: float = 0.001) -> str:
+def report_markdown(result: NodeBacktestResult, source: str) -> str:
     days = result.decision_days
     lines = [
         f"# Node colocation backtest of {source}",
@@ -252,9 +255,9 @@ def report_markdown(result: NodeBacktestResult, source: str, target_violation: f
         ]
     for resource in RESOURCES:
         lines += [
-            f"## Node live line factor sweep, {resource} (complete metrics)",
+            f"## Node live line sweep, {resource} (complete metrics; factor on the line, margin as a share of allocatable)",
             "",
-            line_sweep_table(result, resource, target_violation),
+            line_sweep_table(result, resource),
             "",
         ]
     for resource in RESOURCES:
@@ -357,9 +360,7 @@ def node_lines_figure(result: NodeBacktestResult, days: int = 3) -> Figure:
     return figure
 
 
-def write_node_report(
-    directory: Path, result: NodeBacktestResult, source: str, target_violation: float = 0.001
-) -> list[Path]:
+def write_node_report(directory: Path, result: NodeBacktestResult, source: str) -> list[Path]:
     """report.md, over-time.png and node-lines.png in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     written = [
@@ -368,7 +369,7 @@ def write_node_report(
         directory / "nodes-outages.png",
         directory / "node-lines.png",
     ]
-    atomic_write_text(written[0], report_markdown(result, source, target_violation))
+    atomic_write_text(written[0], report_markdown(result, source))
     save_png(over_time_figure(result), written[1])
     save_png(over_time_figure(result, "outages"), written[2])
     save_png(node_lines_figure(result), written[3])

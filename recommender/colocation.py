@@ -24,8 +24,9 @@ the measured level plus only the rise possible before the next update, optionall
 itself; `live_reclaimable`. `rise` depends on the level (`level_rise`): the largest 5-minute rise the node showed in
 the last days from a level near the current one (Mondrian by node and level band: a node idling can jump by a whole
 burst, a node already busy only by what is left), a table the daily training learns (`models.nodes.level_rise_table`).
-With a learned live line of the node's pooled usage (`line_reclaimable`), the line replaces level + rise:
-    batch = max(0, allocatable - margin - max(system, reserved) - max(last_usage, factor x line)).
+With a learned live line of the node's pooled usage (`line_reclaimable`), the reserved usage is the larger of the
+level plus its rise and the line:
+    batch = max(0, allocatable - margin - max(system, reserved) - max(last_usage + rise, factor x line)).
 
 Koordinator's, for comparison and for what we write for it (its source, koordinator-sh/koordinator; docs/benchmarks.md
 "Node colocation backtest" cites each rule):
@@ -321,15 +322,19 @@ def line_reclaimable(
     system: ArrayLike,
     reserved: ArrayLike,
     last_usage: ArrayLike,
+    rise: ArrayLike,
     line: ArrayLike,
 ) -> FloatArray:
-    """The live room from a learned line of the node's pooled high-priority usage over the next update (the live
-    line, `models.live_line`): the line takes the rise table's place, so the reserved usage is the line, never below
-    the measured `last_usage` (`live_reclaimable` with an unbounded rise capped by the line). NaN where either is
-    NaN: the caller serves the rise tables' room there (no fitted line, a cold start, a stale measurement)."""
-    value = live_reclaimable(allocatable, margin, system, reserved, last_usage, np.inf, line)
-    result: FloatArray = np.where(np.isnan(np.asarray(line, dtype=np.float64)), np.nan, value)
-    return result
+    """The live room with a learned line of the node's pooled high-priority usage over the next update (the live
+    line, `models.live_line`, times its factor): the reserved usage is the larger of the measured level plus its rise
+    (`live_reclaimable`'s) and the line. The rise keeps the jumps this node made from about this level (which a fleet
+    model of the level cannot tell apart); the line adds what recent and past days say is coming (a morning ramp),
+    which the rise tables, blind to time, do not. A NaN line leaves the rise tables' room (no fitted line, a cold
+    start); NaN where `last_usage` is NaN, as `live_reclaimable`."""
+    last = np.asarray(last_usage, dtype=np.float64)
+    expected = np.fmax(np.maximum(last, last + np.asarray(rise, dtype=np.float64)), line)
+    result: FloatArray = _floor0(room(allocatable, margin, system, reserved) - expected)
+    return np.where(np.isnan(last), np.nan, result)
 
 
 def usage_threshold_percent(

@@ -603,9 +603,9 @@ class ColocationSettings(BaseModel):
         True,
         description=(
             "Node room from the learned live line of the node's pooled high-priority usage (`models.live_line`, "
-            "fitted on the node grid beside the node models): allocatable minus the larger of the newest measured "
-            "usage and the line times the resource's live_line_factor. False, or no fitted line (cold start, a gap, "
-            "a stale measurement): the live rise tables' room (live margin, rise from the level)."
+            "fitted on the node grid beside the node models): allocatable minus the live_line margin and the larger "
+            "of the newest measured usage plus its rise (the live rise tables) and the line times live_line_factor. "
+            "False, or no fitted line (cold start, a gap): the live rise tables' room alone (live margin)."
         ),
     )
     live_line_horizon_seconds: int = Field(
@@ -632,12 +632,24 @@ class ColocationSettings(BaseModel):
         1.0,
         gt=0,
         description=(
-            "Factor on the node's learned CPU live line before it is reserved: the knob of the node room's risk, the "
-            "smallest swept factor whose violations on the --nodes backtest's validation days are at most "
-            "live_line_target_violation of node-steps (docs/benchmarks.md)."
+            "Factor on the node's learned CPU live line before it is reserved (with the margin below, the knobs of "
+            "the node room's risk): the pair whose room on the --nodes backtest's validation days is the largest share "
+            "above Koordinator's usage policy at as many violations (docs/benchmarks.md)."
         ),
     )
     memory_live_line_factor: float = Field(1.0, gt=0, description="Same for memory (chosen the same way).")
+    cpu_live_line_margin_fraction: float = Field(
+        0.045,
+        ge=0,
+        lt=1,
+        description=(
+            "Margin of the node room served from the learned live line and the rise tables, share of allocatable "
+            "CPU (chosen with the factor on the validation days of the --nodes backtest; docs/benchmarks.md)."
+        ),
+    )
+    memory_live_line_margin_fraction: float = Field(
+        0.12, ge=0, lt=1, description="Same for memory (chosen the same way)."
+    )
     cpu_live_rise_history_days: int = Field(
         14,
         gt=0,
@@ -720,6 +732,7 @@ class ColocationSettings(BaseModel):
             reclaim_ratio_margin_fraction=getattr(self, f"{resource}_reclaim_ratio_margin_fraction"),
             live_margin_fraction=getattr(self, f"{resource}_live_margin_fraction"),
             live_line_factor=getattr(self, f"{resource}_live_line_factor"),
+            live_line_margin_fraction=getattr(self, f"{resource}_live_line_margin_fraction"),
             live_forecast_cap=getattr(self, f"{resource}_live_forecast_cap"),
             live_rise_history_days=getattr(self, f"{resource}_live_rise_history_days"),
             jump_quantile=getattr(self, f"{resource}_jump_quantile"),
@@ -736,6 +749,7 @@ class ResourceColocation:
     reclaim_ratio_margin_fraction: float
     live_margin_fraction: float
     live_line_factor: float
+    live_line_margin_fraction: float
     live_forecast_cap: bool
     live_rise_history_days: int
     jump_quantile: float

@@ -10,6 +10,8 @@ from models.live_line import STEPS_PER_DAY, LiveLineForecaster
 from models.nodes import node_live_line
 from pipelines.node_backtest import (
     MethodSummary,
+    NodeBacktestResult,
+    Placement,
     Sweep,
     best_within,
     equal_violations,
@@ -37,15 +39,19 @@ def curve(points: list[tuple[float, float, int]]) -> Sweep:
     return [(knob, {"held_out": summary(room, violations)}) for knob, room, violations in points]
 
 
-def test_line_room_reserves_the_line_never_below_the_measurement() -> None:
-    alloc = np.array([[100.0, 100.0, 100.0, 100.0]])
-    last = np.array([[40.0, 40.0, 40.0, np.nan]])
-    line = np.array([[50.0, 30.0, np.nan, 50.0]])
-    room = colocation.line_reclaimable(alloc, 5.0, 0.0, 0.0, last, line)
-    # 100 - 5 - max(40, 50); 100 - 5 - max(40, 30); no line or no measurement: the caller's fallback
-    np.testing.assert_array_equal(room[:, :2], [[45.0, 55.0]])
-    assert np.isnan(room[0, 2]) and np.isnan(room[0, 3])
-    assert colocation.line_reclaimable(10.0, 0.0, 0.0, 0.0, 4.0, 30.0) == 0.0  # floored at 0
+def test_line_room_reserves_the_larger_of_level_plus_rise_and_the_line() -> None:
+    alloc = np.full((1, 5), 100.0)
+    last = np.array([[40.0, 40.0, 40.0, np.nan, 40.0]])
+    line = np.array([[50.0, 30.0, np.nan, 50.0, 42.0]])
+    rise = np.array([[5.0, 5.0, 5.0, 5.0, -3.0]])
+    room = colocation.line_reclaimable(alloc, 5.0, 0.0, 0.0, last, rise, line)
+    # 100 - 5 - max(40 + 5, 50); - max(45, 30); no line: the rise tables' room; no measurement: the caller's value;
+    # never below the measurement itself (a negative rise), the line above it counts
+    np.testing.assert_array_equal(room[:, [0, 1, 2, 4]], [[45.0, 50.0, 50.0, 53.0]])
+    assert np.isnan(room[0, 3])
+    no_line = colocation.live_reclaimable(alloc, 5.0, 0.0, 0.0, last, rise, np.nan)
+    np.testing.assert_array_equal(room[:, 2], no_line[:, 2])
+    assert colocation.line_reclaimable(10.0, 0.0, 0.0, 0.0, 4.0, 1.0, 30.0) == 0.0  # floored at 0
 
 
 def test_room_at_a_budget_is_the_best_point_within_it_and_never_shrinks_with_the_budget() -> None:
@@ -59,20 +65,26 @@ def test_room_at_a_budget_is_the_best_point_within_it_and_never_shrinks_with_the
     assert rooms == sorted(rooms) and len(rooms) == 12
 
 
+def named(factor: float) -> str:
+    return f"factor {factor:g}"
+
+
 def test_equal_violations_by_hand() -> None:
     """Ours as served at 3 violations in 2,000 node-steps; Koordinator's thresholds swept."""
     ours = curve([(0.8, 150.0, 40), (1.0, 120.0, 3), (1.2, 110.0, 1)])
     koordinator = curve([(80.0, 130.0, 30), (70.0, 100.0, 5), (65.0, 90.0, 2), (60.0, 75.0, 0)])
-    found = equal_violations(ours, (1.0, ours[1][1]["held_out"]), koordinator, "held_out", 2000)
-    assert found.served == 1.0 and found.node_steps == 2000
+    found = equal_violations(ours, (1.0, ours[1][1]["held_out"]), koordinator, "held_out", 2000, named)
+    assert found.served == "factor 1" and found.node_steps == 2000
     at_count, tight, loose = found.at["ours"], found.at["0.1 %"], found.at["1 %"]
-    assert at_count.budget == 3 and at_count.koordinator is not None and at_count.koordinator[0] == 65.0
+    assert at_count.budget == 3 and at_count.koordinator is not None and at_count.koordinator[0] == "threshold 65 %"
     assert at_count.gain == pytest.approx(120 / 90 - 1)
-    assert tight.budget == 2 and tight.ours is not None and tight.ours[0] == 1.2
+    assert tight.budget == 2 and tight.ours is not None and tight.ours[0] == "factor 1.2"
     assert tight.gain == pytest.approx(110 / 90 - 1)
     assert loose.budget == 20 and loose.gain == pytest.approx(120 / 100 - 1)  # 0.8's 40 are over 20
     assert (
-        equal_violations(ours, (1.0, ours[1][1]["held_out"]), curve([(60.0, 75.0, 9)]), "held_out", 0).at["ours"].gain
+        equal_violations(ours, (1.0, ours[1][1]["held_out"]), curve([(60.0, 75.0, 9)]), "held_out", 0, named)
+        .at["ours"]
+        .gain
         is None
     )  # Koordinator has no point as safe
 
@@ -111,3 +123,31 @@ def test_the_node_line_takes_the_node_rooms_level_and_horizon() -> None:
     colocation_settings = ColocationSettings(live_line_target_violation=0.002, live_line_horizon_seconds=600)
     model = node_live_line(LiveLineSettings(training_days=9), colocation_settings, 300)
     assert (model.target_violation, model.horizon_seconds, model.training_days) == (0.002, 600, 9)
+
+
+def test_the_line_knobs_are_chosen_by_the_validation_gain_at_equal_violations() -> None:
+    """Koordinator's curve: 100 at 0 violations, 140 at 5; ours: (0.5, 5 %) 130 at 0 (+30 %), (0.5, 2 %) 170 at 5
+    (+21 %), (0.8, 5 %) 130 at 2 (+30 %, more violations: loses the tie). Held-out figures play no part."""
+
+    def part(room: float, violations: int, held_out: int = 0) -> dict[str, MethodSummary]:
+        return {"validation": summary(room, violations), "held_out": summary(1e9, held_out)}
+
+    result = NodeBacktestResult(
+        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"),
+        decision_days=[7],
+        first_step=0,
+        step_seconds=300,
+        origin=0,
+        offered={},
+        summaries={},
+        sweeps={},
+        fair={},
+        seconds=0.0,
+        line_sweeps={
+            "cpu": [((0.5, 0.05), part(130.0, 0)), ((0.5, 0.02), part(170.0, 5)), ((0.8, 0.05), part(130.0, 2))]
+        },
+        koordinator_sweeps={"cpu": [(70.0, part(140.0, 5)), (60.0, part(100.0, 0))]},
+    )
+    assert result.chosen_line_knobs("cpu") == (0.5, 0.05)
+    result.koordinator_sweeps["cpu"] = [(70.0, part(140.0, 5))]  # nothing of Koordinator's at 0 or 2 violations
+    assert result.chosen_line_knobs("cpu") == (0.5, 0.02)
