@@ -355,7 +355,9 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
     """Pooled high-priority usage per node and its short-term (per step) and long-term (steady) forecasts.
 
     Fitted: `nodes_` (names), `cpu_grid_`/`memory_grid_` (nodes x steps ending at `grid_end_`), the forecast models,
-    `instances_` (one row per pod container on a node: last sample, last request or limit, priority class).
+    `instances_` (one row per pod container on a node: last sample, last request or limit, priority class),
+    `cpu_live_line_`/`memory_live_line_` (the learned node live line, `live_line` fitted on the grid; None when off or
+    the history is too short), which the live loop issues every pass (`pipelines.live.NodeLiveLines`).
     """
 
     def __init__(
@@ -369,6 +371,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         cpu_live_rise_history_days: int = 14,
         memory_live_rise_history_days: int = 7,
         live_rise_activity_seconds: int = 1800,
+        live_line: LiveLineForecaster | None = None,
     ) -> None:
         self.forecast = forecast
         self.step_seconds = step_seconds
@@ -379,6 +382,7 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         self.cpu_live_rise_history_days = cpu_live_rise_history_days
         self.memory_live_rise_history_days = memory_live_rise_history_days
         self.live_rise_activity_seconds = live_rise_activity_seconds
+        self.live_line = live_line
 
     @classmethod
     def from_settings(cls, settings: ModelSettings, colocation: ColocationSettings) -> NodeForecaster:
@@ -392,6 +396,11 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
             cpu_live_rise_history_days=colocation.cpu_live_rise_history_days,
             memory_live_rise_history_days=colocation.memory_live_rise_history_days,
             live_rise_activity_seconds=colocation.live_rise_activity_seconds,
+            live_line=(
+                node_live_line(settings.live_line, colocation, settings.reservation.step_seconds)
+                if colocation.live_line and settings.live_line.enabled
+                else None
+            ),
         )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -505,7 +514,25 @@ class NodeForecaster(BaseEstimator):  # type: ignore[misc]
         forecaster = self._forecaster()
         self.cpu_forecast_ = clone(forecaster).fit(self.cpu_grid_, grid_end=self.grid_end_).forecast_
         self.memory_forecast_ = clone(forecaster).fit(self.memory_grid_, grid_end=self.grid_end_).forecast_
+        for resource in ("cpu", "memory"):
+            setattr(self, f"{resource}_live_line_", self._fit_live_line(getattr(self, f"{resource}_grid_")))
         return self
+
+    def _fit_live_line(self, grid: FloatArray) -> LiveLineForecaster | None:
+        """The node live line fitted on the nodes' pooled grid as one fleet (None: off, or too little history: the
+        live room keeps the rise tables alone)."""
+        if self.live_line is None:
+            return None
+        try:
+            fitted: LiveLineForecaster = clone(self.live_line).fit(grid, grid_end=self.grid_end_)
+        except ValueError:
+            return None
+        return fitted
+
+    def fitted_live_line(self, resource: str) -> LiveLineForecaster | None:
+        """The fitted node live line of a resource (None: off, too little history, or a model fitted before it)."""
+        found: LiveLineForecaster | None = getattr(self, f"{resource}_live_line_", None)
+        return found
 
     def predict(self, as_of: int | None = None, horizon_seconds: int = SECONDS_PER_DAY) -> list[NodeForecast]:
         """Each node's pooled lines at `as_of` (default: data end); pods count toward `limit` while alive then."""

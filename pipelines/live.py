@@ -34,7 +34,8 @@ import numpy.typing as npt
 import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from models.nodes import LiveNodeUsage, measured_activity, newest_node_usage
+from models.live_line import AdaptiveScale, LiveLineForecaster
+from models.nodes import LiveNodeUsage, NodeForecaster, measured_activity, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.ingest import SampleBounds, no_samples_error, quarantine
@@ -43,6 +44,7 @@ from pipelines.prometheus import PrometheusClient
 from pipelines.prometheus_source import PrometheusSource
 from pipelines.settings import TrainingSettings
 from pipelines.train import Parent, with_kinds
+from recommender.arrays import FloatArray
 from recommender.errors import ModelStoreError, PrometheusError, RecommenderError
 from recommender.resources import NodeForecast, RecommendationSet
 
@@ -143,10 +145,13 @@ def with_live_usage(
     nodes: list[NodeForecast],
     measured: dict[str, LiveNodeUsage],
     activity: dict[str, dict[str, float | None]] | None = None,
+    lines: dict[str, dict[str, float]] | None = None,
 ) -> list[NodeForecast]:
     """The version's node lines with each measured node's live usage and its time (`serve` and `sync` then offer the
-    room from it, `colocation.live_reclaimable`) and its recent activity per resource (`activity`: which of the
-    calm or active rise tables the room reads); nodes not measured keep their last live usage, which ages out."""
+    room from it, `colocation.live_reclaimable`), its recent activity per resource (`activity`: which of the
+    calm or active rise tables the room reads) and its learned live line (`lines`, from `NodeLiveLines.issue`: the
+    room then reserves the larger of it and the rise, `colocation.line_reclaimable`; None where none was issued);
+    nodes not measured keep their last live usage, which ages out."""
     out = []
     for node in nodes:
         found = measured.get(node.node)
@@ -155,12 +160,90 @@ def with_live_usage(
             continue
         update: dict[str, Any] = {"live_sample": found.sample}
         active = (activity or {}).get(node.node, {})
+        issued = (lines or {}).get(node.node, {})
         for resource, value in (("cpu", found.cpu_cores), ("memory", found.memory_bytes)):
-            lines = getattr(node, resource)
-            if lines is not None:
-                update[resource] = lines.model_copy(update={"live_usage": value, "live_activity": active.get(resource)})
+            pooled = getattr(node, resource)
+            if pooled is not None:
+                update[resource] = pooled.model_copy(
+                    update={
+                        "live_usage": value,
+                        "live_activity": active.get(resource),
+                        "live_line": issued.get(resource),
+                    }
+                )
         out.append(node.model_copy(update=update))
     return out
+
+
+class NodeLiveLines:
+    """The node live line, issued every pass: each node's pooled usage grid from the version's node model, extended
+    with the live measurements since (the grid slides forward, its width kept), the fitted line
+    (`NodeForecaster.fitted_live_line`) applied at its end, calibrated online (`AdaptiveScale`, moved by what the
+    steps measured since the last issue showed), as the node backtest scores it (ours_live_line). Not checkpointed:
+    after a restart the grid has a gap from the version's end, and a node keeps the rise tables alone until its last
+    hour has a measurement again (`models.live_line.usable_rows`)."""
+
+    def __init__(self, model: NodeForecaster | None = None) -> None:
+        self.models: dict[str, LiveLineForecaster] = {}
+        self.grids: dict[str, FloatArray] = {}
+        self.scales: dict[str, AdaptiveScale] = {}
+        self.rows: dict[str, int] = {}
+        self.step_seconds = 300
+        self.end = 0  # Unix seconds: where the grids' last column ends
+        self._issued: dict[str, tuple[int, FloatArray]] = {}  # per resource: the grid end it was issued at, lines
+        if model is None or not hasattr(model, "nodes_"):
+            return
+        for resource in ("cpu", "memory"):
+            fitted = model.fitted_live_line(resource)
+            if fitted is not None:
+                self.models[resource] = fitted
+                self.grids[resource] = np.array(getattr(model, f"{resource}_grid_"), dtype=np.float64)
+                self.scales[resource] = fitted.initial_scale()
+        self.rows = {str(name): row for row, name in enumerate(model.nodes_)}
+        self.step_seconds = int(model.step_seconds)
+        self.end = int(model.grid_end_)
+
+    def add(self, measured: dict[str, LiveNodeUsage]) -> None:
+        """Each measurement into the column of its step; a measurement past the grids' end slides them forward."""
+        if not self.models or not measured:
+            return
+        step = self.step_seconds
+        newest = max(usage.sample for usage in measured.values())
+        end = (newest // step + 1) * step
+        if end > self.end:
+            shift = (end - self.end) // step
+            for resource, grid in self.grids.items():
+                slid = np.full_like(grid, np.nan)
+                if shift < grid.shape[1]:
+                    slid[:, : grid.shape[1] - shift] = grid[:, shift:]
+                self.grids[resource] = slid
+            self.end = end
+        for node, usage in measured.items():
+            row = self.rows.get(node)
+            for resource, value in (("cpu", usage.cpu_cores), ("memory", usage.memory_bytes)):
+                kept = self.grids.get(resource)
+                if row is None or kept is None:
+                    continue
+                column = kept.shape[1] - (self.end - usage.sample) // step
+                if 0 <= column < kept.shape[1]:
+                    kept[row, column] = value
+
+    def issue(self) -> dict[str, dict[str, float]]:
+        """Per node and resource, the line for the hour after the newest measured step (nodes the model cannot
+        serve are left out); the calibration first moves by the steps measured since the previous issue."""
+        out: dict[str, dict[str, float]] = {}
+        names = list(self.rows)
+        for resource, model in self.models.items():
+            grid = self.grids[resource]
+            previous = self._issued.get(resource)
+            if previous is not None and previous[0] < self.end:
+                since = grid[:, grid.shape[1] - (self.end - previous[0]) // self.step_seconds :]
+                self.scales[resource] = self.scales[resource].updated(previous[1], since)
+            lines = model.predict(grid, issued_at=self.end) * self.scales[resource].factors(grid.shape[0])
+            self._issued[resource] = (self.end, lines)
+            for row in np.flatnonzero(np.isfinite(lines)):
+                out.setdefault(names[row], {})[resource] = float(lines[row])
+        return out
 
 
 class NodeActivity:
@@ -279,6 +362,8 @@ class LiveLoop:
         self.measured: dict[str, LiveNodeUsage] = {}
         #: each node's recent measurements, for which of its rise tables the live room reads
         self.activity = NodeActivity(settings.colocation.live_rise_activity_seconds, settings.reservation.step_seconds)
+        #: the node live line of the version followed (empty: none fitted, or off)
+        self.node_lines = NodeLiveLines()
         self._checkpointed_at = 0.0
 
     # -- state -------------------------------------------------------------------------------------------------
@@ -366,6 +451,9 @@ class LiveLoop:
             if self.state is not None:
                 log.info("version %s published: continuing it instead of %s", latest, self.state.version)
             self.state = self.resume(now)
+            self.node_lines = NodeLiveLines(
+                self.store.load_node_model(self.state.version) if self.settings.colocation.live_line else None
+            )
         state = self.state
         start, end = self._window(state, now)
         if start > end:
@@ -425,12 +513,13 @@ class LiveLoop:
         newest = newest_node_usage(usage)
         self.measured.update(newest)
         self.activity.add(newest)
+        self.node_lines.add(newest)
         state.last_sample = end
         phases["update"] = time.perf_counter() - began
         began = time.perf_counter()
         # An unpartitioned model decides at its data end + 1, a partitioned one at the fleet's (the same time).
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
-        nodes = with_live_usage(state.nodes, self.measured, self.activity.of(self.measured))
+        nodes = with_live_usage(state.nodes, self.measured, self.activity.of(self.measured), self.node_lines.issue())
         recommendations = recommendations.model_copy(update={"nodes": nodes})
         phases["predict"] = time.perf_counter() - began
         began = time.perf_counter()

@@ -296,7 +296,9 @@ def node_reclaimable(
     Batch leaves the high-priority pods the highest short-term reservation over the next `batch_window_seconds`;
     mid their long-term reservation; both at least the last measured usage plus the node's rise allowance while that
     measurement is fresh. While the live loop's measurement of the node (`live_level`) is fresh, both are instead
-    `colocation.live_reclaimable` of it (the value the node backtest scores as ours_live; policy "live"). Without
+    `colocation.live_reclaimable` of it (the value the node backtest scores as ours_live; policy "live"), batch from
+    the larger of the rise and the learned live line where the live loop issued one (`colocation.line_reclaimable`,
+    ours_live_line). Without
     it the service measures usage only when it trains, so between trainings the forecast alone carries the offer,
     with the wider forecast-only margin. Stale: the forecast ran past its horizon (training
     stopped), and the values decay toward the request-based ones. Koordinator's values come from what the service
@@ -354,6 +356,20 @@ def node_reclaimable(
             float(colocation.live_reclaimable(allocatable, live_margin, 0.0, 0.0, live[0], rise, line))
             for line in (cap, long_cap)
         )
+        if settings.live_line and pooled.live_line is not None:
+            # The learned live line the live loop issued with this measurement: batch reserves the larger of it and
+            # the rise (the node backtest's ours_live_line); mid keeps the rise tables' room.
+            batch = float(
+                colocation.line_reclaimable(
+                    allocatable,
+                    allocatable * mine.live_line_margin_fraction,
+                    0.0,
+                    0.0,
+                    live[0],
+                    rise,
+                    mine.live_line_factor * pooled.live_line,
+                )
+            )
         measured, age = live[0], now - live[1]
     percent = mine.koordinator_reclaim_percent
     used = requested if measured is None else measured

@@ -243,6 +243,13 @@ class NodeResourceLines(BaseModel):
         description="The node's activity up to live_usage, from the live loop's measurements (None: unknown, "
         "live_rise is kept).",
     )
+    live_line: float | None = Field(
+        None,
+        description="The learned live line of the pooled usage over the next hour, issued by the live loop from the "
+        "node's recent usage and calibrated online (`pipelines.live.NodeLiveLines`), cores or bytes: the live room "
+        "reserves the larger of it (times live_line_factor) and live_usage plus its rise. None: no fitted line, a "
+        "cold start or a gap (the rise tables alone).",
+    )
     recent_usage: list[float | None] = Field(
         description="Pooled high-priority usage per step over the last day before as_of."
     )

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from models.live_line import STEPS_PER_DAY, LiveLineForecaster
-from models.nodes import node_live_line
+from models.nodes import LiveNodeUsage, NodeForecaster, node_live_line
+from pipelines.live import NodeLiveLines, with_live_usage
 from pipelines.node_backtest import (
     MethodSummary,
     NodeBacktestResult,
@@ -18,9 +19,11 @@ from pipelines.node_backtest import (
     node_live_lines,
 )
 from recommender import colocation
+from recommender.placement import node_reclaimable
 from recommender.progress import quiet
 from recommender.settings import ColocationSettings, LiveLineSettings
 from tests.unit.test_live_line import START, bursty_grid
+from tests.unit.test_nodes import AS_OF, COLOCATION, view
 
 
 def summary(reclaimed: float, violations: int) -> MethodSummary:
@@ -151,3 +154,60 @@ def test_the_line_knobs_are_chosen_by_the_validation_gain_at_equal_violations() 
     assert result.chosen_line_knobs("cpu") == (0.5, 0.05)
     result.koordinator_sweeps["cpu"] = [(70.0, part(140.0, 5))]  # nothing of Koordinator's at 0 or 2 violations
     assert result.chosen_line_knobs("cpu") == (0.5, 0.02)
+
+
+def grid_model(grid: np.ndarray, end: int) -> NodeForecaster:
+    """A node model as training leaves it: two nodes' pooled grids ending at `end` and a fitted node live line."""
+    model = NodeForecaster(live_line=LiveLineForecaster(target_violation=0.05, training_days=6))
+    model.nodes_ = np.array(["a", "b"])
+    model.grid_end_ = end
+    model.cpu_grid_, model.memory_grid_ = grid, grid * 1e9
+    model.cpu_live_line_ = model._fit_live_line(grid)
+    model.memory_live_line_ = model._fit_live_line(grid * 1e9)
+    return model
+
+
+def test_the_live_loop_issues_the_node_line_from_the_version_grid_and_its_measurements() -> None:
+    grid = bursty_grid(rows=2, days=8, seed=6)
+    end = START + grid.shape[1] * 300
+    model = grid_model(grid, end)
+    assert model.fitted_live_line("cpu") is not None
+    lines = NodeLiveLines(model)
+    lines.add({"a": LiveNodeUsage(end, 50.0, 50e9)})  # a spike in the step after the version's end
+    issued = lines.issue()
+    cpu = model.fitted_live_line("cpu")
+    assert cpu is not None
+    extended = np.concatenate([grid[:, 1:], [[50.0], [np.nan]]], axis=1)  # slid one step, node b unmeasured
+    expected = cpu.predict(extended, issued_at=end + 300)
+    assert issued["a"]["cpu"] == pytest.approx(expected[0]) and issued["b"]["cpu"] == pytest.approx(expected[1])
+    assert issued["a"]["cpu"] > NodeLiveLines(model).issue()["a"]["cpu"]  # the measurement counts
+    # Measured far above its line for the next step: the online calibration raises the next issue's factor.
+    before = lines.scales["cpu"].fleet
+    lines.add({"a": LiveNodeUsage(end + 300, 1e3, 1e12), "b": LiveNodeUsage(end + 300, 1e3, 1e12)})
+    lines.issue()
+    assert lines.scales["cpu"].fleet > before
+    # A node not measured for over an hour gets no line (the rise tables serve it); a measured one keeps its own.
+    lines.add({"a": LiveNodeUsage(end + 300 * 20, 2.0, 2e9)})
+    assert set(lines.issue()) == {"a"}
+    assert NodeLiveLines(None).issue() == {} and NodeLiveLines(NodeForecaster()).issue() == {}
+
+
+def test_the_served_batch_reserves_the_larger_of_the_rise_and_the_issued_line() -> None:
+    loads = view(AS_OF)
+    forecast = loads.states["a"].forecast
+    assert forecast is not None and forecast.cpu is not None
+    forecast.live_sample = AS_OF + 30
+    forecast.cpu.live_usage = 7.0
+    forecast.cpu.live_rise = [0.5] * 100
+    forecast.cpu.live_rise_reference = 10.0
+    margin = 10.0 * COLOCATION.cpu_live_line_margin_fraction
+    factor = COLOCATION.cpu_live_line_factor
+    for line, reserved in ((9.0 / factor, 9.0), (7.2 / factor, 7.5)):
+        forecast.cpu.live_line = line
+        found = node_reclaimable(loads, "a", "cpu", AS_OF + 60, COLOCATION)
+        assert found is not None and found.batch == pytest.approx(10.0 - margin - reserved)
+    off = node_reclaimable(loads, "a", "cpu", AS_OF + 60, COLOCATION.model_copy(update={"live_line": False}))
+    assert off is not None and off.batch == pytest.approx(10.0 - 10.0 * COLOCATION.cpu_live_margin_fraction - 7.5)
+    updated = with_live_usage([forecast], {"a": LiveNodeUsage(AS_OF + 30, 7.0, 1.0)}, None, {"a": {"cpu": 3.0}})
+    assert updated[0].cpu is not None and updated[0].cpu.live_line == 3.0
+    assert updated[0].memory is None or updated[0].memory.live_line is None
