@@ -637,7 +637,7 @@ class ColocationSettings(BaseModel):
             "above Koordinator's usage policy at as many violations (docs/benchmarks.md)."
         ),
     )
-    memory_live_line_factor: float = Field(0.3, gt=0, description="Same for memory (chosen the same way).")
+    memory_live_line_factor: float = Field(0.2, gt=0, description="Same for memory (chosen the same way).")
     cpu_live_line_margin_fraction: float = Field(
         0.045,
         ge=0,
