@@ -89,7 +89,7 @@ def test_node_backtest_on_a_small_fleet(small_usage: Path) -> None:
         found = result.summaries["all"]["complete"][resource]
         assert ("koordinator_request" in found) == (resource == "memory")  # Koordinator's CPU has no request policy
         offers = result.offered["complete"][resource]
-        for method in ("ours_live", "koordinator_mid", "koordinator_our_ratio"):
+        for method in ("ours_live", "ours_live_line", "koordinator_mid", "koordinator_our_ratio"):
             values = offers.batch[method]
             assert np.all(np.isfinite(values)) and np.all(values >= 0)
             assert np.all(values <= offers.allocatable[:, None] + 1e-9)
@@ -105,6 +105,16 @@ def test_node_backtest_on_a_small_fleet(small_usage: Path) -> None:
             "ours_live",
             "ours_live_weekly_max",
         }
+        # the equal-violation comparison: ours as served and at each budget, per part, both live methods
+        assert set(result.equal[resource]) == {"ours_live_line", "ours_live"}
+        for part in ("validation", "held_out"):
+            compared = result.equal[resource]["ours_live_line"][part]
+            assert set(compared.at) == {"ours", "0.1 %", "1 %"} and compared.node_steps > 0
+            assert (
+                compared.at["ours"].ours is not None
+                and compared.at["ours"].ours[1].violations == compared.at["ours"].budget
+            )
+        assert len(result.koordinator_sweeps[resource]) == 100
         # during outages the mid held from the last report drops to 0 once it is older than 15 minutes
         assert result.summaries["all"]["outages"][resource]["koordinator_mid"].zero_drops >= 1
 
@@ -125,6 +135,8 @@ def test_backtest_nodes_command_writes_the_report(cli: Runner, tmp_path: Path, s
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "nodes" / "report.md").read_text()
     assert "## Fair comparison, cpu" in report and "| ours_live |" in report
+    assert "## Room at equal violations, memory" in report and "## Node live line sweep, cpu" in report
+    assert "room against Koordinator's usage policy at equal violations" in result.stdout
     cpu_table = report.split("## all days, complete metrics, cpu")[1].split("##")[0]
     assert "koordinator_request" not in cpu_table and "koordinator_maxUsageRequest" in cpu_table
     for chart in ("nodes-over-time.png", "nodes-outages.png", "node-lines.png"):
