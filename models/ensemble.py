@@ -9,7 +9,10 @@ candidate's lines are scaled so that exactly `target_violation` of the fleet's s
 of a high to a middle quantile of its usage) takes its own only when that is cheaper on the group by at least
 `group_min_gain` and the group holds `group_min_containers`: a choice needs evidence from many containers; and it
 keeps it only when that makes the fleet's pooled matched cost at most `group_min_gain` higher (`keep_pooled_gains`),
-since the fleet is calibrated and judged as one.
+since the fleet is calibrated and judged as one. The baselines' own flat rules (`flat_rules`) are candidates and
+fallbacks: a choice stands only if, made on the earlier origins, it also beat the best of them on the last
+`validation_days` origins it did not see, and a fleet under `selection_min_containers` takes the best of them
+(`SelectedForecaster._validated`).
 
 Calibration is hierarchical and conformal: a container's factor (the (1 - target) quantile of usage / line on the
 out-of-sample days) is shrunk toward its group's, and the group's toward the fleet's, each with weight
@@ -1467,7 +1470,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         the fairness tolerance. False where the evidence is thin (fewer than `selection_min_containers` containers
         with usage). True where no origin's usage ends before the held-out ones (the long-term line's weeks, or a
         young fleet): the check cannot be made there, and on the development half a flat rule chosen without it
-        cost the long-term line 1.5-1.6x at a 1 % risk (docs/benchmarks.md)."""
+        cost the long-term line up to 1.6x at a 1 % risk (docs/benchmarks.md)."""
         n_origins, target = past_usage.shape[0], self.target_violation
         if int(np.count_nonzero(scores.totals(past_usage)[0] > 0)) < self.selection_min_containers:
             return False
