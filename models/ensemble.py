@@ -9,7 +9,10 @@ candidate's lines are scaled so that exactly `target_violation` of the fleet's s
 of a high to a middle quantile of its usage) takes its own only when that is cheaper on the group by at least
 `group_min_gain` and the group holds `group_min_containers`: a choice needs evidence from many containers; and it
 keeps it only when that makes the fleet's pooled matched cost at most `group_min_gain` higher (`keep_pooled_gains`),
-since the fleet is calibrated and judged as one.
+since the fleet is calibrated and judged as one. The baselines' own flat rules (`flat_rules`) are candidates and
+fallbacks: a choice stands only if, made on the earlier origins, it also beat the best of them on the last
+`validation_days` origins it did not see, and a fleet under `selection_min_containers` takes the best of them
+(`SelectedForecaster._validated`).
 
 Calibration is hierarchical and conformal: a container's factor (the (1 - target) quantile of usage / line on the
 out-of-sample days) is shrunk toward its group's, and the group's toward the fleet's, each with weight
@@ -32,6 +35,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models.forecast import (
     STEPS_PER_DAY,
+    DecayedPeakForecaster,
     DecayedQuantileForecaster,
     FlatQuantileForecaster,
     GridOrder,
@@ -43,11 +47,18 @@ from models.forecast import (
     nan_quantile,
     nan_quantiles,
 )
+from models.vpa import VpaRecommender
 from recommender.arrays import FloatArray, IntArray, UInt64Array
+from recommender.colocation import KOORDINATOR_MID_HALF_LIFE_SECONDS, KOORDINATOR_MID_QUANTILE
 from recommender.settings import ForecastSettings
 
 #: Candidates whose line is one value over the horizon: backtested as one value per origin and container.
-CONSTANT_FORECASTERS = (FlatQuantileForecaster, DecayedQuantileForecaster, MultiWindowQuantileForecaster)
+CONSTANT_FORECASTERS = (
+    FlatQuantileForecaster,
+    DecayedQuantileForecaster,
+    MultiWindowQuantileForecaster,
+    DecayedPeakForecaster,
+)
 
 
 #: Values (origins x containers x steps) in one block of containers of the selection's passes (16 MB a temporary):
@@ -646,14 +657,17 @@ def ratio_blocks(lines: FloatArray, past_usage: PastUsage) -> RatioBlocks:
     )
 
 
-def usage_totals(past_usage: PastUsage) -> tuple[FloatArray, FloatArray]:
+def usage_totals(past_usage: PastUsage, origins: npt.NDArray[np.bool_] | None = None) -> tuple[FloatArray, FloatArray]:
     """Per container, its known samples and their sum over the past usage (origins x containers x steps), a block of
-    containers at a time: what every matched cost against this usage divides by (`labelled_costs`)."""
+    containers at a time: what every matched cost against this usage divides by (`labelled_costs`). `origins`: the
+    origins counted (all by default), for lines drawn at those origins only (`origins_only`)."""
     n_containers = past_usage.shape[1]
     per_container = np.zeros(n_containers)
     used_per_container = np.zeros(n_containers)
     for rows in container_blocks(past_usage):
         block = usage_rows(past_usage, rows, ordered=True)
+        if origins is not None:
+            block = block[origins]
         known = ~np.isnan(block)
         per_container[rows] = known.sum(axis=(0, 2))
         used_per_container[rows] = np.where(known, block, 0.0).sum(axis=(0, 2))
@@ -759,6 +773,22 @@ def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
     return int(np.argmin(np.where(fair, over, np.inf))) if fair.any() else int(np.argmin(over))
 
 
+def cheapest_fallback(costs: FloatArray, fallbacks: Sequence[int], reference: int, tolerance: float) -> int:
+    """`cheapest_fair` among the `fallbacks` only (the baselines' flat rules; every candidate when there are none)."""
+    if not fallbacks:
+        return cheapest_fair(costs, reference, tolerance)
+    restricted = np.full(costs.shape, np.nan)
+    restricted[list(fallbacks), 0] = costs[list(fallbacks), 0]
+    restricted[:, 1] = costs[:, 1]
+    return cheapest_fair(restricted, reference, tolerance)
+
+
+def origins_only(past_lines: Sequence[FloatArray], kept: npt.NDArray[np.bool_]) -> list[FloatArray]:
+    """The past lines with the origins outside `kept` unknown (NaN): scored as lines never drawn, so a cost of them
+    reads only the `kept` origins' usage (with `usage_totals(..., kept)`)."""
+    return [np.where(kept[:, None, None], lines, np.nan) for lines in past_lines]
+
+
 def choose_models(
     costs: FloatArray,
     groups: IntArray,
@@ -829,7 +859,7 @@ def keep_pooled_gains(
 
 
 def pooled_choice_cost(
-    past_lines: Sequence[FloatArray],
+    past_lines: Sequence[FloatArray] | Mapping[int, FloatArray],
     choice: IntArray,
     past_usage: PastUsage,
     target_violation: float,
@@ -1222,6 +1252,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         group_min_gain: float = 0.1,
         group_min_containers: int = 20,
         reference: int = 0,
+        fallbacks: tuple[int, ...] = (),
+        validation_days: int = 2,
+        selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
         calibration_prior_samples: float = 20_000.0,
         group_prior_samples: float = 20_000.0,
@@ -1241,6 +1274,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.group_min_gain = group_min_gain
         self.group_min_containers = group_min_containers
         self.reference = reference
+        self.fallbacks = fallbacks
+        self.validation_days = validation_days
+        self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
         self.calibration_prior_samples = calibration_prior_samples
         self.group_prior_samples = group_prior_samples
@@ -1320,7 +1356,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         """Per-container state for `n_rows` containers from a decision on the containers at `rows`: the others take
         their group's choice (`groups`: per container, -1 or None for none: then the fleet's choice and group 0)
         and no own calibration samples (so their group's factor, the fleet's with the default priors)."""
-        fleet_choice = cheapest_fair(self.fleet_costs_, self.reference, self.fairness_tolerance * self.target_violation)
+        fleet_choice = self.fleet_choice_
         # A group's containers all have its choice (`choose_models`); a group with none decided takes the fleet's.
         group_choice = np.full(max(self.groups, 1), fleet_choice, dtype=np.int64)
         group_choice[self.groups_] = self.choice_
@@ -1364,6 +1400,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.fleet_costs_ = np.full((n_models, 2), np.nan)
             self.choice_ = np.zeros(n_groups, dtype=np.int64)
+            self.fleet_choice_, self.validated_ = 0, False
             self.own_factors_ = np.full(n_groups, np.nan)
             self.calibration_samples_ = np.zeros(n_groups)
             self.outliers_ = np.zeros(n_groups, dtype=bool)
@@ -1398,6 +1435,14 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs
+            tolerance = self.fairness_tolerance * target
+            self.fleet_choice_ = cheapest_fair(self.fleet_costs_, self.reference, tolerance)
+            self.validated_ = (
+                not self.fallbacks or not self.validation_days or self._validated(past_lines, past_usage, scores)
+            )
+            if not self.validated_:
+                self.fleet_choice_ = cheapest_fallback(self.fleet_costs_, self.fallbacks, self.reference, tolerance)
+                self.choice_ = np.full(n_groups, self.fleet_choice_, dtype=np.int64)
             (
                 self.own_factors_,
                 self.calibration_samples_,
@@ -1416,6 +1461,52 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             shares = self.partition_sketches_
             self.ratio_sketch_ = shares[0] if len(shares) == 1 else merge_sketches(shares)
         return self.calibrate_with_fleet(self.ratio_sketch_)
+
+    def _validated(self, past_lines: Sequence[FloatArray], past_usage: PastUsage, scores: CandidateScores) -> bool:
+        """Whether the choice among every candidate would have won on days it did not see: made as `decide` makes it
+        on the origins whose scored usage ends before the last `validation_days` origins, it must be at least as
+        cheap on those last origins as the cheapest of the `fallbacks` (the baselines' flat rules) chosen on the same
+        earlier origins, at the fleet's pooled matched level, with a p90 container violation at most the rule's plus
+        the fairness tolerance. False where the evidence is thin (fewer than `selection_min_containers` containers
+        with usage). True where no origin's usage ends before the held-out ones (the long-term line's weeks, or a
+        young fleet): the check cannot be made there, and on the development half a flat rule chosen without it
+        cost the long-term line up to 1.6x at a 1 % risk (docs/benchmarks.md)."""
+        n_origins, target = past_usage.shape[0], self.target_violation
+        if int(np.count_nonzero(scores.totals(past_usage)[0] > 0)) < self.selection_min_containers:
+            return False
+        days = -(-past_usage.shape[2] // self.steps_per_day)  # each origin's usage, in days (origins are daily)
+        late = np.arange(n_origins) >= n_origins - self.validation_days
+        early = np.arange(n_origins) + days <= n_origins - self.validation_days
+        if not early.any():
+            return True
+        labels, n_labels = self.groups_, int(self.groups_.max()) + 1
+        early_lines, early_totals = origins_only(past_lines, early), usage_totals(past_usage, early)
+        early = labelled_costs(early_lines, past_usage, target, labels, n_labels, early_totals)
+        choice, fleet, _ = choose_models(
+            early,
+            labels,
+            target,
+            self.group_min_gain,
+            self.group_min_containers,
+            self.reference,
+            self.fairness_tolerance,
+            lambda picked: pooled_choice_cost(early_lines, picked, past_usage, target, labels, early_totals),
+        )
+        tolerance = self.fairness_tolerance * target
+        flat = np.full(choice.size, cheapest_fallback(fleet, self.fallbacks, self.reference, tolerance))
+        late_totals = usage_totals(past_usage, late)
+        ours, theirs = (
+            pooled_choice_cost(
+                {int(m): origins_only([past_lines[int(m)]], late)[0] for m in np.unique(picked)},
+                picked,
+                past_usage,
+                target,
+                labels,
+                late_totals,
+            )
+            for picked in (choice, flat)
+        )
+        return bool(ours[0] <= theirs[0] and not ours[1] > theirs[1])
 
     def calibrate_with_fleet(self, fleet_sketch: tuple[IntArray, IntArray]) -> Self:
         """Set `factors_` from the own and group factors and the fleet factor read from `fleet_sketch` (this fit's own
@@ -1491,7 +1582,43 @@ def short_term_candidates(settings: ForecastSettings, target_violation: float) -
         for fraction in (0.5, 0.8)
     ] + [WindowQuantileForecaster(days=days, window_steps=wide, quantile=q, floor_quantile=q, floor_fraction=0.5)]
     stl: list[BaseEstimator] = [StlForecaster(days=days, quantile=q)] if settings.use_stl else []
-    return [*seasonal, *stl, *constant_candidates(settings, target_violation)]
+    return distinct([*seasonal, *stl, *constant_candidates(settings, target_violation), seasonal_naive_rule(settings)])
+
+
+def distinct(candidates: list[BaseEstimator]) -> list[BaseEstimator]:
+    """The candidates without repeats (by `model_name`), in order: a baseline's rule may be one of ours too."""
+    names = [model_name(c) for c in candidates]
+    return [c for i, c in enumerate(candidates) if names.index(names[i]) == i]
+
+
+#: KRR simple's CPU percentile and seasonal naive's request percentile (anchors.md): a baseline's own level.
+BASELINE_PERCENTILE = 0.95
+
+
+def flat_rules(settings: ForecastSettings) -> list[BaseEstimator]:
+    """The flat baselines' own rules, at their own percentiles whatever the asked level (the fleet factor scales a
+    line to the level, and a cost at a matched level does not depend on the scale): Koordinator mid's
+    recency-weighted percentile for CPU and memory and VPA's CPU target (their decaying histograms without the
+    buckets), KRR simple's p95 and max of `history_days`, and seasonal naive's p95 and max of `seasonal_days`.
+    The fallbacks of the day-ahead choice (`SelectedForecaster._validated`)."""
+    long, week, vpa = float(settings.history_days), float(settings.seasonal_days), VpaRecommender()
+
+    def decayed(quantile: float, half_life_seconds: float) -> BaseEstimator:
+        return DecayedQuantileForecaster(days=long, quantile=quantile, half_life_steps=int(half_life_seconds // 300))
+
+    return [
+        *(decayed(KOORDINATOR_MID_QUANTILE[r], KOORDINATOR_MID_HALF_LIFE_SECONDS[r]) for r in ("cpu", "memory")),
+        decayed(vpa.target_percentile, vpa.cpu_half_life_seconds),
+        DecayedPeakForecaster(quantile=vpa.target_percentile, half_life_steps=int(vpa.memory_half_life_seconds // 300)),
+        *(FlatQuantileForecaster(days=d, quantile=q) for d in (long, week) for q in (BASELINE_PERCENTILE, 1.0)),
+    ]
+
+
+def seasonal_naive_rule(settings: ForecastSettings) -> BaseEstimator:
+    """Seasonal naive's short-term line: the max of the last `seasonal_days` at the same time of day +- 5 minutes."""
+    return WindowQuantileForecaster(
+        days=settings.seasonal_days, window_steps=1, quantile=1.0, floor_quantile=1.0, floor_fraction=0.0
+    )
 
 
 def constant_candidates(settings: ForecastSettings, target_violation: float) -> list[BaseEstimator]:
@@ -1509,7 +1636,7 @@ def constant_candidates(settings: ForecastSettings, target_violation: float) -> 
         MultiWindowQuantileForecaster(days=long, quantile=q),
         MultiWindowQuantileForecaster(days=long, shortest_days=3.0, windows=3, quantile=q),
     ]
-    return [*flat, *peaks, *decayed, *mixed]
+    return distinct([*flat, *peaks, *decayed, *mixed, *flat_rules(settings)])
 
 
 #: The long-term line holds for a week: its candidates are scored on the week after each origin.
@@ -1538,6 +1665,7 @@ def selected_forecaster(
     """A `SelectedForecaster` over `candidates` with the settings' selection and calibration parameters."""
     names = [model_name(c) for c in candidates]
     reference = model_name(reference_candidate(settings, target))
+    rules = [model_name(c) for c in [*flat_rules(settings), seasonal_naive_rule(settings)]]
     return SelectedForecaster(
         candidates=candidates,
         selection_days=settings.selection_days,
@@ -1546,6 +1674,9 @@ def selected_forecaster(
         group_min_gain=settings.group_min_gain,
         group_min_containers=settings.group_min_containers,
         reference=names.index(reference) if reference in names else 0,
+        fallbacks=tuple(m for m, name in enumerate(names) if name in rules),
+        validation_days=settings.validation_days,
+        selection_min_containers=settings.selection_min_containers,
         fairness_tolerance=settings.fairness_tolerance,
         calibration_prior_samples=settings.calibration_prior_samples,
         group_prior_samples=settings.group_prior_samples,

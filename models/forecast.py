@@ -539,6 +539,44 @@ class DecayedQuantileForecaster(_ConstantLine):
         return np.where(known, ordered[every, rank], np.nan), known & (gap <= 1e-9 * total)
 
 
+class DecayedPeakForecaster(_ConstantLine):
+    """A constant line: the weighted `quantile` of the peaks of the last `days` whole days before the grid's end, a
+    day's weight halving every `half_life_steps` of its age (VPA's memory rule, one peak per day, without its
+    buckets: a day's peak counts whatever its hour, so a nightly job's peak is never outvoted by quiet samples)."""
+
+    def __init__(
+        self,
+        days: float = 8.0,
+        quantile: float = 0.9,
+        half_life_steps: int = STEPS_PER_DAY,
+        steps_per_day: int = STEPS_PER_DAY,
+    ) -> None:
+        self.days = days
+        self.quantile = quantile
+        self.half_life_steps = half_life_steps
+        self.steps_per_day = steps_per_day
+
+    def fit_shared(self, shared: SharedFit) -> Self:
+        per_day, grid = self.steps_per_day, shared.grid
+        n_days = min(int(self.days), -(-grid.shape[1] // per_day))
+        width = n_days * per_day
+        block = np.full((grid.shape[0], width), np.nan)
+        block[:, width - min(width, grid.shape[1]) :] = grid[:, grid.shape[1] - min(width, grid.shape[1]) :]
+        peaks = np.fmax.reduce(block.reshape(grid.shape[0], n_days, per_day), axis=2) if n_days else block
+        age = np.arange(n_days - 1, -1, -1, dtype=np.float64) * per_day  # the newest day ends at the grid's end
+        weight = np.where(np.isnan(peaks), 0.0, np.exp2(-age / self.half_life_steps)[None, :])
+        order = argsort_nan_last(peaks, axis=1)
+        ordered, cumulative = (
+            np.take_along_axis(peaks, order, axis=1),
+            np.cumsum(np.take_along_axis(weight, order, 1), 1),
+        )
+        total = cumulative[:, -1] if n_days else np.zeros(grid.shape[0])
+        rank = np.minimum(np.sum(cumulative < (self.quantile * total)[:, None], axis=1), max(n_days - 1, 0))
+        level = ordered[np.arange(grid.shape[0]), rank] if n_days else np.full(grid.shape[0], np.nan)
+        self.level_ = np.where(total > 0, level, np.nan)
+        return self
+
+
 class WindowQuantileForecaster(BaseEstimator):  # type: ignore[misc]
     """Seasonal line: per step, the `quantile` of the last `days` days within +- `window_steps` of that time of day.
 

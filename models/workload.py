@@ -407,6 +407,8 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         selection_groups: int = 3,
         group_min_gain: float = 0.1,
         group_min_containers: int = 20,
+        validation_days: int = 2,
+        selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
         calibration_prior_samples: float = 1e9,
         group_prior_samples: float = 1e9,
@@ -430,6 +432,8 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         self.selection_groups = selection_groups
         self.group_min_gain = group_min_gain
         self.group_min_containers = group_min_containers
+        self.validation_days = validation_days
+        self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
         self.calibration_prior_samples = calibration_prior_samples
         self.group_prior_samples = group_prior_samples
@@ -451,8 +455,10 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         return cls(**{name: given.get(name, fields[name].default) for name in cls._get_param_names()})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # Pickled before the choice was made on a sample of a big fleet: it refits with today's default.
-        state.setdefault("selection_max_containers", ForecastSettings.model_fields["selection_max_containers"].default)
+        # Pickled before the choice was made on a sample of a big fleet, or before its time split: those refit with
+        # today's defaults.
+        for name in ("selection_max_containers", "validation_days", "selection_min_containers"):
+            state.setdefault(name, ForecastSettings.model_fields[name].default)
         super().__setstate__(state)
 
     def settings(self) -> ForecastSettings:

@@ -219,6 +219,19 @@ class ForecastSettings(BaseModel):
         ge=1,
         description="Containers a group needs before it may choose its own candidate.",
     )
+    validation_days: int = Field(
+        2,
+        ge=0,
+        description="Last rolling origins (days) held out of the choice to check it: the choice made on the origins "
+        "before them must beat the best of the baselines' flat rules on these days, or every container takes that "
+        "flat rule (chosen on all origins). A choice is then one that also won on days it did not see. 0: no check.",
+    )
+    selection_min_containers: int = Field(
+        30,
+        ge=1,
+        description="Containers with usage a fleet needs before its choice may leave the baselines' flat rules: "
+        "a smaller fleet's costs are a few containers' luck (Google 2019's 14 tasks, NAB's 11 series).",
+    )
     fairness_tolerance: float = Field(
         1.0,
         ge=0,

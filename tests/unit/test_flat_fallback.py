@@ -1,0 +1,104 @@
+"""The day-ahead choice falls back to the baselines' flat rules where it would not have won on days it did not see
+(issue 38, item 5), and uses no day after its decision."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import clone
+
+from models.ensemble import SelectedForecaster, flat_rules, line_forecaster, model_name
+from models.forecast import FlatQuantileForecaster, WindowQuantileForecaster
+from pipelines.backtest import daily_candidate_lines, selected_lines
+from recommender.settings import ForecastSettings
+
+P = 288
+ORIGINS = 7
+
+
+def usage(containers: int, seed: int = 0) -> np.ndarray:
+    """(origins x containers x steps) noisy usage around a level per container and day."""
+    rng = np.random.default_rng(seed)
+    level = rng.uniform(0.3, 3.0, size=(ORIGINS, containers, 1))
+    return level * rng.uniform(0.5, 1.0, size=(ORIGINS, containers, P))
+
+
+def flat(past: np.ndarray) -> np.ndarray:
+    """The flat rule: each container's max over every origin's usage (the same level each day)."""
+    return np.broadcast_to(past.max(axis=(0, 2))[None, :, None], (ORIGINS, past.shape[1], 1)).copy()
+
+
+def shaped(past: np.ndarray, good_origins: int, seed: int = 1) -> np.ndarray:
+    """A constant candidate that knew each day's peak on the first `good_origins` origins (far cheaper than any
+    flat rule there) and on the others is the flat rule's level off by up to 2x either way (dearer than it)."""
+    rng = np.random.default_rng(seed)
+    line = past.max(axis=2, keepdims=True)
+    line[good_origins:] = flat(past)[good_origins:] * rng.uniform(0.5, 2.0, size=line[good_origins:].shape)
+    return line
+
+
+def selector(fallback_days: int = 2) -> SelectedForecaster:
+    """Candidate 0 is a model of ours, candidate 1 a flat rule (the fallback)."""
+    return SelectedForecaster(
+        candidates=[FlatQuantileForecaster(days=1.0), FlatQuantileForecaster(days=14.0)],
+        target_violation=0.05,
+        groups=1,
+        reference=1,
+        fallbacks=(1,),
+        validation_days=fallback_days,
+        selection_min_containers=30,
+        constant=True,
+    )
+
+
+def test_a_choice_that_loses_on_the_held_out_days_falls_back_to_the_flat_rule() -> None:
+    """Our candidate wins on 5 origins and loses on the last 2: pooled over all 7 it is still the cheaper, but it
+    would not have won on the days its choice did not see, so every container takes the flat rule."""
+    past = usage(40)
+    ours = shaped(past, good_origins=ORIGINS - 2)
+    model = selector().decide([ours, flat(past)], past)
+    assert model.fleet_costs_[0, 0] < model.fleet_costs_[1, 0]  # cheaper on all days together
+    assert not model.validated_
+    assert set(model.choice_.tolist()) == {1}
+
+
+def test_a_choice_that_also_wins_on_the_held_out_days_stands() -> None:
+    past = usage(40)
+    model = selector().decide([shaped(past, good_origins=ORIGINS), flat(past)], past)
+    assert model.validated_
+    assert set(model.choice_.tolist()) == {0}
+
+
+def test_a_small_fleet_takes_the_flat_rule() -> None:
+    """Fewer containers than `selection_min_containers`: too little evidence to leave the flat rules."""
+    past = usage(12)
+    model = selector().decide([shaped(past, good_origins=ORIGINS), flat(past)], past)
+    assert not model.validated_
+    assert set(model.choice_.tolist()) == {1}
+
+
+def test_the_baselines_rules_are_fallbacks_of_every_line() -> None:
+    settings = ForecastSettings()
+    rules = {model_name(rule) for rule in flat_rules(settings)}
+    for line in ("short_term", "request", "long_term"):
+        fleet = line_forecaster(settings, line)
+        names = fleet.model_names()
+        fallbacks = {names[m] for m in fleet.fallbacks}
+        assert rules <= fallbacks, line
+        seasonal = [n for n in fallbacks if n.startswith(type(WindowQuantileForecaster()).__name__)]
+        assert len(seasonal) == (line == "short_term")
+
+
+def test_the_choice_uses_no_day_after_its_decision() -> None:
+    """The backtest's choice and line at a decision day are the same whatever the usage from that day on."""
+    rng = np.random.default_rng(3)
+    days, decision = 16, 12
+    grid = rng.gamma(2.0, 1.0, size=(40, days * P)) * (1 + np.sin(2 * np.pi * np.arange(days * P) / P))
+    changed = grid.copy()
+    changed[:, decision * P :] = rng.gamma(5.0, 3.0, size=(40, (days - decision) * P))
+    fleet = line_forecaster(ForecastSettings(), "short_term")
+    results = []
+    for g in (grid, changed):
+        lines = daily_candidate_lines(g, fleet.candidate_models(), P, fleet.constant)
+        results.append(selected_lines(g, lines, clone(fleet), [decision], P))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
