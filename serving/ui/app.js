@@ -466,7 +466,7 @@ function modelsTable(rec) {
 function yamlSnippet(namespace, workload, kind, recs, version) {
   const lines = [
     `# ${namespace}/${workload}: resources recommended by koord-recommender (model ${version}), per container.`,
-    "# Limits, where set, are scaled by recommended / current request, as VPA does.",
+    "# Limits, where set, are the recommendation's limit: scaled by recommended / current request as VPA does, what the webhook writes.",
     `# kubectl -n ${namespace} edit ${kind ? kind.toLowerCase() : "<kind>"} ${workload}`,
   ];
   // Where the pod spec sits in the workload's manifest.
@@ -478,13 +478,10 @@ function yamlSnippet(namespace, workload, kind, recs, version) {
     lines.push(`${indent}  - name: ${rec.container}`, `${indent}    resources:`, `${indent}      requests:`);
     if (rec.cpu) lines.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.target)}`);
     if (rec.memory) lines.push(`${indent}        memory: ${memoryQuantity(rec.memory.target)}`);
+    // The limit is the recommendation's own `limit` (on the quantity grid, what the webhook writes), never recomputed.
     const limits = [];
-    for (const [name, learned, request, limit, quantity] of [
-      ["cpu", rec.cpu, rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores, rec.current.cpu_limit_cores, cpuQuantity],
-      ["memory", rec.memory, rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes, rec.current.memory_limit_bytes, memoryQuantity],
-    ]) {
-      if (learned && limit && request) limits.push(`${indent}        ${name}: ${quantity(limit * learned.target / request)}`);
-    }
+    if (rec.cpu?.limit != null) limits.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.limit)}`);
+    if (rec.memory?.limit != null) limits.push(`${indent}        memory: ${memoryQuantity(rec.memory.limit)}`);
     if (limits.length) lines.push(`${indent}      limits:`, ...limits);
   }
   return lines.join("\n") + "\n";
