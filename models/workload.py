@@ -1048,7 +1048,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         for resource, unit in UNITS.items():
             _, low, high = self._sizing(resource)
             request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
-            update[resource] = with_vpa(resource, getattr(rec, resource), bounds[resource], 0, (low, high), request, limit)
+            update[resource] = with_vpa(
+                resource, getattr(rec, resource), bounds[resource], 0, (low, high), request, limit
+            )
         return rec.model_copy(update=update)
 
     def _vpa_bounds(self, groups: pd.Index, per_pod: FloatArray, as_of: int) -> tuple[FloatArray, FloatArray]:
