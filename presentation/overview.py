@@ -30,6 +30,11 @@ class ResourceComparison(BaseModel):
         description="Request, or the limit where only a limit is set; None if neither."
     )
     recommended: float | None = Field(description="Recommended request (target); None without samples.")
+    recommended_limit: float | None = Field(
+        None,
+        description="The limit written with it: the recommendation's `limit`, on every surface the same (None "
+        "without a current limit).",
+    )
     change: float | None = Field(
         description="recommended - current_request, per replica: negative frees resources, positive adds what is missing."
     )
@@ -104,6 +109,7 @@ def _comparison(
     return ResourceComparison(
         current_request=request,
         recommended=None if learned is None else learned.target,
+        recommended_limit=None if learned is None else learned.limit,
         change=change,
         change_all_replicas=None if change is None else change * replicas,
         usage_above_request_fraction=None

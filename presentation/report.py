@@ -66,10 +66,12 @@ CSV_COLUMNS = (
     "replicas",
     "cpu_request_cores",
     "cpu_recommended_cores",
+    "cpu_recommended_limit_cores",
     "cpu_change_cores",
     "cpu_change_cores_all_replicas",
     "memory_request_bytes",
     "memory_recommended_bytes",
+    "memory_recommended_limit_bytes",
     "memory_change_bytes",
     "memory_change_bytes_all_replicas",
     "risks",
@@ -87,6 +89,7 @@ def as_csv(found: Overview) -> str:
             cells += [
                 comparison.current_request,
                 comparison.recommended,
+                comparison.recommended_limit,
                 comparison.change,
                 comparison.change_all_replicas,
             ]
