@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -425,15 +425,16 @@ class Container:
 SHAPES = ("none", "limit", "request", "zero", "tiny", "huge")
 
 
-def _set(shape: str, level: float, tiny: float) -> tuple[float | None, float | None]:
-    """(request, limit) for a shape around a usage level."""
+def _set(shape: str, level: float, tiny: float, huge: float) -> tuple[float | None, float | None]:
+    """(request, limit) for a shape around a usage level; `tiny` and `huge` limits far below and above it (huge
+    within what ingestion accepts per container)."""
     return {
         "none": (None, None),
         "limit": (None, 2 * level),
         "request": (0.75 * level, 3 * level),
         "zero": (0.0, 2 * level),
         "tiny": (None, tiny),
-        "huge": (level, 10_000 * level),
+        "huge": (level, huge),
     }[shape]
 
 
@@ -448,8 +449,8 @@ def fleet_frame(containers: list[Container], as_of: int) -> pd.DataFrame:
         }[c.history]
         times = np.concatenate([np.arange(start, end, step) for start, end in spans])
         wave = 1 + 0.3 * np.sin(2 * np.pi * times / DAY + i)
-        cpu_request, cpu_limit = _set(c.cpu_shape, c.cpu_cores, 0.0015)
-        memory_request, memory_limit = _set(c.memory_shape, c.memory_bytes, 64 * MIB + 1)
+        cpu_request, cpu_limit = _set(c.cpu_shape, c.cpu_cores, 0.0015, 2000.0)
+        memory_request, memory_limit = _set(c.memory_shape, c.memory_bytes, 64 * MIB + 1, 30 * 1024 * GIB)
         frames.append(
             pd.DataFrame(
                 {
@@ -506,7 +507,13 @@ def test_the_bundled_trace_states_one_limit_and_one_sign_everywhere(
 
 
 @given(containers=fleets())
-@hsettings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+# Bounded: two fleets, and a failure is reported as found (no shrinking: each example trains a version).
+@hsettings(
+    max_examples=2,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 def test_generated_fleets_state_one_limit_and_one_sign_everywhere(
     workdir: Path, client: httpx.Client, browser: Any, containers: list[Container]
 ) -> None:
