@@ -19,6 +19,8 @@ Resource = Literal["cpu", "memory"]
 SCALED = "scaled with the request"
 REQUEST = "the request"
 PEAK = "observed 7-day peak + margin"
+#: The smallest quantity Kubernetes holds, cores and bytes.
+SMALLEST = {"cpu": 1e-9, "memory": 1.0}
 
 
 def on_grid(resource: Resource, value: float) -> float:
@@ -39,11 +41,9 @@ def recommended_limit(
     request = on_grid(resource, request)
     scaled = request
     if request_now is not None and math.isfinite(request_now) and 0 < request_now != limit_now:
-        scaled = limit_now * request / request_now
-    candidates = {
-        REQUEST: request,
-        SCALED: scaled,
-    }  # a tie (request = limit, as Kubernetes defaults it) names the request
+        # Kubernetes holds no request below its smallest quantity (1n, 1 byte): nor is one scaled by more.
+        scaled = limit_now * request / max(request_now, SMALLEST[resource])
+    candidates = {REQUEST: request, SCALED: scaled}  # a tie (request = limit, as Kubernetes defaults it): the request
     if floor is not None and math.isfinite(floor):
         candidates[PEAK] = floor
     rule = max(candidates, key=lambda name: candidates[name])
