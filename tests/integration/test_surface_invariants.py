@@ -42,7 +42,8 @@ from tests import k8s
 from tests.conftest import BUNDLED, DAY, entry_point
 from tests.integration.server import serving
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+#: Bounded: about 2.5 minutes at a load average of 14 on 2 cores (the bundled trace ~60 s, each fleet ~30 s).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
 Key = tuple[str, str, str]
 RESOURCES: tuple[tuple[Resource, str], ...] = (("cpu", "cpu_cores"), ("memory", "memory_bytes"))
