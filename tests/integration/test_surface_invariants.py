@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given
+from hypothesis import HealthCheck, Phase, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -508,9 +508,19 @@ def test_the_bundled_trace_states_one_limit_and_one_sign_everywhere(
 
 
 @given(containers=fleets())
-# Bounded: two fleets, and a failure is reported as found (no shrinking: each example trains a version).
+# Every shape at least once: a limit without a request (issue 39's job-113812204462), a request below its limit, a
+# zero request, tiny and huge limits, a gap and a resume.
+@example(
+    containers=[
+        Container("shop", "w0", 1.7, 3.3 * GIB, "limit", "request", "live"),
+        Container("shop", "w1", 0.2, 700 * MIB, "request", "zero", "resumed"),
+        Container("batch", "w2", 0.003, 40 * MIB, "tiny", "huge", "stale"),
+        Container("batch", "w3", 24.0, 90 * GIB, "zero", "tiny", "live"),
+    ]
+)
+# Bounded: that fleet and one generated, and a failure is reported as found (no shrinking: each example trains).
 @hsettings(
-    max_examples=2,
+    max_examples=1,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
