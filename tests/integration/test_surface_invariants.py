@@ -42,7 +42,7 @@ from tests import k8s
 from tests.conftest import BUNDLED, DAY, entry_point
 from tests.integration.server import serving
 
-#: Bounded: about 2.5 minutes at a load average of 14 on 2 cores (the bundled trace ~60 s, each fleet ~30 s).
+#: Bounded: 2.5-3 minutes at a load average of 14 on 2 cores (the bundled trace ~65 s, each fleet ~35 s).
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
 Key = tuple[str, str, str]
