@@ -1,5 +1,5 @@
 """The API objects a fit's arrays become: one `ResourceRecommendation` per group and resource, the `vpa` policy laid
-over ours where it sizes a group, the limit beside a target, and VPA's bounds around our request forecast."""
+over ours where it sizes a group, the limit beside a target (`recommender.limits`), and VPA's bounds around our request forecast."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recommender.arrays import FloatArray, IntArray
+from recommender.limits import Resource, recommended_limit
 from recommender.policy import RequestBounds, request_bounds, with_target
 from recommender.resources import LineModels, LiveLine, Peak, ResourceRecommendation
 from recommender.settings import PolicySettings
@@ -37,6 +38,7 @@ class ResourceLines:
     stale: npt.NDArray[np.bool_]
     request_now: FloatArray
     limit_now: FloatArray
+    resource: Resource
     #: The learned live line per group (NaN where it does not serve), its factor and block, and its model's name.
     live: FloatArray | None = None
     live_factor: FloatArray | None = None
@@ -79,7 +81,7 @@ class ResourceLines:
                 result.append(None)
                 continue
             names = ours["names"][i]
-            limit, rule = recommended_limit(target, request, limit_now, floor)
+            limit, rule = recommended_limit(self.resource, target, request, limit_now, floor)
             drawn = {"target": not no_request[i], "short_term": line, "long_term": not no_long_term[i]}
             result.append(
                 ResourceRecommendation.model_construct(
@@ -123,6 +125,7 @@ class ResourceLines:
 
 
 def with_vpa(
+    resource: Resource,
     rec: ResourceRecommendation | None,
     vpa: FloatArray,
     row: int,
@@ -141,7 +144,7 @@ def with_vpa(
     low = -np.inf if allowed[0] is None else allowed[0]
     high = np.inf if allowed[1] is None else allowed[1]
     capped = float(np.clip(target, low, high))
-    limit, rule = recommended_limit(capped, request_now, limit_now, np.nan)
+    limit, rule = recommended_limit(resource, capped, request_now, limit_now, None)
     models = (
         rec.models.model_copy(
             update={
@@ -170,23 +173,6 @@ def with_vpa(
 def floats_or_none(values: FloatArray) -> list[float | None]:
     """A row as JSON-ready floats, None for NaN (`tolist` converts in C: 288 floats x 10,000 containers add up)."""
     return [None if v != v else v for v in values.tolist()]
-
-
-def recommended_limit(
-    target: float, request_now: float, limit_now: float, floor: float
-) -> tuple[float | None, str | None]:
-    """The limit we would set beside `target` and the rule that set it: scaled with the request as VPA does
-    (limit x target / request), never below the target, and for memory never below `floor` (the observed peak plus a
-    margin; NaN for CPU). None without a current limit (nothing to scale, and we never add one); a limit of 0 is
-    none (exports write an unset limit so: a container cannot run under it)."""
-    if not np.isfinite(limit_now) or limit_now <= 0:
-        return None, None
-    scaled = limit_now * target / request_now if np.isfinite(request_now) and request_now > 0 else limit_now
-    candidates = {"scaled with the request": scaled, "the request": target}
-    if np.isfinite(floor):
-        candidates["observed 7-day peak + margin"] = floor
-    rule = max(candidates, key=lambda name: candidates[name])
-    return float(candidates[rule]), rule
 
 
 def sizer(

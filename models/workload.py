@@ -72,6 +72,7 @@ from models.reservation import PercentileReservation, SeasonalMaxReservation, pe
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
 from recommender.arrays import FloatArray, IntArray, UInt64Array
+from recommender.limits import Resource
 from recommender.policy import request_policy_for
 from recommender.resources import (
     CurrentResources,
@@ -497,7 +498,7 @@ def vpa_estimator(hist: HistogramSettings, policy: PolicySettings) -> VpaRecomme
 POLICY_PARAMETERS = tuple(name for name in PolicySettings.model_fields if name not in VpaRecommender._get_param_names())
 #: The resources, and the unit in the names of their parameters and columns (`pod_min_cpu_cores`,
 #: `memory_request_bytes`), so code that loops over resources reads names, not a cpu/memory branch.
-UNITS = {"cpu": "cores", "memory": "bytes"}
+UNITS: dict[Resource, str] = {"cpu": "cores", "memory": "bytes"}
 
 
 @functools.cache
@@ -647,7 +648,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         own = {name: getattr(self, name) for name in POLICY_PARAMETERS}
         return PolicySettings(**{**shared, **own, "request_policy_rules": list(self.request_policy_rules or [])})
 
-    def _sizing(self, resource: str) -> tuple[float, float | None, float | None]:
+    def _sizing(self, resource: Resource) -> tuple[float, float | None, float | None]:
         """A resource's smallest request per pod (the `vpa` part's `pod_min_cpu_cores`) and its allowed range
         (`min_allowed_cpu_cores`, ...)."""
         suffix = f"{resource}_{UNITS[resource]}"
@@ -978,7 +979,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             size = sizer(confidence, per_pod, pod_minimum, allowed[0], allowed[1], policy)
             request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
             recs[resource] = [
-                with_vpa(rec, vpa[resource], i, (allowed[0], allowed[1]), request[i], limit[i])
+                with_vpa(resource, rec, vpa[resource], i, (allowed[0], allowed[1]), request[i], limit[i])
                 for i, rec in enumerate(self._resource(resource, groups, decision, horizon_seconds, size))
             ]
             recent[resource] = self._recent(getattr(self, f"{resource}_short_term_"), groups, decision, recs[resource])
@@ -1043,11 +1044,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         finally:
             vpa.initial_.pop(label, None)
         now = {c: float(described[c].iloc[0]) for c in CURRENT_COLUMNS}
-        update = {}
+        update: dict[str, ResourceRecommendation | None] = {}
         for resource, unit in UNITS.items():
             _, low, high = self._sizing(resource)
             request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
-            update[resource] = with_vpa(getattr(rec, resource), bounds[resource], 0, (low, high), request, limit)
+            update[resource] = with_vpa(
+                resource, getattr(rec, resource), bounds[resource], 0, (low, high), request, limit
+            )
         return rec.model_copy(update=update)
 
     def _vpa_bounds(self, groups: pd.Index, per_pod: FloatArray, as_of: int) -> tuple[FloatArray, FloatArray]:
@@ -1131,7 +1134,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return out
 
     def _resource(
-        self, resource: str, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any
+        self, resource: Resource, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
         group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
@@ -1198,6 +1201,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             stale=stale,
             request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
             limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
+            resource=resource,
             live=live,
             live_factor=live_factor,
             live_block=(as_of, as_of + block[1] * step),

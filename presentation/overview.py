@@ -3,6 +3,7 @@ container's current request against our recommendation, what it risks (usage abo
 throttling: only past the thresholds of `OverviewSettings`), and totals per namespace and cluster.
 
 Values are per replica (one pod), as requests are, and times the workload's current replicas (`*_all_replicas`).
+Every change is recommended - current (`change`, `cpu_change_cores`, ...): negative frees resources, on every surface.
 The current request is the container's request, or its limit where only a limit is set (Kubernetes then defaults the
 request to the limit). The QoS class is the Kubernetes one
 of the workload's pods, computed over all its containers, mapped to Koordinator's default (Guaranteed -> LSR,
@@ -29,10 +30,15 @@ class ResourceComparison(BaseModel):
         description="Request, or the limit where only a limit is set; None if neither."
     )
     recommended: float | None = Field(description="Recommended request (target); None without samples.")
-    difference: float | None = Field(
-        description="current_request - recommended, per replica: positive is what would be freed, negative what is missing."
+    recommended_limit: float | None = Field(
+        None,
+        description="The limit written with it: the recommendation's `limit`, on every surface the same (None "
+        "without a current limit).",
     )
-    difference_all_replicas: float | None = Field(description="difference x the workload's current replicas.")
+    change: float | None = Field(
+        description="recommended - current_request, per replica: negative frees resources, positive adds what is missing."
+    )
+    change_all_replicas: float | None = Field(description="change x the workload's current replicas.")
     usage_above_request_fraction: float | None = Field(
         description="Share of the last day's usage steps above the current request; None without both."
     )
@@ -69,16 +75,16 @@ class Totals(BaseModel):
     at_risk: int = Field(description="Containers with at least one risk.")
     cpu_request_cores: float
     cpu_recommended_cores: float
-    cpu_difference_cores: float
+    cpu_change_cores: float = Field(description="cpu_recommended_cores - cpu_request_cores: negative frees cores.")
     memory_request_bytes: float
     memory_recommended_bytes: float
-    memory_difference_bytes: float
+    memory_change_bytes: float = Field(description="The same for memory: negative frees bytes.")
     cpu_request_cores_all_replicas: float = Field(description="The same sums, each container times its replicas.")
     cpu_recommended_cores_all_replicas: float
-    cpu_difference_cores_all_replicas: float
+    cpu_change_cores_all_replicas: float
     memory_request_bytes_all_replicas: float
     memory_recommended_bytes_all_replicas: float
-    memory_difference_bytes_all_replicas: float
+    memory_change_bytes_all_replicas: float
 
 
 class Overview(BaseModel):
@@ -99,12 +105,13 @@ def _comparison(
     learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None], replicas: int
 ) -> ResourceComparison:
     seen = [v for v in recent if v is not None]
-    difference = None if learned is None or request is None else request - learned.target
+    change = None if learned is None or request is None else learned.target - request
     return ResourceComparison(
         current_request=request,
         recommended=None if learned is None else learned.target,
-        difference=difference,
-        difference_all_replicas=None if difference is None else difference * replicas,
+        recommended_limit=None if learned is None else learned.limit,
+        change=change,
+        change_all_replicas=None if change is None else change * replicas,
         usage_above_request_fraction=None
         if request is None or not seen
         else sum(v > request for v in seen) / len(seen),
@@ -145,13 +152,13 @@ def _risks(
     if (cpu.usage_above_request_fraction or 0) > above:
         risks.append(f"CPU above request {_share(cpu.usage_above_request_fraction or 0)} of the last day")
     for name, comparison in (("memory", memory), ("CPU", cpu)):
-        short = comparison.difference
+        short = comparison.change
         if (
             short is not None
             and comparison.recommended
-            and -short > settings.risk_shortfall_fraction * comparison.recommended
+            and short > settings.risk_shortfall_fraction * comparison.recommended
         ):
-            risks.append(f"{name} request {_share(-short / comparison.recommended)} below the recommendation")
+            risks.append(f"{name} request {_share(short / comparison.recommended)} below the recommendation")
     return risks
 
 
@@ -200,7 +207,7 @@ def _totals(rows: Sequence[WorkloadSummary]) -> Totals:
             request, recommended = sums[f"{resource}_request{suffix}"], sums[f"{resource}_recommended{suffix}"]
             values[f"{resource}_request_{unit}{suffix}"] = request
             values[f"{resource}_recommended_{unit}{suffix}"] = recommended
-            values[f"{resource}_difference_{unit}{suffix}"] = request - recommended
+            values[f"{resource}_change_{unit}{suffix}"] = recommended - request
     return Totals(containers=len(rows), at_risk=sum(bool(row.risks) for row in rows), **values)
 
 

@@ -2,7 +2,8 @@
 chosen workloads as a table, JSON, YAML, CSV or a self-contained HTML report.
 
 Every format carries the same numbers: per container the current request (the limit only where there is no
-request), the recommendation, the change per replica and times the replicas, its risks; totals per namespace and
+request), the recommendation, the change (recommended - current: negative frees resources) per replica and times the
+replicas, its risks; totals per namespace and
 for everything shown. JSON and YAML also carry the recommendations themselves (bounds, lines, models).
 """
 
@@ -65,12 +66,14 @@ CSV_COLUMNS = (
     "replicas",
     "cpu_request_cores",
     "cpu_recommended_cores",
-    "cpu_difference_cores",
-    "cpu_difference_cores_all_replicas",
+    "cpu_recommended_limit_cores",
+    "cpu_change_cores",
+    "cpu_change_cores_all_replicas",
     "memory_request_bytes",
     "memory_recommended_bytes",
-    "memory_difference_bytes",
-    "memory_difference_bytes_all_replicas",
+    "memory_recommended_limit_bytes",
+    "memory_change_bytes",
+    "memory_change_bytes_all_replicas",
     "risks",
 )
 
@@ -86,8 +89,9 @@ def as_csv(found: Overview) -> str:
             cells += [
                 comparison.current_request,
                 comparison.recommended,
-                comparison.difference,
-                comparison.difference_all_replicas,
+                comparison.recommended_limit,
+                comparison.change,
+                comparison.change_all_replicas,
             ]
         writer.writerow(["" if v is None else v for v in cells] + ["; ".join(row.risks)])
     return buffer.getvalue()
@@ -101,21 +105,16 @@ def gib(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else f"{value / GIB:{'+' if signed else ''}.2f}"
 
 
-def _change(difference: float | None) -> float | None:
-    """A change as the dashboard shows it: recommended - current, so a negative one frees resources."""
-    return None if difference is None else -difference
-
-
 def _row_cells(row: WorkloadSummary) -> list[str]:
     cpu, memory = row.cpu_cores, row.memory_bytes
     return [
         str(row.replicas),
         f"{cores(cpu.current_request)} -> {cores(cpu.recommended)}",
-        cores(_change(cpu.difference), True),
-        cores(_change(cpu.difference_all_replicas), True),
+        cores(cpu.change, True),
+        cores(cpu.change_all_replicas, True),
         f"{gib(memory.current_request)} -> {gib(memory.recommended)}",
-        gib(_change(memory.difference), True),
-        gib(_change(memory.difference_all_replicas), True),
+        gib(memory.change, True),
+        gib(memory.change_all_replicas, True),
     ]
 
 

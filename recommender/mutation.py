@@ -2,7 +2,8 @@
 
 Whether to size at all is the opt-in's (`recommender.optin`); the webhook rules and a VPA's container policies say
 how. Sizing follows VPA's admission controller (anchors.md section 2): requests <- the chosen line, limits scaled by
-the same factor (newLimit = oldLimit x newRequest / oldRequest), containers without a recommendation untouched. On top,
+the same factor (newLimit = oldLimit x newRequest / oldRequest, `recommender.limits`: the limit every surface
+states), containers without a recommendation untouched. On top,
 ClusterColocationProfile-like rules set Koordinator's QoS and priority and rename cpu/memory to batch-*/mid-* for
 batch and mid pods. The result is checked against Koordinator's validating rules; a change that would make the pod
 invalid is dropped (colocation first, then sizing) with a warning, so the webhook never causes a rejection.
@@ -20,6 +21,7 @@ from typing import Any
 
 from recommender import koordinator
 from recommender.identity import WorkloadKey
+from recommender.limits import on_grid, recommended_limit
 from recommender.optin import OptIn
 from recommender.owners import workload_candidates
 from recommender.resources import ResourceRecommendation, WorkloadRecommendation
@@ -151,10 +153,10 @@ def _size_container(
             )
             continue
         parse, fmt = _PARSE[name], _FORMAT[name]
-        new_request = _clamp(_line_value(learned, policy.line), *bounds[name])
+        new_request = on_grid(name, _clamp(_line_value(learned, policy.line), *bounds[name]))
         old_limit = parse(limits[name]) if name in limits else None
-        old_request = parse(requests[name]) if name in requests else old_limit
-        scale_limit = policy.controlled_values == "RequestsAndLimits" and old_limit is not None and bool(old_request)
+        old_request = parse(requests[name]) if name in requests else None
+        scale_limit = policy.controlled_values == "RequestsAndLimits" and bool(old_limit)
         if old_limit is not None and not scale_limit:
             new_request = min(new_request, old_limit)  # a request above an unchanged limit would be rejected
         request_text = fmt(new_request)
@@ -167,10 +169,10 @@ def _size_container(
                 f"{container.get('name')}: {name} request {requests.get(name, '-')} -> {request_text}"
             )
             requests[name] = request_text
-        if scale_limit and old_limit is not None and old_request:
-            # A memory limit never goes below the peak the container has reached (plus margin): an OOM kill by surprise.
-            floor = learned.limit_floor if learned.limit_floor is not None else 0.0
-            limit_text = fmt(max(old_limit * new_request / old_request, new_request, floor))
+        # The limit the recommendation's `limit` states for this request: one computation for every surface.
+        new_limit, _ = recommended_limit(name, new_request, old_request, old_limit, learned.limit_floor)
+        if scale_limit and new_limit is not None:
+            limit_text = fmt(new_limit)
             if limits[name] != limit_text:
                 result.changes.append(f"{container.get('name')}: {name} limit {limits[name]} -> {limit_text}")
                 limits[name] = limit_text

@@ -105,8 +105,10 @@ class ResourceRecommendation(BaseModel):
     )
     limit: float | None = Field(
         None,
-        description="The limit we would set with this target for the container's current "
-        "request and limit (None without a current limit: we never add one).",
+        description="The limit we would set with this target for the container's current request and limit, on the "
+        "quantity grid (whole millicores, MiB): what the webhook writes, the dashboard and every format show "
+        "(`recommender.limits`). A missing or zero current request counts as the limit. None without a current "
+        "limit: we never add one.",
     )
     limit_rule: str | None = Field(
         None,

@@ -59,18 +59,32 @@ def memory_bytes_from_quantity(quantity: str | int | float) -> float:
     return _parse_quantity(quantity)
 
 
+def cpu_on_grid(cpu_cores: float) -> float:
+    """Cores rounded up to whole millicores, the only CPU rounding we do: what a surface shows is what is written.
+    Float noise below a millionth of a millicore (2.8990000000000005) is not a millicore more."""
+    return cpu_millicores(cpu_cores) / 1000
+
+
+def memory_on_grid(memory_bytes: float) -> float:
+    """Bytes rounded up to a whole MiB when above 1 MiB (else to whole bytes), the only memory rounding we do."""
+    if memory_bytes >= MIB:
+        return float(math.ceil(memory_bytes / MIB) * MIB)
+    return float(math.ceil(memory_bytes))
+
+
 def cpu_quantity(cpu_cores: float) -> str:
     """Cores to a Kubernetes CPU quantity in whole milli-cores, rounded up so a request never shrinks below the need."""
-    millicores = math.ceil(Decimal(str(cpu_cores)) * 1000)
+    millicores = round(cpu_on_grid(cpu_cores) * 1000)
     return f"{millicores}m" if millicores % 1000 else str(millicores // 1000)
 
 
 def memory_quantity(memory_bytes: float) -> str:
     """Bytes to a Kubernetes memory quantity, rounded up to a whole MiB when above 1 MiB (else whole bytes)."""
-    if memory_bytes >= MIB:
-        mebibytes = math.ceil(memory_bytes / MIB)
+    grid = int(memory_on_grid(memory_bytes))
+    if grid >= MIB:
+        mebibytes = grid // MIB
         return f"{mebibytes // 1024}Gi" if mebibytes % 1024 == 0 else f"{mebibytes}Mi"
-    return str(math.ceil(memory_bytes))
+    return str(grid)
 
 
 def cpu_millicores(cpu_cores: float) -> int:

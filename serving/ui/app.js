@@ -72,10 +72,11 @@ const fmt = {
   age: (seconds) => (seconds < 2 * 86400 ? (seconds / HOUR).toFixed(0) + " h" : (seconds / 86400).toFixed(0) + " days"),
 };
 
+// A change is recommended − current (the API's `change` fields): below zero frees resources, shown with its own sign.
 function signed(format, v) {
   if (v === null || v === undefined) return el("span", { class: "muted" }, "–");
-  const text = (v > 0 ? "−" : "+") + format(Math.abs(v));
-  return el("span", { class: v > 0 ? "saving" : v < 0 ? "missing" : "", title: v > 0 ? "the request would shrink by this" : v < 0 ? "the request would grow by this" : "" }, text);
+  const text = (v < 0 ? "−" : "+") + format(Math.abs(v));
+  return el("span", { class: v < 0 ? "saving" : v > 0 ? "missing" : "", title: v < 0 ? "the request would shrink by this" : v > 0 ? "the request would grow by this" : "" }, text);
 }
 
 // Kubernetes quantities as the service writes them (recommender/units.py): CPU rounded up to whole milli-cores,
@@ -259,8 +260,9 @@ function writeFilters() {
 }
 
 const SORTS = {
-  cpu: (a, b) => (b.cpu_cores.difference ?? -Infinity) - (a.cpu_cores.difference ?? -Infinity),
-  memory: (a, b) => (b.memory_bytes.difference ?? -Infinity) - (a.memory_bytes.difference ?? -Infinity),
+  // Most freed first: the most negative change.
+  cpu: (a, b) => (a.cpu_cores.change ?? Infinity) - (b.cpu_cores.change ?? Infinity),
+  memory: (a, b) => (a.memory_bytes.change ?? Infinity) - (b.memory_bytes.change ?? Infinity),
   // Most serious first: OOM kills, then memory above its request, throttling, CPU above its request, count of risks.
   risk: (a, b) => (b.oom_kills - a.oom_kills)
     || ((b.memory_bytes.usage_above_request_fraction || 0) - (a.memory_bytes.usage_above_request_fraction || 0))
@@ -284,12 +286,12 @@ function totalsCards(totals, title) {
   return el("div", { class: "cards", "data-testid": "totals" },
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: CPU requested → recommended`),
       el("div", { class: "value" }, `${fmt.cpu(totals.cpu_request_cores)} → ${fmt.cpu(totals.cpu_recommended_cores)} cores`),
-      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_difference_cores), " cores per replica, ",
-        signed(fmt.cpu, totals.cpu_difference_cores_all_replicas), " across all replicas if applied")),
+      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_change_cores), " cores per replica, ",
+        signed(fmt.cpu, totals.cpu_change_cores_all_replicas), " across all replicas if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: memory requested → recommended`),
       el("div", { class: "value" }, `${fmt.memory(totals.memory_request_bytes)} → ${fmt.memory(totals.memory_recommended_bytes)}`),
-      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_difference_bytes), " per replica, ",
-        signed(fmt.memory, totals.memory_difference_bytes_all_replicas), " across all replicas if applied")),
+      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_change_bytes), " per replica, ",
+        signed(fmt.memory, totals.memory_change_bytes_all_replicas), " across all replicas if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, "containers"),
       el("div", { class: "value" }, totals.containers),
       el("div", { class: "detail" }, `${totals.at_risk} at risk`)));
@@ -353,11 +355,11 @@ async function renderOverview() {
           el("td", {}, el("a", { href: "#/?namespace=" + encodeURIComponent(name) }, name)),
           el("td", { class: "num" }, t.containers), el("td", { class: "num" }, t.at_risk),
           el("td", { class: "num" }, fmt.cpu(t.cpu_request_cores)), el("td", { class: "num" }, fmt.cpu(t.cpu_recommended_cores)),
-          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_difference_cores)),
-          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_difference_cores_all_replicas)),
+          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_change_cores)),
+          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_change_cores_all_replicas)),
           el("td", { class: "num" }, fmt.memory(t.memory_request_bytes)), el("td", { class: "num" }, fmt.memory(t.memory_recommended_bytes)),
-          el("td", { class: "num" }, signed(fmt.memory, t.memory_difference_bytes)),
-          el("td", { class: "num" }, signed(fmt.memory, t.memory_difference_bytes_all_replicas))))))),
+          el("td", { class: "num" }, signed(fmt.memory, t.memory_change_bytes)),
+          el("td", { class: "num" }, signed(fmt.memory, t.memory_change_bytes_all_replicas))))))),
     el("h2", {}, "Containers"),
     controls,
     el("table", { "data-testid": "workloads" },
@@ -377,9 +379,9 @@ function overviewRow(row) {
     el("td", {}, el("span", { class: "tag" }, row.qos_class), el("span", { class: "tag" }, row.priority_class)),
     el("td", { class: "num" }, row.replicas),
     el("td", { class: "num" }, `${fmt.cpu(row.cpu_cores.current_request)} → ${fmt.cpu(row.cpu_cores.recommended)}`),
-    el("td", { class: "num" }, signed(fmt.cpu, row.cpu_cores.difference)),
+    el("td", { class: "num" }, signed(fmt.cpu, row.cpu_cores.change)),
     el("td", { class: "num" }, `${fmt.memory(row.memory_bytes.current_request)} → ${fmt.memory(row.memory_bytes.recommended)}`),
-    el("td", { class: "num" }, signed(fmt.memory, row.memory_bytes.difference)),
+    el("td", { class: "num" }, signed(fmt.memory, row.memory_bytes.change)),
     el("td", {}, row.risks.map((r) => el("span", { class: "risk" }, r))));
 }
 
@@ -466,7 +468,7 @@ function modelsTable(rec) {
 function yamlSnippet(namespace, workload, kind, recs, version) {
   const lines = [
     `# ${namespace}/${workload}: resources recommended by koord-recommender (model ${version}), per container.`,
-    "# Limits, where set, are scaled by recommended / current request, as VPA does.",
+    "# Limits, where set, are the recommendation's limit: scaled by recommended / current request as VPA does, what the webhook writes.",
     `# kubectl -n ${namespace} edit ${kind ? kind.toLowerCase() : "<kind>"} ${workload}`,
   ];
   // Where the pod spec sits in the workload's manifest.
@@ -478,13 +480,10 @@ function yamlSnippet(namespace, workload, kind, recs, version) {
     lines.push(`${indent}  - name: ${rec.container}`, `${indent}    resources:`, `${indent}      requests:`);
     if (rec.cpu) lines.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.target)}`);
     if (rec.memory) lines.push(`${indent}        memory: ${memoryQuantity(rec.memory.target)}`);
+    // The limit is the recommendation's own `limit` (on the quantity grid, what the webhook writes), never recomputed.
     const limits = [];
-    for (const [name, learned, request, limit, quantity] of [
-      ["cpu", rec.cpu, rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores, rec.current.cpu_limit_cores, cpuQuantity],
-      ["memory", rec.memory, rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes, rec.current.memory_limit_bytes, memoryQuantity],
-    ]) {
-      if (learned && limit && request) limits.push(`${indent}        ${name}: ${quantity(limit * learned.target / request)}`);
-    }
+    if (rec.cpu?.limit != null) limits.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.limit)}`);
+    if (rec.memory?.limit != null) limits.push(`${indent}        memory: ${memoryQuantity(rec.memory.limit)}`);
     if (limits.length) lines.push(`${indent}      limits:`, ...limits);
   }
   return lines.join("\n") + "\n";

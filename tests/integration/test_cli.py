@@ -62,10 +62,9 @@ def test_show_filters_and_writes_every_format_with_the_same_totals(cli: Runner, 
     targets = {r["workload"]: r for r in payload["recommendations"]}
     assert rows["w0"]["cpu_cores"]["current_request"] == 2.0 and rows["w1"]["cpu_cores"]["current_request"] == 0.5
     assert rows["w0"]["replicas"] == 2
-    assert rows["w0"]["cpu_cores"]["difference"] == pytest.approx(2.0 - targets["w0"]["cpu"]["target"])
-    assert rows["w0"]["cpu_cores"]["difference_all_replicas"] == pytest.approx(
-        2 * rows["w0"]["cpu_cores"]["difference"]
-    )
+    # One sign: change = recommended - current (negative frees resources).
+    assert rows["w0"]["cpu_cores"]["change"] == pytest.approx(targets["w0"]["cpu"]["target"] - 2.0)
+    assert rows["w0"]["cpu_cores"]["change_all_replicas"] == pytest.approx(2 * rows["w0"]["cpu_cores"]["change"])
     cluster = payload["overview"]["cluster"]
     assert cluster["memory_request_bytes"] == pytest.approx(6e9) and cluster["memory_recommended_bytes"] > 1e9
     assert cluster["cpu_request_cores_all_replicas"] == pytest.approx(5.0)
@@ -91,8 +90,8 @@ def test_show_filters_and_writes_every_format_with_the_same_totals(cli: Runner, 
     assert yaml.safe_load(cli("show", "--store", "store", "--format", "yaml").stdout) == payload
     table = list(csv.DictReader(io.StringIO(cli("show", "--store", "store", "--format", "csv").stdout)))
     assert [r["workload"] for r in table] == ["w0", "w1"] and float(table[0]["cpu_request_cores"]) == 2.0
-    assert float(table[0]["cpu_difference_cores_all_replicas"]) == pytest.approx(
-        rows["w0"]["cpu_cores"]["difference_all_replicas"]
+    assert float(table[0]["cpu_change_cores_all_replicas"]) == pytest.approx(
+        rows["w0"]["cpu_cores"]["change_all_replicas"]
     )
     written = cli("show", "--store", "store", "--format", "html", "--output", "report.html")
     assert written.returncode == 0 and "wrote html of 2 containers to report.html" in written.stderr

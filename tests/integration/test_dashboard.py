@@ -183,7 +183,7 @@ def test_status_and_overview(base: str) -> None:
     row = next(w for w in body["workloads"] if w["workload"] == first["workload"])
     # The trace has limits only: the request defaults to the limit, so the pods are Guaranteed (LSR, koord-prod).
     assert row["cpu_cores"]["current_request"] == first["current"]["cpu_limit_cores"]
-    assert row["cpu_cores"]["difference"] == pytest.approx(first["current"]["cpu_limit_cores"] - first["cpu"]["target"])
+    assert row["cpu_cores"]["change"] == pytest.approx(first["cpu"]["target"] - first["current"]["cpu_limit_cores"])
     assert (row["kubernetes_qos"], row["qos_class"], row["priority_class"]) == ("Guaranteed", "LSR", "koord-prod")
     assert body["cluster"]["cpu_request_cores"] == pytest.approx(
         sum(r["current"]["cpu_limit_cores"] for r in recommendations["recommendations"])
@@ -210,10 +210,10 @@ def test_overview_lists_the_workloads_and_filters_change_the_list(page: Any, bas
             w
             for w in overview["workloads"]
             if f"{w['namespace']}/{w['workload']}/{w['container']}" == rows.nth(i).get_attribute("data-workload")
-        )["cpu_cores"]["difference"]
+        )["cpu_cores"]["change"]
         for i in range(4)
     ]
-    assert freed == sorted(freed, reverse=True)
+    assert freed == sorted(freed)  # the most negative change first
     assert page.locator("#banner[data-kind=stale]").is_visible()  # the 2019 trace is years old
     assert "4 of 4" in page.locator("[data-testid=row-count]").inner_text()
     shot(page, "overview")

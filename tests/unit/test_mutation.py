@@ -111,10 +111,8 @@ def test_policies_modes_lines_bounds_and_controlled_resources() -> None:
     assert resources(run("requests-only", bounded)[0])["requests"] == {"cpu": "300m", "memory": "3Gi"}
     zero = pod("deployment", "web", [container("main", {"requests": {"cpu": "0"}, "limits": {"cpu": "300m"}})])
     found = mutate(zero, "shop", RECS.get, WebhookSettings(), "v1", ON).pod
-    assert resources(found) == {
-        "requests": {"cpu": "300m", "memory": "1Gi"},
-        "limits": {"cpu": "300m"},
-    }  # not above the limit
+    # A zero request counts as the limit, as VPA reads it: the limit becomes the request, never below it.
+    assert resources(found) == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "500m"}}
     other = WebhookSettings(policies=[WebhookPolicy(namespace="other", mode="off")])
     assert resources(run("requests-only", other)[0])["requests"]["cpu"] == "500m"
 
@@ -303,5 +301,9 @@ def test_rounding_never_puts_a_request_above_its_limit(
 
 def test_a_request_rounded_past_an_off_grid_limit_is_the_limit() -> None:
     original = pod("deployment", "web", [container("main", {"requests": {"cpu": "0"}, "limits": {"cpu": "1500u"}})])
-    found = resources(mutate(original, "shop", RECS.get, WebhookSettings(), "v1", ON).pod)
+    requests_only = WebhookSettings(policies=[WebhookPolicy(controlled_values="RequestsOnly")])
+    found = resources(mutate(original, "shop", RECS.get, requests_only, "v1", ON).pod)
     assert found["requests"]["cpu"] == "1500u" and found["limits"]["cpu"] == "1500u"
+    # Limits scaled: a zero request counts as the limit (as VPA reads it), so the limit becomes the request.
+    found = resources(mutate(original, "shop", RECS.get, WebhookSettings(), "v1", ON).pod)
+    assert found["requests"]["cpu"] == found["limits"]["cpu"] == "500m"

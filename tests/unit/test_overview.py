@@ -66,7 +66,7 @@ def _set(*recs: WorkloadRecommendation) -> RecommendationSet:
     return RecommendationSet(as_of=100, horizon_seconds=900, step_seconds=300, recommendations=list(recs))
 
 
-def test_difference_uses_the_request_else_the_limit_and_totals_add_up() -> None:
+def test_change_uses_the_request_else_the_limit_and_totals_add_up() -> None:
     result = overview(
         _set(
             _rec("a", "web", "main", 1.0, 2e9, CurrentResources(cpu_request_cores=1.5, memory_request_bytes=1e9)),
@@ -76,14 +76,14 @@ def test_difference_uses_the_request_else_the_limit_and_totals_add_up() -> None:
         SETTINGS,
     )
     web, db, job = result.workloads
-    assert web.cpu_cores.difference == pytest.approx(0.5) and web.memory_bytes.difference == pytest.approx(-1e9)
-    assert db.cpu_cores.current_request == 3.0 and db.memory_bytes.difference == pytest.approx(1e9)
-    assert job.cpu_cores.current_request is None and job.cpu_cores.difference is None
+    assert web.cpu_cores.change == pytest.approx(-0.5) and web.memory_bytes.change == pytest.approx(1e9)
+    assert db.cpu_cores.current_request == 3.0 and db.memory_bytes.change == pytest.approx(-1e9)
+    assert job.cpu_cores.current_request is None and job.cpu_cores.change is None
     # Containers without a current request are left out of the sums (nothing to compare against).
     assert result.namespaces["a"].cpu_request_cores == pytest.approx(4.5)
     assert result.namespaces["a"].cpu_recommended_cores == pytest.approx(3.0)
-    assert result.cluster.cpu_difference_cores == pytest.approx(1.5)
-    assert result.cluster.memory_difference_bytes == pytest.approx(0.0)
+    assert result.cluster.cpu_change_cores == pytest.approx(-1.5)
+    assert result.cluster.memory_change_bytes == pytest.approx(0.0)
     assert result.cluster.containers == 3 and result.namespaces["b"].containers == 1
 
 
@@ -187,14 +187,13 @@ def test_the_issues_cases_against_the_request_per_replica_and_times_replicas() -
         SETTINGS,
     )
     no_limit, big_limit = result.workloads
-    assert no_limit.cpu_cores.difference == pytest.approx(
-        1.5
-    ) and no_limit.cpu_cores.difference_all_replicas == pytest.approx(4.5)
-    assert big_limit.cpu_cores.difference == pytest.approx(0.25) and big_limit.replicas == 1
+    assert no_limit.cpu_cores.change == pytest.approx(-1.5)
+    assert no_limit.cpu_cores.change_all_replicas == pytest.approx(-4.5)
+    assert big_limit.cpu_cores.change == pytest.approx(-0.25) and big_limit.replicas == 1
     totals = result.cluster
     assert (totals.cpu_request_cores, totals.cpu_recommended_cores) == pytest.approx((2.5, 0.75))
     assert (totals.cpu_request_cores_all_replicas, totals.cpu_recommended_cores_all_replicas) == pytest.approx(
         (6.5, 1.75)
     )
-    assert totals.memory_difference_bytes == pytest.approx(1.5 * gib)
-    assert totals.memory_difference_bytes_all_replicas == pytest.approx(3.5 * gib)
+    assert totals.memory_change_bytes == pytest.approx(-1.5 * gib)
+    assert totals.memory_change_bytes_all_replicas == pytest.approx(-3.5 * gib)
