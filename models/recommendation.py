@@ -176,15 +176,15 @@ def recommended_limit(
     target: float, request_now: float, limit_now: float, floor: float
 ) -> tuple[float | None, str | None]:
     """The limit we would set beside `target` and the rule that set it: scaled with the request as VPA does
-    (limit x target / request), never below the target, and for memory never below `floor` (the observed peak plus a
-    margin; NaN for CPU). None without a current limit (nothing to scale, and we never add one); a limit of 0 is
+    (limit x target / request), never below the target, and for memory never below `floor` (the history window's
+    observed peak plus a margin; NaN for CPU). None without a current limit (nothing to scale, and we never add one); a limit of 0 is
     none (exports write an unset limit so: a container cannot run under it)."""
     if not np.isfinite(limit_now) or limit_now <= 0:
         return None, None
     scaled = limit_now * target / request_now if np.isfinite(request_now) and request_now > 0 else limit_now
     candidates = {"scaled with the request": scaled, "the request": target}
     if np.isfinite(floor):
-        candidates["observed 7-day peak + margin"] = floor
+        candidates["observed peak + margin"] = floor
     rule = max(candidates, key=lambda name: candidates[name])
     return float(candidates[rule]), rule
 

@@ -83,6 +83,7 @@ from recommender.resources import (
     WorkloadRecommendation,
 )
 from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, RequestPolicyRule
+from recommender.units import SECONDS_PER_DAY
 
 
 @dataclass(frozen=True)
@@ -973,13 +974,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         now = {c: described[c].to_numpy(dtype=np.float64) for c in CURRENT_COLUMNS}
         recs: dict[str, list[ResourceRecommendation | None]] = {}
         recent: dict[str, list[list[float | None]]] = {}
+        evidence = {resource: self.recent_samples(resource, groups) for resource in UNITS}
         for resource, unit in UNITS.items():
             pod_minimum, *allowed = self._sizing(resource)
             size = sizer(confidence, per_pod, pod_minimum, allowed[0], allowed[1], policy)
             request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
+            lines = self._resource(resource, groups, decision, horizon_seconds, size, evidence[resource])
             recs[resource] = [
                 with_vpa(rec, vpa[resource], i, (allowed[0], allowed[1]), request[i], limit[i])
-                for i, rec in enumerate(self._resource(resource, groups, decision, horizon_seconds, size))
+                for i, rec in enumerate(lines)
             ]
             recent[resource] = self._recent(getattr(self, f"{resource}_short_term_"), groups, decision, recs[resource])
         out = []
@@ -1005,6 +1008,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         samples=int(row["samples"]),
                         cpu_samples=int(row["cpu_samples"]),
                         memory_samples=int(row["memory_samples"]),
+                        cpu_recent_samples=round(float(evidence["cpu"][i]), 2),
+                        memory_recent_samples=round(float(evidence["memory"][i]), 2),
                         oom_kills=int(kills[i]),
                         recent_cpu_cores=recent["cpu"][i],
                         recent_memory_bytes=recent["memory"][i],
@@ -1069,6 +1074,21 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             memory[i] = [found[1].target, found[1].lower_bound, found[1].upper_bound]
         return cpu, memory
 
+    def recent_samples(self, resource: str, groups: pd.Index) -> FloatArray:
+        """Per group, its samples of `resource` counted by recent weight (`DecayingHistogram.recent_samples`, with
+        the half-life of the histogram holding every sample: VPA's CPU histogram, 24 h; memory's long-term one, 24 h,
+        as VPA's memory peaks keep one sample a day); 0 for a group without one."""
+        histogram: DecayingHistogram = (
+            self.cpu_histogram_ if resource == "cpu" else self.memory_long_term_.histogram_
+        )
+        return np.nan_to_num(self._aligned(histogram.recent_samples(), histogram.groups_, groups), nan=0.0)
+
+    def has_evidence(self, recent_samples: FloatArray) -> npt.NDArray[np.bool_]:
+        """Whether counts of `recent_samples` support a recommendation: `min_samples` of them, rounded to whole
+        samples (an hour of fresh 5-minute samples weighs 11.85: it counts as the 12 it is)."""
+        enough: npt.NDArray[np.bool_] = np.rint(recent_samples) >= self.min_samples
+        return enough
+
     def _confidence_days(self, groups: pd.Index) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
         hist = self.cpu_histogram_
@@ -1131,7 +1151,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return out
 
     def _resource(
-        self, resource: str, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any
+        self, resource: str, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any, recent: FloatArray
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
         group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
@@ -1156,17 +1176,19 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         sized_target = sized.target
         peak_bound = np.full(len(groups), np.nan)
         if memory:
-            # A small fleet must not inflate memory: without an OOM kill, the request stays within the week's peak
-            # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`). A week of
-            # zeros bounds nothing (no running container has no working set): VPA's minimum then stands.
+            # A small fleet must not inflate memory: without an OOM kill, the request stays within the history
+            # window's peak x (1 + margin), and a limit we set never goes below that peak x (1 + margin)
+            # (`limit_floor`). A window of zeros bounds nothing (no running container has no working set): VPA's
+            # minimum then stands.
             peak = self._observed_peak(groups)
             peak_bound = np.where(peak > 0, peak * (1.0 + self.memory_peak_margin_fraction), np.nan)
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)
         current = self.workloads_.reindex(groups)
-        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown".
-        enough = current[f"{resource}_samples"].to_numpy(dtype=np.float64) >= self.min_samples
+        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown". They
+        # count by recent weight: a history that stopped weeks ago does not size a container that resumed.
+        enough = self.has_evidence(recent)
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
         position = pd.Index(short_term.groups_).get_indexer(groups)
@@ -1231,8 +1253,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return live, factor, (0, min(steps, model.horizon_steps))
 
     def _observed_peak(self, groups: pd.Index) -> FloatArray:
-        """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
-        window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
+        """Max memory (pods pooled) per group over the history window the lines use (`forecast.history_days` of the
+        grid's last steps: a floor over less lets a peak 8-14 days old fall under the limit); NaN where none."""
+        steps = self._forecaster().history_days * (SECONDS_PER_DAY // self._step_seconds())
+        window = self.memory_grid_[:, -steps:]
         with np.errstate(all="ignore"):
             peak = (
                 np.where(np.isnan(window), -np.inf, window).max(axis=1)

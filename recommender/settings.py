@@ -290,8 +290,8 @@ class ForecastSettings(BaseModel):
         0.15,
         ge=0,
         description="Memory: without an OOM kill the request stays at most, and a limit we set at least, the "
-        "observed 7-day peak x (1 + this) (15 %, KRR's memory buffer): a small fleet cannot inflate a request, and a "
-        "Guaranteed pod's limit never lands under a peak it has already reached.",
+        "observed peak of the `history_days` window x (1 + this) (15 %, KRR's memory buffer): a small fleet cannot "
+        "inflate a request, and a limit never lands under a peak the container reached in the window the lines use.",
     )
     peak_quantile: float = Field(
         0.55,
