@@ -1264,6 +1264,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 else np.full(window.shape[0], -np.inf)
             )
         values = self._aligned(peak, self.forecast_groups_, groups)
+        # A container that reached `min_samples` in a live pass has no grid row until the next training: the
+        # short-term line's week of steps (within the window) bounds it meanwhile.
+        short_term: SeasonalMaxReservation = self.memory_short_term_
+        with np.errstate(all="ignore"):
+            week = short_term.grid_.max(axis=1) if short_term.grid_.shape[1] else np.full(len(short_term.groups_), -np.inf)
+        values = np.fmax(values, self._aligned(week, short_term.groups_, groups))
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 
