@@ -1078,9 +1078,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """Per group, its samples of `resource` counted by recent weight (`DecayingHistogram.recent_samples`, with
         the half-life of the histogram holding every sample: VPA's CPU histogram, 24 h; memory's long-term one, 24 h,
         as VPA's memory peaks keep one sample a day); 0 for a group without one."""
-        histogram: DecayingHistogram = (
-            self.cpu_histogram_ if resource == "cpu" else self.memory_long_term_.histogram_
-        )
+        histogram: DecayingHistogram = self.cpu_histogram_ if resource == "cpu" else self.memory_long_term_.histogram_
         return np.nan_to_num(self._aligned(histogram.recent_samples(), histogram.groups_, groups), nan=0.0)
 
     def has_evidence(self, recent_samples: FloatArray) -> npt.NDArray[np.bool_]:
@@ -1268,7 +1266,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         # short-term line's week of steps (within the window) bounds it meanwhile.
         short_term: SeasonalMaxReservation = self.memory_short_term_
         with np.errstate(all="ignore"):
-            week = short_term.grid_.max(axis=1) if short_term.grid_.shape[1] else np.full(len(short_term.groups_), -np.inf)
+            week = (
+                short_term.grid_.max(axis=1) if short_term.grid_.shape[1] else np.full(len(short_term.groups_), -np.inf)
+            )
         values = np.fmax(values, self._aligned(week, short_term.groups_, groups))
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
