@@ -1165,6 +1165,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         step = short_term.step_seconds
         ours = self._forecast_lines(getattr(self, f"{resource}_forecasts_"), groups, as_of, horizon_seconds, step)
         ours_request = ours["request"]
+        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown". They
+        # count by recent weight: a history that stopped weeks ago does not size a container that resumed.
+        enough = self.has_evidence(recent)
         # Memory is not compressible: an OOM kill outranks our request line, and the observed peak caps it.
         memory = resource == "memory"
         oom = np.isin(np.asarray(groups, dtype=str), self.oom_kills_.index)
@@ -1178,15 +1181,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             # window's peak x (1 + margin), and a limit we set never goes below that peak x (1 + margin)
             # (`limit_floor`). A window of zeros bounds nothing (no running container has no working set): VPA's
             # minimum then stands.
-            peak = self._observed_peak(groups)
+            peak = self._observed_peak(groups, enough)
             peak_bound = np.where(peak > 0, peak * (1.0 + self.memory_peak_margin_fraction), np.nan)
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)
         current = self.workloads_.reindex(groups)
-        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown". They
-        # count by recent weight: a history that stopped weeks ago does not size a container that resumed.
-        enough = self.has_evidence(recent)
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
         position = pd.Index(short_term.groups_).get_indexer(groups)
@@ -1250,9 +1250,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         live = np.where(same_level, live, np.nan)
         return live, factor, (0, min(steps, model.horizon_steps))
 
-    def _observed_peak(self, groups: pd.Index) -> FloatArray:
+    def _observed_peak(self, groups: pd.Index, recommended: npt.NDArray[np.bool_]) -> FloatArray:
         """Max memory (pods pooled) per group over the history window the lines use (`forecast.history_days` of the
-        grid's last steps: a floor over less lets a peak 8-14 days old fall under the limit); NaN where none."""
+        grid's last steps: a floor over less lets a peak 8-14 days old fall under the limit); NaN where none.
+        `recommended`: the groups that get a recommendation (only these need one outside the grid)."""
         steps = self._forecaster().history_days * (SECONDS_PER_DAY // self._step_seconds())
         window = self.memory_grid_[:, -steps:]
         with np.errstate(all="ignore"):
@@ -1263,13 +1264,14 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             )
         values = self._aligned(peak, self.forecast_groups_, groups)
         # A container that reached `min_samples` in a live pass has no grid row until the next training: the
-        # short-term line's week of steps (within the window) bounds it meanwhile.
+        # short-term line's steps of the same window (it keeps a week of them) bound it meanwhile.
         short_term: SeasonalMaxReservation = self.memory_short_term_
-        with np.errstate(all="ignore"):
-            week = (
-                short_term.grid_.max(axis=1) if short_term.grid_.shape[1] else np.full(len(short_term.groups_), -np.inf)
-            )
-        values = np.fmax(values, self._aligned(week, short_term.groups_, groups))
+        missing = np.flatnonzero(~np.isfinite(values) & recommended)
+        rows = pd.Index(short_term.groups_).get_indexer(groups[missing])
+        if (rows >= 0).any():
+            step = short_term.step_seconds
+            times = self.grid_end_ - steps * step + step * np.arange(steps, dtype=np.float64)
+            values[missing[rows >= 0]] = short_term.observed_max(times, rows[rows >= 0])
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 

@@ -20,7 +20,7 @@ from recommender.optin import OptIn
 from recommender.settings import ForecastSettings, WebhookPolicy
 from recommender.units import MIB, cpu_cores_from_quantity, cpu_quantity, memory_bytes_from_quantity, memory_quantity
 from serving.settings import WebhookSettings
-from tests.conftest import DAY
+from tests.conftest import DAY, make_usage
 from tests.k8s import container, pod
 
 STEP = 300
@@ -140,3 +140,15 @@ def test_recent_samples_halve_per_half_life_and_continue_exactly(
     if 0 < split < len(frame):
         parts.partial_fit(frame.iloc[split:])
     assert abs(parts.recent_samples()[0] - expected) < 1e-9 * len(times)
+
+
+def test_a_container_that_enters_in_a_live_pass_has_its_peak_as_the_limit_floor() -> None:
+    """It has no row of the forecast grid until the next training: its floor comes from the short-term line's week."""
+    fleet = make_usage(workloads=1, pods=1, days=2, start=END - 2 * DAY)
+    late = fleet[fleet["workload"] == "w0"].tail(15).assign(workload="late", pod="late-1", memory_bytes=100.0 * MIB)
+    late.iloc[8, late.columns.get_loc("memory_bytes")] = 3000.0 * MIB
+    model = WorkloadRecommender().fit(pd.concat([fleet, late.head(5)], ignore_index=True))
+    for _, row in late.iloc[5:].iterrows():
+        model.live_update(pd.DataFrame([row]).astype({"timestamp": "int64"}))
+    rec = {r.workload: r for r in model.predict().recommendations}["late"]
+    assert rec.memory is not None and rec.memory.limit_floor == 3000.0 * MIB * 1.15
