@@ -127,8 +127,10 @@ class PolicySettings(BaseModel):
         12,
         ge=1,
         description="Known samples of a resource a container needs before it gets any recommendation for it (an hour "
-        "at the 5-minute step). VPA gives none without samples; below this a request would be read from a histogram "
-        "that is empty or nearly so (the pod minimum, 25m), and the webhook would apply it.",
+        "at the 5-minute step), counted by recent weight: each halves per 24 h of age before the container's newest "
+        "(VPA's histogram half-life), so a workload resuming after a long gap is not sized from its old history and "
+        "one new sample. VPA gives none without samples; below this a request would be read from a histogram that is "
+        "empty or nearly so (the pod minimum, 25m), and the webhook would apply it.",
     )
 
     @model_validator(mode="after")
