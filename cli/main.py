@@ -522,12 +522,15 @@ def backtest(
         _node_backtest(input, report, settings, node_cpu, node_memory, seed, outage_fraction)
         return
     from pipelines.backtest import STAGES, run_backtest
-    from pipelines.backtest_report import markdown_table, write_report
+    from pipelines.backtest_report import live_table, markdown_table, write_report
 
     with _progress(STAGES) as step:
         fleet, result = run_backtest(input, settings, step=step)
         written = write_report(report, fleet, result, input.name) if report is not None else []
     sys.stdout.write(markdown_table(result.scores["all"]) + "\n")
+    if any(result.live["all"].values()):
+        sys.stdout.write("\nThe short-term line at the live cadence (re-issued hourly):\n\n")
+        sys.stdout.write(live_table(result.live["all"]) + "\n")
     err.print(
         f"{len(result.decision_days)} decision days in {result.seconds:.0f} s"
         + (f"; report in {report}" if written else "")

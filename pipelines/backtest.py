@@ -32,9 +32,11 @@ from models.ensemble import (
     usage_after,
 )
 from models.forecast import nan_quantile, usage_grid
+from models.live_line import LiveLineForecaster
 from models.metrics import LineScore, PeakScore, line_churn, score_line, score_peak
 from models.pods import group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
+from pipelines.replay import STEP_SECONDS, ReplayPlan, replay_resource
 from pipelines.settings import TrainingSettings
 from pipelines.train import map_big_blocks, new_workload_model
 from recommender.arrays import FloatArray
@@ -44,12 +46,18 @@ DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
 #: The stages `run_backtest` reports (its `step` calls without `detail`): reading, the baselines, the three lines'
 #: candidates per resource, and the scores of all days and of each half.
-STAGES = 2 + 3 * len(RESOURCES) + 3
+STAGES = 2 + 4 * len(RESOURCES) + 3
 LINES = ("request", "short_term", "long_term")
 #: The lines whose day-to-day movement is reported (`line_churn`): the constant ones, which a request or a
 #: reservation takes as it is.
 CHURN_LINES = ("request", "long_term")
 METHODS = ("ours", "vpa", "krr_simple", "koordinator_mid", "seasonal_naive", "foundation_short_term", "oracle")
+#: The lines scored at the live cadence (`live_lines`): ours re-issued every hour, our day-ahead short-term line
+#: as issued at each decision, and the simple rolling lines of `../shared/eval/rolling.py`.
+LIVE_METHODS = ("ours_live", "ours_day_ahead", "max_1h", "max_6h")
+LIVE_EVERY_SECONDS = 3600
+LIVE_RETRAIN_SECONDS = 7 * DAY
+ROLLING_STEPS = {"max_1h": 12, "max_6h": 72}
 
 
 @dataclass
@@ -117,6 +125,8 @@ class Decisions:
     long_term: dict[str, FloatArray] = field(default_factory=dict)
     peak: dict[str, FloatArray] = field(default_factory=dict)
     choices: dict[str, FloatArray] = field(default_factory=dict)
+    #: (days x groups x steps) lines at the live cadence (`LIVE_METHODS`); empty where the grid is not 5-minute.
+    live: dict[str, FloatArray] = field(default_factory=dict)
 
 
 def daily_candidate_lines(grid: FloatArray, candidates: list[object], steps_per_day: int, constant: bool) -> FloatArray:
@@ -216,6 +226,46 @@ def _finite(values: FloatArray) -> FloatArray:
     return result
 
 
+def live_lines(
+    fleet: Fleet, resource: str, settings: TrainingSettings, decision_days: list[int], day_ahead: FloatArray, step: Step
+) -> dict[str, FloatArray]:
+    """The (days x groups x steps) lines of `LIVE_METHODS` over the decision days: ours as `recommender replay`
+    issues it every hour (the learned line refitted weekly on earlier rows, calibrated online, the fallback where it
+    cannot serve), our day-ahead short-term line (`day_ahead`), and the max of the last hour and of the last 6
+    hours, re-issued every hour. Each hourly issue reads only columns before it."""
+    grid, per_day = fleet.group_grid[resource], fleet.steps_per_day
+    first, days = decision_days[0], len(decision_days)
+    plan = ReplayPlan(
+        fleet.origin + first * DAY,
+        fleet.origin + (first + days) * DAY,
+        LIVE_EVERY_SECONDS,
+        LIVE_RETRAIN_SECONDS,
+    )
+    model = LiveLineForecaster.from_settings(
+        settings.live_line, settings.forecast.short_term_target_violation, fleet.step_seconds
+    )
+    per_issue = LIVE_EVERY_SECONDS // fleet.step_seconds
+    issued = {"ours_live": replay_resource(grid, fleet.origin, plan, model, step)}
+    positions = [(t - fleet.origin) // fleet.step_seconds for t in plan.issue_times()]
+    for method, steps in ROLLING_STEPS.items():
+        with np.errstate(all="ignore"):
+            issued[method] = _finite(
+                np.stack(
+                    [
+                        np.nanmax(np.where(np.isnan(w), -np.inf, w), axis=1)
+                        for w in (grid[:, max(p - steps, 0) : p] for p in positions)
+                    ]
+                )
+            )
+    # (issues x groups) -> (days x groups x steps): each issue's value over its hour's steps.
+    out = {
+        method: np.repeat(lines, per_issue, axis=0).reshape(days, per_day, -1).transpose(0, 2, 1)
+        for method, lines in issued.items()
+    }
+    out["ours_day_ahead"] = day_ahead
+    return {method: out[method] for method in LIVE_METHODS}
+
+
 def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tuple[list[int], dict[str, Decisions]]:
     """Every method's lines at every decision day (days with at least one container of >= 7 days of history)."""
     per_day = fleet.steps_per_day
@@ -261,6 +311,11 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
         decisions.peak["ours"] = np.stack(
             [clone(peak_model).fit(grid[:, : day * per_day]).predict() for day in decision_days]
         )
+        if fleet.step_seconds == STEP_SECONDS and LIVE_EVERY_SECONDS % fleet.step_seconds == 0:
+            step(f"{resource}: the live line re-issued hourly over {len(decision_days)} days")
+            decisions.live = live_lines(fleet, resource, settings, decision_days, decisions.short_term["ours"], step)
+        else:
+            step(f"{resource}: no live cadence on a {fleet.step_seconds} s grid (the live line is 5-minute)")
         results[resource] = decisions
     return decision_days, results
 
@@ -288,34 +343,55 @@ class MethodScores:
     churn: dict[str, float]
 
 
+def _eligible(fleet: Fleet, decision_days: list[int]) -> npt.NDArray[np.bool_]:
+    """(days x groups): the groups with 7 days of history at each decision, the ones scored."""
+    eligible: npt.NDArray[np.bool_] = (
+        fleet.first_sample <= fleet.origin + np.asarray(decision_days)[:, None] * DAY - 7 * DAY
+    )
+    return eligible
+
+
+def _pooled_score(
+    fleet: Fleet,
+    resource: str,
+    decision_days: list[int],
+    tables: FloatArray,
+    chosen: list[int],
+    horizon_days: int,
+) -> LineScore:
+    """One line's scores over every pod's samples after each chosen decision (`tables[i]`: the line issued at
+    decision i, groups x steps or one value a group)."""
+    pods, eligible, per_day = fleet.pod_grid[resource], _eligible(fleet, decision_days), fleet.steps_per_day
+    samples = [
+        _scored_samples(fleet, pods, tables[i], eligible[i], decision_days[i] * per_day, horizon_days) for i in chosen
+    ]
+    # The samples of every decision written into arrays of their total size (tens of millions for the long-term
+    # line), not joined from a list: one copy of them is held, not two.
+    sizes = [int(np.count_nonzero(mask)) for *_, mask in samples]
+    usage, values = np.empty(sum(sizes)), np.empty(sum(sizes))
+    containers = np.empty(sum(sizes), dtype=np.int64)
+    for (future, shaped, mask), start, size in zip(samples, np.cumsum([0, *sizes[:-1]]).tolist(), sizes):
+        usage[start : start + size], values[start : start + size] = future[mask], shaped[mask]
+        containers[start : start + size] = np.nonzero(mask)[0]
+    return score_line(usage, values, containers)
+
+
 def score(
     fleet: Fleet, resource: str, decision_days: list[int], decisions: Decisions, day_slice: slice
 ) -> dict[str, MethodScores]:
     """Scores of every method on the decision days in `day_slice`, against every pod's usage after each decision."""
     per_day = fleet.steps_per_day
-    pods = fleet.pod_grid[resource]
     groups = fleet.group_grid[resource]
-    eligible = fleet.first_sample <= fleet.origin + np.asarray(decision_days)[:, None] * DAY - 7 * DAY
+    eligible = _eligible(fleet, decision_days)
     chosen = list(range(len(decision_days)))[day_slice]
     out = {}
     for method in METHODS:
-        per_line = {}
-        for line in LINES:
-            tables = getattr(decisions, line)[method]
-            samples = [
-                _scored_samples(fleet, pods, tables[i], eligible[i], decision_days[i] * per_day, LINE_DAYS[line])
-                for i in chosen
-            ]
-            # The samples of every decision written into arrays of their total size (tens of millions for the
-            # long-term line), not joined from a list: one copy of them is held, not two.
-            sizes = [int(np.count_nonzero(mask)) for *_, mask in samples]
-            usage, values = np.empty(sum(sizes)), np.empty(sum(sizes))
-            containers = np.empty(sum(sizes), dtype=np.int64)
-            for (future, shaped, mask), start, size in zip(samples, np.cumsum([0, *sizes[:-1]]).tolist(), sizes):
-                usage[start : start + size], values[start : start + size] = future[mask], shaped[mask]
-                containers[start : start + size] = np.nonzero(mask)[0]
-            per_line[line] = score_line(usage, values, containers)
-            del samples, usage, values, containers
+        per_line = {
+            line: _pooled_score(
+                fleet, resource, decision_days, getattr(decisions, line)[method], chosen, LINE_DAYS[line]
+            )
+            for line in LINES
+        }
         forecast, actual = [], []
         for i in chosen:
             day = decision_days[i]
@@ -330,11 +406,24 @@ def score(
     return out
 
 
+def score_live(
+    fleet: Fleet, resource: str, decision_days: list[int], decisions: Decisions, day_slice: slice
+) -> dict[str, LineScore]:
+    """Scores of the lines at the live cadence (`LIVE_METHODS`) on the decision days in `day_slice`, on the same
+    samples as the day-ahead lines' (empty without a live cadence)."""
+    chosen = list(range(len(decision_days)))[day_slice]
+    return {
+        method: _pooled_score(fleet, resource, decision_days, lines, chosen, 1)
+        for method, lines in decisions.live.items()
+    }
+
+
 @dataclass(frozen=True)
 class BacktestResult:
     decision_days: list[int]
     origin: int
     scores: dict[str, dict[str, dict[str, MethodScores]]]  # part -> resource -> method
+    live: dict[str, dict[str, dict[str, LineScore]]]  # part -> resource -> live method
     decisions: dict[str, Decisions]
     seconds: float
     candidate_names: dict[str, list[str]]
@@ -348,9 +437,11 @@ def run_backtest(path: Path, settings: TrainingSettings, step: Step = quiet) -> 
     days, decisions = decide(fleet, settings, step)
     half = len(days) // 2
     parts = {"all": slice(None), "validation": slice(0, half), "held_out": slice(half, None)}
-    scores = {}
+    scores, live = {}, {}
     for part, day_slice in parts.items():
         step(f"scoring ({part})")
         scores[part] = {r: score(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
+        live[part] = {r: score_live(fleet, r, days, decisions[r], day_slice) for r in RESOURCES}
     names = {line: line_forecaster(settings.forecast, line).model_names() for line in LINES}
-    return fleet, BacktestResult(days, fleet.origin, scores, decisions, time.perf_counter() - started, names)
+    seconds = time.perf_counter() - started
+    return fleet, BacktestResult(days, fleet.origin, scores, live, decisions, seconds, names)

@@ -17,8 +17,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from models.metrics import CHURN_FACTOR, overprovision, usage_to_line_ratio
-from pipelines.backtest import CHURN_LINES, DAY, LINES, RESOURCES, BacktestResult, Fleet, MethodScores
+from models.metrics import CHURN_FACTOR, LineScore, overprovision, usage_to_line_ratio
+from pipelines.backtest import (
+    CHURN_LINES,
+    DAY,
+    LINES,
+    LIVE_EVERY_SECONDS,
+    RESOURCES,
+    BacktestResult,
+    Fleet,
+    MethodScores,
+)
 from presentation.charts import save_png
 from recommender.atomic import atomic_write_text
 
@@ -67,9 +76,39 @@ def report_markdown(result: BacktestResult, source: str) -> str:
     ]
     for part, title in (("all", "All decision days"), ("validation", "Validation days"), ("held_out", "Held-out days")):
         parts += [f"## {title}", "", markdown_table(result.scores[part]), ""]
+    if any(result.live["all"].values()):
+        parts += ["## The live cadence", "", LIVE_INTRO.format(minutes=LIVE_EVERY_SECONDS // 60), ""]
+        for part, title in (("all", "all"), ("validation", "validation"), ("held_out", "held-out")):
+            parts += [f"### {title.capitalize()} days", "", live_table(result.live[part]), ""]
     parts += ["## Day-to-day movement", "", churn_table(result.scores["all"]), ""]
     parts += ["## Model choices", "", choice_table(result), ""]
     return "\n".join(parts)
+
+
+LIVE_INTRO = (
+    "The short-term line as the live loop serves it: `ours_live` is re-issued every {minutes} minutes from the "
+    "samples before each issue (the learned line of `recommender replay`, refitted weekly on earlier rows and "
+    "calibrated online); `ours_day_ahead` is the short-term line above, issued once a day; `max_1h` and `max_6h` "
+    "are the max of the last hour and of the last 6 hours, re-issued as often. The same samples as the day-ahead "
+    "lines'. Compare at the level the line is built for (`forecast.short_term_target_violation`)."
+)
+
+
+def live_table(scores: dict[str, dict[str, LineScore]]) -> str:
+    """One row per resource and line at the live cadence: raw violation, matched 1 % and 5 % (with p90)."""
+    rows = [
+        "| resource | line | violation | overprov. @1 % | p90 viol. @1 % | overprov. @5 % | p90 viol. @5 % |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for resource, methods in scores.items():
+        for method, s in methods.items():
+            one, five = s.matched
+            rows.append(
+                f"| {resource} | {method} | {_pct(s.violation)} | {_pct(one.overprovision)} "
+                f"| {_pct(one.p90_container_violation)} | {_pct(five.overprovision)} "
+                f"| {_pct(five.p90_container_violation)} |"
+            )
+    return "\n".join(rows)
 
 
 def churn_table(scores: dict[str, dict[str, MethodScores]]) -> str:

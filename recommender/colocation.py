@@ -312,8 +312,7 @@ def live_reclaimable(
     """
     last = np.asarray(last_usage, dtype=np.float64)
     expected = np.maximum(last, np.fmin(last + np.asarray(rise, dtype=np.float64), forecast))
-    result: FloatArray = _floor0(room(allocatable, margin, system, reserved) - expected)
-    return np.where(np.isnan(last), np.nan, result)
+    return _room_above(allocatable, margin, system, reserved, last, expected)
 
 
 def line_reclaimable(
@@ -333,7 +332,19 @@ def line_reclaimable(
     start); NaN where `last_usage` is NaN, as `live_reclaimable`."""
     last = np.asarray(last_usage, dtype=np.float64)
     expected = np.fmax(np.maximum(last, last + np.asarray(rise, dtype=np.float64)), line)
-    result: FloatArray = _floor0(room(allocatable, margin, system, reserved) - expected)
+    return _room_above(allocatable, margin, system, reserved, last, expected)
+
+
+def _room_above(
+    allocatable: ArrayLike,
+    margin: ArrayLike,
+    system: ArrayLike,
+    reserved: ArrayLike,
+    last: FloatArray,
+    expected: ArrayLike,
+) -> FloatArray:
+    """The live room above the `expected` usage, floored at 0; NaN where the newest measurement `last` is NaN."""
+    result: FloatArray = _floor0(room(allocatable, margin, system, reserved) - np.asarray(expected, dtype=np.float64))
     return np.where(np.isnan(last), np.nan, result)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cli.settings import Settings
-from pipelines.backtest import METHODS, STAGES, run_backtest
+from pipelines.backtest import LIVE_METHODS, METHODS, STAGES, run_backtest
 from pipelines.node_backtest import FAIR_PAIRS, NODE_STAGES, run_node_backtest
 from tests.conftest import Runner, make_usage
 
@@ -30,7 +30,7 @@ def test_protocol_on_a_small_fleet(small_usage: Path) -> None:
     def step(description: str, /, *, detail: bool = False) -> None:
         stages.extend([] if detail else [description])
 
-    _, result = run_backtest(small_usage, Settings(), step=step)
+    fleet, result = run_backtest(small_usage, Settings(), step=step)
     # The command's progress counts these stages ("[n/11]"), the baselines' decisions being details within one.
     assert len(stages) == STAGES, stages
     assert result.decision_days == [7, 8, 9]
@@ -58,6 +58,24 @@ def test_protocol_on_a_small_fleet(small_usage: Path) -> None:
     assert sum(shares) == scores["cpu"]["ours"].lines["short_term"].samples and all(shares)
     assert np.all(result.decisions["cpu"].choices["short_term"] >= 0)
 
+    # The live cadence: every line scored on the day-ahead lines' samples; ours issued as it is served.
+    for part, resources in result.live.items():
+        for resource, methods in resources.items():
+            assert list(methods) == list(LIVE_METHODS)
+            day_ahead = result.scores[part][resource]["ours"].lines["short_term"]
+            assert methods["ours_day_ahead"] == day_ahead
+            assert all(s.samples == day_ahead.samples for s in methods.values())
+            assert methods["ours_live"].violation < 0.05
+    live = result.decisions["cpu"].live
+    start = 7 * 288
+    grid = fleet.group_grid["cpu"]
+    # The first hour's rolling line is the max of the hour before it, held for the hour; the next hour moves on.
+    np.testing.assert_array_equal(
+        live["max_1h"][0][:, :12], np.repeat(grid[:, start - 12 : start].max(axis=1)[:, None], 12, 1)
+    )
+    np.testing.assert_array_equal(live["max_6h"][0][:, 12], grid[:, start - 60 : start + 12].max(axis=1))
+    assert np.all(np.isfinite(live["ours_live"])) and np.all(live["ours_live"] > 0)
+
 
 def test_backtest_command_writes_table_and_charts(cli: Runner, tmp_path: Path, small_usage: Path) -> None:
     result = cli("backtest", "--input", str(small_usage), "--report", "report")
@@ -66,6 +84,8 @@ def test_backtest_command_writes_table_and_charts(cli: Runner, tmp_path: Path, s
     report = (tmp_path / "report" / "report.md").read_text()
     assert "Held-out days" in report and "koordinator_mid" in report and "## Model choices" in report
     assert "## Day-to-day movement" in report and "| cpu | long-term | ours |" in report
+    assert "## The live cadence" in report and "| memory | ours_live |" in report
+    assert "| cpu | ours_live |" in result.stdout
     for chart in ("tradeoff.png", "examples.png"):
         assert (tmp_path / "report" / chart).read_bytes()[:4] == b"\x89PNG"
 
