@@ -257,6 +257,20 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         result: FloatArray = np.where(non_empty, upper_edge, 0.0)
         return result
 
+    def recent_samples(self) -> FloatArray:
+        """Each group's samples counted by weight: each is halved per `half_life_seconds` of age before the group's
+        newest sample (which counts 1). Evidence a container still behaves so: a history that stopped weeks ago and
+        resumed with one sample counts about 1, not the old history's length."""
+        check_is_fitted(self, "weights_")
+        seen = np.isfinite(self.last_sample_)
+        count: FloatArray = np.zeros(len(self.groups_))
+        count[seen] = (
+            self.weights_[seen].sum(axis=1)
+            / self.sample_weight
+            * np.exp2((self.reference_timestamp_[seen] - self.last_sample_[seen]) / self.half_life_seconds)
+        )
+        return count
+
     def history_days(self) -> FloatArray:
         """Time between each group's first and last sample, days."""
         check_is_fitted(self, "weights_")

@@ -135,7 +135,8 @@ def with_vpa(
 ) -> ResourceRecommendation | None:
     """A recommendation with its target and bounds from the `vpa` policy where it sizes this group (row of
     `WorkloadRecommender._vpa_bounds`): clamped to the allowed range like VPA's resource policy, the uncapped target
-    before that; the memory cap and limit floor of the forecast policy do not apply. None where VPA has nothing."""
+    before that; the memory cap of the forecast policy does not apply, its limit floor does (a limit is ours to set,
+    and one under a peak the container reached is an OOM kill). None where VPA has nothing."""
     if rec is None or np.isnan(vpa[row, 0]):
         return rec
     if vpa[row, 0] < 0:
@@ -144,7 +145,7 @@ def with_vpa(
     low = -np.inf if allowed[0] is None else allowed[0]
     high = np.inf if allowed[1] is None else allowed[1]
     capped = float(np.clip(target, low, high))
-    limit, rule = recommended_limit(resource, capped, request_now, limit_now, None)
+    limit, rule = recommended_limit(resource, capped, request_now, limit_now, rec.limit_floor)
     models = (
         rec.models.model_copy(
             update={
@@ -163,7 +164,6 @@ def with_vpa(
             "uncapped_target": target,
             "policy": "vpa",
             "models": models,
-            "limit_floor": None,
             "limit": limit,
             "limit_rule": rule,
         }

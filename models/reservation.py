@@ -221,6 +221,12 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         observed: FloatArray = grid[:, slots[inside]].max(axis=1)
         return observed
 
+    def observed_max(self, times: FloatArray, rows: npt.NDArray[np.int64]) -> FloatArray:
+        """Per group at positions `rows` of `groups_`: the max of its observed steps at these times (-inf where
+        none, or where they lie outside the kept week)."""
+        check_is_fitted(self, "grid_")
+        return self._observed_max(self.grid_[rows], times)
+
     def recent(self, as_of: float, window_seconds: int) -> FloatArray:
         """Observed line (max over pods per step) for [as_of - window, as_of); NaN where there was no sample."""
         check_is_fitted(self, "grid_")

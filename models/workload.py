@@ -84,6 +84,7 @@ from recommender.resources import (
     WorkloadRecommendation,
 )
 from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings, RequestPolicyRule
+from recommender.units import SECONDS_PER_DAY
 
 
 @dataclass(frozen=True)
@@ -974,13 +975,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         now = {c: described[c].to_numpy(dtype=np.float64) for c in CURRENT_COLUMNS}
         recs: dict[str, list[ResourceRecommendation | None]] = {}
         recent: dict[str, list[list[float | None]]] = {}
+        evidence = {resource: self.recent_samples(resource, groups) for resource in UNITS}
         for resource, unit in UNITS.items():
             pod_minimum, *allowed = self._sizing(resource)
             size = sizer(confidence, per_pod, pod_minimum, allowed[0], allowed[1], policy)
             request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
+            lines = self._resource(resource, groups, decision, horizon_seconds, size, evidence[resource])
             recs[resource] = [
                 with_vpa(resource, rec, vpa[resource], i, (allowed[0], allowed[1]), request[i], limit[i])
-                for i, rec in enumerate(self._resource(resource, groups, decision, horizon_seconds, size))
+                for i, rec in enumerate(lines)
             ]
             recent[resource] = self._recent(getattr(self, f"{resource}_short_term_"), groups, decision, recs[resource])
         out = []
@@ -1006,6 +1009,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                         samples=int(row["samples"]),
                         cpu_samples=int(row["cpu_samples"]),
                         memory_samples=int(row["memory_samples"]),
+                        cpu_recent_samples=round(float(evidence["cpu"][i]), 2),
+                        memory_recent_samples=round(float(evidence["memory"][i]), 2),
                         oom_kills=int(kills[i]),
                         recent_cpu_cores=recent["cpu"][i],
                         recent_memory_bytes=recent["memory"][i],
@@ -1072,6 +1077,19 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             memory[i] = [found[1].target, found[1].lower_bound, found[1].upper_bound]
         return cpu, memory
 
+    def recent_samples(self, resource: str, groups: pd.Index) -> FloatArray:
+        """Per group, its samples of `resource` counted by recent weight (`DecayingHistogram.recent_samples`, with
+        the half-life of the histogram holding every sample: VPA's CPU histogram, 24 h; memory's long-term one, 24 h,
+        as VPA's memory peaks keep one sample a day); 0 for a group without one."""
+        histogram: DecayingHistogram = self.cpu_histogram_ if resource == "cpu" else self.memory_long_term_.histogram_
+        return np.nan_to_num(self._aligned(histogram.recent_samples(), histogram.groups_, groups), nan=0.0)
+
+    def has_evidence(self, recent_samples: FloatArray) -> npt.NDArray[np.bool_]:
+        """Whether counts of `recent_samples` support a recommendation: `min_samples` of them, rounded to whole
+        samples (an hour of fresh 5-minute samples weighs 11.85: it counts as the 12 it is)."""
+        enough: npt.NDArray[np.bool_] = np.rint(recent_samples) >= self.min_samples
+        return enough
+
     def _confidence_days(self, groups: pd.Index) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
         hist = self.cpu_histogram_
@@ -1134,7 +1152,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return out
 
     def _resource(
-        self, resource: Resource, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any
+        self, resource: Resource, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any, recent: FloatArray
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
         group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
@@ -1150,6 +1168,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         step = short_term.step_seconds
         ours = self._forecast_lines(getattr(self, f"{resource}_forecasts_"), groups, as_of, horizon_seconds, step)
         ours_request = ours["request"]
+        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown". They
+        # count by recent weight: a history that stopped weeks ago does not size a container that resumed.
+        enough = self.has_evidence(recent)
         # Memory is not compressible: an OOM kill outranks our request line, and the observed peak caps it.
         memory = resource == "memory"
         oom = np.isin(np.asarray(groups, dtype=str), self.oom_kills_.index)
@@ -1159,17 +1180,16 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         sized_target = sized.target
         peak_bound = np.full(len(groups), np.nan)
         if memory:
-            # A small fleet must not inflate memory: without an OOM kill, the request stays within the week's peak
-            # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`). A week of
-            # zeros bounds nothing (no running container has no working set): VPA's minimum then stands.
-            peak = self._observed_peak(groups)
+            # A small fleet must not inflate memory: without an OOM kill, the request stays within the history
+            # window's peak x (1 + margin), and a limit we set never goes below that peak x (1 + margin)
+            # (`limit_floor`). A window of zeros bounds nothing (no running container has no working set): VPA's
+            # minimum then stands.
+            peak = self._observed_peak(groups, enough)
             peak_bound = np.where(peak > 0, peak * (1.0 + self.memory_peak_margin_fraction), np.nan)
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)
         current = self.workloads_.reindex(groups)
-        # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown".
-        enough = current[f"{resource}_samples"].to_numpy(dtype=np.float64) >= self.min_samples
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
         position = pd.Index(short_term.groups_).get_indexer(groups)
@@ -1234,9 +1254,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         live = np.where(same_level, live, np.nan)
         return live, factor, (0, min(steps, model.horizon_steps))
 
-    def _observed_peak(self, groups: pd.Index) -> FloatArray:
-        """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
-        window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
+    def _observed_peak(self, groups: pd.Index, recommended: npt.NDArray[np.bool_]) -> FloatArray:
+        """Max memory (pods pooled) per group over the history window the lines use (`forecast.history_days` of the
+        grid's last steps: a floor over less lets a peak 8-14 days old fall under the limit); NaN where none.
+        `recommended`: the groups that get a recommendation (only these need one outside the grid)."""
+        steps = self._forecaster().history_days * (SECONDS_PER_DAY // self._step_seconds())
+        window = self.memory_grid_[:, -steps:]
         with np.errstate(all="ignore"):
             peak = (
                 np.where(np.isnan(window), -np.inf, window).max(axis=1)
@@ -1244,6 +1267,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 else np.full(window.shape[0], -np.inf)
             )
         values = self._aligned(peak, self.forecast_groups_, groups)
+        # A container that reached `min_samples` in a live pass has no grid row until the next training: the
+        # short-term line's steps of the same window (it keeps a week of them) bound it meanwhile.
+        short_term: SeasonalMaxReservation = self.memory_short_term_
+        missing = np.flatnonzero(~np.isfinite(values) & recommended)
+        rows = pd.Index(short_term.groups_).get_indexer(groups[missing])
+        if (rows >= 0).any():
+            step = short_term.step_seconds
+            times = self.grid_end_ - steps * step + step * np.arange(steps, dtype=np.float64)
+            values[missing[rows >= 0]] = short_term.observed_max(times, rows[rows >= 0])
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 

@@ -18,7 +18,7 @@ Resource = Literal["cpu", "memory"]
 
 SCALED = "scaled with the request"
 REQUEST = "the request"
-PEAK = "observed 7-day peak + margin"
+PEAK = "observed peak + margin"
 #: The smallest quantity Kubernetes holds, cores and bytes.
 SMALLEST = {"cpu": 1e-9, "memory": 1.0}
 

@@ -113,12 +113,12 @@ class ResourceRecommendation(BaseModel):
     limit_rule: str | None = Field(
         None,
         description="Which rule set `limit`: scaled with the request (VPA's rule), the "
-        "request itself, or (memory) the observed 7-day peak + margin.",
+        "request itself, or (memory) the observed peak + margin.",
     )
     limit_floor: float | None = Field(
         None,
-        description="Memory: no limit we set goes below this (the observed 7-day peak "
-        "x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.",
+        description="Memory: no limit we set goes below this (the observed peak of the history window, "
+        "`forecast.history_days`, x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.",
     )
     models: LineModels | None = Field(default=None, description="Which model produced each line (optional).")
     policy: Literal["forecast", "vpa"] = Field(
@@ -156,6 +156,14 @@ class History(BaseModel):
         None, description="Rows with a CPU value (a recommendation needs `policy.min_samples`)."
     )
     memory_samples: int | None = Field(None, description="Rows with a memory value (the same minimum).")
+    cpu_recent_samples: float | None = Field(
+        None,
+        description="The CPU rows counted by recent weight: each halves per day of age before the newest (VPA's "
+        "24 h half-life). A recommendation needs `policy.min_samples` of these, so a container that resumes after a "
+        "long gap gets none (null) until it has that much new data, however long its old history. None in versions "
+        "from before it was recorded.",
+    )
+    memory_recent_samples: float | None = Field(None, description="Same for memory.")
     oom_kills: int = Field(0, description="OOM kills of the workload's containers seen in the history.")
     recent_cpu_cores: list[float | None] = Field(
         default_factory=list, description="Usage line: max over pods per step for the last day before as_of."
@@ -174,9 +182,11 @@ class WorkloadRecommendation(BaseModel):
     kind: str | None = Field(
         None, description="Workload kind (Deployment, StatefulSet, DaemonSet, CronJob, Job, Pod) where the source says."
     )
-    cpu: ResourceRecommendation | None = Field(description="None with fewer than `policy.min_samples` CPU samples.")
+    cpu: ResourceRecommendation | None = Field(
+        description="None with fewer than `policy.min_samples` recent CPU samples (`history.cpu_recent_samples`)."
+    )
     memory: ResourceRecommendation | None = Field(
-        description="None with fewer than `policy.min_samples` memory samples."
+        description="None with fewer than `policy.min_samples` recent memory samples (`history.memory_recent_samples`)."
     )
     current: CurrentResources = CurrentResources()
     history: History | None = None

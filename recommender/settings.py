@@ -127,8 +127,10 @@ class PolicySettings(BaseModel):
         12,
         ge=1,
         description="Known samples of a resource a container needs before it gets any recommendation for it (an hour "
-        "at the 5-minute step). VPA gives none without samples; below this a request would be read from a histogram "
-        "that is empty or nearly so (the pod minimum, 25m), and the webhook would apply it.",
+        "at the 5-minute step), counted by recent weight: each halves per 24 h of age before the container's newest "
+        "(VPA's histogram half-life), so a workload resuming after a long gap is not sized from its old history and "
+        "one new sample. VPA gives none without samples; below this a request would be read from a histogram that is "
+        "empty or nearly so (the pod minimum, 25m), and the webhook would apply it.",
     )
 
     @model_validator(mode="after")
@@ -290,8 +292,8 @@ class ForecastSettings(BaseModel):
         0.15,
         ge=0,
         description="Memory: without an OOM kill the request stays at most, and a limit we set at least, the "
-        "observed 7-day peak x (1 + this) (15 %, KRR's memory buffer): a small fleet cannot inflate a request, and a "
-        "Guaranteed pod's limit never lands under a peak it has already reached.",
+        "observed peak of the `history_days` window x (1 + this) (15 %, KRR's memory buffer): a small fleet cannot "
+        "inflate a request, and a limit never lands under a peak the container reached in the window the lines use.",
     )
     peak_quantile: float = Field(
         0.55,

@@ -125,13 +125,26 @@ def test_defaults_are_the_settings_defaults() -> None:
     assert vpa == VpaRecommender().get_params()
 
 
+def as_stored(recommendations: RecommendationSet) -> RecommendationSet:
+    """`recommendations` without what the fixture's release did not record: the recent sample weights (issue 39)."""
+    unrecorded = {"cpu_recent_samples": None, "memory_recent_samples": None}
+    return recommendations.model_copy(
+        update={
+            "recommendations": [
+                r.model_copy(update={"history": r.history.model_copy(update=unrecorded) if r.history else None})
+                for r in recommendations.recommendations
+            ]
+        }
+    )
+
+
 def test_models_stored_before_scalar_parameters_load_and_predict_the_same() -> None:
     model = joblib.load(OLD / "workload-recommender.joblib")
     expected = RecommendationSet.model_validate_json(gzip.decompress((OLD / "recommendations.json.gz").read_bytes()))
     assert _comparable(model.get_params(deep=True)) == _comparable(
         WorkloadRecommender.from_settings(OLD_SETTINGS).get_params(deep=True)
     )
-    assert model.predict(expected.as_of) == expected
+    assert as_stored(model.predict(expected.as_of)) == expected
     # It continues (incremental training) and clones as a model of today.
     later = make_usage(workloads=2, pods=2, days=3)
     later = later[later["timestamp"] > model.data_end_]
@@ -172,7 +185,7 @@ def test_a_fit_today_equals_the_fit_stored_before_the_change() -> None:
             for r in plain
         ]
 
-    assert unchosen(fitted) == unchosen(expected)
+    assert unchosen(as_stored(fitted)) == unchosen(expected)
     rules = {model_name(rule) for rule in flat_rules(OLD_SETTINGS.forecast)}
     assert all(r.memory is not None and r.memory.models.target.split(" ")[0] in rules for r in fitted.recommendations)
 
