@@ -32,10 +32,14 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from models.store import ModelStore  # noqa: E402
+from recommender.optin import MODE_KEY  # noqa: E402
 from tests import k8s  # noqa: E402
 from tests.integration.server import free_port, started, tls_files  # noqa: E402
 
 BUNDLED = REPO / "data" / "google-2019" / "usage.csv.gz"
+#: The opt-in label of the reviews' pod templates: the webhook's default is Off, and what it costs an opted-in pod
+#: (a patch) is what is measured.
+OPT_IN = {MODE_KEY: "Auto"}
 
 
 @dataclass
@@ -213,7 +217,7 @@ def realistic_review(rig: Rig) -> bytes:
     rec = next(r for r in rig.recommendations if r.cpu is not None and r.memory is not None)
     resources = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
     containers = [k8s.container(rec.container, resources), k8s.container("log-shipper", {"requests": {"cpu": "50m"}})]
-    pod = k8s.pod("deployment", rec.workload, [_realistic(c) for c in containers])
+    pod = k8s.pod("deployment", rec.workload, [_realistic(c) for c in containers], labels=OPT_IN)
     pod["spec"]["volumes"] = [
         {
             "name": "kube-api-access-abcde",
@@ -301,7 +305,9 @@ def big_review(rig: Rig, shape: str, size: int = 1024 * 1024) -> bytes:
         containers = [k8s.container(f"{rec.container}-{i}", resources, env=env) for i in range(200)]
     else:
         containers = [k8s.container(f"{rec.container}-{i}", resources) for i in range(size // 245)]
-    body = json.dumps(k8s.review(k8s.pod("deployment", rec.workload, containers), rec.namespace)).encode()
+    body = json.dumps(
+        k8s.review(k8s.pod("deployment", rec.workload, containers, labels=OPT_IN), rec.namespace)
+    ).encode()
     assert 0.9 * size < len(body) < 1.1 * size, len(body)
     return body
 
