@@ -553,8 +553,8 @@ def _parent(settings: TrainingSettings, incremental: bool) -> Parent | None:
     manifest = store.manifest()
     if MODEL not in manifest.files and not manifest.partition_starts:
         raise ModelStoreError(
-            f"{store}: version {manifest.version} was trained in partitions by an older release, which recorded no "
-            "plan to continue; run a full fit"
+            f"{store}: version {manifest.version} records neither a model nor the partition plan to continue "
+            "from; run a full fit (without --incremental)"
         )
     return Parent(manifest, str(store), store.load_node_model(manifest.version))
 
@@ -946,9 +946,12 @@ class _Run:
             nodes=node_lines,
         )
         self.step(f"publishing to {self.settings.store.path}")
-        partitioned = len(self.partitions) > 1
         kept = [results[i].kept for i in order]
-        if all(k.files is not None for k in kept):
+        # Models written by the partitions' tasks are partition files, however many partitions there were: the
+        # plan is recorded with them, so `--incremental` can continue one partition as it continues several.
+        collected = all(k.files is not None for k in kept)
+        partitioned = len(self.partitions) > 1 or collected
+        if collected:
             writer.collect_partitions(header, {i: results[i].kept.files for i in order})  # type: ignore[misc]
         else:
             writer.write_recommendations(

@@ -242,6 +242,19 @@ def test_node_lines_on_a_cluster_and_in_partitions_in_one_process_equal_one_fit(
     assert_close(published(tmp_path / "in-process"), expected)
 
 
+def test_a_fleet_trained_on_a_cluster_in_one_partition_continues_incrementally(tmp_path: Path, client: Client) -> None:
+    """A fleet small enough for one partition, trained by the cluster's tasks (its model is a partition file): the
+    version records its plan, and `--incremental` continues it as it continues several (issue 41: it refused,
+    blaming an older release)."""
+    usage = placed(tmp_path)
+    one = placed_settings(tmp_path / "cluster", partition_containers=1000)
+    first = train_on_file(client, usage, one, as_of=1_700_006_400 + 3 * DAY)
+    assert first.row_counts["partitions"] == 1 and len(first.partition_starts) == 1
+    more = train_on_file(client, usage, one, incremental=True)
+    assert more.parent_version == first.version and more.partition_starts == first.partition_starts
+    assert more.row_counts["usage_rows"] < first.row_counts["usage_rows"]
+
+
 def test_incremental_training_on_a_cluster_continues_each_partition(tmp_path: Path, client: Client) -> None:
     """`--incremental` on a cluster: every partition of the parent's plan continues its own model with only the
     newer rows; per container and per node it comes out as one process continuing one model does."""
