@@ -72,6 +72,7 @@ from models.reservation import PercentileReservation, SeasonalMaxReservation, pe
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
 from recommender.arrays import FloatArray, IntArray, UInt64Array
+from recommender.ceiling import ceiling_evidence, ceiling_rules, usage_ceiling, within_ceiling
 from recommender.policy import request_policy_for
 from recommender.resources import (
     CurrentResources,
@@ -538,6 +539,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         forecast_enabled: bool = True,
         target_violation_overrides: dict[str, float] | None = None,
         memory_peak_margin_fraction: float = 0.15,
+        ceiling_near_limit_fraction: float = 0.95,
+        ceiling_throttled_fraction: float = 0.05,
         request_policy: Literal["forecast", "vpa"] = "forecast",
         request_policy_rules: list[RequestPolicyRule] | None = None,
         min_confidence_days: float = 1 / 24,
@@ -559,6 +562,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.forecast_enabled = forecast_enabled
         self.target_violation_overrides = target_violation_overrides
         self.memory_peak_margin_fraction = memory_peak_margin_fraction
+        self.ceiling_near_limit_fraction = ceiling_near_limit_fraction
+        self.ceiling_throttled_fraction = ceiling_throttled_fraction
         self.request_policy = request_policy
         self.request_policy_rules = request_policy_rules
         self.min_confidence_days = min_confidence_days
@@ -617,6 +622,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             forecast_enabled=forecast.enabled,
             target_violation_overrides=dict(forecast.target_violation_overrides),
             memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
+            ceiling_near_limit_fraction=forecast.ceiling_near_limit_fraction,
+            ceiling_throttled_fraction=forecast.ceiling_throttled_fraction,
             **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
             live_line=LiveLineForecaster.from_settings(
                 settings.live_line, forecast.short_term_target_violation, res.step_seconds
@@ -1159,7 +1166,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             # A small fleet must not inflate memory: without an OOM kill, the request stays within the week's peak
             # x (1 + margin), and a limit we set never goes below that peak x (1 + margin) (`limit_floor`). A week of
             # zeros bounds nothing (no running container has no working set): VPA's minimum then stands.
-            peak = self._observed_peak(groups)
+            peak = self._highest_sample("memory", groups, days=7)
             peak_bound = np.where(peak > 0, peak * (1.0 + self.memory_peak_margin_fraction), np.nan)
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
@@ -1181,6 +1188,31 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         lines[:, : block[1]] = np.where(served[:, None], live[:, None], lines[:, : block[1]])
         long_values = np.where(stale, sized_target, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
+        # Every line at most what the container can use, unless evidence says it needs more (`recommender.ceiling`);
+        # the request's pod minimum and allowed minimum outrank the ceiling (a request below them is never written).
+        ceiling, evidence = self._ceiling(resource, groups, current)
+        pod_minimum, min_allowed, _ = self._sizing(resource)
+        per_pod = np.maximum(current["containers_per_pod"].to_numpy(dtype=np.float64), 1.0)
+        uncapped_ceiling = np.where(np.isnan(ceiling), np.nan, np.maximum(ceiling, pod_minimum / per_pod))
+        request_ceiling = np.maximum(uncapped_ceiling, -np.inf if min_allowed is None else min_allowed)
+        before = {
+            "target": sized_target,
+            "uncapped_target": sized.uncapped_target,
+            "upper_bound": sized.upper_bound,
+            "short_term": lines,
+            "live_short_term": live,
+            "long_term": long_values,
+            "peak": np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+        }
+        ceilings = {
+            name: {"target": request_ceiling, "upper_bound": request_ceiling, "uncapped_target": uncapped_ceiling}.get(
+                name, ceiling
+            )
+            for name in before
+        }
+        held = {name: within_ceiling(values, ceilings[name], evidence) for name, values in before.items()}
+        sized_target = held["target"]
+        sized = replace(sized, upper_bound=held["upper_bound"], uncapped_target=held["uncapped_target"])
         unit = UNITS[resource]
         return ResourceLines(
             histogram_target=target,
@@ -1191,18 +1223,37 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             sized=sized,
             sized_target=sized_target,
             peak_bound=peak_bound,
-            lines=lines,
-            long_values=long_values,
-            peak_values=np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+            lines=held["short_term"],
+            long_values=held["long_term"],
+            peak_values=held["peak"],
             peak_times=peak_times,
             stale=stale,
             request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
             limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
-            live=live,
+            live=held["live_short_term"],
             live_factor=live_factor,
             live_block=(as_of, as_of + block[1] * step),
             live_model=model.description if (model := getattr(self, f"{resource}_live_line_", None)) else "",
+            ceiling=ceiling,
+            ceiling_rules=ceiling_rules(before, ceilings, evidence),
         ).recommendations()
+
+    def _ceiling(self, resource: str, groups: pd.Index, current: pd.DataFrame) -> tuple[FloatArray, list[str | None]]:
+        """Per group, its usage ceiling, max(current limit, highest sample of the forecast's `history_days`), and
+        the evidence that lifts it (`recommender.ceiling`). None (NaN) with forecasting off: those lines are the
+        foundation's rules, kept as they are for the baselines."""
+        n = len(groups)
+        if not self.forecast_enabled:
+            return np.full(n, np.nan), [None] * n
+        limit = current[f"{resource}_limit_{UNITS[resource]}"].to_numpy(dtype=np.float64)
+        highest = self._highest_sample(resource, groups, days=self._forecaster().history_days)
+        memory = resource == "memory"
+        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.float64) if memory else np.zeros(n)
+        throttled = np.full(n, np.nan) if memory else current["cpu_throttled_fraction"].to_numpy(dtype=np.float64)
+        evidence = ceiling_evidence(
+            limit, highest, kills, throttled, self.ceiling_near_limit_fraction, self.ceiling_throttled_fraction
+        )
+        return usage_ceiling(limit, highest), evidence
 
     def _live_line(
         self, resource: str, groups: pd.Index, as_of: int, step: int
@@ -1230,9 +1281,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         live = np.where(same_level, live, np.nan)
         return live, factor, (0, min(steps, model.horizon_steps))
 
-    def _observed_peak(self, groups: pd.Index) -> FloatArray:
-        """Max memory (pods pooled) of the last 7 days of the forecast grid per group; NaN where none."""
-        window = self.memory_grid_[:, -7 * STEPS_PER_DAY :]
+    def _highest_sample(self, resource: str, groups: pd.Index, days: int) -> FloatArray:
+        """Max usage (pods pooled) of the last `days` of the forecast grid per group; NaN where none."""
+        window = getattr(self, f"{resource}_grid_")[:, -days * STEPS_PER_DAY :]
         with np.errstate(all="ignore"):
             peak = (
                 np.where(np.isnan(window), -np.inf, window).max(axis=1)
