@@ -72,7 +72,14 @@ from models.reservation import PercentileReservation, SeasonalMaxReservation, pe
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
 from recommender.arrays import FloatArray, IntArray, UInt64Array
-from recommender.ceiling import ceiling_evidence, ceiling_rules, usage_ceiling, within_ceiling
+from recommender.ceiling import (
+    LIMIT_COLUMNS,
+    THROTTLED_COLUMNS,
+    ceiling_evidence,
+    ceiling_rules,
+    usage_ceiling,
+    within_ceiling,
+)
 from recommender.policy import request_policy_for
 from recommender.resources import (
     CurrentResources,
@@ -1245,11 +1252,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         n = len(groups)
         if not self.forecast_enabled:
             return np.full(n, np.nan), [None] * n
-        limit = current[f"{resource}_limit_{UNITS[resource]}"].to_numpy(dtype=np.float64)
+        limit = current[LIMIT_COLUMNS[resource]].to_numpy(dtype=np.float64)
         highest = self._highest_sample(resource, groups, days=self._forecaster().history_days)
-        memory = resource == "memory"
-        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.float64) if memory else np.zeros(n)
-        throttled = np.full(n, np.nan) if memory else current["cpu_throttled_fraction"].to_numpy(dtype=np.float64)
+        throttled_column = THROTTLED_COLUMNS[resource]
+        throttled = current[throttled_column].to_numpy(dtype=np.float64) if throttled_column else np.full(n, np.nan)
+        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.float64)
+        if resource != "memory":
+            kills = np.zeros(n)  # an OOM kill is memory's evidence, not CPU's
         evidence = ceiling_evidence(
             limit, highest, kills, throttled, self.ceiling_near_limit_fraction, self.ceiling_throttled_fraction
         )

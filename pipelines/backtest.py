@@ -31,20 +31,19 @@ from models.ensemble import (
     line_forecaster,
     usage_after,
 )
-from models.forecast import nan_quantile, usage_grid
+from models.forecast import column_grid, nan_quantile, usage_grid
 from models.metrics import LineScore, PeakScore, line_churn, score_line, score_peak
 from models.pods import group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
 from pipelines.train import map_big_blocks, new_workload_model
 from recommender.arrays import FloatArray
-from recommender.ceiling import ceiling_evidence, usage_ceiling, within_ceiling
+from recommender.ceiling import LIMIT_COLUMNS, THROTTLED_COLUMNS, ceilings_at, within_ceiling
 from recommender.progress import Step, quiet
 from recommender.settings import ForecastSettings
 
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
-LIMITS = {"cpu": "cpu_limit_cores", "memory": "memory_limit_bytes"}
 #: The stages `run_backtest` reports (its `step` calls without `detail`): reading, the baselines, the three lines'
 #: candidates per resource, and the scores of all days and of each half.
 STAGES = 2 + 3 * len(RESOURCES) + 3
@@ -269,52 +268,29 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
     return decision_days, results
 
 
-def _newest(grid: FloatArray, end: int) -> FloatArray:
-    """Per row, the newest finite value of `grid` before column `end` (> 0); NaN where none."""
-    past = grid[:, :end]
-    last = np.where(np.isfinite(past), np.arange(past.shape[1]), -1).max(axis=1)
-    result: FloatArray = np.where(last >= 0, past[np.arange(len(grid)), np.maximum(last, 0)], np.nan)
-    return result
-
-
 def ceilings(
     fleet: Fleet, resource: str, decision_days: list[int], forecast: ForecastSettings
 ) -> tuple[FloatArray, list[list[str | None]]]:
     """Per decision day and group, the usage ceiling `recommend` holds our lines under (`recommender.ceiling`): the
     newest limit before the decision (max over the pods sampled at that step) and the highest sample of the last
-    `history_days`; its evidence from usage at the limit and throttling (a usage file carries no OOM kills)."""
+    `history_days`, with its evidence."""
     per_day, frame = fleet.steps_per_day, fleet.frame
     grid = fleet.group_grid[resource]
     codes = np.asarray(frame["group"].cat.codes, dtype=np.int64)
-    times = frame["timestamp"].to_numpy(dtype=np.float64)
     end = fleet.origin + grid.shape[1] * fleet.step_seconds
-
-    def grid_of(column: str) -> FloatArray:
-        if column not in frame.columns:
-            return np.full(grid.shape, np.nan)
-        values = frame[column].to_numpy(dtype=np.float64)
-        return usage_grid(codes, times, values, grid.shape[0], end, grid.shape[1], fleet.step_seconds)
-
-    limits = grid_of(LIMITS[resource])
-    throttled = grid_of("cpu_throttled_fraction") if resource == "cpu" else np.full(grid.shape, np.nan)
-    out, evidence = [], []
-    for day in decision_days:
-        window = grid[:, max(day - forecast.history_days, 0) * per_day : day * per_day]
-        with np.errstate(all="ignore"):
-            highest = np.where(np.isnan(window), -np.inf, window).max(axis=1, initial=-np.inf)
-        limit = _newest(limits, day * per_day)
-        out.append(usage_ceiling(limit, highest))
-        evidence.append(
-            ceiling_evidence(
-                limit,
-                highest,
-                np.zeros(len(limit)),
-                _newest(throttled, day * per_day),
-                forecast.ceiling_near_limit_fraction,
-                forecast.ceiling_throttled_fraction,
-            )
-        )
-    return np.stack(out), evidence
+    limit, throttled = (
+        column_grid(frame, column, codes, grid.shape, end, fleet.step_seconds)
+        for column in (LIMIT_COLUMNS[resource], THROTTLED_COLUMNS[resource])
+    )
+    return ceilings_at(
+        grid,
+        limit,
+        throttled,
+        [day * per_day for day in decision_days],
+        forecast.history_days * per_day,
+        forecast.ceiling_near_limit_fraction,
+        forecast.ceiling_throttled_fraction,
+    )
 
 
 def hold_under_ceiling(decisions: Decisions, ceiling: FloatArray, evidence: list[list[str | None]]) -> None:

@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.forecast import nan_quantile, usage_grid
+from models.forecast import STEPS_PER_DAY, column_grid, nan_quantile, usage_grid
 from models.live_line import STEPS_PER_WEEK, LiveLineForecaster
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
 from recommender.arrays import FloatArray
+from recommender.ceiling import LIMIT_COLUMNS, THROTTLED_COLUMNS, ceilings_at, within_ceiling
 from recommender.errors import ConfigurationError
 from recommender.progress import Step, quiet
 
@@ -141,6 +142,21 @@ def run_replay(
         )
         model = LiveLineForecaster.from_settings(settings.live_line, level, STEP_SECONDS)
         lines = replay_resource(grid, grid_start, plan, model, step)
+        # Held under the usage ceiling, as the live loop's served line is (its calibration moves on the raw lines).
+        limit, throttled = (
+            column_grid(usage, column, codes, grid.shape, grid_end, STEP_SECONDS)
+            for column in (LIMIT_COLUMNS[resource], THROTTLED_COLUMNS[resource])
+        )
+        ceiling, evidence = ceilings_at(
+            grid,
+            limit,
+            throttled,
+            ((issues - grid_start) // STEP_SECONDS).tolist(),
+            settings.forecast.history_days * STEPS_PER_DAY,
+            settings.forecast.ceiling_near_limit_fraction,
+            settings.forecast.ceiling_throttled_fraction,
+        )
+        lines = np.stack([within_ceiling(line, ceiling[k], evidence[k]) for k, line in enumerate(lines)])
         frames.append(_rows(lines, issues, plan.every_seconds, groups, resource))
     step("writing")
     return pd.concat(frames, ignore_index=True), time.monotonic() - started

@@ -19,6 +19,9 @@ import numpy.typing as npt
 
 from recommender.arrays import FloatArray
 
+#: Per resource, the columns of tidy usage the ceiling reads besides the usage (memory is never throttled).
+LIMIT_COLUMNS = {"cpu": "cpu_limit_cores", "memory": "memory_limit_bytes"}
+THROTTLED_COLUMNS: dict[str, str | None] = {"cpu": "cpu_throttled_fraction", "memory": None}
 #: The rule of a line the ceiling lowered.
 CAPPED = "capped at max(limit, highest sample)"
 #: Prefix of the rule of a line evidence lets stand above the ceiling; the evidence follows.
@@ -93,3 +96,46 @@ def ceiling_rules(
             reason = evidence[i]
             rules[i][name] = CAPPED if reason is None else ABOVE + reason
     return rules
+
+
+def ceilings_at(
+    usage: FloatArray,
+    limit: FloatArray,
+    throttled_fraction: FloatArray,
+    positions: Sequence[int],
+    window_steps: int,
+    near_limit_fraction: float,
+    throttled_threshold: float,
+) -> tuple[FloatArray, list[list[str | None]]]:
+    """Decisions made on (rows x steps) grids at the columns `positions`, each seeing only the columns before it:
+    per decision and row, the ceiling of the newest limit and the highest usage of the last `window_steps`, and the
+    evidence of those and the newest throttled share. A usage file carries no OOM kills: the backtest and the replay
+    of `recommend`'s and the live loop's lines on a file."""
+    ceilings, evidence = [], []
+    for position in positions:
+        window = usage[:, max(position - window_steps, 0) : position]
+        with np.errstate(all="ignore"):
+            highest = np.where(np.isnan(window), -np.inf, window).max(axis=1, initial=-np.inf)
+        newest_limit = _newest(limit, position)
+        ceilings.append(usage_ceiling(newest_limit, highest))
+        evidence.append(
+            ceiling_evidence(
+                newest_limit,
+                highest,
+                np.zeros(len(usage)),
+                _newest(throttled_fraction, position),
+                near_limit_fraction,
+                throttled_threshold,
+            )
+        )
+    return np.stack(ceilings) if ceilings else np.zeros((0, len(usage))), evidence
+
+
+def _newest(grid: FloatArray, end: int) -> FloatArray:
+    """Per row, the newest finite value of `grid` before column `end`; NaN where none."""
+    past = grid[:, : max(end, 0)]
+    if past.shape[1] == 0:
+        return np.full(len(grid), np.nan)
+    last = np.where(np.isfinite(past), np.arange(past.shape[1]), -1).max(axis=1)
+    result: FloatArray = np.where(last >= 0, past[np.arange(len(grid)), np.maximum(last, 0)], np.nan)
+    return result

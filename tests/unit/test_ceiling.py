@@ -7,7 +7,15 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.ceiling import ABOVE, CAPPED, ceiling_evidence, ceiling_rules, usage_ceiling, within_ceiling
+from recommender.ceiling import (
+    ABOVE,
+    CAPPED,
+    ceiling_evidence,
+    ceiling_rules,
+    ceilings_at,
+    usage_ceiling,
+    within_ceiling,
+)
 
 NAN = float("nan")
 GIB = 2.0**30
@@ -61,6 +69,19 @@ def test_evidence_lets_a_line_stand_above_and_says_why() -> None:
         {"target": CAPPED},
         {"target": ABOVE + "throttled in 20 % of CFS periods"},
     ]
+
+
+def test_decisions_on_grids_see_only_the_columns_before_them() -> None:
+    # the backtest's and the replay's ceilings: the newest limit and the highest usage of the window before each
+    usage = np.array([[1.0, 5.0, 2.0, 9.0], [1.0, 1.0, 1.0, 1.0]])
+    limit = np.array([[NAN, 8.0, NAN, 10.0], [NAN] * 4])
+    throttled = np.array([[NAN] * 4, [NAN, NAN, 0.5, NAN]])
+    ceiling, evidence = ceilings_at(usage, limit, throttled, [2, 3, 4], 2, 0.95, 0.05)
+    assert ceiling.tolist() == [[8.0, 1.0], [8.0, 1.0], [10.0, 1.0]]
+    throttled_reason = "throttled in 50 % of CFS periods"
+    assert evidence == [[None, None], [None, throttled_reason], [None, throttled_reason]]
+    near = ceilings_at(usage, limit, throttled, [4], 1, 0.9, 0.05)[1]
+    assert near == [["usage reached 90 % of the limit", throttled_reason]]
 
 
 @given(
