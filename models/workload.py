@@ -1256,9 +1256,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         highest = self._highest_sample(resource, groups, days=self._forecaster().history_days)
         throttled_column = THROTTLED_COLUMNS[resource]
         throttled = current[throttled_column].to_numpy(dtype=np.float64) if throttled_column else np.full(n, np.nan)
-        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.float64)
-        if resource != "memory":
-            kills = np.zeros(n)  # an OOM kill is memory's evidence, not CPU's
+        # An OOM kill is memory's evidence, throttling CPU's.
+        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.float64) * (resource == "memory")
         evidence = ceiling_evidence(
             limit, highest, kills, throttled, self.ceiling_near_limit_fraction, self.ceiling_throttled_fraction
         )
