@@ -16,6 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cli.settings import Settings
+from models.pods import group_label
+from pipelines.backtest import run_backtest
 from recommender.ceiling import ABOVE, CAPPED
 from tests.conftest import Runner
 from tests.integration.server import serving
@@ -139,3 +142,31 @@ def test_every_surface_says_why_evidence_lifts_a_line(cli: Runner, tmp_path: Pat
         served = httpx.get(f"{base}/api/v1/recommendations/ns/steady", timeout=10).json()[0]
     assert served["memory"]["long_term"] == recs["steady"]["memory"]["long_term"]
     assert served["memory"]["ceiling_rules"] == recs["steady"]["memory"]["ceiling_rules"]
+
+
+def test_replay_and_backtest_hold_the_same_ceiling(cli: Runner, tmp_path: Path, files: Any) -> None:
+    """The live line replayed on the file (`replay`, the live loop's twin) and our lines in `backtest` are held as
+    `recommend` holds them: the steady container's memory never above its 1.2 GiB limit (its highest sample is
+    lower)."""
+    usage_path, _, _, end = files
+    start = (end - 2 * DAY) // 3600 * 3600
+    result = cli(
+        "replay",
+        "--input",
+        str(usage_path),
+        "--start",
+        str(start),
+        "--end",
+        str(start + 6 * 3600),
+        "--output",
+        "r.parquet",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = pd.read_parquet(tmp_path / "r.parquet")
+    steady = lines[(lines["workload"] == "steady") & (lines["resource"] == "memory")]
+    assert len(steady) and steady["value"].max() <= LIMIT_BYTES
+    fleet, backtest = run_backtest(usage_path, Settings())
+    memory = backtest.decisions["memory"]
+    row = fleet.groups.get_loc(group_label("ns", "steady", "main"))
+    for table in (memory.request, memory.short_term, memory.long_term, memory.peak):
+        assert np.nanmax(table["ours"][:, row]) <= LIMIT_BYTES
