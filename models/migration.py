@@ -38,8 +38,8 @@ def migrate_workload_state(
     state.setdefault("live_line", None)
     state.setdefault("live_line_enabled", True)
     # Before issue 39 no line was held under the usage ceiling: such a version holds them with the defaults.
-    state.setdefault("ceiling_near_limit_fraction", ForecastSettings().ceiling_near_limit_fraction)
-    state.setdefault("ceiling_throttled_fraction", ForecastSettings().ceiling_throttled_fraction)
+    for name in ("ceiling_near_limit_fraction", "ceiling_throttled_fraction"):
+        state.setdefault(name, ForecastSettings.model_fields[name].default)
     # Before issue 16 the parameters were the settings groups themselves (None: the defaults).
     if "histogram" in state:
         groups = {name: value for name in SETTINGS_PARAMETERS if (value := state.pop(name, None)) is not None}

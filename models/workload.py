@@ -629,8 +629,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             forecast_enabled=forecast.enabled,
             target_violation_overrides=dict(forecast.target_violation_overrides),
             memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
-            ceiling_near_limit_fraction=forecast.ceiling_near_limit_fraction,
-            ceiling_throttled_fraction=forecast.ceiling_throttled_fraction,
+            # An old store's settings group, pickled before these fields existed, lacks them: their defaults then.
+            **{name: getattr(forecast, name, ForecastSettings.model_fields[name].default) for name in _CEILING_FIELDS},
             **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
             live_line=LiveLineForecaster.from_settings(
                 settings.live_line, forecast.short_term_target_violation, res.step_seconds
@@ -1404,6 +1404,8 @@ def _significant(value: float, digits: int = 6) -> float:
 
 #: Rows of the usage grid moved at once by `_slide_in_place` (its temporary: 256 x 4,320 steps x 8 B = 9 MB).
 _SLIDE_ROWS = 256
+#: The usage ceiling's settings (`ForecastSettings`), parameters of `WorkloadRecommender`.
+_CEILING_FIELDS = ("ceiling_near_limit_fraction", "ceiling_throttled_fraction")
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).
 _DESCRIBED_COLUMNS = (
     "namespace", "workload", "container", "first_sample", "last_sample", "pods", "replicas", "samples",
