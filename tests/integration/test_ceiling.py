@@ -39,14 +39,17 @@ LINES = {
 
 
 def fleet(end: int) -> pd.DataFrame:
-    """15 days to `end`: `steady` (1 GiB within 1 %, limit 1.2 GiB; 0.5 core, limit 0.6), its twin `steady-oom`,
-    and five bursty containers without limits whose rare bursts give the fleet a memory factor well above 1 (what
-    lifted the demo's steady job to 14.7-17.6 Gi under a 13 Gi limit)."""
+    """15 days to `end`: `steady` (1 GiB within 1 %, limit 1.2 GiB; 0.5 core, limit 0.6), its twin `steady-oom`
+    (the `files` fixture adds an OOM kill), five bursty containers without limits whose rare bursts give the fleet a
+    memory factor well above 1 (what lifted the demo's steady job to 14.7-17.6 Gi under a 13 Gi limit), and
+    `steady-throttled`, the steady CPU throttled in 20 % of its periods."""
     rng = np.random.default_rng(0)
     times = np.arange(end - 15 * DAY, end, 300)
     frames = []
 
-    def add(workload: str, cpu: Any, memory: Any, cpu_limit: float, memory_limit: float) -> None:
+    def add(
+        workload: str, cpu: Any, memory: Any, cpu_limit: float, memory_limit: float, throttled: float = np.nan
+    ) -> None:
         frames.append(
             pd.DataFrame(
                 {
@@ -59,20 +62,22 @@ def fleet(end: int) -> pd.DataFrame:
                     "memory_bytes": memory,
                     "cpu_limit_cores": cpu_limit,
                     "memory_limit_bytes": memory_limit,
+                    "cpu_throttled_fraction": throttled,
                 }
             )
         )
 
     for name in ("steady", "steady-oom"):
-        add(
-            name, 0.5 + rng.uniform(0, 0.02, times.size), GIB * (1 + rng.uniform(0, 0.01, times.size)), 0.6, LIMIT_BYTES
-        )
+        cpu, memory = 0.5 + rng.uniform(0, 0.02, times.size), GIB * (1 + rng.uniform(0, 0.01, times.size))
+        add(name, cpu, memory, 0.6, LIMIT_BYTES)
     phase = 2 * np.pi * (times % DAY) / DAY
     for k in range(5):
         bursts = np.where(rng.random(times.size) < 0.02, 1.6, 1.0)
         cpu = (k + 1) * (0.5 + 0.3 * np.sin(phase)) + rng.uniform(0, 0.05, times.size)
         memory = (k + 1) * GIB * (1 + 0.1 * np.sin(phase)) + rng.uniform(0, 1e7, times.size)
         add(f"bursty{k}", cpu * bursts, memory * bursts, np.nan, np.nan)
+    # steady CPU under its limit, throttled (its memory bursty like the rest, without a limit)
+    add("steady-throttled", 0.5 + rng.uniform(0, 0.02, times.size), memory * bursts, 0.6, np.nan, 0.2)
     return pd.concat(frames).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
 
 
@@ -115,6 +120,12 @@ def test_recommend_holds_a_steady_container_under_its_limit(cli: Runner, tmp_pat
     # Without the ceiling the fleet's factor put these above both the 1.2 GiB limit and the 1.01 GiB peak.
     assert {"long_term", "upper_bound"} <= set(steady["memory"]["ceiling_rules"])
     assert steady["memory"]["long_term"] == pytest.approx(LIMIT_BYTES)
+    # Throttling is CPU's evidence: the throttled twin's CPU lines may stand above its limit, saying why.
+    throttled = recs["steady-throttled"]["cpu"]
+    assert throttled["ceiling_rules"] and set(throttled["ceiling_rules"].values()) == {
+        ABOVE + "throttled in 20 % of CFS periods"
+    }
+    assert throttled["upper_bound"] > throttled["ceiling"]
 
 
 def test_every_surface_says_why_evidence_lifts_a_line(cli: Runner, tmp_path: Path, files: Any) -> None:
