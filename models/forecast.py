@@ -182,6 +182,22 @@ def window_quantile(segments: FloatArray, width: int, q: float) -> FloatArray:
     return _pick_tops(tops, [depth], count)[0]
 
 
+def column_grid(
+    frame: pd.DataFrame,
+    column: str | None,
+    group_codes: npt.NDArray[np.int64],
+    shape: tuple[int, int],
+    end_seconds: float,
+    step_seconds: int,
+) -> FloatArray:
+    """A column of tidy usage rows (`group_codes` per row) as a `usage_grid` of `shape`; all NaN where the frame has
+    no such column (an optional one: limits, throttling) or `column` is None."""
+    if column is None or column not in frame.columns:
+        return np.full(shape, np.nan)
+    times, values = (frame[name].to_numpy(dtype=np.float64) for name in ("timestamp", column))
+    return usage_grid(group_codes, times, values, shape[0], end_seconds, shape[1], step_seconds)
+
+
 def usage_grid(
     group_codes: npt.NDArray[np.int64],
     times: FloatArray,

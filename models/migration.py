@@ -37,6 +37,9 @@ def migrate_workload_state(
     # Before issue 38 there was no learned live line: such a version keeps its day-ahead lines until refitted.
     state.setdefault("live_line", None)
     state.setdefault("live_line_enabled", True)
+    # Before issue 39 no line was held under the usage ceiling: such a version holds them with the defaults.
+    for name in ("ceiling_near_limit_fraction", "ceiling_throttled_fraction"):
+        state.setdefault(name, ForecastSettings.model_fields[name].default)
     # Before issue 16 the parameters were the settings groups themselves (None: the defaults).
     if "histogram" in state:
         groups = {name: value for name in SETTINGS_PARAMETERS if (value := state.pop(name, None)) is not None}

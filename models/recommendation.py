@@ -44,6 +44,9 @@ class ResourceLines:
     live_factor: FloatArray | None = None
     live_block: tuple[int, int] = (0, 0)
     live_model: str = ""
+    #: Per group, the usage ceiling (`recommender.ceiling`; NaN: none) and the rules of the lines it touched.
+    ceiling: FloatArray | None = None
+    ceiling_rules: list[dict[str, str]] | None = None
 
     def recommendations(self) -> list[ResourceRecommendation | None]:
         """Per group, its recommendation (None without a histogram or with too few samples), each value and model
@@ -63,6 +66,8 @@ class ResourceLines:
         rows = zip(*(column.tolist() for column in columns), self.stale.tolist(), self.has_line.tolist())
         live = self.live.tolist() if self.live is not None else [float("nan")] * len(self.stale)
         live_factor = self.live_factor.tolist() if self.live_factor is not None else live
+        ceiling = floats_or_none(self.ceiling) if self.ceiling is not None else [None] * len(self.stale)
+        ceiling_rules = self.ceiling_rules if self.ceiling_rules is not None else [{} for _ in self.stale]
         for i, (
             target,
             lower,
@@ -106,6 +111,8 @@ class ResourceLines:
                     limit=limit,
                     limit_rule=rule,
                     limit_floor=floor if np.isfinite(floor) else None,
+                    ceiling=ceiling[i],
+                    ceiling_rules=ceiling_rules[i],
                     models=LineModels.model_construct(
                         target=names["target"] if drawn["target"] else "VPA histogram",
                         short_term="stale: the request held flat"
@@ -135,8 +142,8 @@ def with_vpa(
 ) -> ResourceRecommendation | None:
     """A recommendation with its target and bounds from the `vpa` policy where it sizes this group (row of
     `WorkloadRecommender._vpa_bounds`): clamped to the allowed range like VPA's resource policy, the uncapped target
-    before that; the memory cap of the forecast policy does not apply, its limit floor does (a limit is ours to set,
-    and one under a peak the container reached is an OOM kill). None where VPA has nothing."""
+    before that; the memory cap and usage ceiling of the forecast policy do not apply, its limit floor does (a
+    limit is ours to set, and one under a peak the container reached is an OOM kill). None where VPA has nothing."""
     if rec is None or np.isnan(vpa[row, 0]):
         return rec
     if vpa[row, 0] < 0:
@@ -166,8 +173,14 @@ def with_vpa(
             "models": models,
             "limit": limit,
             "limit_rule": rule,
+            # VPA's numbers are its own: the ceiling holds only our lines.
+            "ceiling_rules": {k: v for k, v in rec.ceiling_rules.items() if k not in _VPA_LINES},
         }
     )
+
+
+#: The values `with_vpa` takes from VPA.
+_VPA_LINES = ("target", "uncapped_target", "upper_bound")
 
 
 def floats_or_none(values: FloatArray) -> list[float | None]:

@@ -72,6 +72,14 @@ from models.reservation import PercentileReservation, SeasonalMaxReservation, pe
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
 from recommender.arrays import FloatArray, IntArray, UInt64Array
+from recommender.ceiling import (
+    LIMIT_COLUMNS,
+    THROTTLED_COLUMNS,
+    ceiling_evidence,
+    ceiling_rules,
+    usage_ceiling,
+    within_ceiling,
+)
 from recommender.limits import Resource
 from recommender.policy import request_policy_for
 from recommender.resources import (
@@ -540,6 +548,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         forecast_enabled: bool = True,
         target_violation_overrides: dict[str, float] | None = None,
         memory_peak_margin_fraction: float = 0.15,
+        ceiling_near_limit_fraction: float = 0.95,
+        ceiling_throttled_fraction: float = 0.05,
         request_policy: Literal["forecast", "vpa"] = "forecast",
         request_policy_rules: list[RequestPolicyRule] | None = None,
         min_confidence_days: float = 1 / 24,
@@ -561,6 +571,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.forecast_enabled = forecast_enabled
         self.target_violation_overrides = target_violation_overrides
         self.memory_peak_margin_fraction = memory_peak_margin_fraction
+        self.ceiling_near_limit_fraction = ceiling_near_limit_fraction
+        self.ceiling_throttled_fraction = ceiling_throttled_fraction
         self.request_policy = request_policy
         self.request_policy_rules = request_policy_rules
         self.min_confidence_days = min_confidence_days
@@ -619,6 +631,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             forecast_enabled=forecast.enabled,
             target_violation_overrides=dict(forecast.target_violation_overrides),
             memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
+            # An old store's settings group, pickled before these fields existed, lacks them: their defaults then.
+            **{name: getattr(forecast, name, ForecastSettings.model_fields[name].default) for name in _CEILING_FIELDS},
             **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
             live_line=LiveLineForecaster.from_settings(
                 settings.live_line, forecast.short_term_target_violation, res.step_seconds
@@ -1184,7 +1198,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             # window's peak x (1 + margin), and a limit we set never goes below that peak x (1 + margin)
             # (`limit_floor`). A window of zeros bounds nothing (no running container has no working set): VPA's
             # minimum then stands.
-            peak = self._observed_peak(groups, enough)
+            peak = self._highest_sample("memory", groups, enough)
             peak_bound = np.where(peak > 0, peak * (1.0 + self.memory_peak_margin_fraction), np.nan)
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
         long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
@@ -1204,6 +1218,31 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         lines[:, : block[1]] = np.where(served[:, None], live[:, None], lines[:, : block[1]])
         long_values = np.where(stale, sized_target, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
+        # Every line at most what the container can use, unless evidence says it needs more (`recommender.ceiling`);
+        # the request's pod minimum and allowed minimum outrank the ceiling (a request below them is never written).
+        ceiling, evidence = self._ceiling(resource, groups, current)
+        pod_minimum, min_allowed, _ = self._sizing(resource)
+        per_pod = np.maximum(current["containers_per_pod"].to_numpy(dtype=np.float64), 1.0)
+        uncapped_ceiling = np.where(np.isnan(ceiling), np.nan, np.maximum(ceiling, pod_minimum / per_pod))
+        request_ceiling = np.maximum(uncapped_ceiling, -np.inf if min_allowed is None else min_allowed)
+        before = {
+            "target": sized_target,
+            "uncapped_target": sized.uncapped_target,
+            "upper_bound": sized.upper_bound,
+            "short_term": lines,
+            "live_short_term": live,
+            "long_term": long_values,
+            "peak": np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+        }
+        ceilings = {
+            name: {"target": request_ceiling, "upper_bound": request_ceiling, "uncapped_target": uncapped_ceiling}.get(
+                name, ceiling
+            )
+            for name in before
+        }
+        held = {name: within_ceiling(values, ceilings[name], evidence) for name, values in before.items()}
+        sized_target = held["target"]
+        sized = replace(sized, upper_bound=held["upper_bound"], uncapped_target=held["uncapped_target"])
         unit = UNITS[resource]
         return ResourceLines(
             histogram_target=target,
@@ -1214,19 +1253,41 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             sized=sized,
             sized_target=sized_target,
             peak_bound=peak_bound,
-            lines=lines,
-            long_values=long_values,
-            peak_values=np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+            lines=held["short_term"],
+            long_values=held["long_term"],
+            peak_values=held["peak"],
             peak_times=peak_times,
             stale=stale,
             request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
             limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
             resource=resource,
-            live=live,
+            live=held["live_short_term"],
             live_factor=live_factor,
             live_block=(as_of, as_of + block[1] * step),
             live_model=model.description if (model := getattr(self, f"{resource}_live_line_", None)) else "",
+            ceiling=ceiling,
+            ceiling_rules=ceiling_rules(before, ceilings, evidence),
         ).recommendations()
+
+    def _ceiling(
+        self, resource: Resource, groups: pd.Index, current: pd.DataFrame
+    ) -> tuple[FloatArray, list[str | None]]:
+        """Per group, its usage ceiling, max(current limit, highest sample of the forecast's `history_days`), and
+        the evidence that lifts it (`recommender.ceiling`). None (NaN) with forecasting off: those lines are the
+        foundation's rules, kept as they are for the baselines."""
+        n = len(groups)
+        if not self.forecast_enabled:
+            return np.full(n, np.nan), [None] * n
+        limit = current[LIMIT_COLUMNS[resource]].to_numpy(dtype=np.float64)
+        highest = self._highest_sample(resource, groups, np.ones(n, dtype=bool))
+        throttled_column = THROTTLED_COLUMNS[resource]
+        throttled = current[throttled_column].to_numpy(dtype=np.float64) if throttled_column else np.full(n, np.nan)
+        # An OOM kill is memory's evidence, throttling CPU's.
+        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.float64) * (resource == "memory")
+        evidence = ceiling_evidence(
+            limit, highest, kills, throttled, self.ceiling_near_limit_fraction, self.ceiling_throttled_fraction
+        )
+        return usage_ceiling(limit, highest), evidence
 
     def _live_line(
         self, resource: str, groups: pd.Index, as_of: int, step: int
@@ -1254,12 +1315,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         live = np.where(same_level, live, np.nan)
         return live, factor, (0, min(steps, model.horizon_steps))
 
-    def _observed_peak(self, groups: pd.Index, recommended: npt.NDArray[np.bool_]) -> FloatArray:
-        """Max memory (pods pooled) per group over the history window the lines use (`forecast.history_days` of the
-        grid's last steps: a floor over less lets a peak 8-14 days old fall under the limit); NaN where none.
+    def _highest_sample(self, resource: Resource, groups: pd.Index, recommended: npt.NDArray[np.bool_]) -> FloatArray:
+        """Max usage (pods pooled) per group over the history window the lines use (`forecast.history_days` of the
+        grid's last steps: a floor or a ceiling over less lets a peak 8-14 days old fall under it); NaN where none.
         `recommended`: the groups that get a recommendation (only these need one outside the grid)."""
         steps = self._forecaster().history_days * (SECONDS_PER_DAY // self._step_seconds())
-        window = self.memory_grid_[:, -steps:]
+        window = getattr(self, f"{resource}_grid_")[:, -steps:]
         with np.errstate(all="ignore"):
             peak = (
                 np.where(np.isnan(window), -np.inf, window).max(axis=1)
@@ -1269,7 +1330,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         values = self._aligned(peak, self.forecast_groups_, groups)
         # A container that reached `min_samples` in a live pass has no grid row until the next training: the
         # short-term line's steps of the same window (it keeps a week of them) bound it meanwhile.
-        short_term: SeasonalMaxReservation = self.memory_short_term_
+        short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
         missing = np.flatnonzero(~np.isfinite(values) & recommended)
         rows = pd.Index(short_term.groups_).get_indexer(groups[missing])
         if (rows >= 0).any():
@@ -1381,6 +1442,8 @@ def _significant(value: float, digits: int = 6) -> float:
 
 #: Rows of the usage grid moved at once by `_slide_in_place` (its temporary: 256 x 4,320 steps x 8 B = 9 MB).
 _SLIDE_ROWS = 256
+#: The usage ceiling's settings (`ForecastSettings`), parameters of `WorkloadRecommender`.
+_CEILING_FIELDS = ("ceiling_near_limit_fraction", "ceiling_throttled_fraction")
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).
 _DESCRIBED_COLUMNS = (
     "namespace", "workload", "container", "first_sample", "last_sample", "pods", "replicas", "samples",

@@ -31,16 +31,18 @@ from models.ensemble import (
     line_forecaster,
     usage_after,
 )
-from models.forecast import nan_quantile, usage_grid
+from models.forecast import column_grid, nan_quantile, usage_grid
 from models.live_line import LiveLineForecaster
 from models.metrics import LineScore, PeakScore, line_churn, score_line, score_peak
 from models.pods import group_label, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
-from pipelines.replay import STEP_SECONDS, ReplayPlan, replay_resource
+from pipelines.replay import STEP_SECONDS, ReplayPlan, served_lines
 from pipelines.settings import TrainingSettings
 from pipelines.train import map_big_blocks, new_workload_model
 from recommender.arrays import FloatArray
+from recommender.ceiling import LIMIT_COLUMNS, THROTTLED_COLUMNS, ceilings_at, within_ceiling
 from recommender.progress import Step, quiet
+from recommender.settings import ForecastSettings
 
 DAY = 86400
 RESOURCES = {"cpu": "cpu_cores", "memory": "memory_bytes"}
@@ -231,7 +233,7 @@ def live_lines(
 ) -> dict[str, FloatArray]:
     """The (days x groups x steps) lines of `LIVE_METHODS` over the decision days: ours as `recommender replay`
     issues it every hour (the learned line refitted weekly on earlier rows, calibrated online, the fallback where it
-    cannot serve), our day-ahead short-term line (`day_ahead`), and the max of the last hour and of the last 6
+    cannot serve, held under the usage ceiling), our day-ahead short-term line (`day_ahead`), and the max of the last hour and of the last 6
     hours, re-issued every hour. Each hourly issue reads only columns before it."""
     grid, per_day = fleet.group_grid[resource], fleet.steps_per_day
     first, days = decision_days[0], len(decision_days)
@@ -245,7 +247,11 @@ def live_lines(
         settings.live_line, settings.forecast.short_term_target_violation, fleet.step_seconds
     )
     per_issue = LIVE_EVERY_SECONDS // fleet.step_seconds
-    issued = {"ours_live": replay_resource(grid, fleet.origin, plan, model, step)}
+    issued = {
+        "ours_live": served_lines(
+            grid, fleet.origin, plan, model, limit_grids(fleet, resource), settings.forecast, step
+        )
+    }
     positions = [(t - fleet.origin) // fleet.step_seconds for t in plan.issue_times()]
     for method, steps in ROLLING_STEPS.items():
         with np.errstate(all="ignore"):
@@ -311,6 +317,7 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
         decisions.peak["ours"] = np.stack(
             [clone(peak_model).fit(grid[:, : day * per_day]).predict() for day in decision_days]
         )
+        hold_under_ceiling(decisions, *ceilings(fleet, resource, decision_days, forecast))
         if fleet.step_seconds == STEP_SECONDS and LIVE_EVERY_SECONDS % fleet.step_seconds == 0:
             step(f"{resource}: the live line re-issued hourly over {len(decision_days)} days")
             decisions.live = live_lines(fleet, resource, settings, decision_days, decisions.short_term["ours"], step)
@@ -318,6 +325,45 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
             step(f"{resource}: no live cadence on a {fleet.step_seconds} s grid (the live line is 5-minute)")
         results[resource] = decisions
     return decision_days, results
+
+
+def limit_grids(fleet: Fleet, resource: str) -> tuple[FloatArray, FloatArray]:
+    """The groups' newest limit and throttled share at each step (max over the pods sampled there): what the usage
+    ceiling reads beside the usage."""
+    frame, grid = fleet.frame, fleet.group_grid[resource]
+    codes = np.asarray(frame["group"].cat.codes, dtype=np.int64)
+    end = fleet.origin + grid.shape[1] * fleet.step_seconds
+    limit, throttled = (
+        column_grid(frame, column, codes, grid.shape, end, fleet.step_seconds)
+        for column in (LIMIT_COLUMNS[resource], THROTTLED_COLUMNS[resource])
+    )
+    return limit, throttled
+
+
+def ceilings(
+    fleet: Fleet, resource: str, decision_days: list[int], forecast: ForecastSettings
+) -> tuple[FloatArray, list[list[str | None]]]:
+    """Per decision day and group, the usage ceiling `recommend` holds our lines under (`recommender.ceiling`): the
+    newest limit before the decision (max over the pods sampled at that step) and the highest sample of the last
+    `history_days`, with its evidence."""
+    per_day, grid = fleet.steps_per_day, fleet.group_grid[resource]
+    return ceilings_at(
+        grid,
+        *limit_grids(fleet, resource),
+        [day * per_day for day in decision_days],
+        forecast.history_days * per_day,
+        forecast.ceiling_near_limit_fraction,
+        forecast.ceiling_throttled_fraction,
+    )
+
+
+def hold_under_ceiling(decisions: Decisions, ceiling: FloatArray, evidence: list[list[str | None]]) -> None:
+    """Our request, short-term, long-term and peak lines of each decision day held under that day's ceiling, as
+    `recommend` holds them."""
+    for table in (decisions.request, decisions.short_term, decisions.long_term, decisions.peak):
+        table["ours"] = np.stack(
+            [within_ceiling(values, ceiling[i], evidence[i]) for i, values in enumerate(table["ours"])]
+        )
 
 
 def _scored_samples(

@@ -17,13 +17,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from models.forecast import nan_quantile, usage_grid
+from models.forecast import STEPS_PER_DAY, column_grid, nan_quantile, usage_grid
 from models.live_line import STEPS_PER_WEEK, LiveLineForecaster
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
 from recommender.arrays import FloatArray
+from recommender.ceiling import LIMIT_COLUMNS, THROTTLED_COLUMNS, ceilings_at, within_ceiling
 from recommender.errors import ConfigurationError
 from recommender.progress import Step, quiet
+from recommender.settings import ForecastSettings
 
 STEP_SECONDS = 300
 COLUMNS = ("namespace", "workload", "container", "resource", "issued_at", "step", "value")
@@ -108,6 +110,31 @@ def replay_resource(
     return out
 
 
+def served_lines(
+    grid: FloatArray,
+    grid_start: int,
+    plan: ReplayPlan,
+    model: LiveLineForecaster,
+    limits: tuple[FloatArray, FloatArray],
+    forecast: ForecastSettings,
+    step: Step,
+) -> FloatArray:
+    """`replay_resource`'s lines held under the usage ceiling at each issue (`recommender.ceiling`; `limits`: the
+    grids of the containers' limits and throttled shares), as the live loop serves them; the online calibration
+    moves on the raw lines. `replay` writes these and the backtest scores them."""
+    lines = replay_resource(grid, grid_start, plan, model, step)
+    positions = [(issued - grid_start) // STEP_SECONDS for issued in plan.issue_times()]
+    ceiling, evidence = ceilings_at(
+        grid,
+        *limits,
+        positions,
+        forecast.history_days * STEPS_PER_DAY,
+        forecast.ceiling_near_limit_fraction,
+        forecast.ceiling_throttled_fraction,
+    )
+    return np.stack([within_ceiling(line, ceiling[k], evidence[k]) for k, line in enumerate(lines)])
+
+
 def run_replay(
     input_path: Path, plan: ReplayPlan, settings: TrainingSettings, step: Step = quiet
 ) -> tuple[pd.DataFrame, float]:
@@ -140,7 +167,11 @@ def run_replay(
             STEP_SECONDS,
         )
         model = LiveLineForecaster.from_settings(settings.live_line, level, STEP_SECONDS)
-        lines = replay_resource(grid, grid_start, plan, model, step)
+        limit, throttled = (
+            column_grid(usage, column, codes, grid.shape, grid_end, STEP_SECONDS)
+            for column in (LIMIT_COLUMNS[resource], THROTTLED_COLUMNS[resource])
+        )
+        lines = served_lines(grid, grid_start, plan, model, (limit, throttled), settings.forecast, step)
         frames.append(_rows(lines, issues, plan.every_seconds, groups, resource))
     step("writing")
     return pd.concat(frames, ignore_index=True), time.monotonic() - started

@@ -66,6 +66,11 @@ class WorkloadSummary(BaseModel):
     risks: list[str] = Field(
         description="Why the workload may be short of resources, most serious first; empty if none."
     )
+    ceiling_rules: list[str] = Field(
+        default_factory=list,
+        description="Each line the usage ceiling touched, as `<resource> <line>: <rule>` (the recommendation's "
+        "`ceiling_rules`: held at max(limit, highest sample), or the evidence that lets it stand above).",
+    )
 
 
 class Totals(BaseModel):
@@ -190,6 +195,12 @@ def _summary(rec: WorkloadRecommendation, qos: str, settings: OverviewSettings) 
         oom_kills=oom_kills,
         cpu_throttled_fraction=rec.current.cpu_throttled_fraction,
         risks=_risks(oom_kills, cpu, memory, rec.current.cpu_throttled_fraction, settings),
+        ceiling_rules=[
+            f"{name} {line}: {rule}"
+            for name, learned in (("cpu", rec.cpu), ("memory", rec.memory))
+            if learned is not None
+            for line, rule in learned.ceiling_rules.items()
+        ],
     )
 
 

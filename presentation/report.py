@@ -75,11 +75,13 @@ CSV_COLUMNS = (
     "memory_change_bytes",
     "memory_change_bytes_all_replicas",
     "risks",
+    "ceiling_rules",
 )
 
 
 def as_csv(found: Overview) -> str:
-    """One row per container, numbers in cores and bytes (empty where unknown), risks joined by '; '."""
+    """One row per container, numbers in cores and bytes (empty where unknown), risks and ceiling rules joined by
+    '; '."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -93,7 +95,7 @@ def as_csv(found: Overview) -> str:
                 comparison.change,
                 comparison.change_all_replicas,
             ]
-        writer.writerow(["" if v is None else v for v in cells] + ["; ".join(row.risks)])
+        writer.writerow(["" if v is None else v for v in cells] + ["; ".join(row.risks), "; ".join(row.ceiling_rules)])
     return buffer.getvalue()
 
 

@@ -120,6 +120,18 @@ class ResourceRecommendation(BaseModel):
         description="Memory: no limit we set goes below this (the observed peak of the history window, "
         "`forecast.history_days`, x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.",
     )
+    ceiling: float | None = Field(
+        None,
+        description="max(current limit, highest sample of the last `forecast.history_days`): without evidence that "
+        "the container needs more (an OOM kill, usage at the limit, CPU throttling) no line goes above it "
+        "(`recommender.ceiling`). None where nothing bounds the lines (forecasting off, or an older version).",
+    )
+    ceiling_rules: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per line the ceiling touched (target, uncapped_target, upper_bound, short_term, "
+        "live_short_term, long_term, peak): `capped at max(limit, highest sample)`, or the evidence that lets it "
+        "stand above (`above max(limit, highest sample): 2 OOM kills in the history`). Empty: every line is below.",
+    )
     models: LineModels | None = Field(default=None, description="Which model produced each line (optional).")
     policy: Literal["forecast", "vpa"] = Field(
         "forecast",

@@ -295,6 +295,21 @@ class ForecastSettings(BaseModel):
         "observed peak of the `history_days` window x (1 + this) (15 %, KRR's memory buffer): a small fleet cannot "
         "inflate a request, and a limit never lands under a peak the container reached in the window the lines use.",
     )
+    ceiling_near_limit_fraction: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="No line goes above max(current limit, highest sample of the last `history_days`) unless evidence "
+        "says the container needs more (`recommender.ceiling`); usage at this share of its limit or more is such "
+        "evidence (95 %: a working set or a CPU average that close to the limit was held back by it).",
+    )
+    ceiling_throttled_fraction: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="CPU throttled in more than this share of its CFS periods is evidence against the ceiling (5 %, "
+        "the overview's throttling risk): its usage was held at the limit.",
+    )
     peak_quantile: float = Field(
         0.55,
         gt=0,

@@ -427,6 +427,7 @@ function recommendationTable(rec) {
     ["long-term reservation", (r) => rec[r]?.long_term],
     ["forecast peak", (r) => rec[r]?.peak.value],
     ["recommended limit", (r) => rec[r]?.limit],
+    ["ceiling: max(limit, highest sample)", (r) => rec[r]?.ceiling],
   ];
   const peakTime = (r) => rec[r] ? " at " + fmt.time(rec[r].peak.at) : "";
   const level = (r) => rec[r]?.levels ? (100 * rec[r].levels.short_term).toFixed(1) + " %" : "-";
@@ -441,6 +442,23 @@ function recommendationTable(rec) {
   if (!stale) return table;
   return el("div", {}, el("p", { class: "stale", "data-testid": "stale-recommendation" },
     "Stale: no samples for days, so no fresh forecast was made; the lines hold the request flat and the webhook leaves this container alone."), table);
+}
+
+// The lines the usage ceiling touched, each with its rule: held at the ceiling, or the evidence above it.
+function ceilingRules(rec) {
+  const names = { target: "request (target)", uncapped_target: "uncapped target", upper_bound: "upper bound",
+    short_term: "short-term reservation", live_short_term: "live short-term line", long_term: "long-term reservation",
+    peak: "forecast peak" };
+  const items = [];
+  for (const resource of ["cpu", "memory"]) {
+    for (const [line, rule] of Object.entries(rec[resource]?.ceiling_rules || {})) {
+      items.push(el("li", {}, `${resource === "cpu" ? "CPU" : "memory"} ${names[line] || line}: ${rule}`));
+    }
+  }
+  if (!items.length) return null;
+  return el("div", { "data-testid": "ceiling-rules" }, el("p", { class: "muted" },
+    "No line goes above max(limit, highest sample of the history window) without evidence that the container needs " +
+    "more (OOM kills, usage at the limit, CPU throttling):"), el("ul", {}, items));
 }
 
 function modelsTable(rec) {
@@ -515,7 +533,7 @@ async function renderWorkload(namespace, workload) {
         fmt.time(rec.history.first_sample) + " – " + fmt.time(rec.history.last_sample) : "no history"}; ` +
         `decision time ${fmt.time(own.as_of)}; the last day observed, then the forecast horizon.`),
       el("div", { class: "charts" }, resourceChart("cpu", rec, own, stepHours), resourceChart("memory", rec, own, stepHours)),
-      el("h3", {}, "Recommendation"), recommendationTable(rec),
+      el("h3", {}, "Recommendation"), recommendationTable(rec), ceilingRules(rec),
       el("h3", {}, "Models and their backtest quality"),
       el("p", { class: "muted" }, "Each line's model was chosen per container by a rolling-origin backtest on its last days; " +
         "the cost weighs usage above the line against unused room and line changes, relative to usage (lower is better)."),

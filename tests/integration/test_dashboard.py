@@ -297,6 +297,12 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
     assert chosen in models and "cost=" not in models
     recommendation = page.locator("[data-testid=recommendation]").inner_text()
     assert "upper bound" in recommendation and "lower bound" in recommendation
+    assert "ceiling: max(limit, highest sample)" in recommendation
+    # Each line the usage ceiling touched, with its rule (issue 39: held under max(limit, highest sample)).
+    rules = [rule for r in ("cpu", "memory") for rule in rec[r]["ceiling_rules"].values()]
+    listed = page.locator("[data-testid=ceiling-rules]")
+    assert listed.count() == (1 if rules else 0)
+    assert all(rule in listed.inner_text() for rule in rules)
     shot(page, "workload")
     page.goto(base + "/ui/#/workload/google-2019/no-such-job")
     wait_for_view(page, "/workload/google-2019/no-such-job")
