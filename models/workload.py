@@ -67,7 +67,7 @@ from models.pods import (
     sample_steps,
     with_group_labels,
 )
-from models.recommendation import ResourceLines, floats_or_none, sizer, with_vpa
+from models.recommendation import ResourceLines, floats_or_none, sizer, stale_hold, with_vpa
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
@@ -1134,7 +1134,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self, resource: str, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
-        group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
+        group (no sample for `stale_after_seconds`) holds its current request flat on every line (`stale_hold`) and
+        says so."""
         histogram: DecayingHistogram | MemoryPeakHistogram = getattr(self, f"{resource}_histogram_")
         long_term: PercentileReservation = getattr(self, f"{resource}_long_term_")
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
@@ -1174,14 +1175,16 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         lines[needed] = short_term.predict(as_of, horizon_seconds, rows=position[needed])
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
         stale = ours["stale"]
-        lines = np.where(stale[:, None], sized_target[:, None], lines)
+        request_now = current[f"{resource}_request_{UNITS[resource]}"].to_numpy(dtype=np.float64)
+        limit_now = current[f"{resource}_limit_{UNITS[resource]}"].to_numpy(dtype=np.float64)
+        held = stale_hold(request_now, limit_now, sized_target)
+        lines = np.where(stale[:, None], held[:, None], lines)
         live, live_factor, block = self._live_line(resource, groups, as_of, step)
         live = np.where(stale | ~enough, np.nan, live)
         served = np.isfinite(live)
         lines[:, : block[1]] = np.where(served[:, None], live[:, None], lines[:, : block[1]])
-        long_values = np.where(stale, sized_target, long_values)
+        long_values = np.where(stale, held, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
-        unit = UNITS[resource]
         return ResourceLines(
             histogram_target=target,
             enough=enough,
@@ -1193,11 +1196,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             peak_bound=peak_bound,
             lines=lines,
             long_values=long_values,
-            peak_values=np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+            # The expected peak is one the short-term reservation covers: never above the line's highest step.
+            peak_values=np.where(np.isnan(ours["peak"]) | stale, line_peak, np.fmin(ours["peak"], line_peak)),
             peak_times=peak_times,
             stale=stale,
-            request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
-            limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
+            request_now=request_now,
+            limit_now=limit_now,
             live=live,
             live_factor=live_factor,
             live_block=(as_of, as_of + block[1] * step),
