@@ -111,7 +111,11 @@ class ResourceLines:
                         else names["short_term"]
                         if line
                         else "SeasonalMaxReservation",
-                        long_term=names["long_term"] if drawn["long_term"] else "Koordinator mid",
+                        long_term=stale_line_name(request, limit_now)
+                        if stale
+                        else names["long_term"]
+                        if drawn["long_term"]
+                        else "Koordinator mid",
                         peak=names.get("peak", "max of the short-term line")
                         if not stale
                         else "max of the short-term line",

@@ -500,11 +500,13 @@ function recommendationTable(rec) {
       el("tr", {}, el("td", {}, "risk level: the share of the fleet's samples the lines are calibrated to leave above them (one container's own share can differ)"),
         el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory")))));
   if (!stale) return table;
-  const held = ["cpu", "memory"].filter((r) => rec[r]?.stale).map((r) => rec[r].models?.short_term.replace(/^stale: /, ""));
+  // What the lines hold, as the service names it per resource (`models.short_term`).
+  const held = ["cpu", "memory"].filter((r) => rec[r]?.stale)
+    .map((r) => `${r === "cpu" ? "CPU" : "memory"}: ${(rec[r].models?.short_term || "the current request held flat").replace(/^stale: /, "")}`);
   return el("div", {}, el("p", { class: "stale", "data-testid": "stale-recommendation" },
-    `Stale: no samples since ${rec.history ? fmt.time(rec.history.last_sample) : "long ago"}, so no fresh forecast was made. ` +
-    `The lines show ${[...new Set(held)].join("; ") || "the current request held flat"}, the webhook leaves this container ` +
-    "alone, and the totals leave it out."), table);
+    `Stale: no samples since ${rec.history ? fmt.time(rec.history.last_sample) : "long ago"}, so no fresh forecast was made ` +
+    `and every line holds what the container asks for now (${held.join("; ")}). The webhook leaves this container alone ` +
+    "and the totals leave it out."), table);
 }
 
 // How many days of data a model's window (`days=14.0`, `7 daily maxima`) really covered for this container.
@@ -550,6 +552,9 @@ function yamlSnippet(namespace, workload, kind, recs, version) {
   const indent = "  ".repeat(podSpec.length);
   lines.push(indent + "containers:");
   for (const rec of recs) {
+    if (rec.cpu?.stale || rec.memory?.stale) {
+      lines.push(`${indent}  # ${rec.container} is stale (no samples for days): sized from old samples; the webhook leaves it alone.`);
+    }
     lines.push(`${indent}  - name: ${rec.container}`, `${indent}    resources:`, `${indent}      requests:`);
     if (rec.cpu) lines.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.target)}`);
     if (rec.memory) lines.push(`${indent}        memory: ${memoryQuantity(rec.memory.target)}`);
