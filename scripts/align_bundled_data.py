@@ -2,10 +2,10 @@
 
 The trace's four jobs do not overlap in time: two of them ended 17-24 days before the file's last sample, so the
 demo, which decides at the data's end, showed them stale. This moves each job forward by whole 5-minute steps until
-its last sample lies in the file's last step (samples keep their place on the 5-minute grid, and every other cell
-is left byte for byte as it was). A job's own time series is unchanged; only when it ran relative to the others
-moves (the trace's day boundaries are arbitrary anyway: data/google-2019/SOURCE.md). Idempotent: on the re-cut file
-it changes nothing.
+its last sample lies in the 5-minute step of the file's last sample (the step the decision follows), so every job's
+data ends in the same step; samples keep their place on the grid, and every other cell is left byte for byte. A
+job's own time series is unchanged; only when it ran relative to the others moves (the trace's day boundaries are
+arbitrary anyway: data/google-2019/SOURCE.md). Idempotent: on the re-cut file it changes nothing.
 
     .venv/bin/python scripts/align_bundled_data.py [data/google-2019/usage.csv.gz]
 """
@@ -22,12 +22,12 @@ DEFAULT = Path(__file__).resolve().parent.parent / "data" / "google-2019" / "usa
 
 
 def shifts(rows: list[list[str]]) -> dict[str, int]:
-    """Per workload, the whole steps that move its last sample into the file's last step."""
+    """Per workload, the whole steps that move its last sample into the step of the file's last sample."""
     last: dict[str, int] = defaultdict(int)
     for row in rows:
         last[row[2]] = max(last[row[2]], int(row[0]))
-    end = max(last.values())
-    return {workload: (end - newest) // STEP_SECONDS * STEP_SECONDS for workload, newest in last.items()}
+    end = max(last.values()) // STEP_SECONDS
+    return {workload: (end - newest // STEP_SECONDS) * STEP_SECONDS for workload, newest in last.items()}
 
 
 def main(path: Path) -> None:

@@ -90,11 +90,12 @@ function inUnit(unit, step) {
   return (v) => (v === null || v === undefined ? "–" : (v / unit.scale).toFixed(digits) + unit.suffix);
 }
 
-// A column's formatter: one unit for all its values (cores or GiB with two decimals, whole millicores or MiB).
+// A column's formatter: one unit for all its values.
 function columnFormat(kind, values) {
   const largest = Math.max(0, ...values.filter((v) => v !== null && v !== undefined).map(Math.abs));
   const unit = UNITS[kind](largest);
-  return inUnit(unit, unit.scale === 1 || unit.scale === GIB ? 0.01 : 1);
+  // Cores with three decimals below 10 (a 34m value stays 0.034), two above; GiB with two; m and MiB whole.
+  return inUnit(unit, unit.scale === 1 ? (largest < 10 ? 0.001 : 0.01) : unit.scale === GIB ? 0.01 : 1);
 }
 
 function signed(format, v) {
@@ -469,7 +470,16 @@ function resourceChart(kind, rec, lines, stepHours) {
   ], kind);
 }
 
-function recommendationTable(rec) {
+// Why a peak has no time (`peak.at` null): the line is highest at the decision time and falls, or it holds its
+// highest from some step to the horizon's end, so no one time stands out.
+function noPeakTime(line, stepSeconds) {
+  const top = Math.max(...line), first = line.indexOf(top);
+  if (line.slice(first).some((v) => v < top)) return " now (the line is highest at the decision time)";
+  const from = first ? `+${(first * stepSeconds / HOUR).toFixed(1)} h` : "now";
+  return ` (no single time: the line holds its highest from ${from} to the horizon's end)`;
+}
+
+function recommendationTable(rec, stepSeconds) {
   const rows = [
     ["current request (the limit where none is set)", (r) => r === "cpu" ? rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores
       : rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes],
@@ -483,7 +493,7 @@ function recommendationTable(rec) {
     ["forecast peak", (r) => rec[r]?.peak.value],
     ["recommended limit", (r) => rec[r]?.limit],
   ];
-  const peakTime = (r) => !rec[r] ? "" : rec[r].peak.at === null ? " (now: the line is highest at the decision time)"
+  const peakTime = (r) => !rec[r] ? "" : rec[r].peak.at === null ? noPeakTime(rec[r].short_term, stepSeconds)
     : " at " + fmt.time(rec[r].peak.at);
   // The level the lines are calibrated to over the whole fleet, not a promise for this container; none where the
   // lines are held flat (stale), as no forecast was made at any level.
@@ -596,7 +606,7 @@ async function renderWorkload(namespace, workload) {
         fmt.time(rec.history.first_sample) + " – " + fmt.time(rec.history.last_sample) : "no history"}; ` +
         `decision time ${fmt.time(own.as_of)}; the last day observed, then the forecast horizon.`),
       el("div", { class: "charts" }, resourceChart("cpu", rec, own, stepHours), resourceChart("memory", rec, own, stepHours)),
-      el("h3", {}, "Recommendation"), recommendationTable(rec),
+      el("h3", {}, "Recommendation"), recommendationTable(rec, own.step_seconds),
       el("h3", {}, "Models and their backtest quality"),
       el("p", { class: "muted" }, "Each line's model is chosen for the fleet, not per container: a rolling-origin backtest on " +
         "the last days over all containers (a third of the fleet by burstiness may keep a choice of its own; a fleet under " +

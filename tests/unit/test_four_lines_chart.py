@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import matplotlib.pyplot as plt
@@ -18,7 +19,7 @@ def round_step(values: list[float]) -> bool:
     step = values[1] - values[0]
     mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
     return any(math.isclose(mantissa, m) for m in (1, 2, 5, 10)) and all(
-        math.isclose(b - a, step) for a, b in zip(values, values[1:])
+        math.isclose(b - a, step) for a, b in itertools.pairwise(values)
     )
 
 
