@@ -474,9 +474,8 @@ function resourceChart(kind, rec, lines, stepHours) {
 // highest from some step to the horizon's end, so no one time stands out.
 function noPeakTime(line, stepSeconds) {
   const top = Math.max(...line), first = line.indexOf(top);
-  if (line.slice(first).some((v) => v < top)) return " now (the line is highest at the decision time)";
-  const from = first ? `+${(first * stepSeconds / HOUR).toFixed(1)} h` : "now";
-  return ` (no single time: the line holds its highest from ${from} to the horizon's end)`;
+  if (line.slice(first).some((v) => v < top)) return " now (highest at the decision time)";
+  return ` (no single time: highest from ${first ? `+${(first * stepSeconds / HOUR).toFixed(1)} h` : "now"} on)`;
 }
 
 function recommendationTable(rec, stepSeconds) {
@@ -507,7 +506,7 @@ function recommendationTable(rec, stepSeconds) {
     el("tbody", {}, rows.map(([label, value]) => el("tr", {}, el("td", {}, label),
       el("td", { class: "num" }, cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
       el("td", { class: "num" }, memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
-      el("tr", {}, el("td", {}, "risk level: the share of the fleet's samples the lines are calibrated to leave above them (one container's own share can differ)"),
+      el("tr", {}, el("td", {}, "risk level (the fleet's share of samples above the lines; one container's own can differ)"),
         el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory")))));
   if (!stale) return table;
   // What the lines hold, as the service names it per resource (`models.short_term`).

@@ -420,7 +420,7 @@ def test_a_stale_page_shows_what_it_says(page: Any, stale_workdir: Path) -> None
         assert "the totals leave it out" in said
         recommendation = page.locator("[data-testid=recommendation]").inner_text()
         assert "none: no forecast (stale)" in recommendation and "1.0 %" not in recommendation
-        assert "no single time: the line holds its highest from now to the horizon's end" in recommendation
+        assert "no single time: highest from now on" in recommendation
         # The short-term line is drawn at the 4-core request: the top tick is the round step just above it.
         ticks = page.locator("[data-testid=chart] svg").first.locator("text[data-tick]")
         values = [float(ticks.nth(i).get_attribute("data-tick") or "nan") for i in range(ticks.count())]
