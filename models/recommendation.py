@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray
 from recommender.limits import Resource, recommended_limit
 from recommender.policy import RequestBounds, request_bounds, with_target
 from recommender.resources import LineModels, LiveLine, Peak, ResourceRecommendation
@@ -34,7 +34,7 @@ class ResourceLines:
     lines: FloatArray
     long_values: FloatArray
     peak_values: FloatArray
-    peak_times: IntArray
+    peak_times: FloatArray
     stale: npt.NDArray[np.bool_]
     request_now: FloatArray
     limit_now: FloatArray
@@ -105,7 +105,7 @@ class ResourceLines:
                         model=self.live_model,
                     ),
                     long_term=long_value,
-                    peak=Peak.model_construct(value=peak, at=peak_at),
+                    peak=Peak.model_construct(value=peak, at=None if peak_at != peak_at else int(peak_at)),
                     levels=ours["levels"][i],
                     stale=stale,
                     limit=limit,
@@ -115,12 +115,16 @@ class ResourceLines:
                     ceiling_rules=ceiling_rules[i],
                     models=LineModels.model_construct(
                         target=names["target"] if drawn["target"] else "VPA histogram",
-                        short_term="stale: the request held flat"
+                        short_term=stale_line_name(request, limit_now)
                         if stale
                         else names["short_term"]
                         if line
                         else "SeasonalMaxReservation",
-                        long_term=names["long_term"] if drawn["long_term"] else "Koordinator mid",
+                        long_term=stale_line_name(request, limit_now)
+                        if stale
+                        else names["long_term"]
+                        if drawn["long_term"]
+                        else "Koordinator mid",
                         peak=names.get("peak", "max of the short-term line")
                         if not stale
                         else "max of the short-term line",
@@ -181,6 +185,24 @@ def with_vpa(
 
 #: The values `with_vpa` takes from VPA.
 _VPA_LINES = ("target", "uncapped_target", "upper_bound")
+
+
+def stale_hold(request_now: FloatArray, limit_now: FloatArray, target: FloatArray) -> FloatArray:
+    """What a stale container's lines hold flat, per group: its current request (the limit where only a limit is
+    set, as Kubernetes defaults the request), else the recommended target. Without fresh samples nothing says it
+    needs less than it asked for, so no batch pod is offered its room (`stale_line_name` says which)."""
+    asked = np.where(np.isfinite(request_now) & (request_now > 0), request_now, limit_now)
+    held: FloatArray = np.where(np.isfinite(asked) & (asked > 0), asked, target)
+    return held
+
+
+def stale_line_name(request_now: float, limit_now: float) -> str:
+    """The name of a stale container's lines: what `stale_hold` held flat."""
+    if np.isfinite(request_now) and request_now > 0:
+        return "stale: the current request held flat"
+    if np.isfinite(limit_now) and limit_now > 0:
+        return "stale: the current request (its limit) held flat"
+    return "stale: the recommended request held flat (no current request)"
 
 
 def floats_or_none(values: FloatArray) -> list[float | None]:

@@ -239,10 +239,16 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         return result
 
 
-def peak_of(line: FloatArray, as_of: float, step_seconds: int) -> tuple[FloatArray, npt.NDArray[np.int64]]:
-    """Value and start time (Unix seconds) of the highest step of each group's forecast line."""
+def peak_of(line: FloatArray, as_of: float, step_seconds: int) -> tuple[FloatArray, FloatArray]:
+    """Per group, the highest value of its forecast line and the start (Unix seconds) of the first step that reaches
+    it, NaN where the line has no time of maximum within the horizon: it is highest already at its first step (which
+    starts at the decision time itself), or it stays at its highest from there to the horizon's end (flat, a step up
+    to a flat level, or still rising), where no one time stands out."""
     if line.shape[1] == 0:
         raise ValueError("a peak needs at least one forecast step")
     at = np.argmax(line, axis=1)
-    times = (as_of + at * step_seconds).astype(np.int64)
-    return line[np.arange(line.shape[0]), at], times
+    highest = line[np.arange(line.shape[0]), at]
+    after = np.arange(line.shape[1])[None, :] > at[:, None]
+    falls = ((line < highest[:, None]) & after).any(axis=1)
+    times: FloatArray = np.where((at > 0) & falls, as_of + at * step_seconds, np.nan)
+    return highest, times

@@ -67,7 +67,7 @@ from models.pods import (
     sample_steps,
     with_group_labels,
 )
-from models.recommendation import ResourceLines, floats_or_none, sizer, with_vpa
+from models.recommendation import ResourceLines, floats_or_none, sizer, stale_hold, with_vpa
 from models.reservation import PercentileReservation, SeasonalMaxReservation, peak_of
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
@@ -1169,7 +1169,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self, resource: Resource, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any, recent: FloatArray
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
-        group (no sample for `stale_after_seconds`) holds VPA's request flat on every line and says so."""
+        group (no sample for `stale_after_seconds`) holds its current request flat on every line (`stale_hold`) and
+        says so."""
         histogram: DecayingHistogram | MemoryPeakHistogram = getattr(self, f"{resource}_histogram_")
         long_term: PercentileReservation = getattr(self, f"{resource}_long_term_")
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
@@ -1211,12 +1212,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         lines[needed] = short_term.predict(as_of, horizon_seconds, rows=position[needed])
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
         stale = ours["stale"]
-        lines = np.where(stale[:, None], sized_target[:, None], lines)
+        request_now = current[f"{resource}_request_{UNITS[resource]}"].to_numpy(dtype=np.float64)
+        limit_now = current[f"{resource}_limit_{UNITS[resource]}"].to_numpy(dtype=np.float64)
+        stale_held = stale_hold(request_now, limit_now, sized_target)
+        lines = np.where(stale[:, None], stale_held[:, None], lines)
         live, live_factor, block = self._live_line(resource, groups, as_of, step)
         live = np.where(stale | ~enough, np.nan, live)
         served = np.isfinite(live)
         lines[:, : block[1]] = np.where(served[:, None], live[:, None], lines[:, : block[1]])
-        long_values = np.where(stale, sized_target, long_values)
+        long_values = np.where(stale, stale_held, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
         # Every line at most what the container can use, unless evidence says it needs more (`recommender.ceiling`);
         # the request's pod minimum and allowed minimum outrank the ceiling (a request below them is never written).
@@ -1232,18 +1236,20 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             "short_term": lines,
             "live_short_term": live,
             "long_term": long_values,
-            "peak": np.where(np.isnan(ours["peak"]) | stale, line_peak, ours["peak"]),
+            # The expected peak is one the short-term reservation covers: never above the line's highest step.
+            "peak": np.where(np.isnan(ours["peak"]) | stale, line_peak, np.fmin(ours["peak"], line_peak)),
         }
+        # A stale container's lines hold what it asked for, as its page says: the ceiling leaves them.
+        held_ceiling = np.where(stale, np.nan, ceiling)
         ceilings = {
             name: {"target": request_ceiling, "upper_bound": request_ceiling, "uncapped_target": uncapped_ceiling}.get(
-                name, ceiling
+                name, held_ceiling
             )
             for name in before
         }
         held = {name: within_ceiling(values, ceilings[name], evidence) for name, values in before.items()}
         sized_target = held["target"]
         sized = replace(sized, upper_bound=held["upper_bound"], uncapped_target=held["uncapped_target"])
-        unit = UNITS[resource]
         return ResourceLines(
             histogram_target=target,
             enough=enough,
@@ -1258,8 +1264,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             peak_values=held["peak"],
             peak_times=peak_times,
             stale=stale,
-            request_now=current[f"{resource}_request_{unit}"].to_numpy(dtype=np.float64),
-            limit_now=current[f"{resource}_limit_{unit}"].to_numpy(dtype=np.float64),
+            request_now=request_now,
+            limit_now=limit_now,
             resource=resource,
             live=held["live_short_term"],
             live_factor=live_factor,

@@ -19,12 +19,23 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from recommender.atomic import atomic_write_bytes
 from recommender.resources import ResourceRecommendation, WorkloadRecommendation
 from recommender.units import GIB, SECONDS_PER_HOUR
 
 LIMIT, USAGE, SHORT_TERM, LONG_TERM, TARGET = "#8c8c8c", "#d62728", "#08306b", "#6baed6", "#2ca02c"
+
+
+#: Tick steps of the value axis: 1, 2 or 5 times a power of ten (matplotlib's default also allows 2.5).
+ROUND_STEPS = (1, 2, 5, 10)
+
+
+def _value_axis(axes: Axes) -> None:
+    """The value axis from 0, ticked at round steps in the panel's one unit."""
+    axes.set_ylim(bottom=0)
+    axes.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=ROUND_STEPS))
 
 
 def _panel(
@@ -37,7 +48,8 @@ def _panel(
     unit: str,
     title: str,
 ) -> None:
-    axes.set_title(title, fontsize=9)
+    stale = resource is not None and resource.stale
+    axes.set_title(title + (" (stale: no fresh forecast, lines held flat)" if stale else ""), fontsize=9)
     axes.set_ylabel(unit)
     axes.axvline(0, color="black", linewidth=0.5)
     if resource is None:
@@ -60,7 +72,7 @@ def _panel(
     axes.hlines(resource.long_term / scale, 0, span[1], colors=LONG_TERM, linewidth=2, label="long-term reservation")
     axes.hlines(resource.target / scale, 0, span[1], colors=TARGET, linestyles="dashed", label="recommended request")
     axes.set_xlim(*span)
-    axes.set_ylim(bottom=0)
+    _value_axis(axes)
 
 
 def four_lines_figure(recommendations: Sequence[WorkloadRecommendation], step_seconds: int) -> Figure:
@@ -126,7 +138,7 @@ def _node_panel(axes: Axes, line: Mapping[str, Any], step_seconds: int, scale: f
             label="batch room starts (Koordinator usage)",
         )
     axes.set_xlim(*span)
-    axes.set_ylim(bottom=0)
+    _value_axis(axes)
 
 
 def node_lines_figure(lines: Mapping[str, Any]) -> Figure:

@@ -42,6 +42,11 @@ class ResourceComparison(BaseModel):
     usage_above_request_fraction: float | None = Field(
         description="Share of the last day's usage steps above the current request; None without both."
     )
+    stale: bool = Field(
+        False,
+        description="No sample for days: no fresh forecast, the webhook leaves the container alone, and the totals "
+        "leave this resource out (its recommendation frees or adds nothing).",
+    )
 
 
 class WorkloadSummary(BaseModel):
@@ -71,13 +76,16 @@ class WorkloadSummary(BaseModel):
         description="Each line the usage ceiling touched, as `<resource> <line>: <rule>` (the recommendation's "
         "`ceiling_rules`: held at max(limit, highest sample), or the evidence that lets it stand above).",
     )
+    stale: bool = Field(False, description="Either resource is stale (see `ResourceComparison.stale`).")
 
 
 class Totals(BaseModel):
-    """Sums over containers that have both a current request and a recommendation, per resource."""
+    """Sums over containers that have both a current request and a fresh recommendation, per resource: a stale one
+    (no sample for days) is counted in `stale` and left out of every sum."""
 
     containers: int
     at_risk: int = Field(description="Containers with at least one risk.")
+    stale: int = Field(0, description="Stale containers, left out of the sums (of that resource, or both).")
     cpu_request_cores: float
     cpu_recommended_cores: float
     cpu_change_cores: float = Field(description="cpu_recommended_cores - cpu_request_cores: negative frees cores.")
@@ -112,6 +120,7 @@ def _comparison(
     seen = [v for v in recent if v is not None]
     change = None if learned is None or request is None else learned.target - request
     return ResourceComparison(
+        stale=learned is not None and learned.stale,
         current_request=request,
         recommended=None if learned is None else learned.target,
         recommended_limit=None if learned is None else learned.limit,
@@ -159,7 +168,8 @@ def _risks(
     for name, comparison in (("memory", memory), ("CPU", cpu)):
         short = comparison.change
         if (
-            short is not None
+            not comparison.stale
+            and short is not None
             and comparison.recommended
             and short > settings.risk_shortfall_fraction * comparison.recommended
         ):
@@ -201,6 +211,7 @@ def _summary(rec: WorkloadRecommendation, qos: str, settings: OverviewSettings) 
             if learned is not None
             for line, rule in learned.ceiling_rules.items()
         ],
+        stale=cpu.stale or memory.stale,
     )
 
 
@@ -208,7 +219,7 @@ def _totals(rows: Sequence[WorkloadSummary]) -> Totals:
     sums: dict[str, float] = defaultdict(float)
     for row in rows:
         for resource, comparison in (("cpu", row.cpu_cores), ("memory", row.memory_bytes)):
-            if comparison.current_request is not None and comparison.recommended is not None:
+            if comparison.current_request is not None and comparison.recommended is not None and not comparison.stale:
                 for suffix, factor in (("", 1), ("_all_replicas", row.replicas)):
                     sums[f"{resource}_request{suffix}"] += comparison.current_request * factor
                     sums[f"{resource}_recommended{suffix}"] += comparison.recommended * factor
@@ -219,7 +230,12 @@ def _totals(rows: Sequence[WorkloadSummary]) -> Totals:
             values[f"{resource}_request_{unit}{suffix}"] = request
             values[f"{resource}_recommended_{unit}{suffix}"] = recommended
             values[f"{resource}_change_{unit}{suffix}"] = recommended - request
-    return Totals(containers=len(rows), at_risk=sum(bool(row.risks) for row in rows), **values)
+    return Totals(
+        containers=len(rows),
+        at_risk=sum(bool(row.risks) for row in rows),
+        stale=sum(row.stale for row in rows),
+        **values,
+    )
 
 
 def overview(recommendations: RecommendationSet, settings: OverviewSettings) -> Overview:

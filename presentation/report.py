@@ -76,12 +76,13 @@ CSV_COLUMNS = (
     "memory_change_bytes_all_replicas",
     "risks",
     "ceiling_rules",
+    "stale",
 )
 
 
 def as_csv(found: Overview) -> str:
     """One row per container, numbers in cores and bytes (empty where unknown), risks and ceiling rules joined by
-    '; '."""
+    '; ', and which resources are stale (`cpu`, `memory`, `cpu; memory` or empty: left out of the totals)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -95,7 +96,10 @@ def as_csv(found: Overview) -> str:
                 comparison.change,
                 comparison.change_all_replicas,
             ]
-        writer.writerow(["" if v is None else v for v in cells] + ["; ".join(row.risks), "; ".join(row.ceiling_rules)])
+        writer.writerow(
+            ["" if v is None else v for v in cells]
+            + ["; ".join(row.risks), "; ".join(row.ceiling_rules), _stale_resources(row)]
+        )
     return buffer.getvalue()
 
 
@@ -107,16 +111,22 @@ def gib(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else f"{value / GIB:{'+' if signed else ''}.2f}"
 
 
+def _stale_resources(row: WorkloadSummary) -> str:
+    return "; ".join(name for name, c in (("cpu", row.cpu_cores), ("memory", row.memory_bytes)) if c.stale)
+
+
+STALE_CELL = "stale"
+
+
 def _row_cells(row: WorkloadSummary) -> list[str]:
+    """A stale resource's changes read `stale`: nothing would be applied, and the totals leave them out."""
     cpu, memory = row.cpu_cores, row.memory_bytes
     return [
         str(row.replicas),
         f"{cores(cpu.current_request)} -> {cores(cpu.recommended)}",
-        cores(cpu.change, True),
-        cores(cpu.change_all_replicas, True),
+        *([STALE_CELL] * 2 if cpu.stale else [cores(cpu.change, True), cores(cpu.change_all_replicas, True)]),
         f"{gib(memory.current_request)} -> {gib(memory.recommended)}",
-        gib(memory.change, True),
-        gib(memory.change_all_replicas, True),
+        *([STALE_CELL] * 2 if memory.stale else [gib(memory.change, True), gib(memory.change_all_replicas, True)]),
     ]
 
 
@@ -128,16 +138,18 @@ def totals_line(totals: Totals) -> str:
         f"memory {gib(totals.memory_request_bytes)} -> {gib(totals.memory_recommended_bytes)} GiB per replica "
         f"({gib(totals.memory_request_bytes_all_replicas)} -> {gib(totals.memory_recommended_bytes_all_replicas)} across replicas); "
         f"{totals.at_risk} of {totals.containers} containers at risk"
+        + (f", {totals.stale} stale (no samples for days: left out of these sums)" if totals.stale else "")
     )
 
 
-NAMESPACE_HEADERS = ("containers", "at risk", "CPU cores", "CPU x replicas", "memory GiB", "mem. x replicas")
+NAMESPACE_HEADERS = ("containers", "at risk", "stale", "CPU cores", "CPU x replicas", "memory GiB", "mem. x replicas")
 
 
 def _namespace_cells(t: Totals) -> list[str]:
     return [
         str(t.containers),
         str(t.at_risk),
+        str(t.stale),
         f"{cores(t.cpu_request_cores)} -> {cores(t.cpu_recommended_cores)}",
         f"{cores(t.cpu_request_cores_all_replicas)} -> {cores(t.cpu_recommended_cores_all_replicas)}",
         f"{gib(t.memory_request_bytes)} -> {gib(t.memory_recommended_bytes)}",
@@ -167,7 +179,8 @@ def as_tables(found: Overview, title: str) -> list[Table]:
         rows.add_row(*cells, *([Text("; ".join(row.risks))] if risky else []))
     rows.caption = (
         "CPU cores, memory GiB: current request (the limit where there is none) -> recommended request, per replica; "
-        f"a change below zero frees resources. Total: {totals_line(found.cluster)}."
+        "a change below zero frees resources; `stale`: no samples for days, so nothing would change and the totals "
+        f"leave it out. Total: {totals_line(found.cluster)}."
     )
     namespaces = Table(title="Totals per namespace", title_justify="left")
     for column in ("namespace", *NAMESPACE_HEADERS):
@@ -187,7 +200,8 @@ th { text-align: left; background: #f4f4f4; } td.num { text-align: right; font-v
 </style></head><body>
 <h1>Recommendations: {{ title }}</h1>
 <p class="muted">Recommendations made for {{ as_of }} UTC. Current request (the limit where there is none) against the
-recommended request, per replica and times each workload's current replicas; a change below zero frees resources.</p>
+recommended request, per replica and times each workload's current replicas; a change below zero frees resources;
+"stale": no samples for days, so nothing would change and the totals leave it out.</p>
 <p><strong>Total:</strong> {{ total }}.</p>
 <h2>Totals per namespace</h2>
 <table><thead><tr><th>namespace</th>{% for h in namespace_headers %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>

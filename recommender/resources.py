@@ -16,10 +16,19 @@ from recommender.identity import WorkloadKey
 
 
 class Peak(BaseModel):
-    """The highest value of the short-term line over the horizon and when it happens."""
+    """The usage peak expected over the horizon, which the short-term reservation covers, and when it comes."""
 
-    value: float = Field(description="Forecast peak (cores or bytes).")
-    at: int = Field(description="Start of the 5-minute step of the peak, Unix seconds.")
+    value: float = Field(
+        description="Forecast peak (cores or bytes): the point forecast of the next day's maximum usage (about half "
+        "the days peak above it), never above the short-term line's highest step; that step itself where there is no "
+        "point forecast (a stale container, a rule's line)."
+    )
+    at: int | None = Field(
+        description="Start (Unix seconds) of the first step at which the short-term line reaches its highest, always "
+        "after the decision time and before the line falls again within the horizon; None where the line has no "
+        "time of maximum: highest already at the decision time, or at its highest from there to the horizon's end "
+        "(flat, a step up to a flat level, still rising)."
+    )
 
 
 class LineQuality(BaseModel):
@@ -101,7 +110,9 @@ class ResourceRecommendation(BaseModel):
     stale: bool = Field(
         False,
         description="No sample for `forecast.stale_after_seconds`: no fresh forecast was made; "
-        "every line holds the request flat (the webhook leaves such containers alone).",
+        "every line holds the current request flat (the limit where only a limit is set; the target where neither "
+        "is: `models.short_term` says which); the webhook leaves such containers alone, and `show` and the overview "
+        "leave them out of their totals.",
     )
     limit: float | None = Field(
         None,

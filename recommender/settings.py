@@ -286,7 +286,8 @@ class ForecastSettings(BaseModel):
         3 * 86400.0,
         gt=0,
         description="A container without a sample for this long (3 days) gets no fresh forecast: "
-        "its recommendation is marked stale and holds its last request flat instead of extrapolating.",
+        "its recommendation is marked stale, every line holds its current request flat instead of extrapolating, "
+        "and `show` and the dashboard leave it out of their totals.",
     )
     memory_peak_margin_fraction: float = Field(
         0.15,

@@ -72,6 +72,32 @@ const fmt = {
   age: (seconds) => (seconds < 2 * 86400 ? (seconds / HOUR).toFixed(0) + " h" : (seconds / 86400).toFixed(0) + " days"),
 };
 
+// One unit per axis or column, chosen by its largest value: cores or millicores, GiB or MiB.
+const UNITS = {
+  cpu: (largest) => (largest >= 1 ? { scale: 1, suffix: "" } : { scale: 1e-3, suffix: "m" }),
+  memory: (largest) => (largest >= GIB ? { scale: GIB, suffix: " Gi" } : { scale: MIB, suffix: " Mi" }),
+};
+
+// A round step (1, 2 or 5 times a power of ten) that cuts `span` into about `count` parts.
+function roundStep(span, count) {
+  const raw = span / count, power = 10 ** Math.floor(Math.log10(raw)), fraction = raw / power;
+  return (fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 5 ? 5 : 10) * power;
+}
+
+// A formatter in one unit with as many decimals as `step` (in that unit) needs.
+function inUnit(unit, step) {
+  const digits = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  return (v) => (v === null || v === undefined ? "–" : (v / unit.scale).toFixed(digits) + unit.suffix);
+}
+
+// A column's formatter: one unit for all its values.
+function columnFormat(kind, values) {
+  const largest = Math.max(0, ...values.filter((v) => v !== null && v !== undefined).map(Math.abs));
+  const unit = UNITS[kind](largest);
+  // Cores with three decimals below 10 (a 34m value stays 0.034), two above; GiB with two; m and MiB whole.
+  return inUnit(unit, unit.scale === 1 ? (largest < 10 ? 0.001 : 0.01) : unit.scale === GIB ? 0.01 : 1);
+}
+
 // A change is recommended − current (the API's `change` fields): below zero frees resources, shown with its own sign.
 function signed(format, v) {
   if (v === null || v === undefined) return el("span", { class: "muted" }, "–");
@@ -156,7 +182,7 @@ function errorState(error) {
 
 // Series: {label, color, points: [[hours from as_of, value|null], ...], width, dash, step}. Draws an SVG with hours
 // on x (0 = the decision time: observed before, forecast after) and the value on y, plus a hover readout.
-function chart(title, format, series) {
+function chart(title, format, series, kind) {
   const width = 640, height = 250, left = 62, right = 24, top = 12, bottom = 32;
   const drawn = series.filter((s) => s.points.some(([, y]) => y !== null && y !== undefined));
   const xs = drawn.flatMap((s) => s.points.map(([x]) => x));
@@ -167,7 +193,12 @@ function chart(title, format, series) {
     return box;
   }
   const xMin = Math.min(...xs, 0), xMax = Math.max(...xs, 1);
-  const yMax = Math.max(...ys) * 1.08 || 1;
+  // Ticks at round steps in one unit (1, 2 or 5 x 10^k), the top one just above the highest value.
+  const highest = Math.max(...ys) || 1;
+  const unit = UNITS[kind](highest);
+  const yStep = roundStep(highest / unit.scale, 4) * unit.scale;
+  const yMax = Math.ceil((highest * 1.02) / yStep) * yStep;
+  const tick = inUnit(unit, yStep / unit.scale);
   const sx = (x) => left + ((x - xMin) / (xMax - xMin)) * (width - left - right);
   const sy = (y) => top + (1 - y / yMax) * (height - top - bottom);
   const ns = "http://www.w3.org/2000/svg";
@@ -182,10 +213,10 @@ function chart(title, format, series) {
     svg.append(node);
     return node;
   };
-  for (let i = 0; i <= 4; i++) {
-    const y = (yMax * i) / 4;
+  for (let i = 0; i * yStep <= yMax * (1 + 1e-9); i++) {
+    const y = i * yStep;
     add("line", { class: "grid", x1: left, x2: width - right, y1: sy(y), y2: sy(y) });
-    add("text", { x: left - 6, y: sy(y) + 4, "text-anchor": "end" }, format(y));
+    add("text", { x: left - 6, y: sy(y) + 4, "text-anchor": "end", "data-tick": y }, tick(y));
   }
   const tickStep = xMax - xMin > 48 ? 12 : 6;
   for (let x = Math.ceil(xMin / tickStep) * tickStep; x <= xMax; x += tickStep) {
@@ -283,18 +314,23 @@ function matches(row) {
 }
 
 function totalsCards(totals, title) {
+  const cpu = columnFormat("cpu", [totals.cpu_request_cores, totals.cpu_recommended_cores]);
+  const cpuAll = columnFormat("cpu", [totals.cpu_request_cores_all_replicas]);
+  const memory = columnFormat("memory", [totals.memory_request_bytes, totals.memory_recommended_bytes]);
+  const memoryAll = columnFormat("memory", [totals.memory_request_bytes_all_replicas]);
+  const stale = totals.stale ? `; ${totals.stale} stale, left out of these sums` : "";
   return el("div", { class: "cards", "data-testid": "totals" },
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: CPU requested → recommended`),
-      el("div", { class: "value" }, `${fmt.cpu(totals.cpu_request_cores)} → ${fmt.cpu(totals.cpu_recommended_cores)} cores`),
-      el("div", { class: "detail" }, signed(fmt.cpu, totals.cpu_change_cores), " cores per replica, ",
-        signed(fmt.cpu, totals.cpu_change_cores_all_replicas), " across all replicas if applied")),
+      el("div", { class: "value" }, `${cpu(totals.cpu_request_cores)} → ${cpu(totals.cpu_recommended_cores)} cores`),
+      el("div", { class: "detail" }, signed(cpu, totals.cpu_change_cores), " cores per replica, ",
+        signed(cpuAll, totals.cpu_change_cores_all_replicas), " across all replicas if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, `${title}: memory requested → recommended`),
-      el("div", { class: "value" }, `${fmt.memory(totals.memory_request_bytes)} → ${fmt.memory(totals.memory_recommended_bytes)}`),
-      el("div", { class: "detail" }, signed(fmt.memory, totals.memory_change_bytes), " per replica, ",
-        signed(fmt.memory, totals.memory_change_bytes_all_replicas), " across all replicas if applied")),
+      el("div", { class: "value" }, `${memory(totals.memory_request_bytes)} → ${memory(totals.memory_recommended_bytes)}`),
+      el("div", { class: "detail" }, signed(memory, totals.memory_change_bytes), " per replica, ",
+        signed(memoryAll, totals.memory_change_bytes_all_replicas), " across all replicas if applied")),
     el("div", { class: "card" }, el("div", { class: "label" }, "containers"),
       el("div", { class: "value" }, totals.containers),
-      el("div", { class: "detail" }, `${totals.at_risk} at risk`)));
+      el("div", { class: "detail", "data-testid": "totals-detail" }, `${totals.at_risk} at risk${stale}`)));
 }
 
 function select(name, label, values, current) {
@@ -309,6 +345,13 @@ async function renderOverview() {
   const rows = data.workloads;
   if (!rows.length) return [state("no-data", "The loaded model version has no workloads.")];
   const distinct = (f) => [...new Set(rows.map(f))].sort();
+  // One unit per column over every row (not only those shown), so a filter does not change the units.
+  const columns = {
+    cpu: columnFormat("cpu", rows.flatMap((r) => [r.cpu_cores.current_request, r.cpu_cores.recommended])),
+    cpuChange: columnFormat("cpu", rows.map((r) => r.cpu_cores.change)),
+    memory: columnFormat("memory", rows.flatMap((r) => [r.memory_bytes.current_request, r.memory_bytes.recommended])),
+    memoryChange: columnFormat("memory", rows.map((r) => r.memory_bytes.change)),
+  };
   const body = el("tbody", { "data-testid": "workload-rows" });
   const count = el("span", { class: "muted", "data-testid": "row-count" });
   const fill = () => {
@@ -316,7 +359,7 @@ async function renderOverview() {
     // A big cluster's table stays quick to draw: the first rows in the chosen order, the rest behind the filters.
     count.textContent = `${shown.length} of ${rows.length} containers` +
       (shown.length > MAX_ROWS ? `, the first ${MAX_ROWS} shown: narrow the filters for the rest` : "");
-    body.replaceChildren(...(shown.length ? shown.slice(0, MAX_ROWS).map(overviewRow)
+    body.replaceChildren(...(shown.length ? shown.slice(0, MAX_ROWS).map((row) => overviewRow(row, columns))
       : [el("tr", {}, el("td", { colspan: 10 }, state("no-match", "No workload matches these filters.")))]));
   };
   const controls = el("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
@@ -339,27 +382,34 @@ async function renderOverview() {
   });
   fill();
   const namespaces = Object.entries(data.namespaces);
+  const totals = namespaces.map(([, t]) => t);
+  const per = (kind, keys) => columnFormat(kind, totals.flatMap((t) => keys.map((k) => t[k])));
+  const nsCpu = per("cpu", ["cpu_request_cores", "cpu_recommended_cores"]), nsCpuChange = per("cpu", ["cpu_change_cores"]);
+  const nsCpuAll = per("cpu", ["cpu_change_cores_all_replicas"]);
+  const nsMemory = per("memory", ["memory_request_bytes", "memory_recommended_bytes"]);
+  const nsMemoryChange = per("memory", ["memory_change_bytes"]), nsMemoryAll = per("memory", ["memory_change_bytes_all_replicas"]);
   return [
     el("h1", {}, "Workloads: current requests against recommendations"),
     totalsCards(data.cluster, "cluster"),
     el("p", { class: "muted" }, "Per replica, and times each workload's current replicas where it says so. The current request " +
       "is the container's request, or its limit where only a limit is set; a change in green frees resources, in red adds " +
-      "what is missing. The same figures as `recommender show`. Recommendations made for " + fmt.time(data.as_of) + "."),
+      "what is missing. A stale container (no samples for days) is marked so and left out of every total: nothing would " +
+      "change for it. The same figures as `recommender show`. Recommendations made for " + fmt.time(data.as_of) + "."),
     el("details", { open: namespaces.length > 1 },
       el("summary", {}, `${namespaces.length} namespace${namespaces.length > 1 ? "s" : ""}`),
       el("table", { "data-testid": "namespaces" },
-        el("thead", {}, el("tr", {}, ["namespace", "containers", "at risk", "CPU requested", "CPU recommended", "CPU change",
+        el("thead", {}, el("tr", {}, ["namespace", "containers", "at risk", "stale", "CPU requested", "CPU recommended", "CPU change",
           "CPU change, all replicas", "memory requested", "memory recommended", "memory change",
           "memory change, all replicas"].map((h, i) => el("th", { class: i ? "num" : "" }, h)))),
         el("tbody", {}, namespaces.map(([name, t]) => el("tr", {},
           el("td", {}, el("a", { href: "#/?namespace=" + encodeURIComponent(name) }, name)),
-          el("td", { class: "num" }, t.containers), el("td", { class: "num" }, t.at_risk),
-          el("td", { class: "num" }, fmt.cpu(t.cpu_request_cores)), el("td", { class: "num" }, fmt.cpu(t.cpu_recommended_cores)),
-          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_change_cores)),
-          el("td", { class: "num" }, signed(fmt.cpu, t.cpu_change_cores_all_replicas)),
-          el("td", { class: "num" }, fmt.memory(t.memory_request_bytes)), el("td", { class: "num" }, fmt.memory(t.memory_recommended_bytes)),
-          el("td", { class: "num" }, signed(fmt.memory, t.memory_change_bytes)),
-          el("td", { class: "num" }, signed(fmt.memory, t.memory_change_bytes_all_replicas))))))),
+          el("td", { class: "num" }, t.containers), el("td", { class: "num" }, t.at_risk), el("td", { class: "num" }, t.stale),
+          el("td", { class: "num" }, nsCpu(t.cpu_request_cores)), el("td", { class: "num" }, nsCpu(t.cpu_recommended_cores)),
+          el("td", { class: "num" }, signed(nsCpuChange, t.cpu_change_cores)),
+          el("td", { class: "num" }, signed(nsCpuAll, t.cpu_change_cores_all_replicas)),
+          el("td", { class: "num" }, nsMemory(t.memory_request_bytes)), el("td", { class: "num" }, nsMemory(t.memory_recommended_bytes)),
+          el("td", { class: "num" }, signed(nsMemoryChange, t.memory_change_bytes)),
+          el("td", { class: "num" }, signed(nsMemoryAll, t.memory_change_bytes_all_replicas))))))),
     el("h2", {}, "Containers"),
     controls,
     el("table", { "data-testid": "workloads" },
@@ -370,18 +420,25 @@ async function renderOverview() {
   ];
 }
 
-function overviewRow(row) {
+// A stale resource's change: nothing would be applied, and the totals leave it out.
+function change(format, comparison) {
+  return comparison.stale ? el("span", { class: "muted", "data-testid": "stale-change", title: "no samples for days: left out of the totals" }, "stale")
+    : signed(format, comparison.change);
+}
+
+function overviewRow(row, columns) {
   const link = "#/workload/" + path(row.namespace, row.workload);
-  return el("tr", { "data-workload": `${row.namespace}/${row.workload}/${row.container}` },
-    el("td", {}, el("a", { href: link }, `${row.namespace}/${row.workload}`)),
+  return el("tr", { "data-workload": `${row.namespace}/${row.workload}/${row.container}`, "data-stale": row.stale ? "true" : null },
+    el("td", {}, el("a", { href: link }, `${row.namespace}/${row.workload}`),
+      row.stale ? el("span", { class: "tag", "data-testid": "stale-tag" }, "stale") : null),
     el("td", {}, row.container),
     el("td", {}, row.kind || el("span", { class: "muted" }, "unknown")),
     el("td", {}, el("span", { class: "tag" }, row.qos_class), el("span", { class: "tag" }, row.priority_class)),
     el("td", { class: "num" }, row.replicas),
-    el("td", { class: "num" }, `${fmt.cpu(row.cpu_cores.current_request)} → ${fmt.cpu(row.cpu_cores.recommended)}`),
-    el("td", { class: "num" }, signed(fmt.cpu, row.cpu_cores.change)),
-    el("td", { class: "num" }, `${fmt.memory(row.memory_bytes.current_request)} → ${fmt.memory(row.memory_bytes.recommended)}`),
-    el("td", { class: "num" }, signed(fmt.memory, row.memory_bytes.change)),
+    el("td", { class: "num" }, `${columns.cpu(row.cpu_cores.current_request)} → ${columns.cpu(row.cpu_cores.recommended)}`),
+    el("td", { class: "num" }, change(columns.cpuChange, row.cpu_cores)),
+    el("td", { class: "num" }, `${columns.memory(row.memory_bytes.current_request)} → ${columns.memory(row.memory_bytes.recommended)}`),
+    el("td", { class: "num" }, change(columns.memoryChange, row.memory_bytes)),
     el("td", {}, row.risks.map((r) => el("span", { class: "risk" }, r))));
 }
 
@@ -392,11 +449,12 @@ function resourceChart(kind, rec, lines, stepHours) {
   const own = lines[kind === "cpu" ? "cpu_cores" : "memory_bytes"];
   const format = fmt[kind];
   const title = kind === "cpu" ? "CPU (cores)" : "memory";
-  if (!learned || !own) return chart(title, format, []);
+  if (!learned || !own) return chart(title, format, [], kind);
   const past = own.usage.length * stepHours;
   const ahead = learned.short_term.length * stepHours;
   const current = kind === "cpu" ? rec.current.cpu_request_cores : rec.current.memory_request_bytes;
-  const peakAt = (learned.peak.at - lines.as_of) / HOUR;
+  // The peak is marked where the line rises to it after the decision time (null: the line is highest now).
+  const peak = learned.peak.at === null ? undefined : [(learned.peak.at - lines.as_of) / HOUR, learned.peak.value];
   const live = learned.live_short_term;
   // The learned live line over its block (the next hour), drawn over the short-term line whose first hour it is.
   const liveLine = live ? [flat("live short-term line (learned, next hour)", "live_short_term", COLORS.live, live.value,
@@ -406,15 +464,23 @@ function resourceChart(kind, rec, lines, stepHours) {
     flat("limit", "limit", COLORS.limit, own.limit, -past, ahead, { width: 2.5 }),
     flat("long-term reservation", "long_term", COLORS.long, learned.long_term, 0, ahead, { width: 3 }),
     { label: "usage", key: "usage", color: COLORS.usage, points: timeline(own.usage, -past, stepHours) },
-    { label: "short-term reservation", key: "short_term", color: COLORS.short, step: true, marker: [peakAt, learned.peak.value],
+    { label: "short-term reservation", key: "short_term", color: COLORS.short, step: true, marker: peak,
       points: [...timeline(learned.short_term, 0, stepHours), [ahead, learned.short_term[learned.short_term.length - 1]]] },
     ...liveLine,
     flat("recommended request", "target", COLORS.target, learned.target, 0, ahead, { dash: "6 4" }),
     flat("current request", "request", COLORS.request, current, -past, ahead, { dash: "2 3", width: 1.2 }),
-  ]);
+  ], kind);
 }
 
-function recommendationTable(rec) {
+// Why a peak has no time (`peak.at` null): the line is highest at the decision time and falls, or it holds its
+// highest from some step to the horizon's end, so no one time stands out.
+function noPeakTime(line, stepSeconds) {
+  const top = Math.max(...line), first = line.indexOf(top);
+  if (line.slice(first).some((v) => v < top)) return " now (highest at the decision time)";
+  return ` (no single time: highest from ${first ? `+${(first * stepSeconds / HOUR).toFixed(1)} h` : "now"} on)`;
+}
+
+function recommendationTable(rec, stepSeconds) {
   const rows = [
     ["current request (the limit where none is set)", (r) => r === "cpu" ? rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores
       : rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes],
@@ -429,19 +495,30 @@ function recommendationTable(rec) {
     ["recommended limit", (r) => rec[r]?.limit],
     ["ceiling: max(limit, highest sample)", (r) => rec[r]?.ceiling],
   ];
-  const peakTime = (r) => rec[r] ? " at " + fmt.time(rec[r].peak.at) : "";
-  const level = (r) => rec[r]?.levels ? (100 * rec[r].levels.short_term).toFixed(1) + " %" : "-";
+  const peakTime = (r) => !rec[r] ? "" : rec[r].peak.at === null ? noPeakTime(rec[r].short_term, stepSeconds)
+    : " at " + fmt.time(rec[r].peak.at);
+  // The level the lines are calibrated to over the whole fleet, not a promise for this container; none where the
+  // lines are held flat (stale), as no forecast was made at any level.
+  const level = (r) => !rec[r] ? "–" : rec[r].stale ? "none: no forecast (stale)"
+    : rec[r].levels ? (100 * rec[r].levels.short_term).toFixed(1) + " %" : "–";
   const stale = ["cpu", "memory"].some((r) => rec[r]?.stale);
+  const cpu = columnFormat("cpu", rows.map(([, value]) => value("cpu")));
+  const memory = columnFormat("memory", rows.map(([, value]) => value("memory")));
   const table = el("table", { "data-testid": "recommendation" },
     el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", { class: "num" }, "CPU"), el("th", { class: "num" }, "memory"))),
     el("tbody", {}, rows.map(([label, value]) => el("tr", {}, el("td", {}, label),
-      el("td", { class: "num" }, fmt.cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
-      el("td", { class: "num" }, fmt.memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
-      el("tr", {}, el("td", {}, "risk level (share of samples above the lines)"),
+      el("td", { class: "num" }, cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
+      el("td", { class: "num" }, memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
+      el("tr", {}, el("td", {}, "risk level (the fleet's share of samples above the lines; one container's own can differ)"),
         el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory")))));
   if (!stale) return table;
+  // What the lines hold, as the service names it per resource (`models.short_term`).
+  const held = ["cpu", "memory"].filter((r) => rec[r]?.stale)
+    .map((r) => `${r === "cpu" ? "CPU" : "memory"}: ${(rec[r].models?.short_term || "the current request held flat").replace(/^stale: /, "")}`);
   return el("div", {}, el("p", { class: "stale", "data-testid": "stale-recommendation" },
-    "Stale: no samples for days, so no fresh forecast was made; the lines hold the request flat and the webhook leaves this container alone."), table);
+    `Stale: no samples since ${rec.history ? fmt.time(rec.history.last_sample) : "long ago"}, so no fresh forecast was made ` +
+    `and every line holds what the container asks for now (${held.join("; ")}). The webhook leaves this container alone ` +
+    "and the totals leave it out."), table);
 }
 
 // The lines the usage ceiling touched, each with its rule: held at the ceiling, or the evidence above it.
@@ -461,7 +538,15 @@ function ceilingRules(rec) {
     "more (OOM kills, usage at the limit, CPU throttling):"), el("ul", {}, items));
 }
 
-function modelsTable(rec) {
+// How many days of data a model's window (`days=14.0`, `7 daily maxima`) really covered for this container.
+function windowUsed(name, rec, asOf) {
+  const found = name.match(/days=([\d.]+)/) || name.match(/(\d+) daily maxima/);
+  if (!found || !rec.history) return "–";
+  const window = Number(found[1]), had = (asOf - rec.history.first_sample) / 86400;
+  return had < window ? `${had.toFixed(1)} of ${window} days (all its data)` : `${window} days`;
+}
+
+function modelsTable(rec, asOf) {
   const lineNames = { target: "request (target)", short_term: "short-term reservation", long_term: "long-term reservation", peak: "peak" };
   const body = [];
   for (const resource of ["cpu", "memory"]) {
@@ -471,6 +556,7 @@ function modelsTable(rec) {
       const quality = (models.quality || {})[line];
       body.push(el("tr", {}, el("td", {}, resource), el("td", {}, label),
         el("td", {}, el("code", {}, models[line].replace(/ (cost=\S+|not yet backtested) x\S+$/, ""))),
+        el("td", { class: "num" }, windowUsed(models[line], rec, asOf)),
         el("td", { class: "num" }, quality ? fmt.cost(quality.cost) : el("span", { class: "muted" }, "rule")),
         el("td", { class: "num" }, quality ? fmt.cost(quality.next_best_cost) : ""),
         el("td", { class: "num" }, quality ? "×" + quality.calibration_factor.toFixed(2) : "")));
@@ -478,8 +564,8 @@ function modelsTable(rec) {
   }
   if (!body.length) return state("no-data", "This version does not record which models drew the lines.");
   return el("table", { "data-testid": "models" },
-    el("thead", {}, el("tr", {}, ["resource", "line", "chosen model", "backtest cost", "best other", "calibration"].map((h, i) =>
-      el("th", { class: i > 2 ? "num" : "" }, h)))),
+    el("thead", {}, el("tr", {}, ["resource", "line", "chosen model", "window used", "backtest cost", "best other", "calibration"]
+      .map((h, i) => el("th", { class: i > 2 ? "num" : "" }, h)))),
     el("tbody", {}, body));
 }
 
@@ -495,6 +581,9 @@ function yamlSnippet(namespace, workload, kind, recs, version) {
   const indent = "  ".repeat(podSpec.length);
   lines.push(indent + "containers:");
   for (const rec of recs) {
+    if (rec.cpu?.stale || rec.memory?.stale) {
+      lines.push(`${indent}  # ${rec.container} is stale (no samples for days): sized from old samples; the webhook leaves it alone.`);
+    }
     lines.push(`${indent}  - name: ${rec.container}`, `${indent}    resources:`, `${indent}      requests:`);
     if (rec.cpu) lines.push(`${indent}        cpu: ${cpuQuantity(rec.cpu.target)}`);
     if (rec.memory) lines.push(`${indent}        memory: ${memoryQuantity(rec.memory.target)}`);
@@ -533,11 +622,14 @@ async function renderWorkload(namespace, workload) {
         fmt.time(rec.history.first_sample) + " – " + fmt.time(rec.history.last_sample) : "no history"}; ` +
         `decision time ${fmt.time(own.as_of)}; the last day observed, then the forecast horizon.`),
       el("div", { class: "charts" }, resourceChart("cpu", rec, own, stepHours), resourceChart("memory", rec, own, stepHours)),
-      el("h3", {}, "Recommendation"), recommendationTable(rec), ceilingRules(rec),
+      el("h3", {}, "Recommendation"), recommendationTable(rec, own.step_seconds), ceilingRules(rec),
       el("h3", {}, "Models and their backtest quality"),
-      el("p", { class: "muted" }, "Each line's model was chosen per container by a rolling-origin backtest on its last days; " +
-        "the cost weighs usage above the line against unused room and line changes, relative to usage (lower is better)."),
-      modelsTable(rec));
+      el("p", { class: "muted" }, "Each line's model is chosen for the fleet, not per container: a rolling-origin backtest on " +
+        "the last days over all containers (a third of the fleet by burstiness may keep a choice of its own; a fleet under " +
+        "30 containers takes the best flat rule), calibrated to the fleet's risk level; the " +
+        "cost is this container's own on that backtest, weighing usage above the line against unused room, relative to " +
+        "usage (lower is better). A model's window reaches back only as far as the container's data: the window used says how far."),
+      modelsTable(rec, own.as_of));
   });
   const yaml = yamlSnippet(namespace, workload, kind, recs, status.version);
   const pre = el("pre", { class: "yaml", "data-testid": "yaml" }, yaml);
@@ -588,7 +680,7 @@ function nodeChart(kind, resource, lines) {
     { label: "short-term reservation", key: "short_term", color: COLORS.short, step: true,
       points: [...timeline(resource.short_term_reservation, 0, stepHours),
         [ahead, resource.short_term_reservation[resource.short_term_reservation.length - 1]]] },
-  ]);
+  ], kind);
 }
 
 function reclaimableTable(lines) {

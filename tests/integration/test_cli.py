@@ -11,6 +11,7 @@ import re
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -138,7 +139,7 @@ def test_long_commands_print_progress_lines_when_not_on_a_terminal(cli: Runner, 
 
 
 def test_recommend_contract_on_bundled_data(cli: Runner, tmp_path: Path) -> None:
-    as_of = 1557900000  # 2019-05-15: two of the four jobs have history before it
+    as_of = 1557900000  # 2019-05-15: one of the four jobs has history before it
     result = cli(
         "recommend", "--input", str(BUNDLED), "--as-of", str(as_of), "--horizon", "24h", "--output", "out.json"
     )
@@ -154,10 +155,24 @@ def test_recommend_contract_on_bundled_data(cli: Runner, tmp_path: Path) -> None
             line = rec[resource]
             assert {"target", "lower_bound", "upper_bound", "short_term", "long_term", "peak"} <= line.keys()
             assert len(line["short_term"]) == 288
-            # The peak is a point forecast of the day's max (below the upper-quantile line), at the line's highest step.
-            assert 0 < line["peak"]["value"] <= max(line["short_term"]) * 1.5
-            assert line["peak"]["at"] == as_of + 300 * line["short_term"].index(max(line["short_term"]))
+            assert_peak_coherent(line, as_of)
             assert line["lower_bound"] <= line["target"] <= line["upper_bound"]
+
+
+def assert_peak_coherent(line: dict[str, Any], as_of: int) -> None:
+    """Issue 39: every peak fell at the decision time, and the peak and the lines did not agree.
+    The peak is a point forecast of the day's maximum the short-term line covers (never above its highest step); its
+    time is the line's first highest step, strictly after the decision time and within the horizon, or None where
+    the line has no time of maximum (highest already now, or to the horizon's end)."""
+    short, peak = line["short_term"], line["peak"]
+    assert 0 < peak["value"] <= max(short)
+    if peak["at"] is None:
+        first = short.index(max(short))
+        assert first == 0 or set(short[first:]) == {max(short)}
+    else:
+        step = (peak["at"] - as_of) // 300
+        assert as_of < peak["at"] < as_of + 300 * len(short) and peak["at"] == as_of + 300 * step
+        assert step == short.index(max(short)) and min(short[step:]) < max(short)
 
 
 def test_recommend_ignores_future_rows(cli: Runner, tmp_path: Path) -> None:
@@ -238,6 +253,14 @@ def test_demo_without_serving(cli: Runner, tmp_path: Path) -> None:
     assert int(pd.read_csv(BUNDLED, usecols=["timestamp"])["timestamp"].max()) < 1_600_000_000
     status = json.loads(cli("show", "--store", "demo/store", "--format", "json").stdout)
     assert abs(status["as_of"] - time.time()) < 900
+    # Issue 39: every bundled job is live at the decision time (none stale, none left out of the totals), and every
+    # peak is the forecast's own: after the decision time or none.
+    assert len(status["recommendations"]) == 4 and status["overview"]["cluster"]["stale"] == 0
+    for rec in status["recommendations"]:
+        assert status["as_of"] - rec["history"]["last_sample"] <= 300, rec["workload"]
+        for resource in ("cpu", "memory"):
+            assert not rec[resource]["stale"]
+            assert_peak_coherent(rec[resource], status["as_of"])
     chart = tmp_path / "demo" / "four-lines.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 20_000
 

@@ -8,7 +8,11 @@ browser tests are skipped with that message (the REST tests still run).
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,7 +25,7 @@ import pytest
 import yaml
 
 from recommender.units import cpu_quantity, memory_quantity
-from tests.conftest import BUNDLED, REPO, entry_point
+from tests.conftest import BUNDLED, DAY, REPO, entry_point, make_usage
 from tests.integration.server import serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -339,6 +343,105 @@ def test_node_page_draws_its_lines_and_what_the_api_adds(page: Any, base: str) -
     if lines["cpu_cores"].get("reclaimable"):
         assert page.locator("[data-testid=reclaimable]").is_visible()
     shot(page, "node")
+
+
+# ---- a stale container on every surface (issue 39, item 4) ----------------------------------------------------------
+
+
+def run(*args: str, cwd: Path) -> str:
+    """The real CLI's output (a wide terminal, so a table row is one line)."""
+    done = subprocess.run(
+        [entry_point(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def stale_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store where w2 stopped 5 days before the decision time (stale after 3), beside two live workloads. Its
+    current CPU request is set (4 cores), far above what its history would be sized at."""
+    directory = tmp_path_factory.mktemp("stale")
+    usage = make_usage(workloads=3, pods=2, days=9)
+    end = int(usage["timestamp"].max())
+    gone = usage["workload"] == "w2"
+    usage = usage[~gone | (usage["timestamp"] < end - 5 * DAY)].assign(
+        cpu_request_cores=lambda u: u["workload"].map({"w0": 1.0, "w1": 2.0, "w2": 4.0})
+    )
+    usage.to_csv(directory / "usage.csv", index=False)
+    run("train", "--input", "usage.csv", "--store", "store", "--as-of", str(end + 1), cwd=directory)
+    return directory
+
+
+def test_a_stale_container_is_marked_and_left_out_of_the_totals_of_show_and_the_api(stale_workdir: Path) -> None:
+    """The page said "Stale" while `show` and the overview counted its savings. JSON, CSV, the table, the HTML report
+    and the server's overview mark it and sum only the live containers; its lines hold its current request flat."""
+    shown = json.loads(run("show", "--store", "store", "--format", "json", cwd=stale_workdir))
+    rec = next(r for r in shown["recommendations"] if r["workload"] == "w2")
+    for resource in ("cpu", "memory"):
+        assert rec[resource]["stale"] and rec[resource]["peak"]["at"] is None
+    assert set(rec["cpu"]["short_term"]) == {rec["cpu"]["long_term"]} == {4.0}  # the request it asked for
+    assert rec["cpu"]["models"]["short_term"] == "stale: the current request held flat"
+    rows = {w["workload"]: w for w in shown["overview"]["workloads"]}
+    assert rows["w2"]["stale"] and rows["w2"]["cpu_cores"]["stale"] and not rows["w0"]["stale"]
+    live = [rows["w0"], rows["w1"]]
+    cluster = shown["overview"]["cluster"]
+    assert cluster["stale"] == 1 and shown["overview"]["namespaces"]["ns"]["stale"] == 1
+    for resource, unit in (("cpu", "cores"), ("memory", "bytes")):
+        key = f"{resource}_{unit}"
+        assert cluster[f"{resource}_request_{unit}"] == pytest.approx(sum(r[key]["current_request"] for r in live))
+        assert cluster[f"{resource}_recommended_{unit}"] == pytest.approx(sum(r[key]["recommended"] for r in live))
+    with serving(Path("store"), stale_workdir) as base:
+        assert httpx.get(base + "/api/v1/overview", timeout=10).json() == shown["overview"]
+    table = run("show", "--store", "store", cwd=stale_workdir)
+    stale_row = next(line for line in table.splitlines() if "ns/w2" in line)
+    # The caption wraps at the table's width: read it without the whitespace.
+    assert stale_row.count("stale") == 4 and "1stale(nosamplesfordays:leftoutofthesesums)" in "".join(table.split())
+    csv_rows = list(csv.DictReader(io.StringIO(run("show", "--store", "store", "--format", "csv", cwd=stale_workdir))))
+    assert {r["workload"]: r["stale"] for r in csv_rows} == {"w0": "", "w1": "", "w2": "cpu; memory"}
+    html = run("show", "--store", "store", "--format", "html", cwd=stale_workdir)
+    assert "1 stale (no samples for days: left out of these sums)" in html
+
+
+def test_a_stale_page_shows_what_it_says(page: Any, stale_workdir: Path) -> None:
+    """The overview marks the row and says the totals leave it out; the workload page says the lines hold the
+    current request and draws them there; it claims no risk level and no peak time for lines it did not forecast."""
+    with serving(
+        Path("store"), stale_workdir, env={"KOORD_RECOMMENDER_SERVE__STALE_MODEL_AGE_SECONDS": "10000000000"}
+    ) as base:
+        open_view(page, base + "/ui/")
+        row = page.locator("[data-testid=workload-rows] tr[data-workload='ns/w2/main']")
+        assert row.get_attribute("data-stale") == "true" and row.locator("[data-testid=stale-tag]").is_visible()
+        assert row.locator("[data-testid=stale-change]").count() == 2
+        assert "1 stale, left out of these sums" in page.locator("[data-testid=totals-detail]").inner_text()
+        open_view(page, base + "/ui/#/workload/ns/w2")
+        said = page.locator("[data-testid=stale-recommendation]").inner_text()
+        assert "CPU: the current request held flat; memory: the current request (its limit) held flat" in said
+        assert "the totals leave it out" in said
+        recommendation = page.locator("[data-testid=recommendation]").inner_text()
+        assert "none: no forecast (stale)" in recommendation and "1.0 %" not in recommendation
+        assert "no single time: highest from now on" in recommendation
+        # The short-term line is drawn at the 4-core request: the top tick is the round step just above it.
+        ticks = page.locator("[data-testid=chart] svg").first.locator("text[data-tick]")
+        values = [float(ticks.nth(i).get_attribute("data-tick") or "nan") for i in range(ticks.count())]
+        assert values[0] == 0 and values[-1] >= 4.0 and round_steps(values)
+        assert [ticks.nth(i).text_content() for i in range(ticks.count())] == [f"{v:g}" for v in values]
+        shot(page, "stale-workload")
+
+
+def round_steps(values: list[float]) -> bool:
+    """Ticks from 0 at one step of 1, 2 or 5 times a power of ten."""
+    step = values[1] - values[0]
+    mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
+    return any(math.isclose(mantissa, m) for m in (1, 2, 5)) and all(
+        math.isclose(v, i * step, abs_tol=step * 1e-9) for i, v in enumerate(values)
+    )
 
 
 def test_token_is_asked_for_kept_for_the_tab_and_sent(page: Any, workdir: Path) -> None:

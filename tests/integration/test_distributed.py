@@ -111,12 +111,14 @@ def test_partitions_share_the_fleet_calibration_and_the_per_container_models(tmp
             assert ours[resource]["upper_bound"] >= ours[resource]["target"] >= ours[resource]["lower_bound"]
     for resource in ("cpu", "memory"):
         for line in ("short_term", "target", "long_term"):
-            factors = {
-                round(r[resource]["models"]["quality"][line]["calibration_factor"], 4)
+            factors = [
+                r[resource]["models"]["quality"][line]["calibration_factor"]
                 for r in mine
                 if line in r[resource]["models"]["quality"]
-            }
-            assert len(factors) <= 1, (resource, line, factors)
+            ]
+            # One factor up to the own factors' shrunk weight (n / (n + 1e9)): a relative spread, as a rounding to
+            # 4 decimals splits values that straddle its boundary (1.54925 -> 1.5492 and 1.5493).
+            assert not factors or max(factors) / min(factors) - 1 < 1e-4, (resource, line, factors)
 
 
 def test_worker_killed_mid_run_is_survived(tmp_path: Path, client: Client) -> None:

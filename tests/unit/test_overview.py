@@ -197,3 +197,26 @@ def test_the_issues_cases_against_the_request_per_replica_and_times_replicas() -
     )
     assert totals.memory_change_bytes == pytest.approx(-1.5 * gib)
     assert totals.memory_change_bytes_all_replicas == pytest.approx(-3.5 * gib)
+
+
+def test_a_stale_container_is_marked_and_left_out_of_every_total() -> None:
+    """Issue 39: a stale container's page said "Stale" while the totals counted its savings. It is marked per
+    resource and per row, counted in `stale`, left out of every sum, and raises no shortfall risk."""
+    fresh = _rec("a", "web", "main", 1.0, 2e9, CurrentResources(cpu_request_cores=1.5, memory_request_bytes=1e9))
+    gone = _rec("a", "old", "main", 0.025, 1e9, CurrentResources(cpu_request_cores=4.0, memory_request_bytes=1e8))
+    assert gone.cpu is not None and gone.memory is not None
+    gone = gone.model_copy(
+        update={
+            "cpu": gone.cpu.model_copy(update={"stale": True}),
+            "memory": gone.memory.model_copy(update={"stale": True}),
+        }
+    )
+    result = overview(_set(fresh, gone), SETTINGS)
+    row = next(r for r in result.workloads if r.workload == "old")
+    assert row.stale and row.cpu_cores.stale and row.memory_bytes.stale and row.risks == []
+    alone = overview(_set(fresh), SETTINGS)
+    for totals, fresh_only in ((result.cluster, alone.cluster), (result.namespaces["a"], alone.namespaces["a"])):
+        assert totals.stale == 1 and totals.containers == 2
+        assert totals.model_dump(exclude={"stale", "containers"}) == fresh_only.model_dump(
+            exclude={"stale", "containers"}
+        )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from sklearn.exceptions import NotFittedError
 
 from models.histogram import ExponentialBuckets
@@ -73,6 +76,35 @@ def test_recent_usage_window_and_peak() -> None:
     np.testing.assert_array_equal(recent, values[-12:])
     value, at = peak_of(np.array([[1.0, 3.0, 2.0]]), as_of=1000, step_seconds=STEP)
     assert value[0] == 3.0 and at[0] == 1300
+
+
+def test_a_flat_or_falling_line_has_no_peak_time() -> None:
+    """Issue 39: every peak fell at the decision time (a flat line's highest step is its first). A line highest at
+    its first step, or at its highest to the horizon's end, has no time of maximum: NaN (null in the JSON)."""
+    lines = np.array([[2.0, 2.0, 2.0], [3.0, 1.0, 1.0], [1.0, 2.0, 2.0], [1.0, 2.0, 3.0], [1.0, 3.0, 3.0]])
+    value, at = peak_of(lines, as_of=1000, step_seconds=STEP)
+    np.testing.assert_array_equal(value, [2.0, 3.0, 2.0, 3.0, 3.0])
+    assert np.isnan(at).all()
+    value, at = peak_of(np.array([[1.0, 3.0, 3.0, 1.0]]), as_of=1000, step_seconds=STEP)
+    assert value[0] == 3.0 and at[0] == 1000 + STEP
+
+
+@given(arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 30)), elements=st.sampled_from([0.5, 1.0, 2.0])))
+def test_the_peak_time_is_after_the_decision_time_at_the_lines_highest(lines: np.ndarray) -> None:
+    """The peak time, where there is one, lies strictly after the decision time and within the horizon, at a step
+    where the line is at its highest and after which it falls again; the value is the line's highest."""
+    as_of = 10_000
+    value, at = peak_of(lines, as_of, STEP)
+    np.testing.assert_array_equal(value, lines.max(axis=1))
+    for row, time in zip(lines, at.tolist()):
+        if np.isnan(time):
+            first = int(np.argmax(row))
+            assert first == 0 or (row[first:] == row.max()).all()
+            continue
+        step = (time - as_of) / STEP
+        assert step == int(step) and 0 < step < row.size
+        assert row[int(step)] == row.max() and (row[: int(step)] < row.max()).all()
+        assert (row[int(step) :] < row.max()).any()
 
 
 def test_predict_before_fit_raises() -> None:

@@ -201,7 +201,18 @@ def test_a_decision_long_after_the_last_sample_is_stale() -> None:
     fresh = model.predict(as_of=end + 86400).recommendations[0].cpu
     late = model.predict(as_of=end + 4 * 86400).recommendations[0].cpu
     assert fresh is not None and not fresh.stale
-    assert late is not None and late.stale and set(late.short_term) == {late.target}
+    # Issue 39: what a stale page says is what it shows: every line holds the current request (here the limit, as
+    # Kubernetes defaults the request to it) flat, so no room it asked for is offered to batch pods; no peak time.
+    assert late is not None and late.stale and set(late.short_term) == {late.long_term} == {2.0}
+    assert late.peak.value == 2.0 and late.peak.at is None
+    assert late.models is not None and late.models.short_term == "stale: the current request (its limit) held flat"
+    with_request = model.fit(usage.assign(cpu_request_cores=1.5)).predict(as_of=end + 4 * 86400)
+    held = with_request.recommendations[0].cpu
+    assert held is not None and set(held.short_term) == {held.long_term} == {1.5}
+    assert held.models is not None and held.models.short_term == "stale: the current request held flat"
+    bare = model.fit(usage.drop(columns=["cpu_limit_cores"])).predict(as_of=end + 4 * 86400).recommendations[0].cpu
+    assert bare is not None and set(bare.short_term) == {bare.target}
+    assert bare.models is not None and "recommended request" in bare.models.short_term
 
 
 def test_risk_levels_per_namespace_override_and_are_recorded() -> None:
