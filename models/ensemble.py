@@ -1046,9 +1046,9 @@ def calibration_parts(
 def shrink(own: FloatArray, samples: FloatArray, toward: FloatArray, prior_samples: float) -> FloatArray:
     """Own factors pulled toward `toward` with weight n / (n + prior) on the own one (geometrically: factors are
     ratios); `toward` where there are no own samples or the own factor is not a finite positive number."""
-    weight = samples / (samples + prior_samples)
     usable = (samples > 0) & np.isfinite(own) & (own > 0) & np.isfinite(toward) & (toward > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
+        weight = samples / (samples + prior_samples)  # a prior of 0: the own factor alone
         blended = np.exp(
             weight * np.log(np.where(usable, own, 1.0)) + (1 - weight) * np.log(np.where(usable, toward, 1.0))
         )
@@ -1253,6 +1253,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         group_min_containers: int = 20,
         reference: int = 0,
         fallbacks: tuple[int, ...] = (),
+        small_fleet_rule: int | None = None,
         validation_days: int = 2,
         selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
@@ -1275,6 +1276,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.group_min_containers = group_min_containers
         self.reference = reference
         self.fallbacks = fallbacks
+        self.small_fleet_rule = small_fleet_rule
         self.validation_days = validation_days
         self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
@@ -1400,7 +1402,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.fleet_costs_ = np.full((n_models, 2), np.nan)
             self.choice_ = np.zeros(n_groups, dtype=np.int64)
-            self.fleet_choice_, self.validated_ = 0, False
+            self.fleet_choice_, self.validated_, self.small_fleet_ = 0, False, False
             self.own_factors_ = np.full(n_groups, np.nan)
             self.calibration_samples_ = np.zeros(n_groups)
             self.outliers_ = np.zeros(n_groups, dtype=bool)
@@ -1437,11 +1439,18 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_costs_[: group_costs.shape[0]] = group_costs
             tolerance = self.fairness_tolerance * target
             self.fleet_choice_ = cheapest_fair(self.fleet_costs_, self.reference, tolerance)
-            self.validated_ = (
+            with_usage = int(np.count_nonzero(scores.totals(past_usage)[0] > 0))
+            self.small_fleet_ = with_usage < self.selection_min_containers
+            self.validated_ = not self.small_fleet_ and (
                 not self.fallbacks or not self.validation_days or self._validated(past_lines, past_usage, scores)
             )
-            if not self.validated_:
+            if self.small_fleet_:
+                # Too few containers for a choice to be evidence: one fixed rule, each container calibrated on its
+                # own (`_blend`), so no container's line hangs on a near-tie or on the other containers.
+                self.fleet_choice_ = self.reference if self.small_fleet_rule is None else self.small_fleet_rule
+            elif not self.validated_:
                 self.fleet_choice_ = cheapest_fallback(self.fleet_costs_, self.fallbacks, self.reference, tolerance)
+            if not self.validated_:
                 self.choice_ = np.full(n_groups, self.fleet_choice_, dtype=np.int64)
             (
                 self.own_factors_,
@@ -1467,13 +1476,10 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         on the origins whose scored usage ends before the last `validation_days` origins, it must be at least as
         cheap on those last origins as the cheapest of the `fallbacks` (the baselines' flat rules) chosen on the same
         earlier origins, at the fleet's pooled matched level, with a p90 container violation at most the rule's plus
-        the fairness tolerance. False where the evidence is thin (fewer than `selection_min_containers` containers
-        with usage). True where no origin's usage ends before the held-out ones (the long-term line's weeks, or a
+        the fairness tolerance. True where no origin's usage ends before the held-out ones (the long-term line's weeks, or a
         young fleet): the check cannot be made there, and on the development half a flat rule chosen without it
         cost the long-term line up to 1.6x at a 1 % risk (docs/benchmarks.md)."""
         n_origins, target = past_usage.shape[0], self.target_violation
-        if int(np.count_nonzero(scores.totals(past_usage)[0] > 0)) < self.selection_min_containers:
-            return False
         days = -(-past_usage.shape[2] // self.steps_per_day)  # each origin's usage, in days (origins are daily)
         late = np.arange(n_origins) >= n_origins - self.validation_days
         early = np.arange(n_origins) + days <= n_origins - self.validation_days
@@ -1516,12 +1522,16 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         return self._blend()
 
     def _blend(self) -> Self:
-        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`."""
+        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`. On a small fleet each
+        container's own factor alone (priors of 0): a factor pooled over a few containers is set by the burstiest
+        of them, so it would move every other container's line as containers come and go."""
+        own_only = getattr(self, "small_fleet_", False)  # False in models stored before small fleets calibrated alone
+        prior, group_prior = (0.0, 0.0) if own_only else (self.calibration_prior_samples, self.group_prior_samples)
         self.group_factors_ = shrink(
             self.group_factors_raw_,
             self.group_samples_,
             np.full(self.group_factors_raw_.shape, self.fleet_factor_),
-            self.group_prior_samples,
+            group_prior,
         )
         self.factors_ = blend_factors(
             self.own_factors_,
@@ -1530,8 +1540,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_factors_raw_,
             self.group_samples_,
             self.fleet_factor_,
-            self.calibration_prior_samples,
-            self.group_prior_samples,
+            prior,
+            group_prior,
             (self.factor_min, self.factor_max),
         )
         return self
@@ -1659,6 +1669,11 @@ def reference_candidate(settings: ForecastSettings, target_violation: float) -> 
     return FlatQuantileForecaster(days=float(settings.history_days), quantile=1.0 - target_violation)
 
 
+def small_fleet_rule(settings: ForecastSettings, target_violation: float, constant: bool) -> BaseEstimator:
+    """The one rule every container of a small fleet takes (`selection_min_containers`)."""
+    return reference_candidate(settings, target_violation)
+
+
 def selected_forecaster(
     settings: ForecastSettings, candidates: list[BaseEstimator], target: float, constant: bool, horizon_days: int = 1
 ) -> SelectedForecaster:
@@ -1666,6 +1681,7 @@ def selected_forecaster(
     names = [model_name(c) for c in candidates]
     reference = model_name(reference_candidate(settings, target))
     rules = [model_name(c) for c in [*flat_rules(settings), seasonal_naive_rule(settings)]]
+    small = model_name(small_fleet_rule(settings, target, constant))
     return SelectedForecaster(
         candidates=candidates,
         selection_days=settings.selection_days,
@@ -1675,6 +1691,7 @@ def selected_forecaster(
         group_min_containers=settings.group_min_containers,
         reference=names.index(reference) if reference in names else 0,
         fallbacks=tuple(m for m, name in enumerate(names) if name in rules),
+        small_fleet_rule=names.index(small) if small in names else None,
         validation_days=settings.validation_days,
         selection_min_containers=settings.selection_min_containers,
         fairness_tolerance=settings.fairness_tolerance,
