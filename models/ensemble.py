@@ -1046,9 +1046,9 @@ def calibration_parts(
 def shrink(own: FloatArray, samples: FloatArray, toward: FloatArray, prior_samples: float) -> FloatArray:
     """Own factors pulled toward `toward` with weight n / (n + prior) on the own one (geometrically: factors are
     ratios); `toward` where there are no own samples or the own factor is not a finite positive number."""
+    weight = samples / (samples + prior_samples)
     usable = (samples > 0) & np.isfinite(own) & (own > 0) & np.isfinite(toward) & (toward > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        weight = samples / (samples + prior_samples)  # a prior of 0: the own factor alone
         blended = np.exp(
             weight * np.log(np.where(usable, own, 1.0)) + (1 - weight) * np.log(np.where(usable, toward, 1.0))
         )
@@ -1253,7 +1253,6 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         group_min_containers: int = 20,
         reference: int = 0,
         fallbacks: tuple[int, ...] = (),
-        small_fleet_rule: int | None = None,
         validation_days: int = 2,
         selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
@@ -1276,7 +1275,6 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.group_min_containers = group_min_containers
         self.reference = reference
         self.fallbacks = fallbacks
-        self.small_fleet_rule = small_fleet_rule
         self.validation_days = validation_days
         self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
@@ -1445,9 +1443,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 not self.fallbacks or not self.validation_days or self._validated(past_lines, past_usage, scores)
             )
             if self.small_fleet_:
-                # Too few containers for a choice to be evidence: one fixed rule, each container calibrated on its
-                # own (`_blend`), so no container's line hangs on a near-tie or on the other containers.
-                self.fleet_choice_ = self.reference if self.small_fleet_rule is None else self.small_fleet_rule
+                # Too few containers for a choice to be evidence: the reference (the flat quantile of the longest
+                # window at the asked level) as it is (`_blend`), so no line hangs on a near-tie or on the others.
+                self.fleet_choice_ = self.reference
             elif not self.validated_:
                 self.fleet_choice_ = cheapest_fallback(self.fleet_costs_, self.fallbacks, self.reference, tolerance)
             if not self.validated_:
@@ -1522,17 +1520,19 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         return self._blend()
 
     def _blend(self) -> Self:
-        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`. On a small fleet each
-        container's own factor alone (priors of 0): a factor pooled over a few containers is set by the burstiest
-        of them, so it would move every other container's line as containers come and go."""
-        own_only = getattr(self, "small_fleet_", False)  # False in models stored before small fleets calibrated alone
-        prior, group_prior = (0.0, 0.0) if own_only else (self.calibration_prior_samples, self.group_prior_samples)
+        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`; on a small fleet 1 for
+        every container: its line is the reference built at the asked level as it is, from its own samples only
+        (a factor pooled over a few containers is set by the burstiest of them, and own factors are noisy: both
+        were dearer on the development half cut into fleets of 10, docs/benchmarks.md)."""
         self.group_factors_ = shrink(
             self.group_factors_raw_,
             self.group_samples_,
             np.full(self.group_factors_raw_.shape, self.fleet_factor_),
-            group_prior,
+            self.group_prior_samples,
         )
+        if getattr(self, "small_fleet_", False):  # False in models stored before small fleets stood alone
+            self.factors_ = np.ones(self.own_factors_.shape[0])
+            return self
         self.factors_ = blend_factors(
             self.own_factors_,
             self.calibration_samples_,
@@ -1540,8 +1540,8 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_factors_raw_,
             self.group_samples_,
             self.fleet_factor_,
-            prior,
-            group_prior,
+            self.calibration_prior_samples,
+            self.group_prior_samples,
             (self.factor_min, self.factor_max),
         )
         return self
@@ -1669,11 +1669,6 @@ def reference_candidate(settings: ForecastSettings, target_violation: float) -> 
     return FlatQuantileForecaster(days=float(settings.history_days), quantile=1.0 - target_violation)
 
 
-def small_fleet_rule(settings: ForecastSettings, target_violation: float, constant: bool) -> BaseEstimator:
-    """The one rule every container of a small fleet takes (`selection_min_containers`)."""
-    return reference_candidate(settings, target_violation)
-
-
 def selected_forecaster(
     settings: ForecastSettings, candidates: list[BaseEstimator], target: float, constant: bool, horizon_days: int = 1
 ) -> SelectedForecaster:
@@ -1681,7 +1676,6 @@ def selected_forecaster(
     names = [model_name(c) for c in candidates]
     reference = model_name(reference_candidate(settings, target))
     rules = [model_name(c) for c in [*flat_rules(settings), seasonal_naive_rule(settings)]]
-    small = model_name(small_fleet_rule(settings, target, constant))
     return SelectedForecaster(
         candidates=candidates,
         selection_days=settings.selection_days,
@@ -1691,7 +1685,6 @@ def selected_forecaster(
         group_min_containers=settings.group_min_containers,
         reference=names.index(reference) if reference in names else 0,
         fallbacks=tuple(m for m, name in enumerate(names) if name in rules),
-        small_fleet_rule=names.index(small) if small in names else None,
         validation_days=settings.validation_days,
         selection_min_containers=settings.selection_min_containers,
         fairness_tolerance=settings.fairness_tolerance,
