@@ -1400,7 +1400,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.fleet_costs_ = np.full((n_models, 2), np.nan)
             self.choice_ = np.zeros(n_groups, dtype=np.int64)
-            self.fleet_choice_, self.validated_ = 0, False
+            self.fleet_choice_, self.validated_, self.small_fleet_ = 0, False, False
             self.own_factors_ = np.full(n_groups, np.nan)
             self.calibration_samples_ = np.zeros(n_groups)
             self.outliers_ = np.zeros(n_groups, dtype=bool)
@@ -1437,11 +1437,18 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.group_costs_[: group_costs.shape[0]] = group_costs
             tolerance = self.fairness_tolerance * target
             self.fleet_choice_ = cheapest_fair(self.fleet_costs_, self.reference, tolerance)
-            self.validated_ = (
+            with_usage = int(np.count_nonzero(scores.totals(past_usage)[0] > 0))
+            self.small_fleet_ = with_usage < self.selection_min_containers
+            self.validated_ = not self.small_fleet_ and (
                 not self.fallbacks or not self.validation_days or self._validated(past_lines, past_usage, scores)
             )
-            if not self.validated_:
+            if self.small_fleet_:
+                # Too few containers for a choice to be evidence: the reference (the flat quantile of the longest
+                # window at the asked level) as it is (`_blend`), so no line hangs on a near-tie or on the others.
+                self.fleet_choice_ = self.reference
+            elif not self.validated_:
                 self.fleet_choice_ = cheapest_fallback(self.fleet_costs_, self.fallbacks, self.reference, tolerance)
+            if not self.validated_:
                 self.choice_ = np.full(n_groups, self.fleet_choice_, dtype=np.int64)
             (
                 self.own_factors_,
@@ -1467,13 +1474,10 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         on the origins whose scored usage ends before the last `validation_days` origins, it must be at least as
         cheap on those last origins as the cheapest of the `fallbacks` (the baselines' flat rules) chosen on the same
         earlier origins, at the fleet's pooled matched level, with a p90 container violation at most the rule's plus
-        the fairness tolerance. False where the evidence is thin (fewer than `selection_min_containers` containers
-        with usage). True where no origin's usage ends before the held-out ones (the long-term line's weeks, or a
+        the fairness tolerance. True where no origin's usage ends before the held-out ones (the long-term line's weeks, or a
         young fleet): the check cannot be made there, and on the development half a flat rule chosen without it
         cost the long-term line up to 1.6x at a 1 % risk (docs/benchmarks.md)."""
         n_origins, target = past_usage.shape[0], self.target_violation
-        if int(np.count_nonzero(scores.totals(past_usage)[0] > 0)) < self.selection_min_containers:
-            return False
         days = -(-past_usage.shape[2] // self.steps_per_day)  # each origin's usage, in days (origins are daily)
         late = np.arange(n_origins) >= n_origins - self.validation_days
         early = np.arange(n_origins) + days <= n_origins - self.validation_days
@@ -1516,13 +1520,19 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         return self._blend()
 
     def _blend(self) -> Self:
-        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`."""
+        """`group_factors_` and `factors_` from the own and group factors and `fleet_factor_`; on a small fleet 1 for
+        every container: its line is the reference built at the asked level as it is, from its own samples only
+        (a factor pooled over a few containers is set by the burstiest of them, and own factors are noisy: both
+        were dearer on the development half cut into fleets of 10, docs/benchmarks.md)."""
         self.group_factors_ = shrink(
             self.group_factors_raw_,
             self.group_samples_,
             np.full(self.group_factors_raw_.shape, self.fleet_factor_),
             self.group_prior_samples,
         )
+        if getattr(self, "small_fleet_", False):  # False in models stored before small fleets stood alone
+            self.factors_ = np.ones(self.own_factors_.shape[0])
+            return self
         self.factors_ = blend_factors(
             self.own_factors_,
             self.calibration_samples_,

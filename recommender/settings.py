@@ -231,8 +231,10 @@ class ForecastSettings(BaseModel):
     selection_min_containers: int = Field(
         30,
         ge=1,
-        description="Containers with usage a fleet needs before its choice may leave the baselines' flat rules: "
-        "a smaller fleet's costs are a few containers' luck (Google 2019's 14 tasks, NAB's 11 series).",
+        description="Containers with usage a fleet needs before it chooses among the candidates: a smaller fleet's "
+        "costs are a few containers' luck (Google 2019's 14 tasks, NAB's 11 series), so each of its containers takes "
+        "the flat quantile of its own last `history_days` at the asked level, uncalibrated: its lines depend on its "
+        "own samples only.",
     )
     fairness_tolerance: float = Field(
         1.0,

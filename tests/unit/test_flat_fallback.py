@@ -1,9 +1,12 @@
 """The day-ahead choice falls back to the baselines' flat rules where it would not have won on days it did not see
-(issue 38, item 5), and uses no day after its decision."""
+(issue 38, item 5), and uses no day after its decision; a small fleet's lines hang on no near-tie and on no other
+container (issue 39, item 13)."""
 
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.base import clone
 
 from models.ensemble import SelectedForecaster, flat_rules, line_forecaster, model_name
@@ -72,8 +75,23 @@ def test_a_small_fleet_takes_the_flat_rule() -> None:
     """Fewer containers than `selection_min_containers`: too little evidence to leave the flat rules."""
     past = usage(12)
     model = selector().decide([shaped(past, good_origins=ORIGINS), flat(past)], past)
-    assert not model.validated_
+    assert not model.validated_ and model.small_fleet_
     assert set(model.choice_.tolist()) == {1}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 29), st.integers(0, 2**16), st.data())
+def test_a_small_fleets_lines_depend_on_each_container_alone(containers: int, seed: int, data: st.DataObject) -> None:
+    """On a fleet below `selection_min_containers` every container takes the reference as it is (factor 1):
+    whichever other containers join or leave, and however cheap the other candidate looks, a container's choice and
+    factor stay the same (a factor pooled over two containers moved one by 35 %)."""
+    past = usage(containers, seed)
+    lines = [shaped(past, good_origins=ORIGINS, seed=seed), flat(past)]
+    kept = np.array(sorted(data.draw(st.sets(st.integers(0, containers - 1), min_size=1), label="kept")))
+    whole = selector().decide(lines, past)
+    part = selector().decide([line[:, kept] for line in lines], past[:, kept])
+    assert set(whole.choice_.tolist()) == set(part.choice_.tolist()) == {1}
+    assert np.all(whole.factors_ == 1.0) and np.all(part.factors_ == 1.0)
 
 
 def test_the_baselines_rules_are_fallbacks_of_every_line() -> None:

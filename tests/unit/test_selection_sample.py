@@ -67,7 +67,8 @@ def three_kinds(containers: int = 45, days: int = 10, seed: int = 0) -> FloatArr
 def test_the_choice_on_a_sample_is_the_samples_own_and_the_others_take_their_groups() -> None:
     grid = three_kinds()
     keys = [pd.util.hash_array(np.arange(grid.shape[0], dtype=np.int64))]
-    settings = ForecastSettings(group_min_containers=3, selection_max_containers=20)
+    # A sample of 20 is a fleet that chooses (below `selection_min_containers` nothing would be chosen or pooled).
+    settings = ForecastSettings(group_min_containers=3, selection_max_containers=20, selection_min_containers=10)
     sampled = fit_resource_forecasts([grid], settings, END, keys)[0]
     rows = np.flatnonzero(np.sum(~np.isnan(grid), axis=1) >= STEPS_PER_DAY)
     decided = selection_rows([rows], keys, 20)[0]
