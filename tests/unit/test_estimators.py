@@ -24,7 +24,7 @@ from sklearn.utils.estimator_checks import (
 )
 
 import models
-from models.ensemble import flat_rules, model_name
+from models.ensemble import line_forecaster, model_name
 from models.nodes import NodeForecaster
 from models.settings import ModelSettings
 from models.vpa import VpaRecommender
@@ -199,8 +199,15 @@ def test_a_fit_today_equals_the_fit_stored_before_the_change() -> None:
         ]
 
     assert unchosen(as_stored(fitted)) == unchosen(as_stored(expected))
-    rules = {model_name(rule) for rule in flat_rules(OLD_SETTINGS.forecast)}
-    assert all(r.memory is not None and r.memory.models.target.split(" ")[0] in rules for r in fitted.recommendations)
+    # A fleet this small stands each container alone: its lines are the reference, the flat (1 - P) quantile of the
+    # history window, unscaled.
+    selector = line_forecaster(OLD_SETTINGS.forecast, "request")
+    reference = model_name(selector.candidate_models()[selector.reference])
+    assert all(
+        r.memory is not None
+        and r.memory.models.target == f"{reference} cost={r.memory.models.quality['target'].cost:.3g} x1"
+        for r in fitted.recommendations
+    )
 
 
 def _before_the_ceiling(recommendations: RecommendationSet) -> RecommendationSet:
