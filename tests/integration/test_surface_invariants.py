@@ -232,10 +232,14 @@ def one_sign(s: Surfaces) -> None:
             assert found["change_all_replicas"] == pytest.approx(expected * row["replicas"]), (key, resource)
             column = s.csv_rows[key][f"{resource}_change_{unit.split('_')[1]}"]
             assert float(column) == pytest.approx(expected), (key, resource, "CSV")
-            sums[resource] += expected
             page = s.pages.get(key)
-            if page is not None:
-                cell = page.row[f"{'CPU' if resource == 'cpu' else 'memory'} change"]
+            cell = None if page is None else page.row[f"{'CPU' if resource == 'cpu' else 'memory'} change"]
+            if found["stale"]:
+                # A stale container changes nothing: left out of the totals, its cell says why.
+                assert cell in (None, "stale"), (key, resource, cell)
+                continue
+            sums[resource] += expected
+            if cell is not None:
                 assert cell[0] == (MINUS if expected < 0 else "+"), (key, resource, cell, expected)
                 assert _close(cell[1:], expected, resource), (key, resource, cell, expected)
     cluster = s.overview["cluster"]
