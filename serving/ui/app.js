@@ -625,8 +625,9 @@ async function renderWorkload(namespace, workload) {
       el("h3", {}, "Recommendation"), recommendationTable(rec, own.step_seconds), ceilingRules(rec),
       el("h3", {}, "Models and their backtest quality"),
       el("p", { class: "muted" }, "Each line's model is chosen for the fleet, not per container: a rolling-origin backtest on " +
-        "the last days over all containers (a third of the fleet by burstiness may keep a choice of its own; a fleet under " +
-        "30 containers takes the best flat rule), calibrated to the fleet's risk level; the " +
+        "the last days over all containers (a third of the fleet by burstiness may keep a choice of its own), calibrated to " +
+        "the fleet's risk level. In a fleet under 30 containers nothing is chosen or pooled: each container's lines are " +
+        "the flat quantile of its own history at the risk level, unscaled. The " +
         "cost is this container's own on that backtest, weighing usage above the line against unused room, relative to " +
         "usage (lower is better). A model's window reaches back only as far as the container's data: the window used says how far."),
       modelsTable(rec, own.as_of));
