@@ -18,8 +18,7 @@ import pytest
 from recommender.units import MIB, memory_bytes_from_quantity
 from tests import k8s
 from tests.conftest import DAY, Runner
-from tests.integration.server import serving, tls_files
-from tests.integration.test_serving_tls import train, trusting
+from tests.integration.test_serving_tls import tls_client, train
 
 pytestmark = pytest.mark.integration
 GIB = 1024 * MIB
@@ -111,12 +110,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     workdir = tmp_path_factory.mktemp("resume")
     end = end_time()
     train(pd.concat([resumed(end), old_peak(end)], ignore_index=True), workdir, workdir / "store")
-    ca, cert, key, _ = tls_files(workdir)
     env = {"KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE": "Initial", "KOORD_RECOMMENDER_WEBHOOK__WATCH_API": "off"}
-    verify = trusting(ca)
-    with serving(workdir / "store", workdir, tls=(cert, key), verify=verify, env=env) as base:
-        with httpx.Client(base_url=base, verify=verify, timeout=30) as found:
-            yield found
+    with tls_client(workdir, env, timeout=30) as found:
+        yield found
 
 
 def mutated(client: httpx.Client, workload: str, resources: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from recommender.mutation import APPLIED_ANNOTATION
 from recommender.units import cpu_quantity, memory_quantity
 from tests import k8s
 from tests.conftest import DAY, entry_point, make_usage
-from tests.integration.server import serving
+from tests.integration.server import serving, tls_files
 
 pytestmark = pytest.mark.integration
 NAMES = {"w0": "web", "w1": "db", "w2": "nightly", "w3": "etl", "w4": "crunch"}
@@ -87,6 +88,16 @@ def trusting(ca: trustme.CA) -> ssl.SSLContext:
     context = ssl.create_default_context()
     ca.configure_trust(context)
     return context
+
+
+@contextmanager
+def tls_client(workdir: Path, env: dict[str, str], timeout: float) -> Iterator[httpx.Client]:
+    """A client of `recommender serve` over TLS on the store in `workdir/store` (certificates made there), with `env`."""
+    ca, cert, key, _ = tls_files(workdir)
+    verify = trusting(ca)
+    with serving(workdir / "store", workdir, tls=(cert, key), verify=verify, env=env) as base:
+        with httpx.Client(base_url=base, verify=verify, timeout=timeout) as client:
+            yield client
 
 
 @dataclass

@@ -14,8 +14,7 @@ from recommender.mutation import APPLIED_ANNOTATION, WOULD_APPLY_ANNOTATION
 from recommender.optin import MODE_KEY
 from tests import k8s
 from tests.conftest import DAY, make_usage
-from tests.integration.server import serving, tls_files
-from tests.integration.test_serving_tls import train, trusting
+from tests.integration.test_serving_tls import tls_client, train
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +25,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     frame = make_usage(workloads=1, pods=2, days=2, start=int(time.time()) - 2 * DAY)
     frame["workload"] = "web"
     train(frame, workdir, workdir / "store")
-    ca, cert, key, _ = tls_files(workdir)
     env = {"KOORD_RECOMMENDER_WEBHOOK__DRY_RUN": "true", "KOORD_RECOMMENDER_WEBHOOK__WATCH_API": "off"}
-    verify = trusting(ca)
-    with serving(workdir / "store", workdir, tls=(cert, key), verify=verify, env=env) as base:
-        with httpx.Client(base_url=base, verify=verify, timeout=10) as found:
-            yield found
+    with tls_client(workdir, env, timeout=10) as found:
+        yield found
 
 
 def review(client: httpx.Client, labels: dict[str, str] | None = None) -> tuple[dict[str, object], dict[str, object]]:

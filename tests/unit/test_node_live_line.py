@@ -11,8 +11,6 @@ from models.nodes import LiveNodeUsage, NodeForecaster, node_live_line
 from pipelines.live import NodeLiveLines, with_live_usage
 from pipelines.node_backtest import (
     MethodSummary,
-    NodeBacktestResult,
-    Placement,
     Sweep,
     best_within,
     equal_violations,
@@ -23,7 +21,7 @@ from recommender.placement import node_reclaimable
 from recommender.progress import quiet
 from recommender.settings import ColocationSettings, LiveLineSettings
 from tests.unit.test_live_line import START, bursty_grid
-from tests.unit.test_nodes import AS_OF, COLOCATION, view
+from tests.unit.test_nodes import AS_OF, COLOCATION, node_result, view
 
 
 def summary(reclaimed: float, violations: int) -> MethodSummary:
@@ -135,17 +133,7 @@ def test_the_line_knobs_are_chosen_by_the_validation_gain_at_equal_violations() 
     def part(room: float, violations: int, held_out: int = 0) -> dict[str, MethodSummary]:
         return {"validation": summary(room, violations), "held_out": summary(1e9, held_out)}
 
-    result = NodeBacktestResult(
-        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"),
-        decision_days=[7],
-        first_step=0,
-        step_seconds=300,
-        origin=0,
-        offered={},
-        summaries={},
-        sweeps={},
-        fair={},
-        seconds=0.0,
+    result = node_result(
         line_sweeps={
             "cpu": [((0.5, 0.05), part(130.0, 0)), ((0.5, 0.02), part(170.0, 5)), ((0.8, 0.05), part(130.0, 2))]
         },

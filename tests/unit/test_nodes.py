@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -163,6 +164,21 @@ def test_backtest_helpers() -> None:
     assert 0.01 < mask.mean() < 0.03
 
 
+def node_result(**fields: Any) -> NodeBacktestResult:
+    """A node backtest's result on one node and one decision day, empty but for `fields` (the choices read only
+    their own part)."""
+    empty: dict[str, Any] = {"offered": {}, "summaries": {}, "sweeps": {}, "fair": {}}
+    return NodeBacktestResult(
+        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"),
+        decision_days=[7],
+        first_step=0,
+        step_seconds=300,
+        origin=0,
+        seconds=0.0,
+        **{**empty, **fields},
+    )
+
+
 def test_the_chosen_margin_is_the_smallest_as_safe_as_koordinator_on_validation_days() -> None:
     def summary(violations: int) -> MethodSummary:
         return MethodSummary(
@@ -170,21 +186,13 @@ def test_the_chosen_margin_is_the_smallest_as_safe_as_koordinator_on_validation_
         )
 
     sweep = [(0.0, {"validation": summary(9)}), (0.01, {"validation": summary(3)}), (0.02, {"validation": summary(1)})]
-    result = NodeBacktestResult(
-        placement=Placement(np.zeros(1, dtype=np.int64), ["n"], {}, "test"),
-        decision_days=[7],
-        first_step=0,
-        step_seconds=300,
-        origin=0,
-        offered={},
+    result = node_result(
         summaries={
             "validation": {
                 "complete": {"cpu": {"koordinator_usage": summary(3)}, "memory": {"koordinator_usage": summary(0)}}
             }
         },
         sweeps={"cpu": {"ours_forecast_only": sweep}, "memory": {"ours_forecast_only": sweep}},
-        fair={},
-        seconds=0.0,
     )
     assert result.chosen_margin("cpu", "ours_forecast_only") == 0.01  # 0 % had 9 violations, 1 % ties Koordinator's 3
     assert result.chosen_margin("memory", "ours_forecast_only") is None  # none as safe as Koordinator's 0
