@@ -1224,7 +1224,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
         # Every line at most what the container can use, unless evidence says it needs more (`recommender.ceiling`);
         # the request's pod minimum and allowed minimum outrank the ceiling (a request below them is never written).
-        ceiling, evidence = self._ceiling(resource, groups, current)
+        ceiling, evidence = self._ceiling(resource, groups, current, enough)
         pod_minimum, min_allowed, _ = self._sizing(resource)
         per_pod = np.maximum(current["containers_per_pod"].to_numpy(dtype=np.float64), 1.0)
         uncapped_ceiling = np.where(np.isnan(ceiling), np.nan, np.maximum(ceiling, pod_minimum / per_pod))
@@ -1276,16 +1276,17 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         ).recommendations()
 
     def _ceiling(
-        self, resource: Resource, groups: pd.Index, current: pd.DataFrame
+        self, resource: Resource, groups: pd.Index, current: pd.DataFrame, recommended: npt.NDArray[np.bool_]
     ) -> tuple[FloatArray, list[str | None]]:
         """Per group, its usage ceiling, max(current limit, highest sample of the forecast's `history_days`), and
         the evidence that lifts it (`recommender.ceiling`). None (NaN) with forecasting off: those lines are the
-        foundation's rules, kept as they are for the baselines."""
+        foundation's rules, kept as they are for the baselines. `recommended`: the groups that get a recommendation
+        (only these need their highest sample from outside the grid)."""
         n = len(groups)
         if not self.forecast_enabled:
             return np.full(n, np.nan), [None] * n
         limit = current[LIMIT_COLUMNS[resource]].to_numpy(dtype=np.float64)
-        highest = self._highest_sample(resource, groups, np.ones(n, dtype=bool))
+        highest = self._highest_sample(resource, groups, recommended)
         throttled_column = THROTTLED_COLUMNS[resource]
         throttled = current[throttled_column].to_numpy(dtype=np.float64) if throttled_column else np.full(n, np.nan)
         # An OOM kill is memory's evidence, throttling CPU's.
