@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck lint lint-imports unit bench bench-serving docs clean format
+.PHONY: demo test typecheck lint lint-imports unit bench bench-serving docs docs-site docs-images clean format
 
 $(STAMP): pyproject.toml constraints.txt scripts/bootstrap-venv.sh
 	scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
@@ -23,6 +23,8 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	# The user guide: a broken link or anchor fails here (the log is printed only then).
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict >$(VENV)/mkdocs.log 2>&1 || { cat $(VENV)/mkdocs.log; exit 1; }
 	$(BIN)/pytest
 
 typecheck: $(STAMP)
@@ -47,8 +49,12 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -c "from cli.settings import markdown_reference; open('docs/configuration.md', 'w').write(markdown_reference())"
+
+# The user guide as a site in site/ (open site/index.html), checked as `make test` checks it.
+docs-site: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 bench-serving: $(STAMP)
 	$(BIN)/python -m bench serving --requests 3000
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache .mypy_cache
+	rm -rf $(VENV) demo-output site .pytest_cache .mypy_cache

@@ -162,7 +162,7 @@ def _read_checked(path: Path, schema: tuple[Column, ...], bounds: SampleBounds) 
         table = _read_parquet(path, wanted) if parquet else _read_csv(path, wanted)
     except _ARROW_ERRORS as error:
         if parquet:
-            raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
+            raise InputFileError(path, "has a column of the wrong type (see the schema in docs/cli.md)") from None
         _raise_located(path, wanted, bounds, error)
         table = pa.table({c.name: pa.array([], type=_arrow_type(c)) for c in wanted})
     frame, lines, _ = _typed_frame(path, table, schema, wanted, 1 if parquet else 2, parquet, bounds)
@@ -201,7 +201,7 @@ def iter_usage_batches(path: Path | str, bounds: SampleBounds, batch_bytes: int 
             yield frame
     except _ARROW_ERRORS as error:
         if parquet:
-            raise InputFileError(path, "has a column of the wrong type (see the schema in the README)") from None
+            raise InputFileError(path, "has a column of the wrong type (see the schema in docs/cli.md)") from None
         _raise_located(path, wanted, bounds, error)
 
 

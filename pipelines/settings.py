@@ -40,7 +40,7 @@ class IngestSettings(BaseModel):
 
 class ScaleSettings(BaseModel):
     """Training in partitions: on a Dask cluster each read and fitted by one task, or one after the other in this
-    process (README "Scale out")."""
+    process (docs/scale-out.md)."""
 
     scheduler_address: str | None = Field(
         None,

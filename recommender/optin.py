@@ -1,6 +1,6 @@
 """Whether the admission webhook may change a pod, and within what bounds: the opt-in, as a pure function.
 
-Nothing is changed unless someone asked (README "Opt-in modes"). The mode comes from, highest first:
+Nothing is changed unless someone asked (docs/webhook.md, "Opt-in modes"). The mode comes from, highest first:
 the pod's own label or annotation `koord-recommender.io/mode` (its workload's pod template), a VerticalPodAutoscaler
 whose `spec.recommenders` names us and whose targetRef is the pod's controller, the namespace's label of the same
 key, then `webhook.default_mode` (`Off`). A VPA of another recommender (or of none: the default one) targeting the

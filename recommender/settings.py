@@ -164,7 +164,7 @@ class ReservationSettings(BaseModel):
 
 class ForecastSettings(BaseModel):
     """The forecast models: candidates built for the asked risk level, their fleet-level selection and hierarchical
-    calibration (issue 19; README "Models"). Every choice below was settled on the development half of the data
+    calibration (issue 19; docs/models.md). Every choice below was settled on the development half of the data
     (docs/benchmarks.md, "How settings are chosen")."""
 
     short_term_target_violation: float = Field(
@@ -342,7 +342,7 @@ class ForecastSettings(BaseModel):
 
 
 class LiveLineSettings(BaseModel):
-    """The learned short-term line of the live cadence (`models/live_line.py`, README "Two cadences"): one global
+    """The learned short-term line of the live cadence (`models/live_line.py`, docs/cadences.md): one global
     quantile model fitted by `train`, applied by `live` every interval and by `replay` every `--every`, calibrated
     online. Its risk level is the short-term line's (`forecast.short_term_target_violation`). Every default below
     was chosen on the development half (docs/benchmarks.md, "The live short-term line")."""
@@ -497,7 +497,7 @@ class MutationSettings(BaseModel):
     )
     default_mode: Literal["Off", "Initial", "Auto"] = Field(
         "Off",
-        description='Mode of a pod nothing else opts in (README "Opt-in modes"): Off recommends only, Initial '
+        description='Mode of a pod nothing else opts in (docs/webhook.md, "Opt-in modes"): Off recommends only, Initial '
         "sets requests at creation, Auto is the same for a webhook (it never evicts). Off: nothing changes unless asked.",
     )
     dry_run: bool = Field(
@@ -535,7 +535,7 @@ class PlacementSettings(BaseModel):
 
 
 class ColocationSettings(BaseModel):
-    """Reclaimable node resources for koord-batch and koord-mid pods (issue 6; docs/colocation in the README)."""
+    """Reclaimable node resources for koord-batch and koord-mid pods (issue 6; docs/node-colocation.md)."""
 
     cpu_margin_fraction: float = Field(
         0.02,

@@ -3,7 +3,7 @@
 The files are re-read when their modification time or size changes, and the forecast load matrices are rebuilt
 when the files or the loaded model version change; the new `NodeLoads` replaces the old in one assignment, so a
 call sees one consistent view. Nodes the model learned (usage with placement) start from their pooled forecast.
-Keeping the files fresh is the job of a sidecar (see the README); this keeps the
+Keeping the files fresh is the job of a sidecar (docs/extender.md); this keeps the
 service free of API-server watches and testable without a cluster.
 """
 

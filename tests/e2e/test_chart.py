@@ -57,7 +57,7 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def installed(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """The chart installed as the README's quick start says: two values."""
+    """The chart installed as docs/kubernetes.md ("Install with Helm") says: two values."""
     plane.install_crds(extra_crd_files())
     work = tmp_path_factory.mktemp("chart")
     home = work / "helm-home"
