@@ -11,7 +11,7 @@ each container's work the same kind as in production, only less of it.
 Each cell runs `recommender train --input FLEET --workers N` as a child process (wall time from outside; the peak
 memory of each worker and of the driver are read back from the version's manifest, which records them via
 Linux's VmHWM), and, as the reference measured in the same run, the single-process `recommender train` at the
-sizes given by `--reference-sizes`. Results go to bench/results/scale.json and a chart to docs/images/.
+sizes given by `--reference-sizes`. Results go to bench/results/scale.json and a chart to docs/images/results/.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def main(
                 result["runs"].append(run)
                 (out / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
             fleet.unlink()
-    plot(result, REPO / "docs" / "images" / "scale.png")
+    plot(result, REPO / "docs" / "images" / "results" / "scale.png")
     return result
 
 
