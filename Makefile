@@ -50,6 +50,11 @@ bench: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -c "from cli.settings import markdown_reference; open('docs/configuration.md', 'w').write(markdown_reference())"
 
+# The product pictures in docs/images/ (four-lines.png, dashboard.png), re-made from the demo and headless Chromium.
+docs-images: $(STAMP)
+	scripts/install-test-deps.sh
+	$(BIN)/python scripts/docs_images.py
+
 # The user guide as a site in site/ (open site/index.html), checked as `make test` checks it.
 docs-site: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
