@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test typecheck lint lint-imports unit bench bench-serving docs docs-site docs-images clean format
 
+# Quiet: one line per set-up step (the script logs the rest to $(VENV)/bootstrap.log), then only the demo's own output.
 $(STAMP): pyproject.toml constraints.txt scripts/bootstrap-venv.sh
-	scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
-	touch $(STAMP)
+	@scripts/bootstrap-venv.sh $(PYTHON) $(VENV)
+	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/recommender demo
+	@$(BIN)/recommender demo
 
 test: $(STAMP)
 	scripts/install-test-deps.sh

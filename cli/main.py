@@ -684,8 +684,12 @@ def _run_server(settings: Settings, open_browser: bool = False) -> None:
             err.print("opening the dashboard in your browser")
             _open_when_up(f"{base}/ui/", f"{base}/healthz")
         else:
+            # The command on a line of its own, never wrapped, with the port served and a host to fill in.
+            err.print("no display here: open the dashboard URL in a browser; from another machine, tunnel to it first:")
             err.print(
-                "no display here: open the dashboard URL in a browser (an SSH tunnel works: ssh -L 8080:127.0.0.1:8080)"
+                f"  ssh -L {settings.serve.port}:{host}:{settings.serve.port} user@host",
+                soft_wrap=True,
+                highlight=False,
             )
     run(settings)
 

@@ -19,10 +19,30 @@ if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x
   echo "$BIN"
   exit 0
 fi
+# Go >= 1.21 fetches the toolchain a module asks for by itself (GOTOOLCHAIN=auto); older ones cannot build this.
+go_hint="install Go >= 1.24 from https://go.dev/dl/ (Debian bookworm's golang is 1.19, too old; any Go >= 1.21 fetches the newer toolchain itself)"
 if ! command -v go >/dev/null; then
-  echo "Go is missing: install Go >= 1.24 (https://go.dev/doc/install or Debian's golang) to build the control plane" >&2
+  echo "Go is missing: $go_hint to build the control plane" >&2
   exit 3
 fi
+go_version=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+if [ "$(printf '%s\n' "1.21" "${go_version:-0}" | sort -V | head -n 1)" != "1.21" ]; then
+  echo "Go ${go_version:-of unknown version} is too old: $go_hint to build the control plane" >&2
+  exit 3
+fi
+mkdir -p "$CACHE"
+log=$CACHE/build.log
+: > "$log"
+# A failing step outside quiet (a module download read by a substitution) names the log too.
+trap 'echo "build failed at line $LINENO of $0; the whole log is $log; its end:" >&2; tail -n 25 "$log" >&2' ERR
+# Run one step with its output in the log; on failure say which step, where the log is, and its last lines.
+quiet() {
+  if ! "$@" >>"$log" 2>&1; then
+    echo "build failed: $*; the whole log is $log; its end:" >&2
+    tail -n 25 "$log" >&2
+    exit 1
+  fi
+}
 SRC=$CACHE/src
 mkdir -p "$SRC/etcd" "$BIN"
 cd "$SRC"
@@ -54,19 +74,19 @@ import (
 func main() { etcdmain.Main(os.Args) }
 GO
 export GOFLAGS=-mod=mod
-echo "resolving k8s.io/kubernetes v$K8S_VERSION (staging modules v$STAGING_VERSION)" >&2
-go get "k8s.io/kubernetes@v$K8S_VERSION" >&2
+echo "control plane: resolving k8s.io/kubernetes v$K8S_VERSION from the Go module proxy (log: $log)" >&2
+quiet go get "k8s.io/kubernetes@v$K8S_VERSION"
 # etcd at exactly the version Kubernetes requires, so nothing else in the build list moves.
-ETCD_VERSION=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
-go get "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION" >&2
-echo "building kube-apiserver, kube-controller-manager, kube-scheduler, etcd into $BIN (takes a while once)" >&2
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BIN/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler >&2
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BIN/etcd" ./etcd >&2
-echo "fetching the VPA and Koordinator CRDs from their Go modules" >&2
+ETCD_VERSION=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>>"$log")
+quiet go get "go.etcd.io/etcd/server/v3/etcdmain@$ETCD_VERSION"
+echo "control plane: building kube-apiserver, kube-controller-manager, kube-scheduler, etcd (takes a while once)" >&2
+quiet env CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BIN/" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+quiet env CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$BIN/etcd" ./etcd
+echo "control plane: fetching the VPA and Koordinator CRDs from their Go modules" >&2
 mkdir -p "$CRDS"
-vpa_dir=$(go mod download -json "$VPA_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-koord_dir=$(go mod download -json "$KOORDINATOR_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+vpa_dir=$(go mod download -json "$VPA_MODULE" 2>>"$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+koord_dir=$(go mod download -json "$KOORDINATOR_MODULE" 2>>"$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 cp "$vpa_dir/deploy/vpa-v1-crd-gen.yaml" "$CRDS/"
 cp "$koord_dir/config/crd/bases/analysis.koordinator.sh_recommendations.yaml" "$CRDS/"
 cp "$koord_dir/config/crd/bases/config.koordinator.sh_clustercolocationprofiles.yaml" "$CRDS/"

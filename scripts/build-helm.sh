@@ -18,21 +18,41 @@ if [ -x "$BIN/helm" ] && [ -s "$CRDS/cert-manager.io_certificates.yaml" ] && [ -
   echo "$BIN/helm"
   exit 0
 fi
+# Go >= 1.21 fetches the toolchain a module asks for by itself (GOTOOLCHAIN=auto); older ones cannot build this.
+go_hint="install Go >= 1.26 from https://go.dev/dl/ (Debian bookworm's golang is 1.19, too old; any Go >= 1.21 fetches the newer toolchain itself)"
 if ! command -v go >/dev/null; then
-  echo "Go is missing: install Go >= 1.26 (https://go.dev/doc/install or Debian's golang) to build helm" >&2
+  echo "Go is missing: $go_hint to build helm" >&2
   exit 3
 fi
+go_version=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+if [ "$(printf '%s\n' "1.21" "${go_version:-0}" | sort -V | head -n 1)" != "1.21" ]; then
+  echo "Go ${go_version:-of unknown version} is too old: $go_hint to build helm" >&2
+  exit 3
+fi
+mkdir -p "$CACHE"
+log=$CACHE/build.log
+: > "$log"
+# A failing step outside quiet (a module download read by a substitution) names the log too.
+trap 'echo "build failed at line $LINENO of $0; the whole log is $log; its end:" >&2; tail -n 25 "$log" >&2' ERR
+# Run one step with its output in the log; on failure say which step, where the log is, and its last lines.
+quiet() {
+  if ! "$@" >>"$log" 2>&1; then
+    echo "build failed: $*; the whole log is $log; its end:" >&2
+    tail -n 25 "$log" >&2
+    exit 1
+  fi
+}
 mkdir -p "$BIN" "$CRDS"
 export GOFLAGS=-mod=mod
-echo "fetching helm.sh/helm/v3@v$HELM_VERSION from the Go module proxy" >&2
-src=$(go mod download -json "helm.sh/helm/v3@v$HELM_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+echo "helm: fetching helm.sh/helm/v3@v$HELM_VERSION from the Go module proxy (log: $log)" >&2
+src=$(go mod download -json "helm.sh/helm/v3@v$HELM_VERSION" 2>>"$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 work=$CACHE/src
 rm -rf "$work"
 cp -r "$src" "$work"
 chmod -R u+w "$work"
 cd "$work"
 # helm's Makefile stamps the Kubernetes version its lint and capabilities default to from its client-go version.
-client_go=$(go list -m -f '{{.Version}}' k8s.io/client-go)
+client_go=$(go list -m -f '{{.Version}}' k8s.io/client-go 2>>"$log")
 minor=$(echo "$client_go" | cut -d. -f2)
 major=$(( $(echo "${client_go#v}" | cut -d. -f1) + 1 ))
 ldflags="-w -s -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.metadata="
@@ -40,14 +60,14 @@ ldflags="$ldflags -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 for pkg in pkg/lint/rules pkg/chartutil; do
   ldflags="$ldflags -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
 done
-echo "building helm v$HELM_VERSION into $BIN (takes a few minutes once)" >&2
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$BIN/helm" ./cmd/helm >&2
+echo "helm: building v$HELM_VERSION (takes a few minutes once)" >&2
+quiet env CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$BIN/helm" ./cmd/helm
 cd "$CACHE"
 rm -rf "$work"
-echo "fetching the cert-manager and Prometheus Operator CRDs from their Go modules" >&2
-cm_dir=$(go mod download -json "$CERT_MANAGER_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-po_dir=$(go mod download -json "$PROMETHEUS_OPERATOR_MODULE" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+echo "helm: fetching the cert-manager and Prometheus Operator CRDs from their Go modules" >&2
+cm_dir=$(go mod download -json "$CERT_MANAGER_MODULE" 2>>"$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+po_dir=$(go mod download -json "$PROMETHEUS_OPERATOR_MODULE" 2>>"$log" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 cp "$po_dir/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$CRDS/"
 cp "$cm_dir/deploy/crds/cert-manager.io_certificates.yaml" "$cm_dir/deploy/crds/cert-manager.io_issuers.yaml" "$CRDS/"
-"$BIN/helm" version >&2
+quiet "$BIN/helm" version
 echo "$BIN/helm"

@@ -275,6 +275,8 @@ def test_demo_serves_the_dashboard_and_says_where(tmp_path: Path) -> None:
         logs.seek(0)
         output = logs.read().decode(errors="replace")
     assert f"dashboard: {base}/ui/" in output and "no display here" in output
+    # The tunnel's command whole on one line (not wrapped mid-command), naming the port served and a host to fill in.
+    assert f"\n  ssh -L {port}:127.0.0.1:{port} user@host\n" in output
 
 
 def test_a_taken_port_is_one_line_naming_it_with_its_own_exit_code(cli: Runner, tmp_path: Path) -> None:

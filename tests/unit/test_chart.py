@@ -321,7 +321,8 @@ def test_without_go_the_helm_build_says_so_and_exits_3(tmp_path: Path) -> None:
     )
     assert built.returncode == 3, built.stderr
     assert built.stderr.strip().splitlines() == [
-        "Go is missing: install Go >= 1.26 (https://go.dev/doc/install or Debian's golang) to build helm"
+        "Go is missing: install Go >= 1.26 from https://go.dev/dl/ (Debian bookworm's golang is 1.19, too old; any Go "
+        ">= 1.21 fetches the newer toolchain itself) to build helm"
     ]
 
 
