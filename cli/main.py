@@ -685,7 +685,7 @@ def _run_server(settings: Settings, open_browser: bool = False) -> None:
             _open_when_up(f"{base}/ui/", f"{base}/healthz")
         else:
             # The command on a line of its own, never wrapped, with the port served and a host to fill in.
-            err.print("no display here: open the dashboard URL in a browser; from another machine, tunnel to it first:")
+            err.print("no display here; to open the dashboard from another machine, tunnel to it:")
             err.print(
                 f"  ssh -L {settings.serve.port}:{host}:{settings.serve.port} user@host",
                 soft_wrap=True,
