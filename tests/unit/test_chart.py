@@ -17,8 +17,8 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding
 
-from tests.support.control_plane import K8S_VERSION, crd_files
 from tests.support import permissions
+from tests.support.control_plane import K8S_VERSION, crd_files
 from tests.support.helm import CHART, REPO, extra_crd_files, helm, helm_binary, render, values_args
 
 VALUE_SETS = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -222,7 +222,10 @@ def test_a_token_file_and_a_client_ca_are_mounted_where_the_server_reads_them() 
         "items": [{"key": "ca.crt", "path": "ca.crt"}],
     }
     mounts = {m["name"]: m["mountPath"] for m in serve["containers"][0]["volumeMounts"]}
-    assert mounts["auth-token"] == "/etc/koord-recommender/auth" and mounts["client-ca"] == "/etc/koord-recommender/client-ca"
+    assert (
+        mounts["auth-token"] == "/etc/koord-recommender/auth"
+        and mounts["client-ca"] == "/etc/koord-recommender/client-ca"
+    )
     default_env = env_of(pod_specs(render())["koord-recommender"]["containers"][0])
     assert not {"KOORD_RECOMMENDER_AUTH__TOKEN_FILE", "KOORD_RECOMMENDER_SERVE__CLIENT_CA_FILE"} & set(default_env)
     off = env_of(pod_specs(render(values={"webhook.enabled": False}))["koord-recommender"]["containers"][0])
