@@ -162,6 +162,7 @@ def test_helm_install_with_two_values_is_accepted_whole(installed: Installed) ->
     env = {e["name"]: e.get("value") for e in serve["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == "Off"
     assert f"kubectl -n {NAMESPACE} logs -f job/{RELEASE}-first-train" in installed.install.stdout  # NOTES
+    assert f"ClusterRole\n{RELEASE}-reader" in installed.install.stdout  # how to get read access
 
 
 def test_the_training_account_can_do_nothing_in_the_cluster(installed: Installed) -> None:
