@@ -276,7 +276,7 @@ async def require_token(request: Request) -> None:
     token = token.strip()
     if scheme.lower() == "bearer" and token:
         source = request.client.host if request.client is not None else ""
-        verdicts = set()
+        verdicts: set[Verdict] = set()
         for authenticator in enabled:
             verdict = await authenticator.judge(token, source)
             if verdict is Verdict.ACCEPTED:
