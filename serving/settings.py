@@ -220,7 +220,7 @@ class AuthSettings(BaseModel):
     token_review_rate_per_second: float = Field(
         10.0,
         gt=0,
-        description="TokenReview (and SubjectAccessReview) calls per second at most for tokens not authenticated "
+        description="TokenReview (and SubjectAccessReview) calls per second at most for tokens not accepted "
         "before, all clients together, with a burst of as many; a token that would need one beyond it gets 429 (the "
         "API server is shared).",
     )
@@ -233,9 +233,8 @@ class AuthSettings(BaseModel):
     token_review_known_rate_per_second: float = Field(
         10.0,
         gt=0,
-        description="Review calls per second at most for tokens the API server authenticated before (their refresh "
-        "at half their cache time, or after it expired): a budget unknown tokens never spend, so a flood cannot "
-        "lock a known caller out.",
+        description="Review calls per second at most for tokens accepted before (their refresh at half their cache "
+        "time, or after it expired): a budget no other token spends, so a flood cannot lock a known caller out.",
     )
     token_review_concurrency: int = Field(
         4,

@@ -94,7 +94,8 @@ class Lane:
 
 @dataclass
 class Known:
-    """The last verdict on a token the API server authenticated, until when it holds and when to refresh it."""
+    """The last verdict on a token the API server authenticated (accepted or forbidden), until when it holds and when
+    to refresh it (accepted ones only)."""
 
     verdict: Verdict
     expires: float
@@ -105,9 +106,9 @@ class TokenReviewer:
     """Asks the API server whether a token is valid (TokenReview) and, where configured, allowed (audience, group,
     SubjectAccessReview). A failure to ask (network, TLS, timeout, a non-2xx answer) refuses and is not cached.
 
-    No lockout: a token the API server authenticated before is re-reviewed on a budget of its own, in the background
-    once half its cache time has passed (it is served from the cache meanwhile), so a flood of unknown tokens can
-    never make it wait or answer 429. Unknown tokens spend a budget per client address, then one shared by all."""
+    No lockout: a token accepted before is re-reviewed on a budget of its own, in the background once half its cache
+    time has passed (it is served from the cache meanwhile), so a flood of other tokens can never make it wait or
+    answer 429. Every other token spends a budget per client address, then one shared by all."""
 
     def __init__(self, settings: AuthSettings) -> None:
         self.settings = settings
@@ -133,7 +134,9 @@ class TokenReviewer:
                 if known.verdict is Verdict.ACCEPTED and now >= known.refresh_at and key not in self._refreshing:
                     self._refreshing[key] = asyncio.create_task(self._refresh(key, token))
                 return known.verdict
-            return await self._review(key, token, self._known_lane)
+            if known.verdict is Verdict.ACCEPTED:
+                return await self._review(key, token, self._known_lane)
+        # Unknown, refused, or forbidden (any account can mint tokens that are valid but not allowed): no own budget.
         refused_until = self._refused.get(key)
         if refused_until is not None and now < refused_until:
             return Verdict.REFUSED

@@ -98,3 +98,16 @@ def test_a_revoked_token_is_refused_once_its_refresh_says_so() -> None:
 def test_bucket_bursts_at_least_one(rate: float) -> None:
     bucket = TokenBucket(rate)
     assert [bucket.take() for _ in range(4)].count(True) == max(1, int(rate))
+
+
+def test_a_forbidden_token_past_its_entry_spends_the_unknown_budgets() -> None:
+    """Valid but not allowed tokens are cheap to mint (any account): they get no budget of their own."""
+
+    async def run() -> None:
+        auth = reviewer(token_review_rate_per_source=1, token_review_failure_cache_seconds=0.05)
+        assert await auth.judge(FORBIDDEN, "a") is Verdict.FORBIDDEN
+        await asyncio.sleep(0.1)
+        with pytest.raises(RateLimitedError):
+            await auth.judge(FORBIDDEN, "a")
+
+    asyncio.run(run())
