@@ -146,10 +146,27 @@ class OverloadedError(RecommenderError):
 
 
 class RateLimitedError(RecommenderError):
-    """Answering would take a TokenReview beyond auth.token_review_rate_per_second."""
+    """Answering would take a TokenReview beyond its budget (auth.token_review_rate_per_second, _per_source, or
+    _known_rate_per_second)."""
 
     http_status = 429
     exit_code = 1
+
+
+class AccessDeniedError(RecommenderError):
+    """A bearer token the API server authenticated, for a user auth.allowed_groups or the SubjectAccessReview on
+    auth.authorization_path does not allow to read."""
+
+    http_status = 403
+    exit_code = 1
+
+    def __init__(self, path: str | None):
+        self.path = path
+        needs = f"`get` on {path}, e.g. by the chart's reader ClusterRole" if path else "one of auth.allowed_groups"
+        super().__init__(f"authenticated, but not allowed to read recommendations: the user needs {needs}")
+
+    def __reduce__(self) -> tuple[type[AccessDeniedError], tuple[str | None]]:
+        return type(self), (self.path,)
 
 
 class ClientCertificateError(RecommenderError):

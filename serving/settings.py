@@ -206,7 +206,8 @@ class AuthSettings(BaseModel):
     token_review_cache_seconds: float = Field(
         60.0,
         ge=0,
-        description="How long an accepted token is reused without asking again, seconds (one API call per token per minute).",
+        description="How long an accepted token is reused without asking again, seconds (one API call per token per "
+        "minute); it is re-reviewed in the background once half of it has passed, so a caller in use never waits.",
     )
     token_review_failure_cache_seconds: float = Field(
         10.0,
@@ -219,8 +220,21 @@ class AuthSettings(BaseModel):
     token_review_rate_per_second: float = Field(
         10.0,
         gt=0,
-        description="TokenReview (and SubjectAccessReview) calls per second at most, with a burst of as many; "
-        "a token that would need one beyond it gets 429 (the API server is shared).",
+        description="TokenReview (and SubjectAccessReview) calls per second at most for tokens not accepted "
+        "before, all clients together, with a burst of as many; a token that would need one beyond it gets 429 (the "
+        "API server is shared).",
+    )
+    token_review_rate_per_source: float = Field(
+        5.0,
+        gt=0,
+        description="The same, per client address, calls per second (burst as many): one address flooding unknown "
+        "tokens spends its own budget first, not all of the one above.",
+    )
+    token_review_known_rate_per_second: float = Field(
+        10.0,
+        gt=0,
+        description="Review calls per second at most for tokens accepted before (their refresh at half their cache "
+        "time, or after it expired): a budget no other token spends, so a flood cannot lock a known caller out.",
     )
     token_review_concurrency: int = Field(
         4,

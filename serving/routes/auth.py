@@ -10,25 +10,35 @@ to carry an audience, belong to a group or pass a SubjectAccessReview.
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import hmac
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 from fastapi import HTTPException, Request
 
-from recommender.errors import ClientCertificateError, RateLimitedError
+from recommender.errors import AccessDeniedError, ClientCertificateError, RateLimitedError
 from serving.settings import AuthSettings, ServeSettings
 
 log = logging.getLogger(__name__)
 
 
+class Verdict(enum.Enum):
+    """What an authenticator makes of a token: 200, 403 or 401."""
+
+    ACCEPTED = "accepted"
+    FORBIDDEN = "forbidden"  # authenticated, but not allowed to read
+    REFUSED = "refused"  # not authenticated
+
+
 class Authenticator(Protocol):
-    async def accepts(self, token: str) -> bool: ...
+    async def judge(self, token: str, source: str) -> Verdict: ...
 
 
 class TokenFile:
@@ -47,12 +57,12 @@ class TokenFile:
             self._stamp = stamp
         return self._token
 
-    async def accepts(self, token: str) -> bool:
+    async def judge(self, token: str, source: str) -> Verdict:
         try:
             expected = self.token()
         except OSError:
-            return False  # no readable token file: nobody gets in rather than everybody
-        return bool(expected) and hmac.compare_digest(token.encode(), expected)
+            return Verdict.REFUSED  # no readable token file: nobody gets in rather than everybody
+        return Verdict.ACCEPTED if expected and hmac.compare_digest(token.encode(), expected) else Verdict.REFUSED
 
 
 class TokenBucket:
@@ -74,43 +84,125 @@ class TokenBucket:
         return True
 
 
+@dataclass
+class Lane:
+    """A budget of API server calls (rate and calls in flight), so one kind of caller cannot spend another's."""
+
+    bucket: TokenBucket
+    in_flight: asyncio.Semaphore
+
+
+@dataclass
+class Known:
+    """The last verdict on a token the API server authenticated (accepted or forbidden), until when it holds and when
+    to refresh it (accepted ones only)."""
+
+    verdict: Verdict
+    expires: float
+    refresh_at: float
+
+
 class TokenReviewer:
     """Asks the API server whether a token is valid (TokenReview) and, where configured, allowed (audience, group,
-    SubjectAccessReview). A failure to ask (network, TLS, timeout, a non-2xx answer) refuses and is not cached."""
+    SubjectAccessReview). A failure to ask (network, TLS, timeout, a non-2xx answer) refuses and is not cached.
+
+    No lockout: a token accepted before is re-reviewed on a budget of its own, in the background once half its cache
+    time has passed (it is served from the cache meanwhile), so a flood of other tokens can never make it wait or
+    answer 429. Every other token spends a budget per client address, then one shared by all."""
 
     def __init__(self, settings: AuthSettings) -> None:
         self.settings = settings
-        self._cache: OrderedDict[str, tuple[bool, float]] = OrderedDict()
-        self._bucket = TokenBucket(settings.token_review_rate_per_second)
-        self._in_flight = asyncio.Semaphore(settings.token_review_concurrency)
+        self._known: OrderedDict[str, Known] = OrderedDict()
+        self._refused: OrderedDict[str, float] = OrderedDict()
+        self._sources: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._known_lane = Lane(
+            TokenBucket(settings.token_review_known_rate_per_second),
+            asyncio.Semaphore(settings.token_review_concurrency),
+        )
+        self._unknown_lane = Lane(
+            TokenBucket(settings.token_review_rate_per_second), asyncio.Semaphore(settings.token_review_concurrency)
+        )
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
         self._client: httpx.AsyncClient | None = None
 
-    async def accepts(self, token: str) -> bool:
+    async def judge(self, token: str, source: str) -> Verdict:
         key = hashlib.sha256(token.encode()).hexdigest()
-        cached = self._cache.get(key)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        try:
-            async with self._in_flight:
-                accepted = await self._decide(token)
-        except (OSError, httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("TokenReview failed, request refused: %s", error)
-            return False
-        ttl = self.settings.token_review_cache_seconds if accepted else self.settings.token_review_failure_cache_seconds
-        self._cache[key] = (accepted, time.monotonic() + ttl)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.settings.token_review_cache_entries:
-            self._cache.popitem(last=False)
-        return accepted
+        now = time.monotonic()
+        known = self._known.get(key)
+        if known is not None:
+            if now < known.expires:
+                if known.verdict is Verdict.ACCEPTED and now >= known.refresh_at and key not in self._refreshing:
+                    self._refreshing[key] = asyncio.create_task(self._refresh(key, token))
+                return known.verdict
+            if known.verdict is Verdict.ACCEPTED:
+                return await self._review(key, token, self._known_lane)
+        # Unknown, refused, or forbidden (any account can mint tokens that are valid but not allowed): no own budget.
+        refused_until = self._refused.get(key)
+        if refused_until is not None and now < refused_until:
+            return Verdict.REFUSED
+        if not self._source_bucket(source).take():
+            raise RateLimitedError(f"too many unknown tokens from {source}; retry in a second")
+        return await self._review(key, token, self._unknown_lane)
 
     async def close(self) -> None:
+        for task in list(self._refreshing.values()):
+            task.cancel()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _source_bucket(self, source: str) -> TokenBucket:
+        bucket = self._sources.get(source)
+        if bucket is None:
+            bucket = self._sources[source] = TokenBucket(self.settings.token_review_rate_per_source)
+            while len(self._sources) > self.settings.token_review_cache_entries:
+                self._sources.popitem(last=False)
+        self._sources.move_to_end(source)
+        return bucket
+
+    async def _review(self, key: str, token: str, lane: Lane) -> Verdict:
+        """Ask the API server on `lane`'s budget and remember the answer; a failure to ask refuses, uncached."""
+        try:
+            async with lane.in_flight:
+                verdict = await self._decide(token, lane.bucket)
+        except (OSError, httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("TokenReview failed, request refused: %s", error)
+            return Verdict.REFUSED
+        self._remember(key, verdict)
+        return verdict
+
+    async def _refresh(self, key: str, token: str) -> None:
+        """Re-review an accepted token before its entry expires; on any failure the entry stands until it does."""
+        try:
+            await self._review(key, token, self._known_lane)
+        except RateLimitedError:
+            log.warning("refresh of an accepted token postponed: the known-token budget is spent")
+        finally:
+            self._refreshing.pop(key, None)
+
+    def _remember(self, key: str, verdict: Verdict) -> None:
+        now, limit = time.monotonic(), self.settings.token_review_cache_entries
+        if verdict is Verdict.REFUSED:
+            self._known.pop(key, None)
+            self._refused[key] = now + self.settings.token_review_failure_cache_seconds
+            self._refused.move_to_end(key)
+            while len(self._refused) > limit:
+                self._refused.popitem(last=False)
+            return
+        self._refused.pop(key, None)
+        ttl = (
+            self.settings.token_review_cache_seconds
+            if verdict is Verdict.ACCEPTED
+            else self.settings.token_review_failure_cache_seconds
+        )
+        self._known[key] = Known(verdict, now + ttl, now + ttl / 2)
+        self._known.move_to_end(key)
+        while len(self._known) > limit:
+            self._known.popitem(last=False)
+
+    async def _post(self, path: str, body: dict[str, Any], bucket: TokenBucket) -> dict[str, Any]:
         """The `status` of a review the API server answered."""
-        if not self._bucket.take():
+        if not bucket.take():
             raise RateLimitedError("too many token reviews at once; retry in a second")
         if self._client is None:
             self._client = httpx.AsyncClient(
@@ -128,7 +220,7 @@ class TokenReviewer:
             raise ValueError("review status is not an object")
         return status
 
-    async def _decide(self, token: str) -> bool:
+    async def _decide(self, token: str, bucket: TokenBucket) -> Verdict:
         settings = self.settings
         spec: dict[str, Any] = {"token": token}
         if settings.audiences:
@@ -136,17 +228,18 @@ class TokenReviewer:
         status = await self._post(
             "/apis/authentication.k8s.io/v1/tokenreviews",
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec},
+            bucket,
         )
         if status.get("authenticated") is not True:
-            return False
+            return Verdict.REFUSED
         if settings.audiences and not set(status.get("audiences") or []) & set(settings.audiences):
-            return False
+            return Verdict.REFUSED
         user = status.get("user") or {}
         groups = list(user.get("groups") or [])
         if settings.allowed_groups and not set(groups) & set(settings.allowed_groups):
-            return False
+            return Verdict.FORBIDDEN
         if settings.authorization_path is None:
-            return True
+            return Verdict.ACCEPTED
         access = await self._post(
             "/apis/authorization.k8s.io/v1/subjectaccessreviews",
             {
@@ -160,8 +253,9 @@ class TokenReviewer:
                     "nonResourceAttributes": {"path": settings.authorization_path, "verb": "get"},
                 },
             },
+            bucket,
         )
-        return access.get("allowed") is True
+        return Verdict.ACCEPTED if access.get("allowed") is True else Verdict.FORBIDDEN
 
 
 def authenticators(settings: AuthSettings) -> list[Authenticator]:
@@ -175,17 +269,24 @@ def authenticators(settings: AuthSettings) -> list[Authenticator]:
 
 
 async def require_token(request: Request) -> None:
-    """Dependency of /api/v1, /metrics and the API docs: a 401 unless auth is off or an authenticator accepts the
-    bearer token (429 when asking would pass the TokenReview rate)."""
+    """Dependency of /api/v1, /metrics and the API docs: nothing when auth is off or an authenticator accepts the
+    bearer token; 403 when it is authenticated but not allowed, 401 otherwise (429 when asking would pass the
+    TokenReview budgets)."""
     enabled: list[Authenticator] = request.app.state.authenticators
     if not enabled:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() == "bearer" and token:
+        source = request.client.host if request.client is not None else ""
+        verdicts: set[Verdict] = set()
         for authenticator in enabled:
-            if await authenticator.accepts(token):
+            verdict = await authenticator.judge(token, source)
+            if verdict is Verdict.ACCEPTED:
                 return
+            verdicts.add(verdict)
+        if Verdict.FORBIDDEN in verdicts:
+            raise AccessDeniedError(request.app.state.settings.auth.authorization_path)
     raise HTTPException(status_code=401, detail="bearer token required", headers={"WWW-Authenticate": "Bearer"})
 
 

@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
-from kubernetes import client, dynamic
+from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantity
 from tests.conftest import entry_point, make_usage
 from tests.integration.server import free_port, serving
+from tests.support import permissions
 from tests.support.control_plane import ControlPlane
 from tests.support.helm import CHART, PROMETHEUS, extra_crd_files, helm, render, values_args
 
@@ -80,12 +82,18 @@ def installed(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
     return Installed(plane, home, work, done)
 
 
-def token_kubeconfig(plane: ControlPlane, account: str, path: Path) -> Path:
-    """A kubeconfig with a TokenRequest token of `account` in the release namespace: what the pod would mount."""
+def account_token(plane: ControlPlane, account: str) -> str:
+    """A TokenRequest token of `account` in the release namespace: what a pod of it would mount."""
     core = client.CoreV1Api(plane.api())
-    token = core.create_namespaced_service_account_token(
+    token: str = core.create_namespaced_service_account_token(
         account, NAMESPACE, {"spec": {"expirationSeconds": 3600}}
     ).status.token
+    return token
+
+
+def token_kubeconfig(plane: ControlPlane, account: str, path: Path) -> Path:
+    """A kubeconfig with a TokenRequest token of `account` in the release namespace: what the pod would mount."""
+    token = account_token(plane, account)
     path.write_text(
         yaml.safe_dump(
             {
@@ -154,13 +162,12 @@ def test_helm_install_with_two_values_is_accepted_whole(installed: Installed) ->
     env = {e["name"]: e.get("value") for e in serve["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["KOORD_RECOMMENDER_WEBHOOK__DEFAULT_MODE"] == "Off"
     assert f"kubectl -n {NAMESPACE} logs -f job/{RELEASE}-first-train" in installed.install.stdout  # NOTES
+    assert f"ClusterRole\n{RELEASE}-reader" in installed.install.stdout  # how to get read access
 
 
 def test_the_training_account_can_do_nothing_in_the_cluster(installed: Installed) -> None:
     assert installed.install.returncode == 0, installed.install.stderr
     kubeconfig = token_kubeconfig(installed.plane, f"{RELEASE}-train", installed.work / "train.kubeconfig")
-    from kubernetes import config
-
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
     for call in (
         lambda: core.list_pod_for_all_namespaces(limit=1),
@@ -177,6 +184,18 @@ class Service:
     store: Path
     core: client.CoreV1Api
     custom: client.CustomObjectsApi
+    base: str
+    verify: ssl.SSLContext
+
+
+#: What the upgrade of the `service` fixture sets besides the defaults: accounts that read, the ServiceMonitor (its
+#: own reader account) and the extender (the cluster-files permissions).
+READER, STRANGER = "reader", "stranger"
+SECURITY_VALUES: dict[str, Any] = {
+    "auth.readers": [{"kind": "ServiceAccount", "name": READER, "namespace": NAMESPACE}],
+    "serviceMonitor.enabled": True,
+    "extender.enabled": True,
+}
 
 
 def usage(now: int) -> Any:
@@ -219,6 +238,7 @@ def service(installed: Installed) -> Iterator[Service]:
                 "webhook.mode": "Off",
                 "webhook.url": f"https://127.0.0.1:{port}/mutate",
                 "tls.selfSigned.ipAddresses": ["127.0.0.1"],
+                **SECURITY_VALUES,
             }
         ),
     )
@@ -237,8 +257,16 @@ def service(installed: Installed) -> Iterator[Service]:
         for e in deployment.spec.template.spec.containers[0].env
         if e.value is not None and e.name.startswith("KOORD_")
     }
+    env = {k: v for k, v in env.items() if not k.startswith("KOORD_RECOMMENDER_EXTENDER__")}  # the sidecar's files
     kubeconfig = token_kubeconfig(installed.plane, RELEASE, work / "serve.kubeconfig")
     env["KOORD_RECOMMENDER_WEBHOOK__KUBECONFIG"] = str(kubeconfig)  # what the pod's mounted token would give it
+    # The chart's TokenReview and SubjectAccessReview, asked of this API server with the serving account's token.
+    (work / "serve.token").write_text(account_token(installed.plane, RELEASE))
+    env["KOORD_RECOMMENDER_AUTH__API_SERVER_URL"] = installed.plane.url
+    env["KOORD_RECOMMENDER_AUTH__API_SERVER_CA_FILE"] = str(installed.plane.ca.cert_path)
+    env["KOORD_RECOMMENDER_AUTH__SERVICE_ACCOUNT_TOKEN_FILE"] = str(work / "serve.token")
+    for account in (READER, STRANGER):
+        core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": account}})
     for namespace, labels in (
         (OPTED, {"koord-recommender.io/mode": "Initial"}),
         (BY_VPA, {}),
@@ -266,9 +294,11 @@ def service(installed: Installed) -> Iterator[Service]:
         },
     )
     verify = ssl.create_default_context(cafile=str(work / "ca.crt"))
-    with serving(work / "store", work, tls=(work / "tls.crt", work / "tls.key"), verify=verify, env=env, port=port):
+    with serving(
+        work / "store", work, tls=(work / "tls.crt", work / "tls.key"), verify=verify, env=env, port=port
+    ) as base:
         time.sleep(2)  # the webhook configuration's new clientConfig reaches the apiserver's informer
-        yield Service(installed, work / "store", core, custom)
+        yield Service(installed, work / "store", core, custom, base, verify)
 
 
 def deployment_pod(namespace: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -372,6 +402,44 @@ def test_cluster_files_lists_pods_and_nodes_with_the_serving_account(service: Se
     assert listed.returncode == 0, listed.stderr
     assert json.loads(nodes.read_text())["items"] == []  # no nodes in this control plane, but the list was allowed
     assert isinstance(json.loads(pods.read_text())["items"], list)
+
+
+def test_the_api_answers_only_the_reader_role(service: Service) -> None:
+    """The chart's defaults: no token 401, an account bound to the reader role (auth.readers) 200, an account
+    without it 403; the ServiceMonitor's account scrapes /metrics; probes stay open."""
+    plane = service.installed.plane
+    with httpx.Client(base_url=service.base, verify=service.verify, timeout=30) as http:
+
+        def get(path: str, account: str | None = None) -> int:
+            headers = {"Authorization": f"Bearer {account_token(plane, account)}"} if account else {}
+            return http.get(path, headers=headers).status_code
+
+        assert get("/api/v1/recommendations") == 401 and get("/metrics") == 401
+        assert get("/api/v1/recommendations", READER) == 200
+        assert get("/api/v1/recommendations", STRANGER) == 403
+        assert get("/metrics", f"{RELEASE}-metrics") == 200  # the ServiceMonitor's identity
+        assert get("/healthz") == 200 and get("/readyz") == 200
+
+
+def test_every_account_may_do_exactly_what_the_docs_say(service: Service) -> None:
+    """What the API server says each of the release's accounts may do (SelfSubjectRulesReview with its own token,
+    as `kubectl auth can-i --list`), beyond what any account may, is docs/security.md's table for these values."""
+    installed = service.installed
+
+    def allowed(account: str) -> set[tuple[str, str]]:
+        kubeconfig = token_kubeconfig(installed.plane, account, installed.work / f"{account}-rules.kubeconfig")
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        review = client.AuthorizationV1Api(api).create_self_subject_rules_review({"spec": {"namespace": NAMESPACE}})
+        status = api.sanitize_for_serialization(review.status)
+        rules = [*status.get("resourceRules", []), *status.get("nonResourceRules", [])]
+        return {grant for rule in rules for grant in permissions.rule_grants(rule)}
+
+    baseline = allowed(STRANGER)  # discovery, self-reviews: what every authenticated account may
+    documented = permissions.documented({key: value for key, value in SECURITY_VALUES.items() if "." in key})
+    accounts = [RELEASE, f"{RELEASE}-sync", f"{RELEASE}-live", f"{RELEASE}-train", f"{RELEASE}-metrics"]
+    found = {account: allowed(account) - baseline for account in accounts}
+    assert {a: g for a, g in found.items() if g} == documented
+    assert found[f"{RELEASE}-train"] == set()
 
 
 def test_uninstall_keeps_the_store_and_a_reinstall_adopts_it(service: Service) -> None:

@@ -528,6 +528,7 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
         ALLOWED_GROUPS=json.dumps(["ops"]),
         AUTHORIZATION_PATH="/koord-recommender/read",
         TOKEN_REVIEW_RATE_PER_SECOND="10",
+        TOKEN_REVIEW_RATE_PER_SOURCE="10",  # the burst below comes from one address: the shared budget is the limit
         # Not a test of timeouts: a review slowed past the default 2 s by a loaded machine would refuse uncounted.
         TOKEN_REVIEW_TIMEOUT_SECONDS="60",
     )
@@ -538,8 +539,9 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
                 return bearer(client, token)
 
             assert get(fake_apiserver.USER_TOKEN) == 200
-            for refused in ("other-group-token", "other-audience-token", "no-access-token"):
-                assert get(refused) == 401, refused
+            assert get("other-audience-token") == 401  # not valid here: not authenticated
+            for forbidden in ("other-group-token", "no-access-token"):  # authenticated, not allowed
+                assert get(forbidden) == 403, forbidden
             time.sleep(1.1)  # the bucket refills
             before = reviews(api, api_ca)
             assert [get("bogus") for _ in range(5)] == [401] * 5 and [
@@ -564,10 +566,54 @@ def test_token_review_checks_audience_group_and_access_and_caches_refusals(
                 pytest.fail(f"no burst of {BURST} requests took under 5 s; the last took {took:.1f} s")
 
 
+def test_a_flood_of_bogus_tokens_leaves_a_known_client_at_200(
+    store: Path, tmp_path: Path, api_server: tuple[str, trustme.CA, Path]
+) -> None:
+    """One address floods unknown tokens for 3 s; a client from another loopback address, whose token the API server
+    authenticated before, asks all along and gets 200 every time, though its cache entry (1 s) would have expired
+    three times over. The flood itself is held to its budgets (429 past them)."""
+    env = token_review_env(
+        api_server,
+        tmp_path,
+        AUTHORIZATION_PATH="/koord-recommender/read",
+        TOKEN_REVIEW_CACHE_SECONDS="1",
+        TOKEN_REVIEW_RATE_PER_SOURCE="10",  # one address may spend all the unknown-token budget (10 a second)
+        TOKEN_REVIEW_TIMEOUT_SECONDS="30",
+    )
+    with start(store, tmp_path, env) as rig:
+        flooder = rig.client(
+            transport=httpx.HTTPTransport(local_address="127.0.0.2", verify=trusting(rig.ca)),
+            limits=httpx.Limits(max_connections=8),
+        )
+        with rig.client() as legit, flooder, ThreadPoolExecutor(8) as pool:
+            assert bearer(legit, fake_apiserver.USER_TOKEN) == 200  # seen before the flood
+            stop = time.monotonic() + 3
+
+            def flood(worker: int) -> list[int]:
+                return [bearer(flooder, f"bogus-{worker}-{i}") for i in range(2000) if time.monotonic() < stop]
+
+            flooding = [pool.submit(flood, worker) for worker in range(6)]
+            legit_statuses = []
+            for _ in range(400):  # bounded; until the flood's end
+                if time.monotonic() >= stop:
+                    break
+                legit_statuses.append(bearer(legit, fake_apiserver.USER_TOKEN))
+                time.sleep(0.02)
+            flood_statuses = [status for f in flooding for status in f.result(timeout=60)]
+        assert len(legit_statuses) >= 10 and [s for s in legit_statuses if s != 200] == []
+        assert flood_statuses.count(429) > flood_statuses.count(401) > 0, (len(flood_statuses), set(flood_statuses))
+
+
 def test_slow_token_reviews_do_not_starve_probes(
     store: Path, tmp_path: Path, api_server: tuple[str, trustme.CA, Path]
 ) -> None:
-    env = token_review_env(api_server, tmp_path, TOKEN_REVIEW_RATE_PER_SECOND="100", TOKEN_REVIEW_CONCURRENCY="64")
+    env = token_review_env(
+        api_server,
+        tmp_path,
+        TOKEN_REVIEW_RATE_PER_SECOND="100",
+        TOKEN_REVIEW_RATE_PER_SOURCE="100",
+        TOKEN_REVIEW_CONCURRENCY="64",
+    )
     with start(store, tmp_path, env) as rig:
         with (
             rig.client(limits=httpx.Limits(max_connections=80)) as client,

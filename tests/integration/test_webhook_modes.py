@@ -3,6 +3,7 @@ only) in dry-run, answering AdmissionReviews shaped as the API server sends them
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -53,3 +54,16 @@ def test_dry_run_only_annotates_what_would_change(client: httpx.Client) -> None:
     assert any(change.startswith("main: cpu request 1 -> ") for change in record["changes"])
     metrics = client.get("/metrics").text
     assert 'koord_recommender_webhook_decisions_total{dry_run="false",outcome="would_patch"}' in metrics
+
+
+def test_an_answer_holds_only_the_submitted_pods_own_patch(client: httpx.Client) -> None:
+    """What /mutate can reveal to a caller that reaches it (docs/security.md): the patch of the pod it sent, which
+    that pod would get anyway; nothing about other workloads, and nothing for a workload the model does not know."""
+    response, _ = review(client, {MODE_KEY: "Initial"})
+    assert set(response) <= {"uid", "allowed", "patchType", "patch", "warnings"} and response["allowed"] is True
+    patch = json.loads(base64.b64decode(str(response["patch"])))
+    assert {op["path"] for op in patch} <= {"/metadata/annotations", f"/metadata/annotations/{WOULD_APPLY_ANNOTATION}"}
+    unknown = k8s.pod("deployment", "someone-else", [k8s.container("main", k8s.RESOURCE_SHAPES["both"])])
+    unknown["metadata"]["labels"] = {**unknown["metadata"].get("labels", {}), MODE_KEY: "Initial"}
+    answer = client.post("/mutate", json=k8s.review(unknown, "ns")).json()["response"]
+    assert "patch" not in answer

@@ -17,6 +17,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding
 
+from tests.support import permissions
 from tests.support.control_plane import K8S_VERSION, crd_files
 from tests.support.helm import CHART, REPO, extra_crd_files, helm, helm_binary, render, values_args
 
@@ -146,24 +147,89 @@ def test_the_webhook_mode_reaches_the_server(values: dict[str, Any], mode: str, 
     )
 
 
-def test_the_serving_account_may_read_namespaces_vpas_and_hpas(default: list[dict[str, Any]]) -> None:
-    rules = one(default, "ClusterRole", "koord-recommender-serve")["rules"]
-    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    for group, resource in (
-        ("", "namespaces"),
-        ("autoscaling.k8s.io", "verticalpodautoscalers"),
-        ("autoscaling", "horizontalpodautoscalers"),
-        ("", "pods"),
-        ("", "nodes"),
-    ):
-        assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= granted
-    assert not {v for _, _, v in granted} & {"update", "patch", "delete", "deletecollection"}
-    binding = one(default, "ClusterRoleBinding", "koord-recommender-serve")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "koord-recommender", "namespace": "koord-recommender"}
-    ]
-    train = one(default, "ServiceAccount", "koord-recommender-train")
+#: The values that switch a role's permissions on or off (docs/security.md's "when" column).
+FEATURES = (
+    "auth.tokenReview",
+    "webhook.enabled",
+    "extender.enabled",
+    "sync.enabled",
+    "sync.writeVpaCheckpoints",
+    "live.enabled",
+    "serviceMonitor.enabled",
+)
+
+
+def feature_combinations() -> list[dict[str, bool]]:
+    """The defaults, each feature flipped from them, all on, all off."""
+    defaults = {f: bool(permissions.value_at(permissions.chart_defaults(), f)) for f in FEATURES}
+    flipped = [{**defaults, f: not defaults[f]} for f in FEATURES]
+    return [defaults, *flipped, dict.fromkeys(FEATURES, True), dict.fromkeys(FEATURES, False)]
+
+
+@pytest.mark.parametrize(
+    "features", feature_combinations(), ids=lambda f: "+".join(k for k, v in f.items() if v) or "none"
+)
+def test_every_account_gets_exactly_the_documented_permissions(features: dict[str, bool]) -> None:
+    objects = render(values=dict(features))
+    assert permissions.rendered(objects) == permissions.documented(features)
+    train = one(objects, "ServiceAccount", "koord-recommender-train")
     assert train["automountServiceAccountToken"] is False
+    if features["serviceMonitor.enabled"]:
+        assert one(objects, "ServiceAccount", "koord-recommender-metrics")["automountServiceAccountToken"] is False
+
+
+def test_the_reader_role_is_bound_to_the_named_readers_and_checked_by_the_server() -> None:
+    readers = [{"kind": "Group", "name": "sre", "apiGroup": "rbac.authorization.k8s.io"}]
+    objects = render(values={"auth.readers": readers, "serviceMonitor.enabled": True})
+    path = "/koord-recommender.io/koord-recommender/koord-recommender"
+    assert one(objects, "ClusterRole", "koord-recommender-reader")["rules"] == [
+        {"nonResourceURLs": [path], "verbs": ["get"]}
+    ]
+    binding = one(objects, "ClusterRoleBinding", "koord-recommender-reader")
+    assert binding["subjects"] == [
+        *readers,
+        {"kind": "ServiceAccount", "name": "koord-recommender-metrics", "namespace": "koord-recommender"},
+    ]
+    env = env_of(pod_specs(objects)["koord-recommender"]["containers"][0])
+    assert env["KOORD_RECOMMENDER_AUTH__TOKEN_REVIEW"] == "true"
+    assert env["KOORD_RECOMMENDER_AUTH__AUTHORIZATION_PATH"] == path
+    monitor = one(objects, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert monitor["authorization"]["credentials"] == {"name": "koord-recommender-metrics-token", "key": "token"}
+    token = one(objects, "Secret", "koord-recommender-metrics-token")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "koord-recommender-metrics"
+    bound = {b["metadata"]["name"] for b in by_kind(render(), "ClusterRoleBinding")}
+    assert "koord-recommender-reader" not in bound  # by default nobody reads until bound
+
+
+def test_a_token_file_and_a_client_ca_are_mounted_where_the_server_reads_them() -> None:
+    objects = render(
+        values={
+            "auth.tokenSecret.name": "api-token",
+            "auth.clientCA.configMapName": "control-plane-ca",
+            "auth.clientCA.names": ["kube-apiserver", "kube-scheduler"],
+        }
+    )
+    serve = pod_specs(objects)["koord-recommender"]
+    env = env_of(serve["containers"][0])
+    assert env["KOORD_RECOMMENDER_AUTH__TOKEN_FILE"] == "/etc/koord-recommender/auth/token"
+    assert env["KOORD_RECOMMENDER_SERVE__CLIENT_CA_FILE"] == "/etc/koord-recommender/client-ca/ca.crt"
+    assert env["KOORD_RECOMMENDER_SERVE__CLIENT_NAMES"] == '["kube-apiserver","kube-scheduler"]'
+    volumes = {v["name"]: v for v in serve["volumes"]}
+    assert volumes["auth-token"]["secret"] == {"secretName": "api-token", "items": [{"key": "token", "path": "token"}]}
+    assert volumes["client-ca"]["configMap"] == {
+        "name": "control-plane-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+    }
+    mounts = {m["name"]: m["mountPath"] for m in serve["containers"][0]["volumeMounts"]}
+    assert (
+        mounts["auth-token"] == "/etc/koord-recommender/auth"
+        and mounts["client-ca"] == "/etc/koord-recommender/client-ca"
+    )
+    default_env = env_of(pod_specs(render())["koord-recommender"]["containers"][0])
+    assert not {"KOORD_RECOMMENDER_AUTH__TOKEN_FILE", "KOORD_RECOMMENDER_SERVE__CLIENT_CA_FILE"} & set(default_env)
+    off = env_of(pod_specs(render(values={"webhook.enabled": False}))["koord-recommender"]["containers"][0])
+    assert off["KOORD_RECOMMENDER_WEBHOOK__WATCH_API"] == "off"  # no opt-in watches without their permission
 
 
 def test_a_single_node_store_keeps_its_pods_beside_serve_and_drops_the_budget(default: list[dict[str, Any]]) -> None:

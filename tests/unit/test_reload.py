@@ -9,7 +9,7 @@ from pathlib import Path
 import trustme
 
 from models.store import ModelStore
-from serving.routes.auth import TokenFile
+from serving.routes.auth import TokenFile, Verdict
 from serving.state import ServiceState
 from serving.tls import CertificateReloader
 
@@ -38,7 +38,7 @@ def test_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     tokens = TokenFile(path)
 
     def accepts(token: str) -> bool:
-        return asyncio.run(tokens.accepts(token))
+        return asyncio.run(tokens.judge(token, "127.0.0.1")) is Verdict.ACCEPTED
 
     assert accepts("one") and not accepts("two")
     path.write_text("two-longer\n")

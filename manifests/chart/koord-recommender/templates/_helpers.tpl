@@ -233,3 +233,18 @@ spec:
     items: [{key: {{ .Values.prometheus.ca.key }}, path: ca.crt}]
 {{- end }}
 {{- end -}}
+
+{{/* The non-resource URL whose `get` the reader ClusterRole grants and serve checks by SubjectAccessReview: one per
+release, so a reader of one release reads no other. */}}
+{{- define "kr.readerPath" -}}
+{{- printf "/koord-recommender.io/%s/%s" .Release.Namespace (include "kr.fullname" .) -}}
+{{- end -}}
+
+{{/* True when the chart's ServiceMonitor scrapes with the token of an account of its own (no token Secret given). */}}
+{{- define "kr.metricsAccount" -}}
+{{- if and .Values.serviceMonitor.enabled (not .Values.serviceMonitor.bearerTokenSecret.name) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "kr.clientCA" -}}
+{{- if or .Values.auth.clientCA.secretName .Values.auth.clientCA.configMapName -}}true{{- end -}}
+{{- end -}}
