@@ -763,24 +763,34 @@ def fairness_limit(costs: FloatArray, reference: int, tolerance: float) -> float
     return float(costs[reference, 1] + tolerance) if np.isfinite(costs[reference, 1]) else float("inf")
 
 
-def cheapest_fair(costs: FloatArray, reference: int, tolerance: float) -> int:
+def cheapest_fair(costs: FloatArray, reference: int, tolerance: float, min_gain: float = 0.0) -> int:
     """Index of the lowest overprovision (costs: candidates x (overprovision, p90 container violation)) among the
     candidates whose p90 container violation is at most the `reference` candidate's plus `tolerance` x the target
     violation: cheaper lines must not get there by giving up on some containers (a flat line spreads its misses
-    evenly; a time-of-day line may miss a little more on some containers for far less room)."""
+    evenly; a time-of-day line may miss a little more on some containers for far less room). The `reference` stays
+    unless that candidate is cheaper by more than `min_gain` of the reference's overprovision: candidates within a
+    few per cent of each other are a tie that a few containers joining or leaving the fleet break either way, while
+    their lines for one container may differ 10x (a 1-day and a 14-day max), so a tie goes to the default."""
     over = np.where(np.isnan(costs[:, 0]), np.inf, costs[:, 0])
     fair = np.isfinite(over) & ~(costs[:, 1] > fairness_limit(costs, reference, tolerance))
-    return int(np.argmin(np.where(fair, over, np.inf))) if fair.any() else int(np.argmin(over))
+    best = int(np.argmin(np.where(fair, over, np.inf))) if fair.any() else int(np.argmin(over))
+    if np.isfinite(over[reference]) and not over[best] < (1.0 - min_gain) * over[reference]:
+        return reference
+    return best
 
 
-def cheapest_fallback(costs: FloatArray, fallbacks: Sequence[int], reference: int, tolerance: float) -> int:
-    """`cheapest_fair` among the `fallbacks` only (the baselines' flat rules; every candidate when there are none)."""
+def cheapest_fallback(
+    costs: FloatArray, fallbacks: Sequence[int], reference: int, tolerance: float, min_gain: float = 0.0
+) -> int:
+    """`cheapest_fair` among the `fallbacks` (the baselines' flat rules; every candidate when there are none) and the
+    `reference`, the default they must beat by `min_gain`."""
     if not fallbacks:
-        return cheapest_fair(costs, reference, tolerance)
+        return cheapest_fair(costs, reference, tolerance, min_gain)
+    allowed = [*fallbacks, reference]
     restricted = np.full(costs.shape, np.nan)
-    restricted[list(fallbacks), 0] = costs[list(fallbacks), 0]
+    restricted[allowed, 0] = costs[allowed, 0]
     restricted[:, 1] = costs[:, 1]
-    return cheapest_fair(restricted, reference, tolerance)
+    return cheapest_fair(restricted, reference, tolerance, min_gain)
 
 
 def origins_only(past_lines: Sequence[FloatArray], kept: npt.NDArray[np.bool_]) -> list[FloatArray]:
@@ -798,22 +808,24 @@ def choose_models(
     reference: int = 0,
     fairness_tolerance: float = 1.0,
     pooled_cost: Callable[[IntArray], FloatArray] | None = None,
+    choice_min_gain: float = 0.0,
 ) -> tuple[IntArray, FloatArray, FloatArray]:
     """Candidate index per container (its group's choice where the group's evidence is strong, else the fleet's)
     from the `labelled_costs` of the candidates by `groups` ((groups + 1) x candidates x 2), the fleet's matched
     costs (candidates x 2, see `matched_costs`) and the groups' (groups x candidates x 2). With `pooled_cost` (the
     fleet's cost of a choice per container, `pooled_choice_cost`), a group keeps its own choice only where the fleet
-    does not pay for it (`keep_pooled_gains`, with `min_gain` as the loss allowed)."""
+    does not pay for it (`keep_pooled_gains`, with `min_gain` as the loss allowed). A candidate replaces the
+    `reference` only when cheaper by more than `choice_min_gain` (`cheapest_fair`)."""
     n_groups = costs.shape[0] - 1
     fleet, per_group = costs[n_groups], costs[:n_groups].copy()
     # A group chooses on its own only when it holds enough containers to be evidence.
     eligible = np.bincount(groups, minlength=n_groups) >= max(min_containers, 1)
     per_group[~eligible] = np.nan
     tolerance = fairness_tolerance * target_violation
-    fleet_choice = cheapest_fair(fleet, reference, tolerance)
+    fleet_choice = cheapest_fair(fleet, reference, tolerance, choice_min_gain)
     choice = np.full(groups.size, fleet_choice, dtype=np.int64)
     for g in np.flatnonzero(eligible):
-        best = cheapest_fair(per_group[g], reference, tolerance)
+        best = cheapest_fair(per_group[g], reference, tolerance, choice_min_gain)
         if (
             np.isfinite(per_group[g, best, 0])
             and per_group[g, best, 0] < (1.0 - min_gain) * per_group[g, fleet_choice, 0]
@@ -1256,6 +1268,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         validation_days: int = 2,
         selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
+        choice_min_gain: float = 0.05,
         calibration_prior_samples: float = 20_000.0,
         group_prior_samples: float = 20_000.0,
         factor_min: float = 0.25,
@@ -1278,6 +1291,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.validation_days = validation_days
         self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
+        self.choice_min_gain = choice_min_gain
         self.calibration_prior_samples = calibration_prior_samples
         self.group_prior_samples = group_prior_samples
         self.factor_min = factor_min
@@ -1432,11 +1446,12 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 lambda choice: pooled_choice_cost(
                     past_lines, choice, past_usage, target, labels, scores.totals(past_usage)
                 ),
+                self.choice_min_gain,
             )
             self.group_costs_ = np.full((group_count, n_models, 2), np.nan)
             self.group_costs_[: group_costs.shape[0]] = group_costs
             tolerance = self.fairness_tolerance * target
-            self.fleet_choice_ = cheapest_fair(self.fleet_costs_, self.reference, tolerance)
+            self.fleet_choice_ = cheapest_fair(self.fleet_costs_, self.reference, tolerance, self.choice_min_gain)
             with_usage = int(np.count_nonzero(scores.totals(past_usage)[0] > 0))
             self.small_fleet_ = with_usage < self.selection_min_containers
             self.validated_ = not self.small_fleet_ and (
@@ -1447,7 +1462,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 # window at the asked level) as it is (`_blend`), so no line hangs on a near-tie or on the others.
                 self.fleet_choice_ = self.reference
             elif not self.validated_:
-                self.fleet_choice_ = cheapest_fallback(self.fleet_costs_, self.fallbacks, self.reference, tolerance)
+                self.fleet_choice_ = cheapest_fallback(
+                    self.fleet_costs_, self.fallbacks, self.reference, tolerance, self.choice_min_gain
+                )
             if not self.validated_:
                 self.choice_ = np.full(n_groups, self.fleet_choice_, dtype=np.int64)
             (
@@ -1495,9 +1512,12 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.reference,
             self.fairness_tolerance,
             lambda picked: pooled_choice_cost(early_lines, picked, past_usage, target, labels, early_totals),
+            self.choice_min_gain,
         )
         tolerance = self.fairness_tolerance * target
-        flat = np.full(choice.size, cheapest_fallback(fleet, self.fallbacks, self.reference, tolerance))
+        flat = np.full(
+            choice.size, cheapest_fallback(fleet, self.fallbacks, self.reference, tolerance, self.choice_min_gain)
+        )
         late_totals = usage_totals(past_usage, late)
         ours, theirs = (
             pooled_choice_cost(
@@ -1688,6 +1708,7 @@ def selected_forecaster(
         validation_days=settings.validation_days,
         selection_min_containers=settings.selection_min_containers,
         fairness_tolerance=settings.fairness_tolerance,
+        choice_min_gain=settings.choice_min_gain,
         calibration_prior_samples=settings.calibration_prior_samples,
         group_prior_samples=settings.group_prior_samples,
         factor_min=settings.calibration_factor_min,

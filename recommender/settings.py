@@ -242,6 +242,15 @@ class ForecastSettings(BaseModel):
         description="A candidate is chosen only if its p90 container violation at the matched level is at "
         "most that of the flat quantile of `history_days` (KRR's shape) plus this x the target (1: one point at 1 %).",
     )
+    choice_min_gain: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="Share of the reference's matched overprovision (the flat quantile of `history_days` at the asked "
+        "level) a candidate must save to replace it, fraction: candidates closer than this are a tie that a few "
+        "containers joining or leaving the fleet break either way, while one container's lines under them may differ "
+        "10x (a 1-day and a 14-day max); 0: always the cheapest.",
+    )
     calibration_prior_samples: float = Field(
         1e9,
         gt=0,

@@ -1,6 +1,7 @@
 """The day-ahead choice falls back to the baselines' flat rules where it would not have won on days it did not see
 (issue 38, item 5), and uses no day after its decision; a small fleet's lines hang on no near-tie and on no other
-container (issue 39, item 13)."""
+container (issue 39, item 13); a near-tie goes to the reference (the default), so a fleet's choice does not flip
+when a few containers join or leave."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
 
-from models.ensemble import SelectedForecaster, flat_rules, line_forecaster, model_name
+from models.ensemble import SelectedForecaster, cheapest_fair, flat_rules, line_forecaster, model_name
 from models.forecast import FlatQuantileForecaster, WindowQuantileForecaster
 from pipelines.backtest import daily_candidate_lines, selected_lines
 from recommender.settings import ForecastSettings
@@ -39,7 +40,7 @@ def shaped(past: np.ndarray, good_origins: int, seed: int = 1) -> np.ndarray:
     return line
 
 
-def selector(fallback_days: int = 2) -> SelectedForecaster:
+def selector(fallback_days: int = 2, min_gain: float = 0.05) -> SelectedForecaster:
     """Candidate 0 is a model of ours, candidate 1 a flat rule (the fallback)."""
     return SelectedForecaster(
         candidates=[FlatQuantileForecaster(days=1.0), FlatQuantileForecaster(days=14.0)],
@@ -49,6 +50,7 @@ def selector(fallback_days: int = 2) -> SelectedForecaster:
         fallbacks=(1,),
         validation_days=fallback_days,
         selection_min_containers=30,
+        choice_min_gain=min_gain,
         constant=True,
     )
 
@@ -120,3 +122,42 @@ def test_the_choice_uses_no_day_after_its_decision() -> None:
         results.append(selected_lines(g, lines, clone(fleet), [decision], P))
     np.testing.assert_array_equal(results[0][0], results[1][0])
     np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+costs_strategy = st.lists(st.tuples(st.floats(0.01, 10.0), st.floats(0.0, 0.2)), min_size=2, max_size=8).map(
+    lambda rows: np.array(rows, dtype=float)
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(costs_strategy, st.data(), st.floats(0.0, 0.5))
+def test_a_candidate_replaces_the_reference_only_with_a_clear_gain(
+    costs: np.ndarray, data: st.DataObject, min_gain: float
+) -> None:
+    """The reference stays unless the cheapest fair candidate saves more than `min_gain` of its overprovision; a
+    candidate that does is the cheapest fair one, as without the margin."""
+    reference = data.draw(st.integers(0, costs.shape[0] - 1), label="reference")
+    tolerance = 0.01
+    chosen = cheapest_fair(costs, reference, tolerance, min_gain)
+    plain = cheapest_fair(costs, reference, tolerance)
+    if chosen != reference:
+        assert chosen == plain
+        assert costs[chosen, 0] < (1.0 - min_gain) * costs[reference, 0]
+    else:
+        assert plain == reference or not costs[plain, 0] < (1.0 - min_gain) * costs[reference, 0]
+
+
+def test_a_near_tie_goes_to_the_reference_whichever_half_of_the_fleet_is_kept() -> None:
+    """Two candidates within 3 % of each other on a 60-container fleet: with no margin the cheaper one is taken,
+    and which one that is depends on the containers kept; with the default margin every half takes the reference."""
+    past = usage(60, seed=5)
+    rng = np.random.default_rng(7)
+    wobbly = flat(past) * rng.uniform(0.97, 1.03, size=(1, 60, 1))  # the flat rule, off by up to 3 % per container
+    lines = [wobbly, flat(past)]
+    halves = [np.arange(0, 60, 2), np.arange(1, 60, 2), np.arange(30), np.arange(30, 60)]
+    plain = [selector(min_gain=0.0).decide([line[:, h] for line in lines], past[:, h]) for h in halves]
+    assert {int(m.fleet_choice_) for m in plain} == {0, 1}, "the two candidates are a knife-edge without the margin"
+    for half in halves:
+        model = selector().decide([line[:, half] for line in lines], past[:, half])
+        assert abs(model.fleet_costs_[0, 0] / model.fleet_costs_[1, 0] - 1) < 0.05
+        assert set(model.choice_.tolist()) == {1}
