@@ -13,14 +13,8 @@ fi
 mkdir -p "$venv"
 log=$venv/bootstrap.log
 : > "$log"
-# Run one step with its output in the log; on failure say which step, where the log is, and its last lines.
-quiet() {
-  if ! "$@" >>"$log" 2>&1; then
-    echo "set-up failed: $*; the whole log is $log; its end:" >&2
-    tail -n 25 "$log" >&2
-    exit 1
-  fi
-}
+# shellcheck source=scripts/setup-lib.sh
+. "$(dirname "$0")/setup-lib.sh"
 if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
   echo "set-up: installing Debian's python3-venv (python3 has no venv/ensurepip)" >&2
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi

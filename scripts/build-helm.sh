@@ -18,30 +18,15 @@ if [ -x "$BIN/helm" ] && [ -s "$CRDS/cert-manager.io_certificates.yaml" ] && [ -
   echo "$BIN/helm"
   exit 0
 fi
-# Go >= 1.21 fetches the toolchain a module asks for by itself (GOTOOLCHAIN=auto); older ones cannot build this.
-go_hint="install Go >= 1.26 from https://go.dev/dl/ (Debian bookworm's golang is 1.19, too old; any Go >= 1.21 fetches the newer toolchain itself)"
-if ! command -v go >/dev/null; then
-  echo "Go is missing: $go_hint to build helm" >&2
-  exit 3
-fi
-go_version=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
-if [ "$(printf '%s\n' "1.21" "${go_version:-0}" | sort -V | head -n 1)" != "1.21" ]; then
-  echo "Go ${go_version:-of unknown version} is too old: $go_hint to build helm" >&2
-  exit 3
-fi
+# shellcheck source=scripts/setup-lib.sh
+. "$(dirname "$0")/setup-lib.sh"
+quiet_what=build
+require_go 1.26 "helm"
 mkdir -p "$CACHE"
 log=$CACHE/build.log
 : > "$log"
 # A failing step outside quiet (a module download read by a substitution) names the log too.
 trap 'echo "build failed at line $LINENO of $0; the whole log is $log; its end:" >&2; tail -n 25 "$log" >&2' ERR
-# Run one step with its output in the log; on failure say which step, where the log is, and its last lines.
-quiet() {
-  if ! "$@" >>"$log" 2>&1; then
-    echo "build failed: $*; the whole log is $log; its end:" >&2
-    tail -n 25 "$log" >&2
-    exit 1
-  fi
-}
 mkdir -p "$BIN" "$CRDS"
 export GOFLAGS=-mod=mod
 echo "helm: fetching helm.sh/helm/v3@v$HELM_VERSION from the Go module proxy (log: $log)" >&2

@@ -13,21 +13,21 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+# The browser tests' own server and browser set-up: one way to start them.
+from tests.integration.server import serving  # noqa: E402
+from tests.support.browser import chromium  # noqa: E402
+
 IMAGES = REPO / "docs" / "images"
 RECOMMENDER = Path(sys.executable).with_name("recommender")
 #: The workload whose page is shown: the bundled trace's job with the most pods.
 WORKLOAD = "google-2019/job-399444405700"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 WAIT_SECONDS = 60
 
 
@@ -41,66 +41,17 @@ def run(command: list[str], log: Path) -> None:
         sys.exit(f"{command[1]} failed (exit {done.returncode}); its output is in {log}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_ready(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait until the server has a model loaded (bounded), or stop with where its output went."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            sys.exit(f"recommender serve exited with {server.returncode}; its output is in {log}")
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    sys.exit(f"recommender serve was not ready within {WAIT_SECONDS} s; its output is in {log}")
-
-
-def dashboard_shot(store: Path, target: Path, log: Path) -> None:
+def dashboard_shot(store: Path, target: Path) -> None:
     """The workload page of the demo model, full page, 1400 pixels wide."""
-    chromium = shutil.which("chromium")
-    if chromium is None:
+    executable = shutil.which("chromium")
+    if executable is None:
         sys.exit("chromium is not installed: scripts/install-test-deps.sh installs Debian's chromium")
-    from playwright.sync_api import sync_playwright
-
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    command = [str(RECOMMENDER), "serve", "--store", str(store), "--host", "127.0.0.1", "--port", str(port)]
-    with log.open("a") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
-    try:
-        wait_ready(base, server, log)
-        with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
-            browser = playwright.chromium.launch_persistent_context(
-                profile,
-                executable_path=chromium,
-                args=CHROMIUM_ARGS,
-                headless=True,
-                viewport={"width": 1400, "height": 1000},
-            )
-            browser.set_default_timeout(WAIT_SECONDS * 1000)
-            try:
-                page = browser.new_page()
-                route = f"workload/{WORKLOAD}"
-                page.goto(f"{base}/ui/#/{route}")
-                page.wait_for_selector(f'#view[data-ready=true][data-route="{route}"]')
-                page.screenshot(path=str(target), full_page=True)
-            finally:
-                browser.close()
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=15)
+    with serving(store, store.parent) as base, chromium(executable, WAIT_SECONDS * 1000) as browser:
+        page = browser.new_page()
+        route = f"workload/{WORKLOAD}"
+        page.goto(f"{base}/ui/#/{route}")
+        page.wait_for_selector(f'#view[data-ready=true][data-route="{route}"]')
+        page.screenshot(path=str(target), full_page=True)
 
 
 def main() -> None:
@@ -117,7 +68,7 @@ def main() -> None:
     run([str(RECOMMENDER), "demo", "--no-serve", "--workdir", str(workdir)], log)
     shutil.copyfile(workdir / "four-lines.png", IMAGES / "four-lines.png")
     print("docs-images: shooting the dashboard's workload page", file=sys.stderr)
-    dashboard_shot(workdir / "store", IMAGES / "dashboard.png", log)
+    dashboard_shot(workdir / "store", IMAGES / "dashboard.png")
     print(f"docs-images: wrote {IMAGES / 'four-lines.png'} and {IMAGES / 'dashboard.png'}", file=sys.stderr)
 
 

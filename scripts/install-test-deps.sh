@@ -18,13 +18,8 @@ log_dir=${KOORD_SETUP_LOG_DIR:-.venv}
 mkdir -p "$log_dir"
 log=$log_dir/test-deps.log
 : > "$log"
-quiet() {
-  if ! "$@" >>"$log" 2>&1; then
-    echo "set-up failed: $*; the whole log is $log; its end:" >&2
-    tail -n 25 "$log" >&2
-    exit 1
-  fi
-}
+# shellcheck source=scripts/setup-lib.sh
+. "$(dirname "$0")/setup-lib.sh"
 if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
 echo "set-up: installing Debian packages for the tests: ${packages[*]}" >&2
 quiet $sudo apt-get update

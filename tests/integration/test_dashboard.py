@@ -15,7 +15,6 @@ import math
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,20 +26,11 @@ import yaml
 from recommender.units import cpu_quantity, memory_quantity
 from tests.conftest import BUNDLED, DAY, REPO, entry_point, make_usage
 from tests.integration.server import serving
+from tests.support.browser import chromium
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ARTIFACTS = REPO / "test-artifacts" / "dashboard"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WAIT_MS = 15_000
 #: Two bundled workloads placed on one node, for the node page.
 PODS_ON_NODE = [("job-113812204462", "job-113812204462-0"), ("job-380263806889", "job-380263806889-3")]
@@ -94,21 +84,8 @@ def browser() -> Iterator[Any]:
     executable = shutil.which("chromium")
     if executable is None:
         pytest.skip("chromium is not installed (scripts/install-test-deps.sh installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile,
-            executable_path=executable,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1400, "height": 1000},
-        )
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium(executable, WAIT_MS) as context:
+        yield context
 
 
 @pytest.fixture
