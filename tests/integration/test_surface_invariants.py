@@ -18,7 +18,6 @@ import math
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from recommender.units import GIB, MIB, cpu_cores_from_quantity, memory_bytes_fr
 from tests import k8s
 from tests.conftest import BUNDLED, DAY, entry_point
 from tests.integration.server import serving
+from tests.support.browser import chromium
 
 #: Bounded: 2.5-3 minutes at a load average of 14 on 2 cores (the bundled trace ~65 s, each fleet ~35 s).
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -396,19 +396,8 @@ def browser() -> Iterator[Any]:
     if executable is None:
         yield None
         return
-    from playwright.sync_api import sync_playwright
-
-    from tests.integration.test_dashboard import CHROMIUM_ARGS
-
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=executable, args=CHROMIUM_ARGS, headless=True
-        )
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium(executable, WAIT_MS) as context:
+        yield context
 
 
 # ---- fleets --------------------------------------------------------------------------------------------------------
