@@ -21,13 +21,7 @@ if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x
 fi
 # shellcheck source=scripts/setup-lib.sh
 . "$(dirname "$0")/setup-lib.sh"
-quiet_what=build
-require_go 1.24 "the control plane"
-mkdir -p "$CACHE"
-log=$CACHE/build.log
-: > "$log"
-# A failing step outside quiet (a module download read by a substitution) names the log too.
-trap 'echo "build failed at line $LINENO of $0; the whole log is $log; its end:" >&2; tail -n 25 "$log" >&2' ERR
+start_go_build 1.24 "the control plane" "$CACHE"
 SRC=$CACHE/src
 mkdir -p "$SRC/etcd" "$BIN"
 cd "$SRC"

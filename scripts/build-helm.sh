@@ -20,13 +20,7 @@ if [ -x "$BIN/helm" ] && [ -s "$CRDS/cert-manager.io_certificates.yaml" ] && [ -
 fi
 # shellcheck source=scripts/setup-lib.sh
 . "$(dirname "$0")/setup-lib.sh"
-quiet_what=build
-require_go 1.26 "helm"
-mkdir -p "$CACHE"
-log=$CACHE/build.log
-: > "$log"
-# A failing step outside quiet (a module download read by a substitution) names the log too.
-trap 'echo "build failed at line $LINENO of $0; the whole log is $log; its end:" >&2; tail -n 25 "$log" >&2' ERR
+start_go_build 1.26 "helm" "$CACHE"
 mkdir -p "$BIN" "$CRDS"
 export GOFLAGS=-mod=mod
 echo "helm: fetching helm.sh/helm/v3@v$HELM_VERSION from the Go module proxy (log: $log)" >&2

@@ -25,3 +25,14 @@ require_go() {
     exit 3
   fi
 }
+
+# start_go_build MIN WHAT CACHE: the Go build scripts' start: `require_go MIN WHAT`, then "$log" = CACHE/build.log,
+# emptied, with failures outside `quiet` (a module download read by a substitution) naming it too.
+start_go_build() {
+  require_go "$1" "$2"
+  quiet_what=build
+  mkdir -p "$3"
+  log=$3/build.log
+  : > "$log"
+  trap 'echo "build failed at line $LINENO of $0; the whole log is $log; its end:" >&2; tail -n 25 "$log" >&2' ERR
+}
