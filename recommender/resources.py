@@ -124,12 +124,12 @@ class ResourceRecommendation(BaseModel):
     limit_rule: str | None = Field(
         None,
         description="Which rule set `limit`: scaled with the request (VPA's rule), the "
-        "request itself, or (memory) the observed peak + margin.",
+        "request itself, or the observed peak (memory: + margin).",
     )
     limit_floor: float | None = Field(
         None,
-        description="Memory: no limit we set goes below this (the observed peak of the history window, "
-        "`forecast.history_days`, x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.",
+        description="No limit we set goes below this: the highest usage of the history window "
+        "(`forecast.history_days`), for memory x (1 + `forecast.memory_peak_margin_fraction`); None without usage.",
     )
     ceiling: float | None = Field(
         None,
