@@ -1238,8 +1238,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             "short_term": lines,
             "live_short_term": live,
             "long_term": long_values,
-            # The expected peak is one the short-term reservation covers: never above the line's highest step.
-            "peak": np.where(np.isnan(ours["peak"]) | stale, line_peak, np.fmin(ours["peak"], line_peak)),
+            # The day's highest usage is never below the short-term line's highest step: a line built for a risk of
+            # P has usage above it at P of the steps, so the day's maximum passes it (a peak under the line said the
+            # reservation was for usage the forecast did not expect). On dev at 1 %, capping the peak at the line
+            # instead cost 15 points of median error (CPU 16.9 -> 31.9 %).
+            "peak": np.where(np.isnan(ours["peak"]) | stale, line_peak, np.fmax(ours["peak"], line_peak)),
         }
         # A stale container's lines hold what it asked for, as its page says: the ceiling leaves them.
         held_ceiling = np.where(stale, np.nan, ceiling)

@@ -16,12 +16,12 @@ from recommender.identity import WorkloadKey
 
 
 class Peak(BaseModel):
-    """The usage peak expected over the horizon, which the short-term reservation covers, and when it comes."""
+    """The usage peak expected over the horizon, at or above the short-term reservation, and when it comes."""
 
     value: float = Field(
         description="Forecast peak (cores or bytes): the point forecast of the next day's maximum usage (about half "
-        "the days peak above it), never above the short-term line's highest step; that step itself where there is no "
-        "point forecast (a stale container, a rule's line)."
+        "the days peak above it), never below the short-term line's highest step (usage passes a line built for a risk "
+        "of P at P of the steps); that step itself where there is no point forecast (a stale container, a rule's line)."
     )
     at: int | None = Field(
         description="Start (Unix seconds) of the first step at which the short-term line reaches its highest, always "

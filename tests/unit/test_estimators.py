@@ -139,8 +139,12 @@ def as_stored(recommendations: RecommendationSet) -> RecommendationSet:
     restated = {"limit": None, "limit_rule": None}
 
     def resource(value: Any, name: str) -> Any:
+        if value is None:
+            return None
+        # The peak was capped at the short-term line's highest step; it is now raised to it (`_peaks_raised`).
         floor = {"limit_floor": None} if name == "cpu" else {}
-        return None if value is None else value.model_copy(update={**restated, **floor})
+        peak = value.peak.model_copy(update={"value": max(value.short_term)})
+        return value.model_copy(update={**restated, **floor, "peak": peak})
 
     return recommendations.model_copy(
         update={
@@ -167,6 +171,7 @@ def test_models_stored_before_scalar_parameters_load_and_predict_the_same() -> N
     predicted = model.predict(expected.as_of)
     assert as_stored(_before_the_ceiling(predicted)) == as_stored(expected)
     _recent_days_match(predicted, expected)
+    _peaks_raised(predicted, expected)
     # It continues (incremental training) and clones as a model of today.
     later = make_usage(workloads=2, pods=2, days=3)
     later = later[later["timestamp"] > model.data_end_]
@@ -226,6 +231,15 @@ def _recent_days_match(predicted: RecommendationSet, stored: RecommendationSet) 
         assert new.history is not None and old.history is not None
         for name in ("recent_cpu_cores", "recent_memory_bytes"):
             assert getattr(new.history, name)[:-1] == getattr(old.history, name)[1:]
+
+
+def _peaks_raised(predicted: RecommendationSet, stored: RecommendationSet) -> None:
+    """The peak as the fixture's release stored it was at most the short-term line's highest step; now it is at
+    least that step (issue 39: a peak under its own line)."""
+    for new, old in zip(predicted.recommendations, stored.recommendations, strict=True):
+        for name in ("cpu", "memory"):
+            before, after = getattr(old, name), getattr(new, name)
+            assert before.peak.value <= max(before.short_term) <= after.peak.value
 
 
 def _before_the_ceiling(recommendations: RecommendationSet) -> RecommendationSet:
