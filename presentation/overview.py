@@ -30,7 +30,10 @@ class ResourceComparison(BaseModel):
     current_request: float | None = Field(
         description="Request, or the limit where only a limit is set; None if neither."
     )
-    recommended: float | None = Field(description="Recommended request (target); None without samples.")
+    recommended: float | None = Field(
+        description="Recommended request as written: the target rounded up to a whole millicore or MiB, what the "
+        "webhook and the YAML write; None without samples."
+    )
     recommended_limit: float | None = Field(
         None,
         description="The limit written with it: the recommendation's `limit`, on every surface the same (None "
@@ -129,12 +132,14 @@ def _comparison(
     replicas: int,
 ) -> ResourceComparison:
     seen = [v for v in recent if v is not None]
-    change = None if learned is None or request is None else learned.target - request
+    # The request as written (rounded up to the millicore or MiB the webhook and the YAML write): the figure every
+    # surface states and the totals add up, not the model's unrounded target a millicore below it.
     written = None if learned is None else on_grid(resource, learned.target)
+    change = None if written is None or request is None else written - request
     return ResourceComparison(
         stale=learned is not None and learned.stale,
         current_request=request,
-        recommended=None if learned is None else learned.target,
+        recommended=written,
         recommended_limit=None if learned is None else learned.limit,
         change=change,
         change_all_replicas=None if change is None else change * replicas,

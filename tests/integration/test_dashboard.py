@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from recommender.units import cpu_quantity, memory_quantity
+from recommender.units import cpu_on_grid, cpu_quantity, memory_quantity
 from tests.conftest import BUNDLED, DAY, REPO, entry_point, make_usage
 from tests.integration.server import serving
 from tests.support.browser import chromium
@@ -164,7 +164,8 @@ def test_status_and_overview(base: str) -> None:
     row = next(w for w in body["workloads"] if w["workload"] == first["workload"])
     # The trace has limits only: the request defaults to the limit, so the pods are Guaranteed (LSR, koord-prod).
     assert row["cpu_cores"]["current_request"] == first["current"]["cpu_limit_cores"]
-    assert row["cpu_cores"]["change"] == pytest.approx(first["cpu"]["target"] - first["current"]["cpu_limit_cores"])
+    written = cpu_on_grid(first["cpu"]["target"])
+    assert row["cpu_cores"]["change"] == pytest.approx(written - first["current"]["cpu_limit_cores"])
     assert (row["kubernetes_qos"], row["qos_class"], row["priority_class"]) == ("Guaranteed", "LSR", "koord-prod")
     assert body["cluster"]["cpu_request_cores"] == pytest.approx(
         sum(r["current"]["cpu_limit_cores"] for r in recommendations["recommendations"])

@@ -260,7 +260,7 @@ def one_sign(s: Surfaces) -> None:
             found = row[unit]
             if found["change"] is None:
                 continue
-            expected = rec[resource]["target"] - found["current_request"]
+            expected = on_grid(resource, rec[resource]["target"]) - found["current_request"]
             assert found["change"] == pytest.approx(expected), (key, resource)
             assert found["change_all_replicas"] == pytest.approx(expected * row["replicas"]), (key, resource)
             column = s.csv_rows[key][f"{resource}_change_{unit.split('_')[1]}"]
