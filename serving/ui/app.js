@@ -584,7 +584,8 @@ function modelsTable(rec, asOf) {
 function yamlSnippet(namespace, workload, kind, recs, version) {
   const lines = [
     `# ${namespace}/${workload}: resources recommended by koord-recommender (model ${version}), per container.`,
-    "# Limits, where set, are the recommendation's limit: scaled by recommended / current request as VPA does, what the webhook writes.",
+    "# Limits, where set, are the recommendation's limit, what the webhook writes: scaled by recommended / current request as VPA does,",
+    "# never below the request nor below the highest usage of the history window (memory: plus a margin).",
     `# kubectl -n ${namespace} edit ${kind ? kind.toLowerCase() : "<kind>"} ${workload}`,
   ];
   // Where the pod spec sits in the workload's manifest.
