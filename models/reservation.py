@@ -228,11 +228,13 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         return self._observed_max(self.grid_[rows], times)
 
     def recent(self, as_of: float, window_seconds: int) -> FloatArray:
-        """Observed line (max over pods per step) for [as_of - window, as_of); NaN where there was no sample."""
+        """Observed line (max over pods per step) for [as_of - window, as_of); NaN where there was no sample. Each
+        step shows the grid's slot holding its last second, so the newest samples (in the slot `as_of` falls in,
+        when it is not on the grid) are shown: a burst in the last minutes is what a line just issued answers."""
         check_is_fitted(self, "grid_")
         step = self.step_seconds
         n_steps = int(np.ceil(window_seconds / step))
-        slots, inside = self._slots(as_of - window_seconds + step * np.arange(n_steps, dtype=np.float64))
+        slots, inside = self._slots(as_of - window_seconds - 1.0 + step * np.arange(1, n_steps + 1, dtype=np.float64))
         out = np.full((self.grid_.shape[0], n_steps), np.nan)
         out[:, inside] = self.grid_[:, slots[inside]]
         result: FloatArray = np.where(np.isfinite(out), out, np.nan)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from presentation.settings import OverviewSettings
 from recommender.koordinator import default_priority_class, koordinator_qos, kubernetes_qos
+from recommender.limits import Resource, on_grid
 from recommender.resources import RecommendationSet, ResourceRecommendation, WorkloadRecommendation
 
 
@@ -29,7 +30,10 @@ class ResourceComparison(BaseModel):
     current_request: float | None = Field(
         description="Request, or the limit where only a limit is set; None if neither."
     )
-    recommended: float | None = Field(description="Recommended request (target); None without samples.")
+    recommended: float | None = Field(
+        description="Recommended request as written: the target rounded up to a whole millicore or MiB, what the "
+        "webhook and the YAML write; None without samples."
+    )
     recommended_limit: float | None = Field(
         None,
         description="The limit written with it: the recommendation's `limit`, on every surface the same (None "
@@ -41,6 +45,12 @@ class ResourceComparison(BaseModel):
     change_all_replicas: float | None = Field(description="change x the workload's current replicas.")
     usage_above_request_fraction: float | None = Field(
         description="Share of the last day's usage steps above the current request; None without both."
+    )
+    usage_above_recommended_fraction: float | None = Field(
+        None,
+        description="Share of the last day's usage steps above the recommended request as written (on the quantity "
+        "grid): this container's own, beside the risk level the lines are calibrated to over the fleet; None "
+        "without both.",
     )
     stale: bool = Field(
         False,
@@ -115,20 +125,30 @@ def _current(rec: WorkloadRecommendation, resource: str) -> float | None:
 
 
 def _comparison(
-    learned: ResourceRecommendation | None, request: float | None, recent: Sequence[float | None], replicas: int
+    resource: Resource,
+    learned: ResourceRecommendation | None,
+    request: float | None,
+    recent: Sequence[float | None],
+    replicas: int,
 ) -> ResourceComparison:
     seen = [v for v in recent if v is not None]
-    change = None if learned is None or request is None else learned.target - request
+    # The request as written (rounded up to the millicore or MiB the webhook and the YAML write): the figure every
+    # surface states and the totals add up, not the model's unrounded target a millicore below it.
+    written = None if learned is None else on_grid(resource, learned.target)
+    change = None if written is None or request is None else written - request
     return ResourceComparison(
         stale=learned is not None and learned.stale,
         current_request=request,
-        recommended=None if learned is None else learned.target,
+        recommended=written,
         recommended_limit=None if learned is None else learned.limit,
         change=change,
         change_all_replicas=None if change is None else change * replicas,
         usage_above_request_fraction=None
         if request is None or not seen
         else sum(v > request for v in seen) / len(seen),
+        usage_above_recommended_fraction=None
+        if written is None or not seen
+        else sum(v > written for v in seen) / len(seen),
     )
 
 
@@ -185,8 +205,10 @@ def replicas(rec: WorkloadRecommendation) -> int:
 def _summary(rec: WorkloadRecommendation, qos: str, settings: OverviewSettings) -> WorkloadSummary:
     history = rec.history
     count = replicas(rec)
-    cpu = _comparison(rec.cpu, _current(rec, "cpu"), history.recent_cpu_cores if history else [], count)
-    memory = _comparison(rec.memory, _current(rec, "memory"), history.recent_memory_bytes if history else [], count)
+    cpu = _comparison("cpu", rec.cpu, _current(rec, "cpu"), history.recent_cpu_cores if history else [], count)
+    memory = _comparison(
+        "memory", rec.memory, _current(rec, "memory"), history.recent_memory_bytes if history else [], count
+    )
     oom_kills = history.oom_kills if history else 0
     koordinator = koordinator_qos(qos)
     return WorkloadSummary(

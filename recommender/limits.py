@@ -18,7 +18,8 @@ Resource = Literal["cpu", "memory"]
 
 SCALED = "scaled with the request"
 REQUEST = "the request"
-PEAK = "observed peak + margin"
+#: The floor's rule: the history window's highest usage (memory: x (1 + margin), an OOM kill is at stake).
+PEAK = {"cpu": "observed peak", "memory": "observed peak + margin"}
 #: The smallest quantity Kubernetes holds, cores and bytes.
 SMALLEST = {"cpu": 1e-9, "memory": 1.0}
 
@@ -32,8 +33,9 @@ def recommended_limit(
     resource: Resource, request: float, request_now: float | None, limit_now: float | None, floor: float | None
 ) -> tuple[float | None, str | None]:
     """The limit written beside a new `request` and the rule that set it, on the grid: the current limit scaled by
-    new / current request as VPA does, never below the request, and for memory never below `floor` (the observed
-    peak plus a margin; None or NaN: none). A missing or zero current request counts as the limit, as Kubernetes
+    new / current request as VPA does, never below the request nor below `floor` (the history window's highest
+    usage, for memory plus a margin; None or NaN: none): a limit under usage the container reached throttles it
+    (CPU) or kills it (memory). A missing or zero current request counts as the limit, as Kubernetes
     defaults it and VPA reads it: the limit becomes the request. None without a current limit (we never add one;
     a limit of 0 is none, a container cannot run under it)."""
     if limit_now is None or not math.isfinite(limit_now) or limit_now <= 0:
@@ -45,6 +47,6 @@ def recommended_limit(
         scaled = limit_now * request / max(request_now, SMALLEST[resource])
     candidates = {REQUEST: request, SCALED: scaled}  # a tie (request = limit, as Kubernetes defaults it): the request
     if floor is not None and math.isfinite(floor):
-        candidates[PEAK] = floor
+        candidates[PEAK[resource]] = floor
     rule = max(candidates, key=lambda name: candidates[name])
     return on_grid(resource, candidates[rule]), rule

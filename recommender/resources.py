@@ -16,12 +16,12 @@ from recommender.identity import WorkloadKey
 
 
 class Peak(BaseModel):
-    """The usage peak expected over the horizon, which the short-term reservation covers, and when it comes."""
+    """The usage peak expected over the horizon, at or above the short-term reservation, and when it comes."""
 
     value: float = Field(
         description="Forecast peak (cores or bytes): the point forecast of the next day's maximum usage (about half "
-        "the days peak above it), never above the short-term line's highest step; that step itself where there is no "
-        "point forecast (a stale container, a rule's line)."
+        "the days peak above it), never below the short-term line's highest step (usage passes a line built for a risk "
+        "of P at P of the steps); that step itself where there is no point forecast (a stale container, a rule's line)."
     )
     at: int | None = Field(
         description="Start (Unix seconds) of the first step at which the short-term line reaches its highest, always "
@@ -124,12 +124,12 @@ class ResourceRecommendation(BaseModel):
     limit_rule: str | None = Field(
         None,
         description="Which rule set `limit`: scaled with the request (VPA's rule), the "
-        "request itself, or (memory) the observed peak + margin.",
+        "request itself, or the observed peak (memory: + margin).",
     )
     limit_floor: float | None = Field(
         None,
-        description="Memory: no limit we set goes below this (the observed peak of the history window, "
-        "`forecast.history_days`, x (1 + `forecast.memory_peak_margin_fraction`)); None for CPU.",
+        description="No limit we set goes below this: the highest usage of the history window "
+        "(`forecast.history_days`), for memory x (1 + `forecast.memory_peak_margin_fraction`); None without usage.",
     )
     ceiling: float | None = Field(
         None,

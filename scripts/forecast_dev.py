@@ -41,6 +41,13 @@ def main() -> None:
     parser.add_argument("--first-decision", default=None, help="YYYY-MM-DD (UTC): earlier days are history only")
     parser.add_argument("--settings", default="{}", help="ForecastSettings fields as JSON")
     parser.add_argument("--resources", default="cpu,memory")
+    parser.add_argument(
+        "--peak-rule",
+        choices=("floor", "cap", "model"),
+        default="floor",
+        help="the peak against the short-term line's highest step: raised to it (floor, as served), capped at it "
+        "(cap, before 2026-12-07) or the point forecast alone (model)",
+    )
     parser.add_argument("--shared", type=pathlib.Path, default=ROOT.parent / "shared")
     args = parser.parse_args()
     sys.path.insert(0, str(args.shared / "eval"))
@@ -72,6 +79,10 @@ def main() -> None:
                 forecast = fit_resource_forecast(grid, settings, T)
                 short, request, long_term = forecast.lines(T, 86400, 300)
                 peak = forecast.peak.predict()
+                line_peak = np.max(short, axis=1)
+                if args.peak_rule != "model":
+                    bound = np.fmax if args.peak_rule == "floor" else np.fmin
+                    peak = np.where(np.isnan(peak), line_peak, bound(peak, line_peak))
                 for i, s in enumerate(eligible):
                     constant_lines.setdefault((resource, s.key), {})[T] = (float(request[i]), float(long_term[i]))
                     out[s.key][resource] = harness.Rec(

@@ -107,6 +107,11 @@ function signed(format, v) {
 
 // Kubernetes quantities as the service writes them (recommender/units.py): CPU rounded up to whole milli-cores,
 // memory rounded up to whole MiB (Gi when a whole number of GiB).
+// A value on the grid of the quantities written (`recommender.limits.on_grid`): what cpuQuantity / memoryQuantity say.
+function onGrid(resource, value) {
+  return resource === "cpu" ? Math.ceil(Number((value * 1000).toFixed(6))) / 1000
+    : value < MIB ? Math.ceil(value) : Math.ceil(value / MIB) * MIB;
+}
 function cpuQuantity(cores) {
   const milli = Math.ceil(Number((cores * 1000).toFixed(6)));
   return milli % 1000 ? milli + "m" : String(milli / 1000);
@@ -480,12 +485,13 @@ function noPeakTime(line, stepSeconds) {
   return ` (no single time: highest from ${first ? `+${(first * stepSeconds / HOUR).toFixed(1)} h` : "now"} on)`;
 }
 
-function recommendationTable(rec, stepSeconds) {
+function recommendationTable(rec, stepSeconds, row) {
   const rows = [
     ["current request (the limit where none is set)", (r) => r === "cpu" ? rec.current.cpu_request_cores ?? rec.current.cpu_limit_cores
       : rec.current.memory_request_bytes ?? rec.current.memory_limit_bytes],
     ["current limit", (r) => r === "cpu" ? rec.current.cpu_limit_cores : rec.current.memory_limit_bytes],
-    ["recommended request (target)", (r) => rec[r]?.target],
+    // As written: the quantity the YAML and the webhook write (rounded up to a millicore or a MiB).
+    ["recommended request (target, as written)", (r) => rec[r] && onGrid(r, rec[r].target)],
     ["lower bound", (r) => rec[r]?.lower_bound],
     ["upper bound", (r) => rec[r]?.upper_bound],
     ["uncapped target", (r) => rec[r]?.uncapped_target],
@@ -501,6 +507,10 @@ function recommendationTable(rec, stepSeconds) {
   // lines are held flat (stale), as no forecast was made at any level.
   const level = (r) => !rec[r] ? "–" : rec[r].stale ? "none: no forecast (stale)"
     : rec[r].levels ? (100 * rec[r].levels.short_term).toFixed(1) + " %" : "–";
+  const share = (unit) => {
+    const value = row?.[unit]?.usage_above_recommended_fraction;
+    return value === null || value === undefined ? "–" : (100 * value).toFixed(1) + " %";
+  };
   const stale = ["cpu", "memory"].some((r) => rec[r]?.stale);
   const cpu = columnFormat("cpu", rows.map(([, value]) => value("cpu")));
   const memory = columnFormat("memory", rows.map(([, value]) => value("memory")));
@@ -510,7 +520,9 @@ function recommendationTable(rec, stepSeconds) {
       el("td", { class: "num" }, cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
       el("td", { class: "num" }, memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
       el("tr", {}, el("td", {}, "risk level (the fleet's share of samples above the lines; one container's own can differ)"),
-        el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory")))));
+        el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory"))),
+      el("tr", { "data-testid": "own-share" }, el("td", {}, "this container's own share of the last day above the recommended request"),
+        el("td", { class: "num" }, share("cpu_cores")), el("td", { class: "num" }, share("memory_bytes")))));
   if (!stale) return table;
   // What the lines hold, as the service names it per resource (`models.short_term`).
   const held = ["cpu", "memory"].filter((r) => rec[r]?.stale)
@@ -572,7 +584,8 @@ function modelsTable(rec, asOf) {
 function yamlSnippet(namespace, workload, kind, recs, version) {
   const lines = [
     `# ${namespace}/${workload}: resources recommended by koord-recommender (model ${version}), per container.`,
-    "# Limits, where set, are the recommendation's limit: scaled by recommended / current request as VPA does, what the webhook writes.",
+    "# Limits, where set, are the recommendation's limit, what the webhook writes: scaled by recommended / current request as VPA does,",
+    "# never below the request nor below the highest usage of the history window (memory: plus a margin).",
     `# kubectl -n ${namespace} edit ${kind ? kind.toLowerCase() : "<kind>"} ${workload}`,
   ];
   // Where the pod spec sits in the workload's manifest.
@@ -622,7 +635,7 @@ async function renderWorkload(namespace, workload) {
         fmt.time(rec.history.first_sample) + " – " + fmt.time(rec.history.last_sample) : "no history"}; ` +
         `decision time ${fmt.time(own.as_of)}; the last day observed, then the forecast horizon.`),
       el("div", { class: "charts" }, resourceChart("cpu", rec, own, stepHours), resourceChart("memory", rec, own, stepHours)),
-      el("h3", {}, "Recommendation"), recommendationTable(rec, own.step_seconds), ceilingRules(rec),
+      el("h3", {}, "Recommendation"), recommendationTable(rec, own.step_seconds, row), ceilingRules(rec),
       el("h3", {}, "Models and their backtest quality"),
       el("p", { class: "muted" }, "Each line's model is chosen for the fleet, not per container: a rolling-origin backtest on " +
         "the last days over all containers (a third of the fleet by burstiness may keep a choice of its own), calibrated to " +

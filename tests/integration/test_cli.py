@@ -161,11 +161,11 @@ def test_recommend_contract_on_bundled_data(cli: Runner, tmp_path: Path) -> None
 
 def assert_peak_coherent(line: dict[str, Any], as_of: int) -> None:
     """Issue 39: every peak fell at the decision time, and the peak and the lines did not agree.
-    The peak is a point forecast of the day's maximum the short-term line covers (never above its highest step); its
+    The peak is a point forecast of the day's maximum, never below the short-term line's highest step; its
     time is the line's first highest step, strictly after the decision time and within the horizon, or None where
     the line has no time of maximum (highest already now, or to the horizon's end)."""
     short, peak = line["short_term"], line["peak"]
-    assert 0 < peak["value"] <= max(short)
+    assert 0 < max(short) <= peak["value"]
     if peak["at"] is None:
         first = short.index(max(short))
         assert first == 0 or set(short[first:]) == {max(short)}

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import yaml
 
-from recommender.units import cpu_quantity, memory_quantity
+from recommender.units import cpu_on_grid, cpu_quantity, memory_quantity
 from tests.conftest import BUNDLED, DAY, REPO, entry_point, make_usage
 from tests.integration.server import serving
 from tests.support.browser import chromium
@@ -164,7 +164,8 @@ def test_status_and_overview(base: str) -> None:
     row = next(w for w in body["workloads"] if w["workload"] == first["workload"])
     # The trace has limits only: the request defaults to the limit, so the pods are Guaranteed (LSR, koord-prod).
     assert row["cpu_cores"]["current_request"] == first["current"]["cpu_limit_cores"]
-    assert row["cpu_cores"]["change"] == pytest.approx(first["cpu"]["target"] - first["current"]["cpu_limit_cores"])
+    written = cpu_on_grid(first["cpu"]["target"])
+    assert row["cpu_cores"]["change"] == pytest.approx(written - first["current"]["cpu_limit_cores"])
     assert (row["kubernetes_qos"], row["qos_class"], row["priority_class"]) == ("Guaranteed", "LSR", "koord-prod")
     assert body["cluster"]["cpu_request_cores"] == pytest.approx(
         sum(r["current"]["cpu_limit_cores"] for r in recommendations["recommendations"])
@@ -265,8 +266,10 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
     assert container["name"] == rec["container"]
     assert str(container["resources"]["requests"]["cpu"]) == cpu_quantity(rec["cpu"]["target"])
     assert str(container["resources"]["requests"]["memory"]) == memory_quantity(rec["memory"]["target"])
-    # Only limits are set in the trace, so the request defaulted to the limit and the scaled limit is the target.
-    assert str(container["resources"]["limits"]["cpu"]) == cpu_quantity(rec["cpu"]["target"])
+    # Only limits are set in the trace, so the request defaulted to the limit and the scaled limit is the target,
+    # unless the window's CPU peak is higher (a limit never throttles usage the container reached).
+    expected_limit = max(rec["cpu"]["target"], rec["cpu"]["limit_floor"] or 0.0)
+    assert str(container["resources"]["limits"]["cpu"]) == cpu_quantity(expected_limit)
     models = page.locator("[data-testid=models]").inner_text()
     quality = rec["cpu"]["models"]["quality"]["short_term"]
     assert (

@@ -205,6 +205,39 @@ def the_snippet_is_what_is_applied(s: Surfaces) -> None:
 
 
 @invariant
+def the_request_shown_is_the_request_written(s: Surfaces) -> None:
+    """The page's request is the snippet's and the webhook's, rounded up: not 41m in the table beside 42m written."""
+    for key, page in s.pages.items():
+        for i, (resource, _) in enumerate(RESOURCES):
+            learned = s.shown[key][resource]
+            cell = page.table["recommended request (target, as written)"][i]
+            assert cell == DASH if learned is None else _close(cell, on_grid(resource, learned["target"]), resource), (
+                key,
+                resource,
+                cell,
+            )
+
+
+@invariant
+def each_container_states_its_own_share_above_the_request(s: Surfaces) -> None:
+    """Beside the fleet's risk level, the container's own share of the last day above the request it is given
+    (issue 39: 'risk level 1.0 %' where 7.3 % of its own samples were above the line)."""
+    rows = s.rows()
+    for key, rec in s.shown.items():
+        for i, (resource, unit) in enumerate(RESOURCES):
+            learned, history = rec[resource], rec["history"]
+            seen = [v for v in (history[f"recent_{unit}"] if history else []) if v is not None]
+            written = None if learned is None else on_grid(resource, learned["target"])
+            expected = None if written is None or not seen else sum(v > written for v in seen) / len(seen)
+            found = rows[key][unit]["usage_above_recommended_fraction"]
+            assert found == expected if expected is None else found == pytest.approx(expected), (key, resource, found)
+            page = s.pages.get(key)
+            if page is not None:
+                cell = page.table["this container's own share of the last day above the recommended request"][i]
+                assert cell == (DASH if expected is None else f"{100 * expected:.1f} %"), (key, resource, cell)
+
+
+@invariant
 def stale_containers_are_left_alone(s: Surfaces) -> None:
     """What the JSON calls stale, `/mutate` does not resize."""
     for key, rec in s.shown.items():
@@ -227,7 +260,7 @@ def one_sign(s: Surfaces) -> None:
             found = row[unit]
             if found["change"] is None:
                 continue
-            expected = rec[resource]["target"] - found["current_request"]
+            expected = on_grid(resource, rec[resource]["target"]) - found["current_request"]
             assert found["change"] == pytest.approx(expected), (key, resource)
             assert found["change_all_replicas"] == pytest.approx(expected * row["replicas"]), (key, resource)
             column = s.csv_rows[key][f"{resource}_change_{unit.split('_')[1]}"]
@@ -495,8 +528,12 @@ def test_the_bundled_trace_states_one_limit_and_one_sign_everywhere(
     surfaces = collect(workdir, client, browser, BUNDLED, as_of)
     assert len(surfaces.shown) == 4
     check_all(surfaces, "google-2019")
+    # Its limit is the request (a limit and no request: Kubernetes defaults the request to it), or the window's CPU
+    # peak where the trace's usage passed it: never under usage it reached.
     job = surfaces.shown[("google-2019", "job-113812204462", "main")]["cpu"]
-    assert job["limit"] == on_grid("cpu", job["target"]) and job["limit_rule"] == "the request"
+    request, floor = on_grid("cpu", job["target"]), on_grid("cpu", job["limit_floor"])
+    assert job["limit"] == max(request, floor)
+    assert job["limit_rule"] == ("the request" if request >= floor else "observed peak")
     assert surfaces.overview["cluster"]["cpu_change_cores"] < 0  # the fleet's CPU is freed: a negative change
 
 

@@ -128,12 +128,23 @@ def test_defaults_are_the_settings_defaults() -> None:
 def as_stored(recommendations: RecommendationSet) -> RecommendationSet:
     """`recommendations` without what the fixture's release did not record (the recent sample weights, issue 39)
     and without the limits, which that release stated unrounded and by other rules (one limit on every surface, on
-    the grid the webhook writes, issue 39): both sides of a comparison go through this."""
-    unrecorded = {"cpu_recent_samples": None, "memory_recent_samples": None}
+    the grid the webhook writes, issue 39; CPU's floor is new), nor the usage of the last day, which now ends with
+    the slot of the newest sample (`_recent_days_match` compares it): both sides of a comparison go through this."""
+    unrecorded = {
+        "cpu_recent_samples": None,
+        "memory_recent_samples": None,
+        "recent_cpu_cores": [],
+        "recent_memory_bytes": [],
+    }
     restated = {"limit": None, "limit_rule": None}
 
-    def resource(value: Any) -> Any:
-        return None if value is None else value.model_copy(update=restated)
+    def resource(value: Any, name: str) -> Any:
+        if value is None:
+            return None
+        # The peak was capped at the short-term line's highest step; it is now raised to it (`_peaks_raised`).
+        floor = {"limit_floor": None} if name == "cpu" else {}
+        peak = value.peak.model_copy(update={"value": max(value.short_term)})
+        return value.model_copy(update={**restated, **floor, "peak": peak})
 
     return recommendations.model_copy(
         update={
@@ -141,8 +152,8 @@ def as_stored(recommendations: RecommendationSet) -> RecommendationSet:
                 r.model_copy(
                     update={
                         "history": r.history.model_copy(update=unrecorded) if r.history else None,
-                        "cpu": resource(r.cpu),
-                        "memory": resource(r.memory),
+                        "cpu": resource(r.cpu, "cpu"),
+                        "memory": resource(r.memory, "memory"),
                     }
                 )
                 for r in recommendations.recommendations
@@ -157,7 +168,10 @@ def test_models_stored_before_scalar_parameters_load_and_predict_the_same() -> N
     assert _comparable(model.get_params(deep=True)) == _comparable(
         WorkloadRecommender.from_settings(OLD_SETTINGS).get_params(deep=True)
     )
-    assert as_stored(_before_the_ceiling(model.predict(expected.as_of))) == as_stored(expected)
+    predicted = model.predict(expected.as_of)
+    assert as_stored(_before_the_ceiling(predicted)) == as_stored(expected)
+    _recent_days_match(predicted, expected)
+    _peaks_raised(predicted, expected)
     # It continues (incremental training) and clones as a model of today.
     later = make_usage(workloads=2, pods=2, days=3)
     later = later[later["timestamp"] > model.data_end_]
@@ -208,6 +222,24 @@ def test_a_fit_today_equals_the_fit_stored_before_the_change() -> None:
         and r.memory.models.target == f"{reference} cost={r.memory.models.quality['target'].cost:.3g} x1"
         for r in fitted.recommendations
     )
+
+
+def _recent_days_match(predicted: RecommendationSet, stored: RecommendationSet) -> None:
+    """The last day's usage as the fixture's release stored it, one slot later: the newest slot (the one `as_of`
+    falls in, off the grid here) is now its last step, and the oldest leaves."""
+    for new, old in zip(predicted.recommendations, stored.recommendations, strict=True):
+        assert new.history is not None and old.history is not None
+        for name in ("recent_cpu_cores", "recent_memory_bytes"):
+            assert getattr(new.history, name)[:-1] == getattr(old.history, name)[1:]
+
+
+def _peaks_raised(predicted: RecommendationSet, stored: RecommendationSet) -> None:
+    """The peak as the fixture's release stored it was at most the short-term line's highest step; now it is at
+    least that step (issue 39: a peak under its own line)."""
+    for new, old in zip(predicted.recommendations, stored.recommendations, strict=True):
+        for name in ("cpu", "memory"):
+            before, after = getattr(old, name), getattr(new, name)
+            assert before.peak.value <= max(before.short_term) <= after.peak.value
 
 
 def _before_the_ceiling(recommendations: RecommendationSet) -> RecommendationSet:

@@ -33,7 +33,7 @@ def test_a_limit_without_a_request_becomes_the_request() -> None:
     """Issue 39: job-113812204462 (CPU limit 3.6438, no request) said `limit: 3.64` while `/mutate` wrote 2899m."""
     assert recommended_limit("cpu", 2.8987030365059456, None, 3.6438, None) == (2.899, REQUEST)
     assert recommended_limit("cpu", 0.5, 1.0, 2.0, None) == (1.0, SCALED)
-    assert recommended_limit("memory", 1 * GIB, None, 4 * GIB, 3 * GIB + 1) == (3 * GIB + MIB, PEAK)
+    assert recommended_limit("memory", 1 * GIB, None, 4 * GIB, 3 * GIB + 1) == (3 * GIB + MIB, PEAK["memory"])
     assert recommended_limit("cpu", 0.5, 0.0, 2.0, None) == (0.5, REQUEST)  # a zero request counts as the limit
     assert recommended_limit("cpu", 0.5, 1.0, None, None) == (None, None)  # we never add a limit
     assert recommended_limit("cpu", 0.5, 1.0, 0.0, None) == (None, None)

@@ -14,6 +14,7 @@ from recommender.resources import (
     ResourceRecommendation,
     WorkloadRecommendation,
 )
+from recommender.units import MIB, memory_on_grid
 
 SETTINGS = OverviewSettings()
 
@@ -76,14 +77,16 @@ def test_change_uses_the_request_else_the_limit_and_totals_add_up() -> None:
         SETTINGS,
     )
     web, db, job = result.workloads
-    assert web.cpu_cores.change == pytest.approx(-0.5) and web.memory_bytes.change == pytest.approx(1e9)
-    assert db.cpu_cores.current_request == 3.0 and db.memory_bytes.change == pytest.approx(-1e9)
+    # The recommended request is the one written, rounded up to the MiB: 2e9 bytes are written as 1908 MiB.
+    assert web.memory_bytes.recommended == memory_on_grid(2e9) == 1908 * MIB
+    assert web.cpu_cores.change == pytest.approx(-0.5) and web.memory_bytes.change == 1908 * MIB - 1e9
+    assert db.cpu_cores.current_request == 3.0 and db.memory_bytes.change == memory_on_grid(4e9) - 5e9
     assert job.cpu_cores.current_request is None and job.cpu_cores.change is None
     # Containers without a current request are left out of the sums (nothing to compare against).
     assert result.namespaces["a"].cpu_request_cores == pytest.approx(4.5)
     assert result.namespaces["a"].cpu_recommended_cores == pytest.approx(3.0)
     assert result.cluster.cpu_change_cores == pytest.approx(-1.5)
-    assert result.cluster.memory_change_bytes == pytest.approx(0.0)
+    assert result.cluster.memory_change_bytes == memory_on_grid(2e9) + memory_on_grid(4e9) - 6e9
     assert result.cluster.containers == 3 and result.namespaces["b"].containers == 1
 
 

@@ -1,5 +1,5 @@
 """Issue 39, items 8-10 as properties: whatever the history (gaps, resumes, old peaks), what `/mutate` applies never
-puts a memory limit under the history window's highest usage or under the request, and never a request above its
+puts a limit (CPU or memory) under the history window's highest usage or under the request, and never a request above its
 limit; a container that resumed after a long gap with less than `policy.min_samples` of new data is left alone."""
 
 from __future__ import annotations
@@ -66,16 +66,17 @@ def histories(draw: st.DrawFn) -> tuple[pd.DataFrame, int]:
             "workload": "web",
             "pod": "web-1",
             "container": "main",
-            "cpu_cores": 0.3,
+            # CPU follows memory's shape (1 core a GiB), so its old peaks and gaps are drawn too.
+            "cpu_cores": value[first] / (1024 * MIB),
             "memory_bytes": value[first],
         }
     )
     return frame, resumed
 
 
-def window_peak(frame: pd.DataFrame, as_of: int) -> float:
+def window_peak(frame: pd.DataFrame, as_of: int, column: str = "memory_bytes") -> float:
     inside = frame[(frame["timestamp"] >= as_of - WINDOW_SECONDS) & (frame["timestamp"] < as_of)]
-    return float(inside["memory_bytes"].max()) if len(inside) else 0.0
+    return float(inside[column].max()) if len(inside) else 0.0
 
 
 @hsettings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,12 +110,14 @@ def test_applied_limits_cover_the_window_peak_and_the_request(
     lookup = {WorkloadKey("ns", "web", "main"): rec}.get
     found = mutate(original, "ns", lookup, webhook, "v1", OptIn("Initial", "test")).pod["spec"]["containers"][0]
     after = found["resources"]
-    for name, parse in (("cpu", cpu_cores_from_quantity), ("memory", memory_bytes_from_quantity)):
+    for name, parse, column in (
+        ("cpu", cpu_cores_from_quantity, "cpu_cores"),
+        ("memory", memory_bytes_from_quantity, "memory_bytes"),
+    ):
         assert parse(after["requests"][name]) <= parse(after["limits"][name]), (name, after)
-    if after["limits"]["memory"] != resources["limits"]["memory"]:
-        limit = memory_bytes_from_quantity(after["limits"]["memory"])
-        assert limit >= window_peak(frame, as_of), (after, window_peak(frame, as_of))
-        assert limit >= memory_bytes_from_quantity(after["requests"]["memory"])
+        if after["limits"][name] != resources["limits"][name]:
+            limit, peak = parse(after["limits"][name]), window_peak(frame, as_of, column)
+            assert limit >= peak, (name, after, peak)
     if 0 < resumed < MIN_SAMPLES:
         # Resumed after 14+ days with under an hour of new samples: nothing to size from, the pod is left alone.
         assert rec.memory is None and rec.cpu is None and after == resources
@@ -152,3 +155,19 @@ def test_a_container_that_enters_in_a_live_pass_has_its_peak_as_the_limit_floor(
         model.live_update(pd.DataFrame([row]).astype({"timestamp": "int64"}))
     rec = {r.workload: r for r in model.predict().recommendations}["late"]
     assert rec.memory is not None and rec.memory.limit_floor == 3000.0 * MIB * 1.15
+
+
+def test_a_cpu_limit_is_never_cut_under_a_burst_of_the_window() -> None:
+    """The demo's job-382417448240 (issue 39): a request sized at 41m beside bursts to 761m was patched to a 42m
+    limit, throttling every burst. The limit keeps the window's highest usage; the request is still sized low."""
+    frame = make_usage(workloads=1, pods=1, days=10, start=END - 10 * DAY).assign(cpu_cores=0.02)
+    frame.iloc[-2000, frame.columns.get_loc("cpu_cores")] = 0.761
+    rec = WorkloadRecommender().fit(frame).predict().recommendations[0]
+    resources = {"requests": {"cpu": "160m"}, "limits": {"cpu": "162m"}}
+    original = pod("deployment", "w0", [container("main", resources)])
+    webhook = WebhookSettings(policies=[WebhookPolicy(controlled_values="RequestsAndLimits")])
+    lookup = {WorkloadKey("ns", "w0", "main"): rec}.get
+    after = mutate(original, "ns", lookup, webhook, "v1", OptIn("Initial", "test")).pod["spec"]["containers"][0]
+    assert rec.cpu is not None and rec.cpu.target < 0.05 and rec.cpu.limit_floor == 0.761
+    assert cpu_cores_from_quantity(after["resources"]["requests"]["cpu"]) < 0.05
+    assert after["resources"]["limits"]["cpu"] == "761m" and rec.cpu.limit == 0.761
