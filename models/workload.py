@@ -1118,7 +1118,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     def _confidence_days(self, block: _Block) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
         hist = self.cpu_histogram_
-        index = block.positions("cpu", hist.groups_)
+        index = block.positions("cpu_histogram", hist.groups_)
         span = np.where(index >= 0, block.once("cpu.history_days", hist.history_days)[index], 0.0)
         count = np.where(index >= 0, hist.sample_count_[index], 0)
         covered = count * self.sample_interval_seconds_ / 86400.0
