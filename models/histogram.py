@@ -2,12 +2,15 @@
 
 The bucket layout, the upper-edge percentile, the epsilon rule and the half-life decay with its re-based reference
 timestamp follow the VPA recommender (anchors.md section 2), so a percentile here equals VPA's for the same samples.
-All groups share one (groups x buckets) weight matrix, so fitting two million samples is a single `bincount`.
+All groups share one weight table, so fitting two million samples is a single `bincount`. It keeps only the buckets
+that got a sample (a dense groups x buckets matrix is 1.4 KB a group however few its samples: 134 MB for 100,000
+containers of one sample, four such histograms to a fit), and is made dense by blocks of groups to be read.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Self
@@ -19,7 +22,11 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_groups, require_columns
+from models.migration import migrate_histogram_state
 from recommender.arrays import FloatArray, IntArray
+
+#: The learned weights' attributes (`DecayingHistogram`).
+_WEIGHTS = ("weight_starts_", "weight_buckets_", "weight_values_")
 
 #: VPA re-bases the reference timestamp when a sample is more than this many half-lives after it.
 MAX_DECAY_EXPONENT = 100
@@ -144,11 +151,18 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
     """
 
     groups_: npt.NDArray[np.str_]
-    weights_: FloatArray
+    #: The weights, sparse: row pointers per group, then each kept bucket's index and weight (sorted by group and
+    #: bucket); `weights(rows)` makes them dense.
+    weight_starts_: IntArray
+    weight_buckets_: IntArray
+    weight_values_: FloatArray
     reference_timestamp_: FloatArray
     first_sample_: FloatArray
     last_sample_: FloatArray
     sample_count_: IntArray
+
+    #: Groups whose weights are made dense at once to be read (about 1.4 MB a block, whatever the fleet's size).
+    BLOCK_ROWS = 1024
 
     def __init__(
         self,
@@ -166,12 +180,15 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         self.sample_weight = sample_weight
         self.epsilon = epsilon
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(migrate_histogram_state(state))
+
     @property
     def buckets(self) -> ExponentialBuckets:
         return ExponentialBuckets(self.first_bucket_size, self.max_value, self.bucket_growth_ratio)
 
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
-        for name in ("groups_", "weights_", "reference_timestamp_", "first_sample_", "last_sample_", "sample_count_"):
+        for name in ("groups_", *_WEIGHTS, "reference_timestamp_", "first_sample_", "last_sample_", "sample_count_"):
             if hasattr(self, name):
                 delattr(self, name)
         return self.partial_fit(X)
@@ -203,46 +220,76 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         labels = pd.Index(previous, dtype=object).append(local_labels).unique()
         n_groups = len(labels)
         k = len(previous)
-        weights = np.zeros((n_groups, buckets.num_buckets))
+        width = buckets.num_buckets
         reference = np.full(n_groups, np.nan)
         first = np.full(n_groups, np.inf)
         last = np.full(n_groups, -np.inf)
         count = np.zeros(n_groups, dtype=np.int64)
+        cells, weights = np.zeros(0, dtype=np.int64), np.zeros(0)
         if k:
-            weights[:k], reference[:k] = self.weights_, self.reference_timestamp_
+            reference[:k] = self.reference_timestamp_
             first[:k], last[:k], count[:k] = self.first_sample_, self.last_sample_, self.sample_count_
+            cell_rows = np.repeat(np.arange(k, dtype=np.int64), np.diff(self.weight_starts_))
+            cells, weights = cell_rows * width + self.weight_buckets_, self.weight_values_.copy()
         if local_codes.size:
             codes = labels.get_indexer(local_labels).astype(np.int64)[local_codes] if k else local_codes
             new_first, new_last = _group_span(codes, times, n_groups)
             new_reference = _references(codes, times, reference, self.half_life_seconds, new_first, new_last)
             known = ~np.isnan(reference)
             # Re-base what was learned before onto the new reference, as VPA's Scale(2^exponent) does.
-            weights[known] *= np.exp2((reference[known] - new_reference[known]) / self.half_life_seconds)[:, None]
+            rescale = np.exp2((reference - new_reference) / self.half_life_seconds)
+            weights *= np.where(known, rescale, 1.0)[cells // width]
             reference = new_reference
             sample_weights = self.sample_weight * np.exp2((times - reference[codes]) / self.half_life_seconds)
-            flat = codes * buckets.num_buckets + buckets.find(values)
-            weights += np.bincount(flat, weights=sample_weights, minlength=weights.size).reshape(weights.shape)
+            # Each bucket's new weight summed in the samples' order (as a bincount over every bucket sums it), then
+            # added once to what it held.
+            new_cells, where = np.unique(codes * width + buckets.find(values), return_inverse=True)
+            added = np.bincount(where.reshape(-1), weights=sample_weights, minlength=new_cells.size)
+            cells, at = np.unique(np.concatenate([cells, new_cells]), return_inverse=True)
+            summed = np.zeros(cells.size)
+            summed[at[: weights.size]] = weights
+            summed[at[weights.size :]] += added
+            weights = summed
             np.minimum(first, new_first, out=first)
             np.maximum(last, new_last, out=last)
             count += np.bincount(codes, minlength=n_groups)
         self.groups_ = np.asarray(labels, dtype=str)
-        self.weights_ = weights
+        self.weight_starts_ = np.concatenate([[0], np.cumsum(np.bincount(cells // width, minlength=n_groups))])
+        self.weight_buckets_ = cells % width
+        self.weight_values_ = weights
         self.reference_timestamp_ = reference
         self.first_sample_ = first
         self.last_sample_ = last
         self.sample_count_ = count
         return self
 
+    def weights(self, rows: IntArray | None = None) -> FloatArray:
+        """The (groups x buckets) weights of every group, or of the groups at positions `rows` of `groups_`."""
+        check_is_fitted(self, "weight_starts_")
+        rows = np.arange(len(self.groups_), dtype=np.int64) if rows is None else rows
+        first, counts = self.weight_starts_[rows], np.diff(self.weight_starts_)[rows]
+        place = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
+        cells = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        weights = np.zeros((rows.size, self.buckets.num_buckets))
+        weights[place, self.weight_buckets_[cells]] = self.weight_values_[cells]
+        return weights
+
+    def _by_blocks(self, per_block: Callable[[FloatArray], FloatArray]) -> FloatArray:
+        """`per_block` of the dense weights of `BLOCK_ROWS` groups at a time, concatenated (every group's value)."""
+        blocks = range(0, len(self.groups_), self.BLOCK_ROWS)
+        rows = np.arange(len(self.groups_), dtype=np.int64)
+        return np.concatenate([per_block(self.weights(rows[b : b + self.BLOCK_ROWS])) for b in blocks] or [np.zeros(0)])
+
     def quantile(self, q: float) -> FloatArray:
         """VPA's Percentile(q) of every group, in the order of `groups_`: the upper edge of the bucket where the
         cumulative weight (from the first non-empty bucket) reaches q x total; 0 for an empty histogram."""
-        check_is_fitted(self, "weights_")
+        check_is_fitted(self, "weight_starts_")
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"quantile must be within [0, 1], got {q}")
-        weights = self.weights_
+        return self._by_blocks(lambda weights: self._quantile(weights, q))
+
+    def _quantile(self, weights: FloatArray, q: float) -> FloatArray:
         n_buckets = weights.shape[1]
-        if weights.shape[0] == 0:
-            return np.zeros(0)
         valid = weights >= self.epsilon
         non_empty = valid.any(axis=1)
         min_bucket = np.argmax(valid, axis=1)
@@ -261,11 +308,11 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         """Each group's samples counted by weight: each is halved per `half_life_seconds` of age before the group's
         newest sample (which counts 1). Evidence a container still behaves so: a history that stopped weeks ago and
         resumed with one sample counts about 1, not the old history's length."""
-        check_is_fitted(self, "weights_")
+        check_is_fitted(self, "weight_starts_")
         seen = np.isfinite(self.last_sample_)
         count: FloatArray = np.zeros(len(self.groups_))
         count[seen] = (
-            self.weights_[seen].sum(axis=1)
+            self._by_blocks(lambda weights: weights.sum(axis=1))[seen]
             / self.sample_weight
             * np.exp2((self.reference_timestamp_[seen] - self.last_sample_[seen]) / self.half_life_seconds)
         )
@@ -273,7 +320,7 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
 
     def history_days(self) -> FloatArray:
         """Time between each group's first and last sample, days."""
-        check_is_fitted(self, "weights_")
+        check_is_fitted(self, "weight_starts_")
         span: FloatArray = np.maximum(self.last_sample_ - self.first_sample_, 0.0) / 86400.0
         return span
 

@@ -53,3 +53,28 @@ def migrate_node_state(state: dict[str, Any], forecaster: Callable[[ForecastSett
     if isinstance(state.get("forecast"), ForecastSettings):
         state["forecast"] = forecaster(state["forecast"])
     return state
+
+
+def migrate_seasonal_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A pickled `SeasonalMaxReservation`'s state, migrated: before issue 41 its grid was dense (groups x slots,
+    -inf where no sample); today it keeps the observed cells only."""
+    if "grid_" in state:
+        grid = state.pop("grid_")
+        rows, slots = np.nonzero(np.isfinite(grid))
+        state["cell_starts_"] = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=grid.shape[0]))])
+        state["cell_slots_"] = slots.astype(np.int64)
+        state["cell_values_"] = grid[rows, slots]
+        state["n_slots_"] = int(grid.shape[1])
+    return state
+
+
+def migrate_histogram_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A pickled `DecayingHistogram`'s state, migrated: before issue 41 its weights were dense (groups x buckets);
+    today it keeps the buckets that got a sample."""
+    if "weights_" in state:
+        weights = state.pop("weights_")
+        rows, buckets = np.nonzero(weights)
+        state["weight_starts_"] = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=weights.shape[0]))])
+        state["weight_buckets_"] = buckets.astype(np.int64)
+        state["weight_values_"] = weights[rows, buckets]
+    return state

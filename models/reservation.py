@@ -19,7 +19,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_groups, require_columns
 from models.histogram import DecayingHistogram
-from recommender.arrays import FloatArray, maximum_at_cells
+from models.migration import migrate_seasonal_state
+from recommender.arrays import FloatArray, IntArray
 
 SECONDS_PER_DAY = 86400
 
@@ -90,13 +91,24 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
     (pods pooled: the line must cover every pod of the workload). `predict(as_of, horizon_seconds)` returns a
     (groups x steps) array starting at `as_of`. Steps with no seasonal or recent data fall back to the max of the
     group's own last `seasonal_days` days of samples.
+
+    The grid is kept sparse, as its observed cells (row pointers `cell_starts_`, then each cell's slot and value,
+    sorted by group and slot): a dense one costs 16 KB a group (about 2,000 slots) however few its samples, 1.6 GB
+    for 100,000 containers of one sample. Only blocks of `BLOCK_ROWS` groups are ever made dense, to predict.
     """
 
     groups_: npt.NDArray[np.str_]
-    grid_: FloatArray
+    cell_starts_: IntArray
+    cell_slots_: IntArray
+    cell_values_: FloatArray
+    n_slots_: int
     grid_origin_: float
     data_end_: float
     fallback_: FloatArray
+
+    #: Groups made dense at once by `predict` (each a row of `n_slots_` floats and the window maxima's copies of it):
+    #: about 16 MB a copy, whatever the fleet's size.
+    BLOCK_ROWS = 1024
 
     def __init__(
         self,
@@ -110,8 +122,12 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         self.seasonal_days = seasonal_days
         self.slot_tolerance_seconds = slot_tolerance_seconds
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(migrate_seasonal_state(state))
+
     def fit(self, X: pd.DataFrame, y: Any = None) -> Self:
-        for name in ("groups_", "grid_", "grid_origin_", "data_end_", "fallback_"):
+        learned = ("groups_", "cell_starts_", "cell_slots_", "cell_values_", "n_slots_", "grid_origin_", "data_end_")
+        for name in (*learned, "fallback_"):
             if hasattr(self, name):
                 delattr(self, name)
         return self.partial_fit(X)
@@ -120,7 +136,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         """Add newer samples: the grid slides forward to the newest sample, keeping what still falls inside it."""
         require_columns(X, ("group", "timestamp", "value"), type(self).__name__)
         all_codes, new_labels = factorize_groups(X["group"])
-        previous = hasattr(self, "grid_")
+        previous = hasattr(self, "cell_starts_")
         labels = pd.Index(list(self.groups_) if previous else []).append(new_labels).unique()
         all_codes = labels.get_indexer(new_labels).astype(np.int64)[all_codes]
         present = X["value"].notna().to_numpy()
@@ -133,19 +149,24 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
             end = max(end, self.data_end_)
         n_slots = (self.seasonal_days * SECONDS_PER_DAY + self.slot_tolerance_seconds) // step + 2
         origin = (np.floor(end / step) - n_slots + 1) * step
-        grid = np.full((len(labels), n_slots), -np.inf)
-        if previous:
-            shift = int(round((origin - self.grid_origin_) / step))
-            kept = (
-                self.grid_[:, shift:]
-                if shift >= 0
-                else np.pad(self.grid_, ((0, 0), (-shift, 0)), constant_values=-np.inf)
-            )
-            width = min(kept.shape[1], n_slots)
-            grid[: kept.shape[0], :width] = kept[:, :width]
         inside = times >= origin
-        slots = ((times[inside] - origin) // step).astype(np.int64)
-        maximum_at_cells(grid, group_codes[inside], slots, values[inside])
+        rows, slots, maxima = (
+            [group_codes[inside]],
+            [((times[inside] - origin) // step).astype(np.int64)],
+            [values[inside]],
+        )
+        if previous:
+            # The kept cells slide by whole slots to the new origin; those that leave the grid go.
+            kept_rows = np.repeat(np.arange(len(self.groups_), dtype=np.int64), np.diff(self.cell_starts_))
+            kept_slots = self.cell_slots_ - int(round((origin - self.grid_origin_) / step))
+            kept = (kept_slots >= 0) & (kept_slots < n_slots)
+            rows.insert(0, kept_rows[kept])
+            slots.insert(0, kept_slots[kept])
+            maxima.insert(0, self.cell_values_[kept])
+        cells, where = np.unique(np.concatenate(rows) * n_slots + np.concatenate(slots), return_inverse=True)
+        cell_values = np.full(cells.size, -np.inf)
+        np.maximum.at(cell_values, where.reshape(-1), np.concatenate(maxima))
+        cell_rows = cells // n_slots
         # A group whose samples all predate the grid (a workload that stopped) falls back to the max of its own
         # last `seasonal_days` days, so its line stays of the size it last needed rather than its last sample.
         own_end = np.full(len(labels), -np.inf)
@@ -158,30 +179,58 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
             old_fallback = np.full(len(labels), np.nan)
             old_fallback[: len(self.fallback_)] = self.fallback_
             seen_now = np.isfinite(fallback)
-            fallback = np.where(seen_now, np.fmax(fallback, grid.max(axis=1)), old_fallback)
+            grid_max = np.full(len(labels), -np.inf)
+            np.maximum.at(grid_max, cell_rows, cell_values)
+            fallback = np.where(seen_now, np.fmax(fallback, grid_max), old_fallback)
         self.groups_ = np.asarray(labels, dtype=str)
-        self.grid_ = grid
+        self.cell_starts_ = np.concatenate([[0], np.cumsum(np.bincount(cell_rows, minlength=len(labels)))])
+        self.cell_slots_ = cells % n_slots
+        self.cell_values_ = cell_values
+        self.n_slots_ = int(n_slots)
         self.grid_origin_ = float(origin)
         self.data_end_ = end
         self.fallback_ = np.where(np.isfinite(fallback), fallback, np.nan)
         return self
+
+    def _cells(self, rows: IntArray) -> tuple[IntArray, IntArray]:
+        """The cells of the groups at positions `rows` of `groups_`: each one's place in `rows`, and its index in
+        the cell arrays."""
+        first, counts = self.cell_starts_[rows], np.diff(self.cell_starts_)[rows]
+        place = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
+        before = np.cumsum(counts) - counts
+        return place, np.repeat(first - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+
+    def _dense(self, rows: IntArray) -> FloatArray:
+        """The grid's rows of the groups at positions `rows` (-inf where no sample)."""
+        grid = np.full((rows.size, self.n_slots_), -np.inf)
+        place, cells = self._cells(rows)
+        grid[place, self.cell_slots_[cells]] = self.cell_values_[cells]
+        return grid
+
+    def _all(self, rows: IntArray | None) -> IntArray:
+        return np.arange(len(self.groups_), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
 
     def predict(
         self, as_of: float, horizon_seconds: int = SECONDS_PER_DAY, rows: npt.NDArray[np.int64] | None = None
     ) -> FloatArray:
         """The line for every group (or the groups at positions `rows` of `groups_`) over [as_of, as_of + horizon)
         at `step_seconds` steps."""
-        check_is_fitted(self, "grid_")
-        step = self.step_seconds
-        grid = self.grid_ if rows is None else self.grid_[rows]
-        fallback = self.fallback_ if rows is None else self.fallback_[rows]
-        n_groups = grid.shape[0]
-        n_steps = int(np.ceil(horizon_seconds / step))
-        if n_groups == 0:
+        check_is_fitted(self, "cell_starts_")
+        rows = self._all(rows)
+        n_steps = int(np.ceil(horizon_seconds / self.step_seconds))
+        if rows.size == 0:
             return np.zeros((0, n_steps))
+        blocks = range(0, rows.size, self.BLOCK_ROWS)
+        return np.concatenate([self._predict_block(rows[b : b + self.BLOCK_ROWS], as_of, n_steps) for b in blocks])
+
+    def _predict_block(self, rows: IntArray, as_of: float, n_steps: int) -> FloatArray:
+        step = self.step_seconds
+        grid = self._dense(rows)
+        fallback = self.fallback_[rows]
         half = self.slot_tolerance_seconds // step
         padded = np.pad(grid, ((0, 0), (half, half)), constant_values=-np.inf)
         window_max = sliding_window_view(padded, 2 * half + 1, axis=1).max(axis=2)
+        del padded
         seasonal = self._seasonal_max(window_max, as_of + step * np.arange(n_steps, dtype=np.float64))
         recent_slots = (
             as_of
@@ -192,7 +241,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         seasonal_recent = self._seasonal_max(window_max, recent_slots).max(axis=1)
         # Fast up: usage above what the same window of past days saw lifts the whole line by the difference.
         comparable = np.isfinite(seasonal_recent) & np.isfinite(recent)
-        uplift = np.zeros(n_groups)
+        uplift = np.zeros(rows.size)
         uplift[comparable] = np.maximum(recent[comparable] - seasonal_recent[comparable], 0.0)
         line = np.where(np.isfinite(seasonal), seasonal + uplift[:, None], recent[:, None])
         first_window = np.arange(n_steps) * step < self.recent_window_seconds
@@ -203,7 +252,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
 
     def _slots(self, times: FloatArray) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         slots = np.floor((times - self.grid_origin_) / self.step_seconds).astype(np.int64)
-        return slots, (slots >= 0) & (slots < self.grid_.shape[1])
+        return slots, (slots >= 0) & (slots < self.n_slots_)
 
     def _seasonal_max(self, window_max: FloatArray, times: FloatArray) -> FloatArray:
         """Per group and time: max over the past `seasonal_days` days of the tolerance window at that time of day."""
@@ -214,7 +263,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         return seasonal
 
     def _observed_max(self, grid: FloatArray, times: FloatArray) -> FloatArray:
-        """Per group (rows of `grid`): the max of the observed slots at these times (-inf where none)."""
+        """Per group (rows of `grid`, dense): the max of the observed slots at these times (-inf where none)."""
         slots, inside = self._slots(times)
         if not inside.any():
             return np.full(grid.shape[0], -np.inf)
@@ -224,21 +273,35 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
     def observed_max(self, times: FloatArray, rows: npt.NDArray[np.int64]) -> FloatArray:
         """Per group at positions `rows` of `groups_`: the max of its observed steps at these times (-inf where
         none, or where they lie outside the kept week)."""
-        check_is_fitted(self, "grid_")
-        return self._observed_max(self.grid_[rows], times)
+        check_is_fitted(self, "cell_starts_")
+        rows = self._all(rows)
+        slots, inside = self._slots(times)
+        wanted = np.zeros(self.n_slots_, dtype=bool)
+        wanted[slots[inside]] = True
+        place, cells = self._cells(rows)
+        chosen = wanted[self.cell_slots_[cells]]
+        observed = np.full(rows.size, -np.inf)
+        np.maximum.at(observed, place[chosen], self.cell_values_[cells[chosen]])
+        return observed
 
-    def recent(self, as_of: float, window_seconds: int) -> FloatArray:
-        """Observed line (max over pods per step) for [as_of - window, as_of); NaN where there was no sample. Each
-        step shows the grid's slot holding its last second, so the newest samples (in the slot `as_of` falls in,
-        when it is not on the grid) are shown: a burst in the last minutes is what a line just issued answers."""
-        check_is_fitted(self, "grid_")
+    def recent(self, as_of: float, window_seconds: int, rows: npt.NDArray[np.int64] | None = None) -> FloatArray:
+        """Observed line (max over pods per step) for [as_of - window, as_of) of every group (or those at positions
+        `rows`); NaN where there was no sample. Each step shows the grid's slot holding its last second, so the
+        newest samples (in the slot `as_of` falls in, when it is not on the grid) are shown: a burst in the last
+        minutes is what a line just issued answers."""
+        check_is_fitted(self, "cell_starts_")
+        rows = self._all(rows)
         step = self.step_seconds
         n_steps = int(np.ceil(window_seconds / step))
         slots, inside = self._slots(as_of - window_seconds - 1.0 + step * np.arange(1, n_steps + 1, dtype=np.float64))
-        out = np.full((self.grid_.shape[0], n_steps), np.nan)
-        out[:, inside] = self.grid_[:, slots[inside]]
-        result: FloatArray = np.where(np.isfinite(out), out, np.nan)
-        return result
+        column = np.full(self.n_slots_, -1, dtype=np.int64)
+        column[slots[inside]] = np.flatnonzero(inside)
+        place, cells = self._cells(rows)
+        at = column[self.cell_slots_[cells]]
+        shown = at >= 0
+        out = np.full((rows.size, n_steps), np.nan)
+        out[place[shown], at[shown]] = self.cell_values_[cells[shown]]
+        return out
 
 
 def peak_of(line: FloatArray, as_of: float, step_seconds: int) -> tuple[FloatArray, FloatArray]:

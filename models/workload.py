@@ -980,28 +980,39 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     def predict(self, as_of: int | None = None, horizon_seconds: int = 86400) -> RecommendationSet:
         """Recommendations for every learned workload container at decision time `as_of` (default: data end)."""
         check_is_fitted(self, "workloads_")
-        policy = self._policy()
         step = self.cpu_short_term_.step_seconds
         decision = int(self.data_end_ + 1 if as_of is None else as_of)
-        described = self.workloads_
-        groups = described.index
-        confidence = self._confidence_days(groups)
+        everyone, memo = self.workloads_.index, dict[str, Any]()
+        out = []
+        for start in range(0, len(everyone), _PREDICT_ROWS):
+            block = _Block(everyone, slice(start, start + _PREDICT_ROWS), memo)
+            out.extend(self._predict_block(block, decision, horizon_seconds))
+        return RecommendationSet.model_construct(
+            as_of=decision, horizon_seconds=int(horizon_seconds), step_seconds=int(step), recommendations=out
+        )
+
+    def _predict_block(self, block: _Block, decision: int, horizon_seconds: int) -> list[WorkloadRecommendation]:
+        """The recommendations of a block of the groups (`predict`)."""
+        policy = self._policy()
+        described = self.workloads_.iloc[block.rows]
+        groups = block.groups
+        confidence = self._confidence_days(block)
         per_pod = described["containers_per_pod"].to_numpy(dtype=np.float64)
         vpa = dict(zip(UNITS, self._vpa_bounds(groups, per_pod, decision)))
         now = {c: described[c].to_numpy(dtype=np.float64) for c in CURRENT_COLUMNS}
         recs: dict[str, list[ResourceRecommendation | None]] = {}
         recent: dict[str, list[list[float | None]]] = {}
-        evidence = {resource: self.recent_samples(resource, groups) for resource in UNITS}
+        evidence = {resource: self.recent_samples(resource, block) for resource in UNITS}
         for resource, unit in UNITS.items():
             pod_minimum, *allowed = self._sizing(resource)
             size = sizer(confidence, per_pod, pod_minimum, allowed[0], allowed[1], policy)
             request, limit = now[f"{resource}_request_{unit}"], now[f"{resource}_limit_{unit}"]
-            lines = self._resource(resource, groups, decision, horizon_seconds, size, evidence[resource])
+            lines = self._resource(resource, block, decision, horizon_seconds, size, evidence[resource])
             recs[resource] = [
                 with_vpa(resource, rec, vpa[resource], i, (allowed[0], allowed[1]), request[i], limit[i])
                 for i, rec in enumerate(lines)
             ]
-            recent[resource] = self._recent(getattr(self, f"{resource}_short_term_"), groups, decision, recs[resource])
+            recent[resource] = self._recent(resource, block, decision, recs[resource])
         out = []
         # Column by column, not `iterrows` (a Series per row: most of the time of 10,000 containers' objects).
         rows = described[[*_DESCRIBED_COLUMNS, *CURRENT_COLUMNS]].to_dict("records")
@@ -1033,9 +1044,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     ),
                 )
             )
-        return RecommendationSet.model_construct(
-            as_of=decision, horizon_seconds=int(horizon_seconds), step_seconds=int(step), recommendations=out
-        )
+        return out
 
     def vpa_checkpoint(self, namespace: str, workload: str, container: str, now: float) -> dict[str, Any] | None:
         """The VerticalPodAutoscalerCheckpoint status VPA would write for a container the `vpa` policy sizes (None
@@ -1093,12 +1102,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             memory[i] = [found[1].target, found[1].lower_bound, found[1].upper_bound]
         return cpu, memory
 
-    def recent_samples(self, resource: str, groups: pd.Index) -> FloatArray:
+    def recent_samples(self, resource: str, block: _Block) -> FloatArray:
         """Per group, its samples of `resource` counted by recent weight (`DecayingHistogram.recent_samples`, with
         the half-life of the histogram holding every sample: VPA's CPU histogram, 24 h; memory's long-term one, 24 h,
         as VPA's memory peaks keep one sample a day); 0 for a group without one."""
         histogram: DecayingHistogram = self.cpu_histogram_ if resource == "cpu" else self.memory_long_term_.histogram_
-        return np.nan_to_num(self._aligned(histogram.recent_samples(), histogram.groups_, groups), nan=0.0)
+        return np.nan_to_num(block.aligned(f"{resource}.recent", histogram.recent_samples, histogram.groups_), nan=0.0)
 
     def has_evidence(self, recent_samples: FloatArray) -> npt.NDArray[np.bool_]:
         """Whether counts of `recent_samples` support a recommendation: `min_samples` of them, rounded to whole
@@ -1106,29 +1115,24 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         enough: npt.NDArray[np.bool_] = np.rint(recent_samples) >= self.min_samples
         return enough
 
-    def _confidence_days(self, groups: pd.Index) -> FloatArray:
+    def _confidence_days(self, block: _Block) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
         hist = self.cpu_histogram_
-        index = pd.Index(hist.groups_).get_indexer(groups)
-        span = np.where(index >= 0, hist.history_days()[index], 0.0)
+        index = block.positions("cpu_histogram", hist.groups_)
+        span = np.where(index >= 0, block.once("cpu.history_days", hist.history_days)[index], 0.0)
         count = np.where(index >= 0, hist.sample_count_[index], 0)
         covered = count * self.sample_interval_seconds_ / 86400.0
         result: FloatArray = np.minimum(span, covered)
         return result
 
-    @staticmethod
-    def _aligned(values: FloatArray, fitted_groups: Any, groups: pd.Index) -> FloatArray:
-        index = pd.Index(fitted_groups).get_indexer(groups)
-        result: FloatArray = np.full(len(groups), np.nan)
-        result[index >= 0] = values[index[index >= 0]]
-        return result
-
     def _forecast_lines(
-        self, forecasts: dict[str, ResourceForecast], groups: pd.Index, as_of: int, horizon_seconds: int, step: int
+        self, resource: str, block: _Block, as_of: int, horizon_seconds: int, step: int
     ) -> dict[str, Any]:
         """Per group (in `groups` order): our short-term line, request, long-term and peak values from the forecast of
         its risk levels (NaN where a forecast drew none, e.g. stale), the levels, and per line the model's name and
         quality."""
+        forecasts: dict[str, ResourceForecast] = getattr(self, f"{resource}_forecasts_")
+        groups = block.groups
         n_steps = int(np.ceil(horizon_seconds / step))
         out: dict[str, Any] = {
             "short_term": np.full((len(groups), n_steps), np.nan),
@@ -1140,16 +1144,20 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             "quality": [dict[str, LineQuality]() for _ in groups],
             "stale": np.zeros(len(groups), dtype=bool),
         }
-        own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        own = block.positions("forecast", self.forecast_groups_)
         keys = np.full(len(groups), None, dtype=object)
         keys[own >= 0] = self.group_levels_[own[own >= 0]]
         for key, forecast in forecasts.items():
             rows = np.flatnonzero(keys == key)
             if rows.size == 0:
                 continue
-            short, request, long_term = (line[own[rows]] for line in forecast.lines(as_of, horizon_seconds, step))
+            # Drawn for every group of the forecast once, for all the blocks.
+            drawn = block.once(
+                f"{resource}.lines.{key}", functools.partial(forecast.lines, as_of, horizon_seconds, step)
+            )
+            short, request, long_term = (line[own[rows]] for line in drawn)
             out["short_term"][rows], out["request"][rows], out["long_term"][rows] = short, request, long_term
-            out["peak"][rows] = forecast.peak.predict()[own[rows]]
+            out["peak"][rows] = block.once(f"{resource}.peak.{key}", forecast.peak.predict)[own[rows]]
             # Steps without a sample up to the decision time, not only to the data's end: a model used days later
             # (or a decision long after the last row) must not call a silent container fresh.
             late = max(int((as_of - (forecast.recent_end or forecast.grid_end)) // step), 0)
@@ -1168,7 +1176,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return out
 
     def _resource(
-        self, resource: Resource, groups: pd.Index, as_of: int, horizon_seconds: int, bounds: Any, recent: FloatArray
+        self, resource: Resource, block: _Block, as_of: int, horizon_seconds: int, bounds: Any, recent: FloatArray
     ) -> list[ResourceRecommendation | None]:
         """Our forecast lines where the models have data; the foundation's rules (named as such) elsewhere. A stale
         group (no sample for `stale_after_seconds`) holds its current request flat on every line (`stale_hold`) and
@@ -1176,14 +1184,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         histogram: DecayingHistogram | MemoryPeakHistogram = getattr(self, f"{resource}_histogram_")
         long_term: PercentileReservation = getattr(self, f"{resource}_long_term_")
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
+        groups = block.groups
         fitted = histogram.groups_
         policy = self._part("vpa")
         lower, target, upper = (
-            self._aligned(histogram.quantile(q), fitted, groups)
+            block.aligned(f"{resource}.quantile.{q}", functools.partial(histogram.quantile, q), fitted)
             for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
         )
         step = short_term.step_seconds
-        ours = self._forecast_lines(getattr(self, f"{resource}_forecasts_"), groups, as_of, horizon_seconds, step)
+        ours = self._forecast_lines(resource, block, as_of, horizon_seconds, step)
         ours_request = ours["request"]
         # No recommendation from too few samples: an empty histogram reads as the pod minimum, not as "unknown". They
         # count by recent weight: a history that stopped weeks ago does not size a container that resumed.
@@ -1199,17 +1208,17 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         # throttled where it never was, memory is OOM-killed (memory's floor has a margin, and without an OOM kill it
         # also bounds the request, so a small fleet cannot inflate memory). A window of zeros bounds nothing (no
         # running container has no working set): VPA's minimum then stands.
-        peak = self._highest_sample(resource, groups, enough)
+        peak = self._highest_sample(resource, block, enough)
         margin = 1.0 + self.memory_peak_margin_fraction if memory else 1.0
         peak_bound = np.where(peak > 0, peak * margin, np.nan)
         if memory:
             sized_target = np.where(~oom & np.isfinite(peak_bound), np.fmin(sized_target, peak_bound), sized_target)
-        long_values = self._aligned(long_term.predict(), long_term.groups_, groups)
+        long_values = block.aligned(f"{resource}.long_term", long_term.predict, long_term.groups_)
         has_line = ~np.isnan(ours["short_term"]).any(axis=1)
         current = self.workloads_.reindex(groups)
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
-        position = pd.Index(short_term.groups_).get_indexer(groups)
+        position = block.positions(f"{resource}.short_term", short_term.groups_)
         needed = np.flatnonzero(~has_line & enough & (position >= 0))
         lines[needed] = short_term.predict(as_of, horizon_seconds, rows=position[needed])
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
@@ -1218,10 +1227,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         limit_now = current[f"{resource}_limit_{UNITS[resource]}"].to_numpy(dtype=np.float64)
         stale_held = stale_hold(request_now, limit_now, sized_target)
         lines = np.where(stale[:, None], stale_held[:, None], lines)
-        live, live_factor, block = self._live_line(resource, groups, as_of, step)
+        live, live_factor, live_steps = self._live_line(resource, block, as_of, step)
         live = np.where(stale | ~enough, np.nan, live)
         served = np.isfinite(live)
-        lines[:, : block[1]] = np.where(served[:, None], live[:, None], lines[:, : block[1]])
+        lines[:, : live_steps[1]] = np.where(served[:, None], live[:, None], lines[:, : live_steps[1]])
         long_values = np.where(stale, stale_held, long_values)
         line_peak, peak_times = peak_of(lines, as_of, short_term.step_seconds)
         # Every line at most what the container can use, unless evidence says it needs more (`recommender.ceiling`);
@@ -1274,7 +1283,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             resource=resource,
             live=held["live_short_term"],
             live_factor=live_factor,
-            live_block=(as_of, as_of + block[1] * step),
+            live_block=(as_of, as_of + live_steps[1] * step),
             live_model=model.description if (model := getattr(self, f"{resource}_live_line_", None)) else "",
             ceiling=ceiling,
             ceiling_rules=ceiling_rules(before, ceilings, evidence),
@@ -1300,11 +1309,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return usage_ceiling(limit, highest), evidence
 
     def _live_line(
-        self, resource: str, groups: pd.Index, as_of: int, step: int
+        self, resource: str, block: _Block, as_of: int, step: int
     ) -> tuple[FloatArray, FloatArray, tuple[int, int]]:
         """Per group, the learned live line in force at `as_of` (NaN where it does not serve: no model, a row it
         could not forecast, a risk level of the group's own, or `as_of` past its block), its factor, and its block
         in steps from `as_of` (0 steps where none)."""
+        groups = block.groups
         nothing = np.full(len(groups), np.nan)
         model: LiveLineForecaster | None = getattr(self, f"{resource}_live_line_", None)
         issued: LiveIssue | None = getattr(self, f"{resource}_live_issued_", None)
@@ -1313,9 +1323,11 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         steps = int((issued.at + model.horizon_steps * model.step_seconds - as_of) // step)
         if steps <= 0 or as_of < issued.at - step:
             return nothing, nothing, (0, 0)
-        own = pd.Index(self.forecast_groups_).get_indexer(groups)
+        own = block.positions("forecast", self.forecast_groups_)
         found = own >= 0
-        keys, which = np.unique(np.asarray(getattr(self, "group_levels_", [])), return_inverse=True)
+        keys, which = block.once(
+            "levels", lambda: np.unique(np.asarray(getattr(self, "group_levels_", [])), return_inverse=True)
+        )
         mine = np.array([np.isclose(parse_level_key(str(key))[0], model.target_violation) for key in keys], dtype=bool)
         same_level = np.zeros(len(groups), dtype=bool)
         if which.size == len(self.forecast_groups_):
@@ -1325,24 +1337,28 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         live = np.where(same_level, live, np.nan)
         return live, factor, (0, min(steps, model.horizon_steps))
 
-    def _highest_sample(self, resource: Resource, groups: pd.Index, recommended: npt.NDArray[np.bool_]) -> FloatArray:
+    def _highest_sample(self, resource: Resource, block: _Block, recommended: npt.NDArray[np.bool_]) -> FloatArray:
         """Max usage (pods pooled) per group over the history window the lines use (`forecast.history_days` of the
         grid's last steps: a floor or a ceiling over less lets a peak 8-14 days old fall under it); NaN where none.
         `recommended`: the groups that get a recommendation (only these need one outside the grid)."""
         steps = self._forecaster().history_days * (SECONDS_PER_DAY // self._step_seconds())
-        window = getattr(self, f"{resource}_grid_")[:, -steps:]
-        with np.errstate(all="ignore"):
-            peak = (
-                np.where(np.isnan(window), -np.inf, window).max(axis=1)
-                if window.shape[1]
-                else np.full(window.shape[0], -np.inf)
-            )
-        values = self._aligned(peak, self.forecast_groups_, groups)
+
+        def grid_peak() -> FloatArray:
+            window = getattr(self, f"{resource}_grid_")[:, -steps:]
+            with np.errstate(all="ignore"):
+                peak: FloatArray = (
+                    np.where(np.isnan(window), -np.inf, window).max(axis=1)
+                    if window.shape[1]
+                    else np.full(window.shape[0], -np.inf)
+                )
+            return peak
+
+        values = block.aligned(f"{resource}.highest", grid_peak, self.forecast_groups_)
         # A container that reached `min_samples` in a live pass has no grid row until the next training: the
         # short-term line's steps of the same window (it keeps a week of them) bound it meanwhile.
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
         missing = np.flatnonzero(~np.isfinite(values) & recommended)
-        rows = pd.Index(short_term.groups_).get_indexer(groups[missing])
+        rows = block.positions(f"{resource}.short_term", short_term.groups_)[missing]
         if (rows >= 0).any():
             step = short_term.step_seconds
             times = self.grid_end_ - steps * step + step * np.arange(steps, dtype=np.float64)
@@ -1350,20 +1366,21 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         result: FloatArray = np.where(np.isfinite(values), values, np.nan)
         return result
 
-    @staticmethod
     def _recent(
-        short_term: SeasonalMaxReservation, groups: pd.Index, as_of: int, shown: list[ResourceRecommendation | None]
+        self, resource: str, block: _Block, as_of: int, shown: list[ResourceRecommendation | None]
     ) -> list[list[float | None]]:
         """The observed usage line (max over pods per step) of the last day before as_of; None where no sample. Empty
         beside no recommendation (`shown`): nothing to compare it with, and 288 floats per container add up."""
-        recent = short_term.recent(as_of, 86400)
-        index = pd.Index(short_term.groups_).get_indexer(groups)
+        short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
+        index = block.positions(f"{resource}.short_term", short_term.groups_)
+        wanted = np.flatnonzero((index >= 0) & np.array([rec is not None for rec in shown], dtype=bool))
+        recent = short_term.recent(as_of, 86400, rows=index[wanted])
         # A row without a gap is a plain list (`tolist` in C); only rows with a gap map NaN to None.
         gaps: list[bool] = (np.isnan(recent).sum(axis=1) > 0).tolist()
-        return [
-            (floats_or_none(recent[i]) if gaps[i] else recent[i].tolist()) if i >= 0 and rec is not None else []
-            for i, rec in zip(index.tolist(), shown)
-        ]
+        out: list[list[float | None]] = [[] for _ in shown]
+        for at, row in enumerate(wanted.tolist()):
+            out[row] = floats_or_none(recent[at]) if gaps[at] else recent[at].tolist()
+        return out
 
 
 #: Memory's forecasts chosen elsewhere (a side process): given the settings of one set of risk levels and the grid
@@ -1448,6 +1465,45 @@ def fit_live_lines(models: list[WorkloadRecommender]) -> None:
 
 def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits - 1}e}")
+
+
+#: Groups whose recommendations `predict` draws at once: its (groups x horizon steps) arrays, a dozen at 288 steps,
+#: stay near 5 MB each whatever the fleet's size (for 100,000 containers they were 230 MB each).
+_PREDICT_ROWS = 2048
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A block of the groups `predict` draws at once: `everyone[rows]`. What is read of every fitted group (the
+    histograms' percentiles, the forecasts' lines, where each group is in a fitted table) is computed once, in
+    `memo`, for all the blocks."""
+
+    everyone: pd.Index
+    rows: slice
+    memo: dict[str, Any]
+
+    @property
+    def groups(self) -> pd.Index:
+        return self.everyone[self.rows]
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+    def positions(self, key: str, fitted: Any) -> IntArray:
+        """Where each group of the block is in `fitted` (a fitted table's groups named `key`), -1 where it is not."""
+        everywhere: IntArray = self.once(f"positions.{key}", lambda: pd.Index(fitted).get_indexer(self.everyone))
+        return everywhere[self.rows]
+
+    def aligned(self, key: str, values: Callable[[], FloatArray], fitted: Any) -> FloatArray:
+        """`values()` (one per group of `fitted`, computed once and named `key`) for the block's groups: NaN where a
+        group has none."""
+        index = self.positions(key, fitted)
+        computed: FloatArray = self.once(key, values)
+        result: FloatArray = np.full(index.size, np.nan)
+        result[index >= 0] = computed[index[index >= 0]]
+        return result
 
 
 #: Rows of the usage grid moved at once by `_slide_in_place` (its temporary: 256 x 4,320 steps x 8 B = 9 MB).

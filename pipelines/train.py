@@ -28,9 +28,9 @@ import multiprocessing
 import resource
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -65,6 +65,7 @@ from recommender.errors import (
     ModelStoreError,
     PartialDataError,
     PrometheusError,
+    TrainingMemoryError,
 )
 from recommender.progress import Step, quiet
 from recommender.resources import NodeForecast, RecommendationSet
@@ -1024,6 +1025,17 @@ class _Run:
         )
 
 
+@contextmanager
+def _memory_named(run: _Run) -> Iterator[None]:
+    """The run's MemoryError (numpy's `Unable to allocate ...`: the fleet does not fit in this process) as one line
+    that says what to do instead (`TrainingMemoryError`)."""
+    try:
+        yield
+    except MemoryError as error:
+        containers = sum(p.containers or 0 for p in run.partitions)
+        raise TrainingMemoryError(run.source, containers, len(run.partitions), str(error) or "MemoryError") from None
+
+
 def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
@@ -1089,8 +1101,9 @@ def recommend_from_file(
     """The `recommend` contract: learn only from rows before `as_of`, forecast the horizon after it (in this
     process; in partitions when `scale.partition_containers` is set)."""
     run = _Run(settings, InProcessExecutor(), None, str(input_path), as_of, horizon_seconds, step)
-    _stage_file(run, input_path, RowWindow(as_of=as_of), None, SampleBounds.at(settings.ingest, time.time()))
-    return run.recommendations()
+    with _memory_named(run):
+        _stage_file(run, input_path, RowWindow(as_of=as_of), None, SampleBounds.at(settings.ingest, time.time()))
+        return run.recommendations()
 
 
 def train_from_file(
@@ -1118,16 +1131,18 @@ def train_from_file(
         run = _Run(
             settings, executor or InProcessExecutor(), store, str(input_path), as_of, horizon_seconds, step, parent
         )
-        _stage_file(run, input_path, window, end_at, bounds)
-        if oom_events_path is not None:
-            run.oom_events = RowWindow(after=window.after, shift=run.shift).apply(
-                read_oom_events(oom_events_path, bounds)
-            )
-        if end_at is not None:
-            run.source += (
-                f" (timestamps moved {run.shift / 86400:+.1f} days at load so the data ends now; the file is unchanged)"
-            )
-        return run.commit()
+        with _memory_named(run):
+            _stage_file(run, input_path, window, end_at, bounds)
+            if oom_events_path is not None:
+                run.oom_events = RowWindow(after=window.after, shift=run.shift).apply(
+                    read_oom_events(oom_events_path, bounds)
+                )
+            if end_at is not None:
+                run.source += (
+                    f" (timestamps moved {run.shift / 86400:+.1f} days at load so the data ends now; the file is "
+                    "unchanged)"
+                )
+            return run.commit()
 
 
 # -- Prometheus ---------------------------------------------------------------------------------------------------
@@ -1175,13 +1190,14 @@ def train_from_prometheus(
     started = time.perf_counter()
     with ExitStack() as store:
         run = _Run(settings, runner, store, str(prom.url), as_of, horizon_seconds, step, parent)
-        if runner.in_memory:
-            costs = _stream_prometheus(run, start, end, allow_partial)
-        else:
-            costs = _read_prometheus_partitions(run, start, end, allow_partial)
-        costs.setdefault("read_seconds", round(time.perf_counter() - started, 3))
-        costs["read_wait_seconds"] = round(run.read_wait_seconds, 3)
-        return run.commit(read_metrics=costs), costs
+        with _memory_named(run):
+            if runner.in_memory:
+                costs = _stream_prometheus(run, start, end, allow_partial)
+            else:
+                costs = _read_prometheus_partitions(run, start, end, allow_partial)
+            costs.setdefault("read_seconds", round(time.perf_counter() - started, 3))
+            costs["read_wait_seconds"] = round(run.read_wait_seconds, 3)
+            return run.commit(read_metrics=costs), costs
 
 
 def _stream_prometheus(run: _Run, start: int, end: int, allow_partial: bool) -> dict[str, float]:

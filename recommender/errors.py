@@ -118,6 +118,28 @@ class DistributedTrainingError(RecommenderError):
         return type(self), (self.failed, self.partitions, self.tolerance)
 
 
+class TrainingMemoryError(RecommenderError):
+    """A training run needed more memory than its process may have: names the fleet and what to do instead (train
+    in partitions on workers, or give the process more memory). Nothing was published."""
+
+    http_status = 507
+    exit_code = 10
+
+    def __init__(self, source: str, containers: int, partitions: int, detail: str):
+        self.source = source
+        self.containers = containers
+        self.partitions = partitions
+        self.detail = detail
+        where = f"{containers:,} workload containers" + (f" in {partitions} partitions" if partitions > 1 else "")
+        super().__init__(
+            f"{source}: training {where} ran out of memory ({detail}); nothing was published. Train in partitions on "
+            "worker processes (--workers 2 or more, or --dask-scheduler), or give the process more memory"
+        )
+
+    def __reduce__(self) -> tuple[type[TrainingMemoryError], tuple[str, int, int, str]]:
+        return type(self), (self.source, self.containers, self.partitions, self.detail)
+
+
 class ListenError(RecommenderError):
     """`serve` (or `demo`) cannot listen on its address: the port is taken, or not ours to bind. A code of its own:
     uvicorn exits 3 for it, which is the model store's."""

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from recommender.units import cpu_on_grid
 from tests.conftest import BUNDLED, Runner, entry_point, make_usage
 from tests.integration.server import free_port, started
 
@@ -63,8 +64,8 @@ def test_show_filters_and_writes_every_format_with_the_same_totals(cli: Runner, 
     targets = {r["workload"]: r for r in payload["recommendations"]}
     assert rows["w0"]["cpu_cores"]["current_request"] == 2.0 and rows["w1"]["cpu_cores"]["current_request"] == 0.5
     assert rows["w0"]["replicas"] == 2
-    # One sign: change = recommended - current (negative frees resources).
-    assert rows["w0"]["cpu_cores"]["change"] == pytest.approx(targets["w0"]["cpu"]["target"] - 2.0)
+    # One sign: change = recommended - current (negative frees resources), of the request as written.
+    assert rows["w0"]["cpu_cores"]["change"] == pytest.approx(cpu_on_grid(targets["w0"]["cpu"]["target"]) - 2.0)
     assert rows["w0"]["cpu_cores"]["change_all_replicas"] == pytest.approx(2 * rows["w0"]["cpu_cores"]["change"])
     cluster = payload["overview"]["cluster"]
     assert cluster["memory_request_bytes"] == pytest.approx(6e9) and cluster["memory_recommended_bytes"] > 1e9

@@ -338,7 +338,7 @@ def test_a_loop_killed_with_sigkill_resumes_from_its_checkpoint_with_the_histogr
     assert report is not None and report.end == final.last_sample
     ours, theirs = final.model, reference.state.model  # type: ignore[union-attr]
     assert list(ours.cpu_histogram_.groups_) == list(theirs.cpu_histogram_.groups_)
-    np.testing.assert_allclose(ours.cpu_histogram_.weights_, theirs.cpu_histogram_.weights_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ours.cpu_histogram_.weights(), theirs.cpu_histogram_.weights(), rtol=1e-9, atol=1e-12)
     np.testing.assert_array_equal(ours.cpu_histogram_.sample_count_, theirs.cpu_histogram_.sample_count_)
     assert ours.memory_histogram_.peaks_.equals(theirs.memory_histogram_.peaks_)
     np.testing.assert_allclose(ours.cpu_grid_, theirs.cpu_grid_, rtol=1e-9, equal_nan=True)

@@ -76,7 +76,7 @@ def test_decay_doubles_the_weight_of_a_sample_one_half_life_newer() -> None:
     find, starts = later.buckets.find, later.buckets.starts
     assert same_time.quantile(0.5)[0] == pytest.approx(starts[find(np.array([1.0]))[0] + 1])
     assert later.quantile(0.5)[0] == pytest.approx(starts[find(np.array([10.0]))[0] + 1])
-    weights = later.weights_[0][later.weights_[0] > 0]
+    weights = later.weights()[0][later.weights()[0] > 0]
     assert weights[1] / weights[0] == pytest.approx(2.0)
     assert weights[0] == pytest.approx(0.1)  # the CPU sample weight, at the reference
 
@@ -262,5 +262,18 @@ def test_memory_peaks_and_histogram_follow_the_rule_whole_or_in_parts(
         model.peaks_.reset_index().rename(columns={"window_end": "timestamp"})
     )
     order = [list(refit.groups_).index(group) for group in model.histogram_.groups_]
-    np.testing.assert_allclose(model.histogram_.weights_, refit.weights_[order], rtol=1e-12)
+    np.testing.assert_allclose(model.histogram_.weights(), refit.weights()[order], rtol=1e-12)
     np.testing.assert_array_equal(model.histogram_.reference_timestamp_, refit.reference_timestamp_[order])
+
+
+def test_weights_keep_only_the_buckets_with_samples_and_dense_ones_pickled_before_load_as_them() -> None:
+    """Issue 41: a group's weights cost its buckets that got a sample, not the layout's 176; a histogram pickled
+    with the dense (groups x buckets) matrix loads into the same kept buckets and percentiles."""
+    model = DecayingHistogram().fit(frame([("a", 0.0, 0.5), ("b", 0.0, 0.5), ("b", 60.0, 2.0), ("b", 120.0, 0.5)]))
+    assert np.diff(model.weight_starts_).tolist() == [1, 2]
+    state = model.__getstate__()
+    old = {k: v for k, v in state.items() if not k.startswith("weight_")}
+    loaded = DecayingHistogram.__new__(DecayingHistogram)
+    loaded.__setstate__({**old, "weights_": model.weights()})
+    np.testing.assert_array_equal(loaded.weights(), model.weights())
+    np.testing.assert_array_equal(loaded.quantile(0.9), model.quantile(0.9))

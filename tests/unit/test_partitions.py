@@ -3,7 +3,10 @@ sample-step counts, and partitions of whole workloads in the order of the contai
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,12 +74,13 @@ def test_our_errors_cross_process_boundaries_intact() -> None:
     """A task's error is pickled from the Dask worker to the driver: each keeps its fields and message."""
     import pickle
 
-    from recommender.errors import DistributedTrainingError, InputFileError, PartialDataError
+    from recommender.errors import DistributedTrainingError, InputFileError, PartialDataError, TrainingMemoryError
 
     for error in (
         InputFileError("usage.csv", "negative cpu_cores", line=7, column="cpu_cores"),
         PartialDataError({"team-a/*": "timeout"}),
         DistributedTrainingError({"partition 1 (a/b, 1 workloads)": "KilledWorker"}, 4, 0.0),
+        TrainingMemoryError("usage.csv", 1_000_000, 1, "Unable to allocate 15.1 GiB"),
     ):
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error)
@@ -128,3 +132,27 @@ def test_one_process_in_partitions_gives_the_recommendations_of_one_fit() -> Non
     for line in ("short_term", "target", "long_term"):
         assert len({round(q[line].calibration_factor, 4) for q in lines if line in q}) <= 1, line
     assert any(lines)
+
+
+def test_a_fleet_too_big_for_the_process_memory_stops_with_one_line_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """numpy's MemoryError anywhere in a run (issue 41: 1,000,000 containers ended in `Unable to allocate 15.1 GiB`
+    and a traceback) becomes our error, exit code 10, naming the fleet and the way out; nothing is published."""
+    from cli.settings import Settings
+    from pipelines import train
+    from recommender.errors import TrainingMemoryError
+    from tests.conftest import BUNDLED
+
+    def out_of_memory(*args: object, **kwargs: object) -> None:
+        raise MemoryError("Unable to allocate 15.1 GiB for an array with shape (1000000, 2021) and data type float64")
+
+    monkeypatch.setattr(train, "fit_partition", out_of_memory)
+    store = tmp_path / "store"
+    with pytest.raises(TrainingMemoryError) as raised:
+        train.train_from_file(BUNDLED, Settings(store={"path": store}))
+    message = str(raised.value)
+    assert "\n" not in message and raised.value.exit_code == 10
+    assert message.startswith(f"{BUNDLED}: training 4 workload containers ran out of memory (Unable to allocate 15.1")
+    assert "--workers" in message
+    assert not list(store.glob("versions/*/manifest.json"))

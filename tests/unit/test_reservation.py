@@ -110,3 +110,21 @@ def test_the_peak_time_is_after_the_decision_time_at_the_lines_highest(lines: np
 def test_predict_before_fit_raises() -> None:
     with pytest.raises(NotFittedError):
         SeasonalMaxReservation().predict(0)
+
+
+def test_the_grid_keeps_only_observed_cells_and_a_dense_one_pickled_before_loads_as_them() -> None:
+    """Issue 41: a group costs its samples, not a week of slots; a model pickled with the dense grid (-inf where no
+    sample) loads into the same cells and lines."""
+    rng = np.random.default_rng(4)
+    frame = pd.concat([series(rng.random(n), start=3 * DAY - STEP * n, group=f"g{n}") for n in (1, 5, 400)])
+    model = SeasonalMaxReservation().fit(frame)
+    assert np.diff(model.cell_starts_).tolist() == [1, 5, 400]
+    rows = np.arange(3)
+    state = model.__getstate__()
+    old = {k: v for k, v in state.items() if k not in ("cell_starts_", "cell_slots_", "cell_values_", "n_slots_")}
+    loaded = SeasonalMaxReservation.__new__(SeasonalMaxReservation)
+    loaded.__setstate__({**old, "grid_": model._dense(rows)})
+    for name in ("cell_starts_", "cell_slots_", "cell_values_"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
+    np.testing.assert_array_equal(loaded.predict(3 * DAY), model.predict(3 * DAY))
+    np.testing.assert_array_equal(loaded.recent(3 * DAY, DAY, rows=rows[1:]), model.recent(3 * DAY, DAY)[1:])
