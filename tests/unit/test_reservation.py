@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.exceptions import NotFittedError
@@ -130,6 +130,7 @@ def test_the_grid_keeps_only_observed_cells_and_a_dense_one_pickled_before_loads
     np.testing.assert_array_equal(loaded.recent(3 * DAY, DAY, rows=rows[1:]), model.recent(3 * DAY, DAY)[1:])
 
 
+@settings(deadline=None)
 @given(
     first=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 9 * DAY), st.floats(0, 8)), min_size=1),
     later=st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 10 * DAY), st.floats(0, 8)), min_size=1),
