@@ -15,6 +15,13 @@ from recommender.limits import Resource, recommended_limit
 from recommender.policy import RequestBounds, request_bounds, with_target
 from recommender.resources import LineModels, LiveLine, Peak, ResourceRecommendation
 from recommender.settings import PolicySettings
+from recommender.trusted import constructor
+
+#: The objects `recommendations` builds for every container and resource (`constructor`).
+_BUILD_RESOURCE = constructor(ResourceRecommendation)
+_BUILD_LIVE = constructor(LiveLine)
+_BUILD_PEAK = constructor(Peak)
+_BUILD_MODELS = constructor(LineModels)
 
 
 @dataclass(frozen=True)
@@ -52,9 +59,10 @@ class ResourceLines:
         """Per group, its recommendation (None without a histogram or with too few samples), each value and model
         named after what drew it: our line where the forecast had one, the foundation's rule elsewhere.
 
-        Built with `model_construct`, not validated: every value is already of its field's type (Python floats,
-        ints, bools, strings and the nested models), and validating ~17 objects per container was most of a live
-        pass's `predict` at fleet size. `tests/unit/test_live_cost.py` checks that validation gives the same."""
+        Built as `model_construct` builds them (`recommender.trusted.constructor`), not validated: every value is
+        already of its field's type (Python floats, ints, bools, strings and the nested models), and validating ~17
+        objects per container was most of a live pass's `predict` at fleet size. `tests/unit/test_live_cost.py`
+        checks that validation gives the same."""
         result: list[ResourceRecommendation | None] = []
         ours = self.ours
         missing = (np.isnan(self.histogram_target) | ~self.enough).tolist()
@@ -89,7 +97,7 @@ class ResourceLines:
             limit, rule = recommended_limit(self.resource, target, request, limit_now, floor)
             drawn = {"target": not no_request[i], "short_term": line, "long_term": not no_long_term[i]}
             result.append(
-                ResourceRecommendation.model_construct(
+                _BUILD_RESOURCE(
                     target=target,
                     lower_bound=min(lower, target),
                     upper_bound=max(upper, target),
@@ -97,7 +105,7 @@ class ResourceLines:
                     short_term=self.lines[i].tolist(),
                     live_short_term=None
                     if live[i] != live[i]
-                    else LiveLine.model_construct(
+                    else _BUILD_LIVE(
                         value=live[i],
                         issued_at=self.live_block[0],
                         until=self.live_block[1],
@@ -105,7 +113,7 @@ class ResourceLines:
                         model=self.live_model,
                     ),
                     long_term=long_value,
-                    peak=Peak.model_construct(value=peak, at=None if peak_at != peak_at else int(peak_at)),
+                    peak=_BUILD_PEAK(value=peak, at=None if peak_at != peak_at else int(peak_at)),
                     levels=ours["levels"][i],
                     stale=stale,
                     limit=limit,
@@ -113,7 +121,7 @@ class ResourceLines:
                     limit_floor=floor if np.isfinite(floor) else None,
                     ceiling=ceiling[i],
                     ceiling_rules=ceiling_rules[i],
-                    models=LineModels.model_construct(
+                    models=_BUILD_MODELS(
                         target=names["target"] if drawn["target"] else "VPA histogram",
                         short_term=stale_line_name(request, limit_now)
                         if stale

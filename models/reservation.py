@@ -150,23 +150,19 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         n_slots = (self.seasonal_days * SECONDS_PER_DAY + self.slot_tolerance_seconds) // step + 2
         origin = (np.floor(end / step) - n_slots + 1) * step
         inside = times >= origin
-        rows, slots, maxima = (
-            [group_codes[inside]],
-            [((times[inside] - origin) // step).astype(np.int64)],
-            [values[inside]],
-        )
         if previous:
-            # The kept cells slide by whole slots to the new origin; those that leave the grid go.
-            kept_rows = np.repeat(np.arange(len(self.groups_), dtype=np.int64), np.diff(self.cell_starts_))
-            kept_slots = self.cell_slots_ - int(round((origin - self.grid_origin_) / step))
-            kept = (kept_slots >= 0) & (kept_slots < n_slots)
-            rows.insert(0, kept_rows[kept])
-            slots.insert(0, kept_slots[kept])
-            maxima.insert(0, self.cell_values_[kept])
-        cells, where = np.unique(np.concatenate(rows) * n_slots + np.concatenate(slots), return_inverse=True)
-        cell_values = np.full(cells.size, -np.inf)
-        np.maximum.at(cell_values, where.reshape(-1), np.concatenate(maxima))
-        cell_rows = cells // n_slots
+            starts, cell_slots, cell_values = self._slid(origin, n_slots, len(labels))
+        else:
+            starts, cell_slots, cell_values = np.zeros(len(labels) + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)
+        starts, cell_slots, cell_values = _merged(
+            starts,
+            cell_slots,
+            cell_values,
+            group_codes[inside],
+            ((times[inside] - origin) // step).astype(np.int64),
+            values[inside],
+            n_slots,
+        )
         # A group whose samples all predate the grid (a workload that stopped) falls back to the max of its own
         # last `seasonal_days` days, so its line stays of the size it last needed rather than its last sample.
         own_end = np.full(len(labels), -np.inf)
@@ -180,17 +176,35 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
             old_fallback[: len(self.fallback_)] = self.fallback_
             seen_now = np.isfinite(fallback)
             grid_max = np.full(len(labels), -np.inf)
-            np.maximum.at(grid_max, cell_rows, cell_values)
+            filled = np.flatnonzero(np.diff(starts) > 0)
+            if filled.size:
+                grid_max[filled] = np.maximum.reduceat(cell_values, starts[filled])
             fallback = np.where(seen_now, np.fmax(fallback, grid_max), old_fallback)
         self.groups_ = np.asarray(labels, dtype=str)
-        self.cell_starts_ = np.concatenate([[0], np.cumsum(np.bincount(cell_rows, minlength=len(labels)))])
-        self.cell_slots_ = cells % n_slots
+        self.cell_starts_ = starts
+        self.cell_slots_ = cell_slots
         self.cell_values_ = cell_values
         self.n_slots_ = int(n_slots)
         self.grid_origin_ = float(origin)
         self.data_end_ = end
         self.fallback_ = np.where(np.isfinite(fallback), fallback, np.nan)
         return self
+
+    def _slid(self, origin: float, n_slots: int, n_groups: int) -> tuple[IntArray, IntArray, FloatArray]:
+        """The kept cells moved by whole slots to a grid starting at `origin` (those that leave it go), as row
+        pointers for `n_groups` groups (new ones empty), slots and values: order is kept, so nothing is sorted."""
+        slots = self.cell_slots_ - int(round((origin - self.grid_origin_) / self.step_seconds))
+        kept = (slots >= 0) & (slots < n_slots)
+        starts = self.cell_starts_
+        if not kept.all():
+            # A pass drops a cell or so per group: each pointer moves back by the cells dropped before it.
+            gone = np.flatnonzero(~kept)
+            starts = starts - np.searchsorted(gone, starts)
+            slots, values = slots[kept], self.cell_values_[kept]
+        else:
+            values = self.cell_values_.copy()
+        starts = np.concatenate([starts, np.full(n_groups + 1 - starts.size, starts[-1])])
+        return starts, slots, values
 
     def _cells(self, rows: IntArray) -> tuple[IntArray, IntArray]:
         """The cells of the groups at positions `rows` of `groups_`: each one's place in `rows`, and its index in
@@ -302,6 +316,43 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         out = np.full((rows.size, n_steps), np.nan)
         out[place[shown], at[shown]] = self.cell_values_[cells[shown]]
         return out
+
+
+def _merged(
+    starts: IntArray,
+    slots: IntArray,
+    values: FloatArray,
+    rows: IntArray,
+    new_slots: IntArray,
+    new_values: FloatArray,
+    n_slots: int,
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """Sparse cells (row pointers `starts`, each row's slots sorted, values) with samples (row, slot, value) maxed
+    in: a sample's cell is found by a binary search within its row, so a pass of one sample per group costs that,
+    not a sort of every cell kept (a week of 5-minute slots: 20 million cells at 10,000 groups)."""
+    cells, where = np.unique(rows * n_slots + new_slots, return_inverse=True)
+    maxima = np.full(cells.size, -np.inf)
+    np.maximum.at(maxima, where.reshape(-1), new_values)
+    row, slot = cells // n_slots, cells % n_slots
+    low, high = starts[row], starts[row + 1]
+    searching = low < high
+    while searching.any():
+        middle = (low + high) // 2
+        before = np.zeros(cells.size, dtype=bool)
+        before[searching] = slots[middle[searching]] < slot[searching]
+        low = np.where(searching & before, middle + 1, low)
+        high = np.where(searching & ~before, middle, high)
+        searching = low < high
+    found = low < starts[row + 1]
+    found[found] = slots[low[found]] == slot[found]
+    values[low[found]] = np.maximum(values[low[found]], maxima[found])
+    added = ~found
+    moved = np.concatenate([[0], np.cumsum(np.bincount(row[added], minlength=starts.size - 1))])
+    return (
+        starts + moved,
+        np.insert(slots, low[added], slot[added]),
+        np.insert(values, low[added], maxima[added]),
+    )
 
 
 def peak_of(line: FloatArray, as_of: float, step_seconds: int) -> tuple[FloatArray, FloatArray]:

@@ -13,13 +13,14 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from models.ensemble import history_summary
 from models.pods import with_group_labels
 from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
 from models.workload import WorkloadRecommender
-from recommender.resources import RecommendationSet
+from recommender.resources import CurrentResources, History, LineModels, Peak, RecommendationSet
+from recommender.trusted import constructor
 from tests.conftest import make_usage
 
 STEP = 300
@@ -209,3 +210,34 @@ def test_a_version_fitted_in_partitions_is_continued_as_one(tmp_path: Path) -> N
     assert [r.model_dump(mode="json") for r in parts.recommendations] == [
         r.model_dump(mode="json") for r in whole.recommendations
     ]
+
+
+@pytest.mark.parametrize(
+    ("model", "values"),
+    [
+        (History, {"first_sample": 1, "last_sample": 2, "pods": 1, "replicas": 1, "samples": 3}),
+        (LineModels, {"target": "t", "short_term": "s", "long_term": "l"}),
+        (Peak, {"value": 1.5}),
+        (CurrentResources, {}),
+    ],
+)
+def test_a_trusted_constructor_builds_what_model_construct_builds(model: type[BaseModel], values: Any) -> None:
+    """The same fields in the same order (the JSON's), the same fields set, defaults copied for each instance."""
+    build = constructor(model)
+    built, constructed = build(**values), model.model_construct(**values)
+    assert built.__dict__ == constructed.__dict__ and list(built.__dict__) == list(constructed.__dict__)
+    assert built.model_fields_set == constructed.model_fields_set
+    assert built.model_dump_json() == constructed.model_dump_json()
+    for name, value in built.__dict__.items():
+        if isinstance(value, (list, dict)):
+            assert value is not build(**values).__dict__[name], name
+    with pytest.raises(TypeError, match="not fields"):
+        build(**values, unknown=1)
+
+
+def test_a_trusted_constructor_refuses_a_model_with_aliases() -> None:
+    class Aliased(BaseModel):
+        value: int = Field(alias="v")
+
+    with pytest.raises(TypeError, match="Aliased"):
+        constructor(Aliased)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.exceptions import NotFittedError
@@ -128,3 +128,22 @@ def test_the_grid_keeps_only_observed_cells_and_a_dense_one_pickled_before_loads
         np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name))
     np.testing.assert_array_equal(loaded.predict(3 * DAY), model.predict(3 * DAY))
     np.testing.assert_array_equal(loaded.recent(3 * DAY, DAY, rows=rows[1:]), model.recent(3 * DAY, DAY)[1:])
+
+
+@settings(deadline=None)
+@given(
+    first=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 9 * DAY), st.floats(0, 8)), min_size=1),
+    later=st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 10 * DAY), st.floats(0, 8)), min_size=1),
+)
+def test_samples_merged_into_the_kept_cells_are_the_cells_of_one_fit_on_all(
+    first: list[tuple[str, int, float]], later: list[tuple[str, int, float]]
+) -> None:
+    """A partial fit merges its samples into the slid sparse grid (a search per sample, no sort of the cells): the
+    cells, in order, are those of one fit on every sample (new groups, older samples and shared slots too)."""
+    columns = ["group", "timestamp", "value"]
+    before, after = pd.DataFrame(first, columns=columns), pd.DataFrame(later, columns=columns)
+    merged = SeasonalMaxReservation().fit(before).partial_fit(after)
+    once = SeasonalMaxReservation().fit(pd.concat([before, after], ignore_index=True))
+    assert list(merged.groups_) == list(once.groups_) and merged.grid_origin_ == once.grid_origin_
+    for name in ("cell_starts_", "cell_slots_", "cell_values_"):
+        np.testing.assert_array_equal(getattr(merged, name), getattr(once, name))
