@@ -43,6 +43,10 @@ DAY, STEP = 86400, 300
 HOUR = 3600
 
 
+#: Keeps every pod but the scheduling test's own off its two nodes.
+TEST_TAINT = {"key": "e2e.koord-recommender/scheduler-test", "effect": "NoSchedule"}
+
+
 def usage_frame(now: int) -> pd.DataFrame:
     """Three days of usage ending at `now`. night-owl is busy 1-5 h after `now`'s time of day and idle otherwise;
     day-sleeper is busy 7-21 h after it: more CPU on average (1.3 vs 0.75 cores), but quiet in the next six hours."""
@@ -369,7 +373,9 @@ def test_the_scheduler_binds_where_the_forecast_peak_is_lowest(cluster: Cluster)
             name, {"status": {"capacity": capacity, "allocatable": capacity, "conditions": [ready]}}
         )
         # The apiserver taints new nodes not-ready; without kubelets (and the node lifecycle controller) we lift it.
-        cluster.core.patch_node(name, {"spec": {"taints": None}})
+        # Our own taint instead: pods other tests left pending (no nodes then) would land on these nodes in any
+        # order and tie the scores (node-b at 7 beside node-a's 7); only the newcomer tolerates it.
+        cluster.core.patch_node(name, {"spec": {"taints": [TEST_TAINT]}})
     # Bare pods named after their workload (generateName), placed by hand: no owner for the garbage collector to
     # miss, and the same workload resolution the webhook and the extender use for any pod.
     for workload, host in (("night-owl", "node-a"), ("day-sleeper", "node-b")):
@@ -421,7 +427,8 @@ def test_the_scheduler_binds_where_the_forecast_peak_is_lowest(cluster: Cluster)
                     "image": "registry.example/app:1",
                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
                 }
-            ]
+            ],
+            "tolerations": [{"key": TEST_TAINT["key"], "operator": "Exists", "effect": TEST_TAINT["effect"]}],
         },
     }
     # The service re-reads those files on its next poll (5 s): ask it directly until it has (bounded).
