@@ -19,7 +19,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -44,11 +44,24 @@ class Timeline:
     step_seconds: int
     steps: int
 
+    def _first_and_count(self, now: float, window_seconds: int) -> tuple[int, int]:
+        """The step `now` falls in (wrapped into the lines) and how many steps the window spans."""
+        first = int((now - self.as_of) // self.step_seconds) % self.steps
+        return first, max(1, -(-window_seconds // self.step_seconds))
+
     def window(self, now: float, window_seconds: int) -> npt.NDArray[np.int64]:
         """Indices of the steps from `now` over the window, wrapping by time of day past the end of the lines."""
-        first = int((now - self.as_of) // self.step_seconds)
-        count = max(1, -(-window_seconds // self.step_seconds))
+        first, count = self._first_and_count(now, window_seconds)
         return (first + np.arange(count)) % self.steps
+
+    def spans(self, now: float, window_seconds: int) -> list[tuple[int, int]]:
+        """The steps of `window` as at most two (start, stop) ranges of the lines, so that a call reads them as
+        slices (views) rather than copies; a window as long as the lines is all of them."""
+        first, count = self._first_and_count(now, window_seconds)
+        if count >= self.steps:
+            return [(0, self.steps)]
+        stop = first + count
+        return [(first, stop)] if stop <= self.steps else [(first, self.steps), (0, stop - self.steps)]
 
 
 @dataclass(frozen=True)
@@ -267,6 +280,17 @@ class NodeLoads:
         columns = [np.ascontiguousarray(m.T, dtype=np.float32) for m in (cpu, memory, hp_cpu, hp_memory)]
         states = {name: _node_state(totals[name], forecasts.get(name)) for name in names}
         return cls(timeline, index, columns[0], columns[1], capacity, matrix, states, columns[2], columns[3])
+
+    def columns(self, names: Sequence[object]) -> tuple[Sequence[str], npt.NDArray[np.int64]]:
+        """The names that are strings (in call order; anything else is left out) and their columns, the all-zeros
+        last one for names not in `index`. A call naming only our nodes, the scheduler's usual, is one lookup each."""
+        named = cast(Sequence[str], names)  # until a lookup fails
+        try:
+            return named, np.fromiter(map(self.index.__getitem__, named), np.int64, len(named))
+        except (KeyError, TypeError):  # a name we do not know, or a value that is no name
+            kept = [name for name in names if isinstance(name, str)]
+            missing = itertools.repeat(len(self.index))
+            return kept, np.fromiter(map(self.index.get, kept, missing), np.int64, len(kept))
 
     def node_line(self, name: str, high_priority: bool = False) -> tuple[list[float], list[float]]:
         """(cpu cores, memory bytes) forecast load line of one known node (of its high-priority pods only)."""
@@ -498,60 +522,74 @@ def _capacity_row(capacity: NodeCapacity) -> tuple[float, float, float, float]:
 
 
 def _peak(
-    load: npt.NDArray[np.float32], columns: npt.NDArray[np.int64], window: npt.NDArray[np.int64], pod: Matrix
+    load: npt.NDArray[np.float32], rows: npt.NDArray[np.int64], spans: list[tuple[int, int]], pod: Matrix
 ) -> Matrix:
-    """Per candidate, the max over the window of its node's load plus the pod's line."""
-    stacked = np.take(load[window], columns, axis=1)
-    stacked += pod[window, None].astype(np.float32)
-    peaks: Matrix = stacked.max(axis=0).astype(np.float64)
-    return peaks
+    """Per candidate, the max over the window's `spans` of its node's load plus the pod's line (in float32).
+
+    With many candidates every node's peak is taken over slices of the load (no copy), then the candidates' are
+    picked; with few, their columns are gathered first, so a call costs what its candidates do.
+    """
+    gather = len(rows) * 4 < load.shape[1]
+    peaks: npt.NDArray[np.float32] | None = None
+    for start, stop in spans:
+        part = np.take(load[start:stop], rows, axis=1) if gather else load[start:stop]
+        top = (part + pod[start:stop, None].astype(np.float32)).max(axis=0)
+        peaks = top if peaks is None else np.maximum(peaks, top)
+    assert peaks is not None  # a window has at least one step
+    found: Matrix = (peaks if gather else peaks[rows]).astype(np.float64)
+    return found
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """Per candidate node (in call order): forecast peaks in percent of allocatable, score 0-10, failures with why."""
+    """Per candidate node (`nodes`, in call order): its column in the loads, whether its allocatable is known,
+    forecast peaks in percent of allocatable, score 0-10, whether it fails; and the failures with why, by name."""
 
     nodes: Sequence[str]
-    known: list[bool]
-    cpu_percent: list[float]
-    memory_percent: list[float]
-    scores: list[int]
+    rows: npt.NDArray[np.int64]
+    known: npt.NDArray[np.bool_]
+    cpu_percent: Matrix
+    memory_percent: Matrix
+    scores: npt.NDArray[np.int64]
+    fails: npt.NDArray[np.bool_]
     failed: dict[str, str]
 
 
 def judge(
     loads: NodeLoads,
     pod: Mapping[str, Any],
-    node_names: Sequence[str],
+    candidates: Sequence[object],
     given: Mapping[str, NodeCapacity],
     lookup: Lookup,
     settings: PlacementSettings,
     now: float,
 ) -> Judgement:
-    """Filter and score every candidate node; capacity from the call (`given`) wins over the node list we read.
+    """Filter and score every candidate node (names; anything else is left out); capacity from the call (`given`)
+    wins over the node list we read.
 
     Nodes without a known allocatable, and every node for a pod we have learned nothing about, pass and get the
-    neutral score: we do not steer what we cannot forecast.
+    neutral score: we do not steer what we cannot forecast. Only the pod's own line is computed per call; the rest
+    is array arithmetic over the loads built once per cluster view.
     """
+    node_names, rows = loads.columns(candidates)
     pod_cpu, pod_memory, pod_known = pod_lines(pod, lookup, loads.timeline, settings)
     if not pod_known:
-        return neutral(node_names, settings)
-    window = loads.timeline.window(now, settings.window_seconds)
-    zero_row = len(loads.index)
-    rows = np.array(list(map(loads.index.get, node_names, itertools.repeat(zero_row, len(node_names)))), dtype=np.int64)
-    capacity = loads.capacity_matrix[rows]
+        return _neutral(node_names, rows, settings)
+    spans = loads.timeline.spans(now, settings.window_seconds)
+    capacity = np.take(loads.capacity_matrix, rows, axis=0)
     if given:
         for position, name in enumerate(node_names):
             if name in given:
                 capacity[position] = _capacity_row(given[name])
-    cpu_pct = _peak(loads.cpu_cores, rows, window, pod_cpu) * 100 / capacity[:, 0]
-    memory_pct = _peak(loads.memory_bytes, rows, window, pod_memory) * 100 / capacity[:, 1]
+    cpu_pct = _peak(loads.cpu_cores, rows, spans, pod_cpu) * 100 / capacity[:, 0]
+    memory_pct = _peak(loads.memory_bytes, rows, spans, pod_memory) * 100 / capacity[:, 1]
     known = ~np.isnan(capacity[:, 0])
     least_used = (np.clip(100 - cpu_pct, 0, 100) + np.clip(100 - memory_pct, 0, 100)) / 2
     scores = np.where(known, np.rint(np.nan_to_num(least_used) * MAX_EXTENDER_SCORE / 100), settings.neutral_score)
     cpu_over, memory_over = known & (cpu_pct > capacity[:, 2]), known & (memory_pct > capacity[:, 3])
+    fails = cpu_over | memory_over
     failed = {}
-    for position in np.flatnonzero(cpu_over | memory_over).tolist():
+    for position in np.flatnonzero(fails).tolist():
         reasons = []
         if cpu_over[position]:
             reasons.append(f"forecast CPU peak {cpu_pct[position]:.0f}% of allocatable > {capacity[position, 2]:g}%")
@@ -560,14 +598,17 @@ def judge(
                 f"forecast memory peak {memory_pct[position]:.0f}% of allocatable > {capacity[position, 3]:g}%"
             )
         failed[node_names[position]] = "; ".join(reasons)
-    return Judgement(
-        node_names, known.tolist(), cpu_pct.tolist(), memory_pct.tolist(), scores.astype(int).tolist(), failed
-    )
+    return Judgement(node_names, rows, known, cpu_pct, memory_pct, scores.astype(np.int64), fails, failed)
 
 
-def neutral(node_names: Sequence[str], settings: PlacementSettings) -> Judgement:
+def neutral(loads: NodeLoads, candidates: Sequence[object], settings: PlacementSettings) -> Judgement:
     """Every node passes with the neutral score."""
-    unknown = [float("nan")] * len(node_names)
-    return Judgement(
-        node_names, [False] * len(node_names), unknown, unknown, [settings.neutral_score] * len(node_names), {}
-    )
+    return _neutral(*loads.columns(candidates), settings)
+
+
+def _neutral(node_names: Sequence[str], rows: npt.NDArray[np.int64], settings: PlacementSettings) -> Judgement:
+    count = len(node_names)
+    unknown = np.full(count, np.nan)
+    none = np.zeros(count, dtype=np.bool_)
+    scores = np.full(count, settings.neutral_score, dtype=np.int64)
+    return Judgement(node_names, rows, none, unknown, unknown, scores, none, {})

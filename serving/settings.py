@@ -103,6 +103,14 @@ class ServeSettings(BaseModel):
         description="A review of at most this many containers (and at most 64 KiB) is decided on the event loop "
         "(about a millisecond); larger ones go to the worker threads.",
     )
+    inline_extender_nodes: int = Field(
+        5000,
+        ge=0,
+        description="A scheduler extender call naming at most this many nodes (nodeCacheCapable), for a pod of at "
+        "most inline_review_containers containers, is judged on the event loop (about a millisecond at 5,000): "
+        "a hop to a worker thread and back costs more than that on a busy node. Calls with whole nodes or more "
+        "names go to the worker threads.",
+    )
     max_review_containers: int = Field(
         256,
         ge=1,

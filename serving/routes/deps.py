@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -31,6 +32,14 @@ def snapshot(request: Request, response: Response) -> Snapshot:
     found = service_state(request).require()
     conditional(request, response, found.revision)
     return found
+
+
+def pod_containers(pod: Any) -> int:
+    """How many containers (init containers included) a pod of any shape has: what judging or sizing it costs."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return 0
+    return sum(len(part) for part in (spec.get("containers"), spec.get("initContainers")) if isinstance(part, list))
 
 
 def json_body(description: str, properties: dict[str, Any]) -> dict[str, Any]:

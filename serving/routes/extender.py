@@ -5,12 +5,14 @@ are matched case-insensitively as Go's decoder does, and answers use Go's names.
 `nodeCacheCapable: true` (names only; capacity from the nodes file) and false (full v1.Node objects). Anything we
 cannot judge gets a neutral answer: the node passes the filter and gets the neutral score; a call we cannot read
 at all (malformed, oversized, or while every worker thread is busy) gets 200 with an `Error` the scheduler ignores
-(`ignorable: true`) or no scores. Judging runs on the worker threads. Nothing here returns 5xx, so the scheduler's
-keep-alive connection stays open.
+(`ignorable: true`) or no scores. A call by node names (`serve.inline_extender_nodes`) is judged on the event loop,
+whole nodes and larger calls on the worker threads. Nothing here returns 5xx, so the scheduler's keep-alive
+connection stays open.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Mapping
@@ -23,12 +25,12 @@ from starlette.requests import ClientDisconnect
 
 from recommender.errors import OverloadedError, RequestTooLargeError
 from recommender.placement import Judgement, NodeCapacity, judge, neutral, node_capacity
-from serving.cluster import ClusterView
+from serving.cluster import ClusterView, Placement
 from serving.isolation import WorkPool, read_body
 from serving.metrics import Metrics
 from serving.routes.auth import require_client_certificate
-from serving.routes.deps import json_body
-from serving.settings import ExtenderSettings
+from serving.routes.deps import json_body, pod_containers
+from serving.settings import ExtenderSettings, ServeSettings
 from serving.state import ServiceState
 
 log = logging.getLogger(__name__)
@@ -67,12 +69,12 @@ def _capacity(node: Mapping[str, Any], settings: ExtenderSettings) -> NodeCapaci
 
 def _candidates(
     args: Mapping[str, Any], settings: ExtenderSettings
-) -> tuple[list[str], dict[str, NodeCapacity], list[Any]]:
-    """Node names, capacity given in the call (full-node mode) and the node objects to echo back; nodes without a
-    readable name are left out."""
+) -> tuple[list[Any], dict[str, NodeCapacity], list[Any]]:
+    """Node names (judging leaves out what is no string), capacity given in the call (full-node mode) and the node
+    objects to echo back; nodes without a readable name are left out."""
     names = _field(args, "NodeNames")
     if isinstance(names, list):
-        return [n for n in names if isinstance(n, str)], {}, []
+        return names, {}, []
     node_list = _field(args, "Nodes")
     items = node_list.get("items") if isinstance(node_list, Mapping) else None
     nodes = [n for n in items if _name(n) is not None] if isinstance(items, list) else []
@@ -84,23 +86,25 @@ def _candidates(
     return [n["metadata"]["name"] for n in nodes], given, nodes
 
 
-Judged = tuple[list[str], list[Any], Judgement]
+Judged = tuple[list[Any], Judgement, Placement]
 
 
 def _judge(args: Mapping[str, Any], state: ServiceState, cluster: ClusterView, settings: ExtenderSettings) -> Judged:
-    """Candidates and their judgement (on a worker thread); if judging fails, every node gets the neutral answer."""
+    """The node objects of the call, the judgement of its candidates (on a worker thread) and the view it was made
+    on; if judging fails, every node gets the neutral answer."""
     names, given, nodes = _candidates(args, settings)
+    placement = cluster.placement
     try:
         pod = _field(args, "Pod")
         snapshot = state.snapshot
         lookup = snapshot.lookup if snapshot is not None else (lambda key: None)
         judgement = judge(
-            cluster.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time()
+            placement.loads, pod if isinstance(pod, Mapping) else {}, names, given, lookup, settings, time.time()
         )
     except Exception:  # neutral: let the scheduler go on without our opinion
         log.exception("extender could not judge the pod; every node gets a neutral answer")
-        judgement = neutral(names, settings)
-    return names, nodes, judgement
+        judgement = neutral(placement.loads, names, settings)
+    return nodes, judgement, placement
 
 
 async def _judged(request: Request) -> tuple[Mapping[str, Any], Judged] | str:
@@ -118,8 +122,16 @@ async def _judged(request: Request) -> tuple[Mapping[str, Any], Judged] | str:
     state: ServiceState = request.app.state.service
     cluster: ClusterView = request.app.state.cluster
     settings: ExtenderSettings = request.app.state.settings.extender
+    serve: ServeSettings = request.app.state.settings.serve
     pool: WorkPool = request.app.state.work_pool
     try:
+        names = _field(args, "NodeNames")
+        if (
+            isinstance(names, list)
+            and len(names) <= serve.inline_extender_nodes
+            and pod_containers(_field(args, "Pod")) <= serve.inline_review_containers
+        ):
+            return args, _judge(args, state, cluster, settings)
         return args, await pool.run(lambda: _judge(args, state, cluster, settings))
     except OverloadedError:
         return "koord-recommender: overloaded, no opinion"
@@ -129,12 +141,16 @@ async def _judged(request: Request) -> tuple[Mapping[str, Any], Judged] | str:
 
 
 def _json(payload: Any) -> Response:
-    return Response(orjson.dumps(payload), media_type="application/json")
+    return _encoded(orjson.dumps(payload))
+
+
+def _encoded(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
 
 
 def _count(metrics: Metrics, verb: str, judgement: Judgement) -> None:
     metrics.extender_calls.labels(verb=verb).inc()
-    unknown = judgement.known.count(False)
+    unknown = len(judgement.known) - int(judgement.known.sum())
     failed = len(judgement.failed)
     for result, count in (("unknown", unknown), ("failed", failed), ("fit", len(judgement.nodes) - unknown - failed)):
         if count:
@@ -153,14 +169,14 @@ async def filter_nodes(request: Request) -> Response:
         return _json(
             {"NodeNames": None, "Nodes": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": judged}
         )
-    args, (names, nodes, judgement) = judged
+    args, (nodes, judgement, _) = judged
     _count(request.app.state.metrics, "filter", judgement)
-    failed = judgement.failed
-    result: dict[str, Any] = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    passes = (~judgement.fails).tolist()
+    result: dict[str, Any] = {"FailedNodes": judgement.failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
     if isinstance(_field(args, "NodeNames"), list):
-        result.update(NodeNames=[n for n in names if n not in failed], Nodes=None)
+        result.update(NodeNames=list(itertools.compress(judgement.nodes, passes)), Nodes=None)
     else:
-        kept = [n for n in nodes if n["metadata"]["name"] not in failed]
+        kept = list(itertools.compress(nodes, passes))
         result.update(Nodes={"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": kept}, NodeNames=None)
     return _json(result)
 
@@ -175,6 +191,6 @@ async def prioritize_nodes(request: Request) -> Response:
     judged = await _judged(request)
     if isinstance(judged, str):
         return _json([])  # no scores: the scheduler weighs the other plugins alone
-    _, (names, _, judgement) = judged
+    _, (_, judgement, placement) = judged
     _count(request.app.state.metrics, "prioritize", judgement)
-    return _json([{"Host": name, "Score": score} for name, score in zip(names, judgement.scores, strict=True)])
+    return _encoded(placement.hosts.answer(judgement.nodes, judgement.rows, judgement.scores))

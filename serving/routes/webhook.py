@@ -35,7 +35,7 @@ from serving.isolation import PREFIX_BYTES, WorkPool, read_body, review_uid
 from serving.kube_watch import OptInSources
 from serving.metrics import Metrics
 from serving.routes.auth import require_client_certificate
-from serving.routes.deps import json_body
+from serving.routes.deps import json_body, pod_containers
 from serving.settings import ServingSettings
 from serving.state import ServiceState
 
@@ -144,11 +144,7 @@ def decide(
 
 def _containers(review: Mapping[str, Any] | None) -> int:
     """How many containers a review's pod has: what deciding it costs."""
-    pod = review.get("object") if review is not None else None
-    spec = pod.get("spec") if isinstance(pod, Mapping) else None
-    if not isinstance(spec, Mapping):
-        return 0
-    return sum(len(part) for part in (spec.get("containers"), spec.get("initContainers")) if isinstance(part, list))
+    return pod_containers(review.get("object") if review is not None else None)
 
 
 def answer(

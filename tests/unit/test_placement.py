@@ -50,7 +50,7 @@ def test_pod_goes_where_its_spike_does_not_meet_another() -> None:
     view = loads([node("a", cpu="16"), node("b", cpu="16")])
     found = judge(view, INCOMING, ["a", "b"], {}, RECS.get, SETTINGS, AS_OF)
     # Both nodes carry the same average load; only b keeps the 8 o'clock spikes apart.
-    assert found.cpu_percent == [(6 + 5) * 100 / 16, (6 + 0.5) * 100 / 16]
+    assert found.cpu_percent.tolist() == [(6 + 5) * 100 / 16, (6 + 0.5) * 100 / 16]
     assert found.scores[1] > found.scores[0]
     assert found.failed == {"a": "forecast CPU peak 69% of allocatable > 65%"}
 
@@ -59,7 +59,7 @@ def test_window_follows_the_clock_and_wraps_by_time_of_day() -> None:
     view = loads([node("a", cpu="16"), node("b", cpu="16")])
     short = ExtenderSettings(window_seconds=3600)
     at_ten = AS_OF + 10 * 3600  # the incoming pod's spike (8-10 h) is over for the next hour
-    assert judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, at_ten).cpu_percent == [1 * 100 / 16] * 2
+    assert judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, at_ten).cpu_percent.tolist() == [1 * 100 / 16] * 2
     next_day = AS_OF + 24 * 3600 + 8 * 3600
     assert judge(view, INCOMING, ["a", "b"], {}, RECS.get, short, next_day).cpu_percent[0] == 11 * 100 / 16
 
@@ -73,16 +73,17 @@ def test_node_annotation_overrides_threshold_and_call_capacity_wins() -> None:
     bigger = node_capacity(node("a", cpu="64"), SETTINGS)
     assert bigger is not None
     found = judge(view, INCOMING, ["a"], {"a": bigger}, RECS.get, SETTINGS, AS_OF)
-    assert found.failed == {} and found.cpu_percent == [11 * 100 / 64]
+    assert found.failed == {} and found.cpu_percent.tolist() == [11 * 100 / 64]
 
 
 def test_unknown_nodes_and_unknown_pods_get_neutral_answers() -> None:
     view = loads([node("a", cpu="4")])
     found = judge(view, INCOMING, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
-    assert found.known == [True, False] and list(found.failed) == ["a"] and found.scores[1] == SETTINGS.neutral_score
+    assert found.known.tolist() == [True, False] and list(found.failed) == ["a"]
+    assert found.scores[1] == SETTINGS.neutral_score
     stranger = pod("bare", "stranger", [container("main", {"requests": {"cpu": "64"}})])
     found = judge(view, stranger, ["a", "ghost"], {}, RECS.get, SETTINGS, AS_OF)
-    assert found.failed == {} and found.scores == [SETTINGS.neutral_score] * 2
+    assert found.failed == {} and found.scores.tolist() == [SETTINGS.neutral_score] * 2
 
 
 def test_placed_pods_without_recommendation_count_their_request_or_the_defaults() -> None:
@@ -92,8 +93,10 @@ def test_placed_pods_without_recommendation_count_their_request_or_the_defaults(
     empty = running(pod("bare", "nothing", [container("main", None)]), "ns", "m", "n")
     memory = NodeLoads.build([requested, empty], [node("m", cpu="16", memory="4Gi")], RECS.get, TIMELINE, SETTINGS)
     found = judge(memory, INCOMING, ["m"], {}, RECS.get, SETTINGS, AS_OF)
-    assert found.cpu_percent == [(2 + SETTINGS.default_cpu_cores + 5) * 100 / 16]
-    assert found.memory_percent == [pytest.approx((1 * GIB + SETTINGS.default_memory_bytes + GIB) * 100 / (4 * GIB))]
+    assert found.cpu_percent.tolist() == [(2 + SETTINGS.default_cpu_cores + 5) * 100 / 16]
+    assert found.memory_percent.tolist() == [
+        pytest.approx((1 * GIB + SETTINGS.default_memory_bytes + GIB) * 100 / (4 * GIB))
+    ]
 
 
 def test_finished_pods_and_bad_nodes_do_not_count() -> None:
@@ -102,3 +105,50 @@ def test_finished_pods_and_bad_nodes_do_not_count() -> None:
     broken = {"metadata": {"name": "x"}, "status": {"allocatable": {"cpu": "lots"}}}
     view = NodeLoads.build([done], [node("a"), broken], RECS.get, TIMELINE, SETTINGS)
     assert list(view.index) == ["a"] and view.cpu_cores.sum() == 0 and view.cpu_cores.shape == (STEPS, 2)
+
+
+@pytest.mark.parametrize("window_seconds", [300, 3600, 6 * 3600, 23 * 3600, 24 * 3600, 30 * 3600])
+def test_window_spans_cover_the_same_steps_as_the_window(window_seconds: int) -> None:
+    for now in range(AS_OF - 3600, AS_OF + 3 * 24 * 3600, 3571):
+        spans = TIMELINE.spans(now, window_seconds)
+        covered = [step for start, stop in spans for step in range(start, stop)]
+        assert len(spans) <= 2 and len(covered) == len(set(covered))
+        assert set(covered) == set(TIMELINE.window(now, window_seconds).tolist())
+
+
+def test_few_and_many_candidates_and_unusable_names_are_judged_alike() -> None:
+    """Peaks over gathered columns (few candidates) and over every node (many) agree; names that are not
+    strings are left out and unknown ones are neutral, wherever they stand in the call."""
+    nodes = [node(f"n{i}", cpu="16") for i in range(12)]
+    pods = [placed("morning" if i % 3 else "evening", f"n{i % 12}", i) for i in range(30)]
+    view = NodeLoads.build(pods, nodes, RECS.get, TIMELINE, SETTINGS)
+    short = ExtenderSettings(window_seconds=4 * 3600)
+    for now in (AS_OF + 7 * 3600, AS_OF + 22 * 3600):  # the second window wraps past the end of the lines
+        many = judge(view, INCOMING, list(view.index), {}, RECS.get, short, now)
+        for name in view.index:
+            one = judge(view, INCOMING, [name], {}, RECS.get, short, now)
+            position = many.nodes.index(name)
+            assert one.cpu_percent[0] == many.cpu_percent[position]
+            assert one.memory_percent[0] == many.memory_percent[position]
+            assert one.scores[0] == many.scores[position] and one.failed == {
+                k: v for k, v in many.failed.items() if k == name
+            }
+    mixed = judge(view, INCOMING, ["n3", 7, None, "ghost", ["n1"], "n1"], {}, RECS.get, short, AS_OF)
+    assert list(mixed.nodes) == ["n3", "ghost", "n1"] and mixed.known.tolist() == [True, False, True]
+    assert mixed.scores[1] == short.neutral_score and mixed.rows[1] == len(view.index)
+
+
+def test_prioritize_answer_records_read_as_the_json_of_each_score() -> None:
+    import numpy as np
+    import orjson
+
+    from serving.cluster import HostRecords
+
+    known = ["a", 'quo"te', "ünï", "node-00010"]
+    records = HostRecords(known)
+    names = ["node-00010", "ghost\\n", "a", "a", 'quo"te', "ünï"]
+    rows = np.array([3, 4, 0, 0, 1, 2])
+    scores = np.array([10, 0, 5, 9, 1, 10])
+    answer = records.answer(names, rows, scores)
+    assert orjson.loads(answer) == [{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)]
+    assert orjson.loads(records.answer([], np.array([], dtype=np.int64), np.array([], dtype=np.int64))) == []
