@@ -163,15 +163,16 @@ def create_app(settings: ServingSettings, tls: CertificateReloader | None = None
         body: dict[str, Any] = {"error": type(error).__name__, "detail": str(error)}
         return JSONResponse(status_code=error.http_status, content=body)
 
+    # The machine consumers first: a request is matched against the routes in this order, and theirs have budgets.
     for router in (
+        webhook.router,
+        extender.router,
         health.router,
         metrics.router,
         recommendations.router,
         nodes.router,
         dashboard.router,
         dashboard.root,
-        webhook.router,
-        extender.router,
         docs.router,
     ):
         app.include_router(router)
