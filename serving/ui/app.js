@@ -113,12 +113,13 @@ function onGrid(resource, value) {
     : value < MIB ? Math.ceil(value) : Math.ceil(value / MIB) * MIB;
 }
 function cpuQuantity(cores) {
-  const milli = Math.ceil(Number((cores * 1000).toFixed(6)));
+  const milli = Math.round(onGrid("cpu", cores) * 1000);
   return milli % 1000 ? milli + "m" : String(milli / 1000);
 }
 function memoryQuantity(bytes) {
-  if (bytes < MIB) return String(Math.ceil(bytes));
-  const mebibytes = Math.ceil(bytes / MIB);
+  const written = onGrid("memory", bytes);
+  if (bytes < MIB) return String(written);
+  const mebibytes = written / MIB;
   return mebibytes % 1024 ? mebibytes + "Mi" : mebibytes / 1024 + "Gi";
 }
 
