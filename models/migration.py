@@ -78,3 +78,12 @@ def migrate_histogram_state(state: dict[str, Any]) -> dict[str, Any]:
         state["weight_buckets_"] = buckets.astype(np.int64)
         state["weight_values_"] = weights[rows, buckets]
     return state
+
+
+def migrate_live_line_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A pickled `LiveLineForecaster`'s state, migrated: before its blend was checked on the newest training rows
+    (issue 38) it was fitted on all of them and kept whole."""
+    state.setdefault("validation_fraction", 0.0)
+    if "coef_" in state:
+        state.setdefault("shrinkage_", 1.0)
+    return state

@@ -15,6 +15,7 @@ from hypothesis.extra.numpy import arrays
 
 from models.live_line import (
     BLEND_STATISTICS,
+    BLEND_WEIGHTS,
     FEATURE_NAMES,
     STEPS_PER_DAY,
     AdaptiveScale,
@@ -97,6 +98,39 @@ def test_the_fitted_blend_is_no_dearer_than_its_best_statistic_on_its_training_r
     assert p90 <= model.fairness_limit_ + 1e-12
     line = model.predict(grid, issued_at=START + 12 * DAY)
     assert line.shape == (grid.shape[0],) and np.all(np.isfinite(line)) and np.all(line > 0)
+
+
+def test_the_blend_kept_is_as_fair_as_its_statistic_on_the_newest_rows_it_was_not_fitted_on() -> None:
+    """Issue 38: the fit's own days flatter the blend's p90 container violation, so the newest third of the rows is
+    held out and the blend drawn toward its best statistic until it is as fair there; with nothing held out it is
+    kept whole. The two fits share everything else."""
+    grid, end = bursty_grid(rows=40, seed=3), START + 12 * DAY
+    model = LiveLineForecaster(target_violation=0.05, training_days=6, validation_fraction=1 / 3).fit(grid, end)
+    whole = LiveLineForecaster(target_violation=0.05, training_days=6).fit(grid, grid_end=end)
+    assert whole.shrinkage_ == 1.0 and model.shrinkage_ in (*BLEND_WEIGHTS, 0.0)
+    features, targets, weights, owners = model.training_set([grid], end)
+    inputs, newest = blend_inputs(features), round(targets.size / 3)
+    start = np.zeros(len(BLEND_STATISTICS))
+    start[BLEND_STATISTICS.index(min(model.baseline_costs_, key=model.baseline_costs_.__getitem__))] = 1.0
+
+    def fresh_p90(coef: np.ndarray) -> float:
+        part = slice(0, newest)
+        return matched_scores(np.exp(inputs[part] @ coef), targets[part], weights[part], owners[part], 0.05)[1]
+
+    assert fresh_p90(model.coef_) <= fresh_p90(start) + model.fairness_tolerance + 1e-12
+    cost, p90 = matched_scores(np.exp(inputs @ model.coef_), targets, weights, owners, 0.05)
+    assert cost <= min(model.baseline_costs_.values()) + 1e-12 and p90 <= model.fairness_limit_ + 1e-12
+
+
+def test_a_live_line_pickled_before_the_held_out_check_loads_as_the_whole_blend_it_was() -> None:
+    grid = bursty_grid()
+    model = LiveLineForecaster(target_violation=0.05, training_days=6).fit(grid, grid_end=START + 12 * DAY)
+    assert model.shrinkage_ == 1.0  # the default holds nothing out: the blend is what it was before the option
+    old = {k: v for k, v in model.__dict__.items() if k not in ("validation_fraction", "shrinkage_")}
+    loaded = LiveLineForecaster.__new__(LiveLineForecaster)
+    loaded.__setstate__(old)
+    assert loaded.get_params()["validation_fraction"] == 0.0 and loaded.shrinkage_ == 1.0
+    np.testing.assert_array_equal(loaded.predict(grid, START + 12 * DAY), model.predict(grid, START + 12 * DAY))
 
 
 def test_quantile_trees_are_fitted_out_of_fold_and_feed_the_blend() -> None:
