@@ -54,6 +54,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import fsspec
 import joblib
 from fsspec.implementations.local import LocalFileSystem
+from isal import isal_zlib
 from pydantic import BaseModel, Field, ValidationError
 
 from recommender import __version__
@@ -745,8 +746,7 @@ class ModelStore:
         sequence = previous.sequence + 1 if previous is not None else 1
         name = f"{version}-{sequence:012d}.json.gz"
         chunks = (r.model_dump_json().encode() for r in recommendations.recommendations)
-        # Level 1: a fifth less CPU than 3 for 7 % more bytes (a pass at 10,000 containers writes ~190 MB of JSON).
-        data = gzip.compress(b"".join(recommendation_set_chunks(recommendations, chunks)), compresslevel=1, mtime=0)
+        data = _gzip_fast(recommendation_set_chunks(recommendations, chunks))
         entry = self.files.put(self._live(name), data)
         update = LiveUpdate(
             version=version,
@@ -831,3 +831,11 @@ class ModelStore:
                 f"{self.files.url(path)}/{NODE_MODEL}: holds a {type(model).__name__}, not a NodeForecaster"
             )
         return model
+
+
+def _gzip_fast(chunks: Iterable[bytes]) -> bytes:
+    """`chunks` as one gzip member (mtime 0), compressed as they come by ISA-L at its level 1: a live pass at 10,000
+    containers writes 230 MB of JSON a minute, which zlib's level 1 took 1.5 CPU s to compress and ISA-L takes a
+    quarter of, in fewer bytes (any gzip reader reads it: `load_live` reads it with the standard library)."""
+    compressor = isal_zlib.compressobj(1, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)
+    return b"".join([*(compressor.compress(chunk) for chunk in chunks), compressor.flush()])

@@ -4,7 +4,9 @@ built without validation, the line names and qualities carried between passes, t
 from __future__ import annotations
 
 import copy
+import gzip
 from dataclasses import replace
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from models.ensemble import history_summary
 from models.pods import with_group_labels
 from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
 from models.workload import WorkloadRecommender
+from recommender.errors import ModelStoreError
 from recommender.resources import CurrentResources, History, LineModels, Peak, RecommendationSet
 from recommender.trusted import constructor
 from tests.conftest import make_usage
@@ -241,3 +244,30 @@ def test_a_trusted_constructor_refuses_a_model_with_aliases() -> None:
 
     with pytest.raises(TypeError, match="Aliased"):
         constructor(Aliased)
+
+
+def test_a_light_update_is_gzip_of_the_sets_json_byte_for_byte(tmp_path: Path, fitted: WorkloadRecommender) -> None:
+    """ISA-L compresses it, chunk by chunk: any gzip reader gets back exactly `model_dump_json`, and so does serve."""
+    store = ModelStore(tmp_path)
+    recommendations = fitted.predict()
+    update = store.publish_live(recommendations, version="v", last_sample=1)
+    written = (tmp_path / LIVE / update.file).read_bytes()
+    assert gzip.decompress(written) == recommendations.model_dump_json().encode()
+    assert store.load_live(update) == recommendations
+
+
+def test_a_light_update_that_is_not_gzip_is_refused_naming_the_file(
+    tmp_path: Path, fitted: WorkloadRecommender
+) -> None:
+    store = ModelStore(tmp_path)
+    update = store.publish_live(fitted.predict(), version="v", last_sample=1)
+    path = tmp_path / LIVE / update.file
+    for broken in (b"not gzip", path.read_bytes()[:-9], gzip.compress(b"{}")):
+        path.write_bytes(broken)
+        forged = update.model_copy(
+            update={
+                "entry": update.entry.model_copy(update={"bytes": len(broken), "sha256": sha256(broken).hexdigest()})
+            }
+        )
+        with pytest.raises(ModelStoreError, match=f"{update.file}: not a valid recommendation set"):
+            store.load_live(forged)
