@@ -246,14 +246,55 @@ def test_a_trusted_constructor_refuses_a_model_with_aliases() -> None:
         constructor(Aliased)
 
 
-def test_a_light_update_is_gzip_of_the_sets_json_byte_for_byte(tmp_path: Path, fitted: WorkloadRecommender) -> None:
-    """ISA-L compresses it, chunk by chunk: any gzip reader gets back exactly `model_dump_json`, and so does serve."""
+@pytest.mark.parametrize("policy", ["forecast", "vpa"])
+def test_a_light_update_is_gzip_of_the_sets_json_byte_for_byte(
+    tmp_path: Path, history: pd.DataFrame, fitted: WorkloadRecommender, policy: str
+) -> None:
+    """orjson writes the recommendations and ISA-L compresses them, chunk by chunk: any gzip reader gets back
+    exactly `model_dump_json` (fitted, live-updated, stale two days on, under the `vpa` policy), and serve reads it."""
     store = ModelStore(tmp_path)
-    recommendations = fitted.predict()
-    update = store.publish_live(recommendations, version="v", last_sample=1)
-    written = (tmp_path / LIVE / update.file).read_bytes()
-    assert gzip.decompress(written) == recommendations.model_dump_json().encode()
-    assert store.load_live(update) == recommendations
+    model = fitted if policy == "forecast" else WorkloadRecommender(request_policy="vpa").fit(history)
+    live = copy.deepcopy(model).live_update(history[history["timestamp"] > model.data_end_])
+    for sequence, recommendations in enumerate(
+        (model.predict(), live.predict(), live.predict(as_of=live.data_end_ + 2 * 86400)), start=1
+    ):
+        update = store.publish_live(recommendations, version="v", last_sample=sequence)
+        written = (tmp_path / LIVE / update.file).read_bytes()
+        assert gzip.decompress(written) == recommendations.model_dump_json().encode()
+        assert store.load_live(update) == recommendations
+
+
+_ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1e-7, 1e16, 1e21, 5e-324])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    line=st.lists(_ANY_FLOAT | st.none(), max_size=20),
+    target=_ANY_FLOAT,
+    name=st.text(max_size=8),
+)
+def test_a_light_updates_recommendation_is_written_as_pydantic_writes_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    fitted: WorkloadRecommender,
+    line: list[float | None],
+    target: float,
+    name: str,
+) -> None:
+    """Any float (NaN, infinities, subnormal, exponents), None and text: orjson's JSON is pydantic's."""
+    first = fitted.predict().recommendations[0]
+    assert first.cpu is not None and first.history is not None
+    odd = first.model_copy(
+        update={
+            "container": name,
+            "cpu": first.cpu.model_copy(update={"target": target, "short_term": [x for x in line if x is not None]}),
+            "history": first.history.model_copy(update={"recent_cpu_cores": line}),
+        }
+    )
+    recommendations = RecommendationSet(as_of=1, horizon_seconds=300, step_seconds=300, recommendations=[odd])
+    root = tmp_path_factory.mktemp("store")
+    update = ModelStore(root).publish_live(recommendations, version="v", last_sample=1)
+    written = gzip.decompress((root / LIVE / update.file).read_bytes())
+    assert written == recommendations.model_dump_json().encode()
 
 
 def test_a_light_update_that_is_not_gzip_is_refused_naming_the_file(
