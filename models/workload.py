@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import weakref
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -808,7 +809,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         for name, column in (("cpu_grid_", "cpu_cores"), ("memory_grid_", "memory_bytes")):
             old = getattr(self, name)
             if len(groups) == len(old_groups) and old.shape[1] == width:
-                self._slide_in_place(old, shift, usage, column, groups)
+                setattr(self, name, self._slide_in_place(old, shift, usage, column, groups))
                 continue
             slid = np.full((len(groups), width), np.nan)
             # Old column j is new column j + offset: both grids end at their grid end, the new one `shift` later.
@@ -819,19 +820,19 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
         self.forecast_groups_ = np.asarray(groups, dtype=str)
 
-    def _slide_in_place(self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index) -> None:
-        """`grid` (same rows and width as before) moved `shift` steps to the new end and maxed with `usage`, in place:
-        what the general slide gives (a new NaN grid, the old columns copied in, `np.fmax` with a grid of the usage)
-        without three grid-sized temporaries. A live pass brings a step or two: only the columns from its oldest
-        sample on are gridded and maxed."""
+    def _slide_in_place(
+        self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index
+    ) -> FloatArray:
+        """`grid` (same rows and width as before) moved `shift` steps to the new end and maxed with `usage`: what the
+        general slide gives (a new NaN grid, the old columns copied in, `np.fmax` with a grid of the usage) without
+        its three grid-sized temporaries. The grid is a window over a wider array (`_SpareColumns`) that a pass
+        moves forward, so a pass copies nothing (before: the whole grid, 320 MB a resource at 10,000 containers);
+        the columns move back once the spare ones are used up. A live pass brings a step or two: only the columns
+        from its oldest sample on are gridded and maxed."""
         width = grid.shape[1]
         shift = min(shift, width)
         if shift:
-            # Row blocks bound the temporary numpy makes for an overlapping copy.
-            for rows in range(0, grid.shape[0], _SLIDE_ROWS):
-                block = grid[rows : rows + _SLIDE_ROWS]
-                block[:, : width - shift] = block[:, shift:].copy()
-            grid[:, width - shift :] = np.nan
+            grid = _SPARE.moved(grid, shift)
         step = self._step_seconds()
         oldest = float(usage["timestamp"].min())
         # Columns from the one holding the oldest sample to the end (all of them for an older sample).
@@ -839,6 +840,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if columns:
             recent = grid[:, width - columns :]
             np.fmax(recent, self._usage_grid(usage, column, groups, columns), out=recent)
+        return grid
 
     def fleet_statistics(self) -> FleetStatistics:
         """This fit's share of the fleet-level quantities (see `FleetStatistics`)."""
@@ -1513,8 +1515,48 @@ class _Block:
         return result
 
 
-#: Rows of the usage grid moved at once by `_slide_in_place` (its temporary: 256 x 4,320 steps x 8 B = 9 MB).
-_SLIDE_ROWS = 256
+class _SpareColumns:
+    """The wider arrays behind the usage grids `_slide_in_place` moves: a grid is a window of its array's columns,
+    and a pass moves the window, not the values. Only arrays made here are moved within (found by the window's
+    `base`), so a grid of any other origin, a checkpoint's or a copy's, gets an array of its own at its first move;
+    a pickle or a copy of a window holds the window's values only."""
+
+    #: Spare columns after a grid's window: a day of 5-minute steps, so the values move once a day (7 % of a
+    #: 14-day grid's memory).
+    columns = 288
+    #: Rows moved at once when the window goes back (the temporary: 256 x 4,320 steps x 8 B = 9 MB).
+    rows = 256
+
+    def __init__(self) -> None:
+        self._made: weakref.WeakValueDictionary[int, FloatArray] = weakref.WeakValueDictionary()
+
+    def moved(self, grid: FloatArray, shift: int) -> FloatArray:
+        """`grid`'s window `shift` columns later, the columns that enter NaN (0 < shift <= width)."""
+        width = grid.shape[1]
+        # Alive arrays have distinct ids, and one made here leaves `_made` as it dies: found, it is `grid.base`.
+        wide = self._made.get(id(grid.base))
+        if wide is not None:
+            start = (grid.ctypes.data - wide.ctypes.data) // grid.itemsize + shift
+            if start + width > wide.shape[1]:
+                start = 0
+                self._copy(wide, grid[:, shift:])
+        else:
+            wide = np.empty((grid.shape[0], width + self.columns))
+            self._made[id(wide)] = wide
+            start = 0
+            self._copy(wide, grid[:, shift:])
+        moved: FloatArray = wide[:, start : start + width]
+        moved[:, width - shift :] = np.nan
+        return moved
+
+    def _copy(self, wide: FloatArray, columns: FloatArray) -> None:
+        """`columns` to the first columns of `wide` (they may overlap), by blocks of rows."""
+        for first in range(0, wide.shape[0], self.rows):
+            block = columns[first : first + self.rows]
+            wide[first : first + self.rows, : columns.shape[1]] = block.copy() if block.base is wide else block
+
+
+_SPARE = _SpareColumns()
 #: The usage ceiling's settings (`ForecastSettings`), parameters of `WorkloadRecommender`.
 _CEILING_FIELDS = ("ceiling_near_limit_fraction", "ceiling_throttled_fraction")
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).

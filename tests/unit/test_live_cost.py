@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import pickle
 from dataclasses import replace
 from hashlib import sha256
 from pathlib import Path
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 from models.ensemble import history_summary
 from models.pods import with_group_labels
 from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
-from models.workload import WorkloadRecommender
+from models.workload import _SPARE, WorkloadRecommender
 from recommender.errors import ModelStoreError
 from recommender.resources import CurrentResources, History, LineModels, Peak, RecommendationSet
 from recommender.trusted import constructor
@@ -312,3 +313,25 @@ def test_a_light_update_that_is_not_gzip_is_refused_naming_the_file(
         )
         with pytest.raises(ModelStoreError, match=f"{update.file}: not a valid recommendation set"):
             store.load_live(forged)
+
+
+def test_grids_moved_over_spare_columns_pass_after_pass_are_the_general_slide(
+    history: pd.DataFrame, fitted: WorkloadRecommender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window moved over 3 spare columns, then back, pass after pass (one step, two, none), pickled and resumed
+    halfway: each pass's grids are the general slide's of the pass before, and no pass copies the grid but those
+    that move back."""
+    monkeypatch.setattr(_SPARE, "columns", 3)
+    last = history[history["timestamp"] == history["timestamp"].max()]
+    live = copy.deepcopy(fitted)
+    end = fitted.data_end_
+    for index, gap in enumerate([1, 1, 2, 1, 0, 1, 1, 1, 3, 1, 1]):
+        end += gap * STEP
+        usage = last.assign(timestamp=end, cpu_cores=last["cpu_cores"] * (1 + index / 10))
+        before = copy.deepcopy(live)
+        if index == 5:
+            live = pickle.loads(pickle.dumps(live))
+        live.live_update(usage)
+        for name in ("cpu_grid_", "memory_grid_"):
+            np.testing.assert_array_equal(getattr(live, name), _general_slide(before, live, usage, name))
+    assert live.cpu_grid_.base is not None and live.cpu_grid_.base.shape[1] == live.cpu_grid_.shape[1] + 3
