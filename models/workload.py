@@ -809,7 +809,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         for name, column in (("cpu_grid_", "cpu_cores"), ("memory_grid_", "memory_bytes")):
             old = getattr(self, name)
             if len(groups) == len(old_groups) and old.shape[1] == width:
-                setattr(self, name, self._slide_in_place(old, shift, usage, column, groups))
+                # The live loop's grids get spare columns; a training's slide once, in place (no second grid).
+                spare = not new_forecast_groups
+                setattr(self, name, self._slide_in_place(old, shift, usage, column, groups, spare))
                 continue
             slid = np.full((len(groups), width), np.nan)
             # Old column j is new column j + offset: both grids end at their grid end, the new one `shift` later.
@@ -821,18 +823,18 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.forecast_groups_ = np.asarray(groups, dtype=str)
 
     def _slide_in_place(
-        self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index
+        self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index, spare: bool
     ) -> FloatArray:
         """`grid` (same rows and width as before) moved `shift` steps to the new end and maxed with `usage`: what the
         general slide gives (a new NaN grid, the old columns copied in, `np.fmax` with a grid of the usage) without
-        its three grid-sized temporaries. The grid is a window over a wider array (`_SpareColumns`) that a pass
-        moves forward, so a pass copies nothing (before: the whole grid, 320 MB a resource at 10,000 containers);
-        the columns move back once the spare ones are used up. A live pass brings a step or two: only the columns
-        from its oldest sample on are gridded and maxed."""
+        its three grid-sized temporaries. With `spare`, the grid becomes a window over a wider array
+        (`_SpareColumns`) that a pass moves forward, so a pass copies nothing (before: the whole grid, 320 MB a
+        resource at 10,000 containers); the columns move back once the spare ones are used up. A live pass brings
+        a step or two: only the columns from its oldest sample on are gridded and maxed."""
         width = grid.shape[1]
         shift = min(shift, width)
         if shift:
-            grid = _SPARE.moved(grid, shift)
+            grid = _SPARE.moved(grid, shift, spare)
         step = self._step_seconds()
         oldest = float(usage["timestamp"].min())
         # Columns from the one holding the oldest sample to the end (all of them for an older sample).
@@ -1518,8 +1520,9 @@ class _Block:
 class _SpareColumns:
     """The wider arrays behind the usage grids `_slide_in_place` moves: a grid is a window of its array's columns,
     and a pass moves the window, not the values. Only arrays made here are moved within (found by the window's
-    `base`), so a grid of any other origin, a checkpoint's or a copy's, gets an array of its own at its first move;
-    a pickle or a copy of a window holds the window's values only."""
+    `base`), so a live grid of any other origin, a checkpoint's or a copy's, gets an array of its own at its first
+    move (for a moment, the grid twice: at 10,000 containers 320 MB more, once per resource after a resume); a
+    training moves its grid in place. A pickle or a copy of a window holds the window's values only."""
 
     #: Spare columns after a grid's window: a day of 5-minute steps, so the values move once a day (7 % of a
     #: 14-day grid's memory).
@@ -1530,8 +1533,9 @@ class _SpareColumns:
     def __init__(self) -> None:
         self._made: weakref.WeakValueDictionary[int, FloatArray] = weakref.WeakValueDictionary()
 
-    def moved(self, grid: FloatArray, shift: int) -> FloatArray:
-        """`grid`'s window `shift` columns later, the columns that enter NaN (0 < shift <= width)."""
+    def moved(self, grid: FloatArray, shift: int, spare: bool) -> FloatArray:
+        """`grid`'s values `shift` columns earlier, the columns that enter NaN (0 < shift <= width): its window
+        moved when it is one made here, else a new window over a new wider array (`spare`) or `grid` itself."""
         width = grid.shape[1]
         # Alive arrays have distinct ids, and one made here leaves `_made` as it dies: found, it is `grid.base`.
         wide = self._made.get(id(grid.base))
@@ -1540,20 +1544,23 @@ class _SpareColumns:
             if start + width > wide.shape[1]:
                 start = 0
                 self._copy(wide, grid[:, shift:])
-        else:
+            moved: FloatArray = wide[:, start : start + width]
+        elif spare:
             wide = np.empty((grid.shape[0], width + self.columns))
             self._made[id(wide)] = wide
-            start = 0
             self._copy(wide, grid[:, shift:])
-        moved: FloatArray = wide[:, start : start + width]
+            moved = wide[:, :width]
+        else:
+            self._copy(grid, grid[:, shift:])
+            moved = grid
         moved[:, width - shift :] = np.nan
         return moved
 
-    def _copy(self, wide: FloatArray, columns: FloatArray) -> None:
-        """`columns` to the first columns of `wide` (they may overlap), by blocks of rows."""
-        for first in range(0, wide.shape[0], self.rows):
-            block = columns[first : first + self.rows]
-            wide[first : first + self.rows, : columns.shape[1]] = block.copy() if block.base is wide else block
+    def _copy(self, to: FloatArray, columns: FloatArray) -> None:
+        """`columns` to the first columns of `to`, by blocks of rows (numpy copies a block that overlaps its
+        destination through a temporary of the block's size)."""
+        for first in range(0, to.shape[0], self.rows):
+            to[first : first + self.rows, : columns.shape[1]] = columns[first : first + self.rows]
 
 
 _SPARE = _SpareColumns()

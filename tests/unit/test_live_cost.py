@@ -335,3 +335,5 @@ def test_grids_moved_over_spare_columns_pass_after_pass_are_the_general_slide(
         for name in ("cpu_grid_", "memory_grid_"):
             np.testing.assert_array_equal(getattr(live, name), _general_slide(before, live, usage, name))
     assert live.cpu_grid_.base is not None and live.cpu_grid_.base.shape[1] == live.cpu_grid_.shape[1] + 3
+    trained = copy.deepcopy(fitted).partial_fit(usage)
+    assert trained.cpu_grid_.base is None, "a training's grid slides in place, without a wider copy"
