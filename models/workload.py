@@ -1129,7 +1129,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     def _confidence_days(self, block: _Block) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
         hist = self.cpu_histogram_
-        index = block.positions("cpu_histogram", hist.groups_)
+        index = block.positions(hist.groups_)
         span = np.where(index >= 0, block.once("cpu.history_days", hist.history_days)[index], 0.0)
         count = np.where(index >= 0, hist.sample_count_[index], 0)
         covered = count * self.sample_interval_seconds_ / 86400.0
@@ -1155,7 +1155,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             "quality": [dict[str, LineQuality]() for _ in groups],
             "stale": np.zeros(len(groups), dtype=bool),
         }
-        own = block.positions("forecast", self.forecast_groups_)
+        own = block.positions(self.forecast_groups_)
         keys = np.full(len(groups), None, dtype=object)
         keys[own >= 0] = self.group_levels_[own[own >= 0]]
         for key, forecast in forecasts.items():
@@ -1227,7 +1227,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         current = self.workloads_.reindex(groups)
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
-        position = block.positions(f"{resource}.short_term", short_term.groups_)
+        position = block.positions(short_term.groups_)
         needed = np.flatnonzero(~has_line & enough & (position >= 0))
         lines[needed] = short_term.predict(as_of, horizon_seconds, rows=position[needed])
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
@@ -1332,7 +1332,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         steps = int((issued.at + model.horizon_steps * model.step_seconds - as_of) // step)
         if steps <= 0 or as_of < issued.at - step:
             return nothing, nothing, (0, 0)
-        own = block.positions("forecast", self.forecast_groups_)
+        own = block.positions(self.forecast_groups_)
         found = own >= 0
         keys, which = block.once(
             "levels", lambda: np.unique(np.asarray(getattr(self, "group_levels_", [])), return_inverse=True)
@@ -1363,7 +1363,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         # short-term line's steps of the same window (it keeps a week of them) bound it meanwhile.
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
         missing = np.flatnonzero(~np.isfinite(values) & recommended)
-        rows = block.positions(f"{resource}.short_term", short_term.groups_)[missing]
+        rows = block.positions(short_term.groups_)[missing]
         if (rows >= 0).any():
             step = short_term.step_seconds
             times = self.grid_end_ - steps * step + step * np.arange(steps, dtype=np.float64)
@@ -1377,7 +1377,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """The observed usage line (max over pods per step) of the last day before as_of; None where no sample. Empty
         beside no recommendation (`shown`): nothing to compare it with, and 288 floats per container add up."""
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
-        index = block.positions(f"{resource}.short_term", short_term.groups_)
+        index = block.positions(short_term.groups_)
         wanted = np.flatnonzero((index >= 0) & np.array([rec is not None for rec in shown], dtype=bool))
         recent = short_term.recent(as_of, 86400, rows=index[wanted])
         # A row without a gap is a plain list (`tolist` in C); only rows with a gap map NaN to None.
@@ -1502,15 +1502,25 @@ class _Block:
             self.memo[key] = make()
         return self.memo[key]
 
-    def positions(self, key: str, fitted: Any) -> IntArray:
-        """Where each group of the block is in `fitted` (a fitted table's groups named `key`), -1 where it is not."""
-        everywhere: IntArray = self.once(f"positions.{key}", lambda: pd.Index(fitted).get_indexer(self.everyone))
+    def positions(self, fitted: Any) -> IntArray:
+        """Where each group of the block is in `fitted` (a fitted table's groups), -1 where it is not: found once per
+        array for all the blocks (the memo holds the array, so its id names no other while the memo lives), and
+        without a lookup when the table has every group in order (a live pass's tables mostly do: the histograms',
+        the grids' and the workloads' groups are one list)."""
+        key = f"positions.{id(fitted)}"
+        if key not in self.memo:
+            everyone = self.once("everyone", lambda: np.asarray(self.everyone, dtype=object))
+            labels = np.asarray(fitted, dtype=object)
+            same = labels.shape == everyone.shape and bool((labels == everyone).all())
+            found = np.arange(len(everyone), dtype=np.intp) if same else pd.Index(fitted).get_indexer(self.everyone)
+            self.memo[key] = (fitted, found)
+        everywhere: IntArray = self.memo[key][1]
         return everywhere[self.rows]
 
     def aligned(self, key: str, values: Callable[[], FloatArray], fitted: Any) -> FloatArray:
         """`values()` (one per group of `fitted`, computed once and named `key`) for the block's groups: NaN where a
         group has none."""
-        index = self.positions(key, fitted)
+        index = self.positions(fitted)
         computed: FloatArray = self.once(key, values)
         result: FloatArray = np.full(index.size, np.nan)
         result[index >= 0] = computed[index[index >= 0]]

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from models.ensemble import history_summary
 from models.pods import with_group_labels
 from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
-from models.workload import _SPARE, WorkloadRecommender
+from models.workload import _SPARE, WorkloadRecommender, _Block
 from recommender.errors import ModelStoreError
 from recommender.resources import CurrentResources, History, LineModels, Peak, RecommendationSet
 from recommender.trusted import constructor
@@ -337,3 +337,19 @@ def test_grids_moved_over_spare_columns_pass_after_pass_are_the_general_slide(
     assert live.cpu_grid_.base is not None and live.cpu_grid_.base.shape[1] == live.cpu_grid_.shape[1] + 3
     trained = copy.deepcopy(fitted).partial_fit(usage)
     assert trained.cpu_grid_.base is None, "a training's grid slides in place, without a wider copy"
+
+
+@pytest.mark.parametrize(
+    "fitted",
+    [["a", "b", "c", "d"], ["d", "c", "b", "a"], ["b", "d"], ["a", "b", "c", "e"], [], ["a", "b", "c", "d", "e"]],
+)
+def test_a_blocks_positions_are_pandas_lookups_found_once_per_table(fitted: list[str]) -> None:
+    """The same table in order needs no lookup; any other is pandas' `get_indexer` (-1: not there)."""
+    everyone = pd.Index(["a", "b", "c", "d"], dtype="string[pyarrow]")
+    table = np.asarray(fitted, dtype=str)
+    memo: dict[str, Any] = {}
+    expected = pd.Index(table).get_indexer(everyone)
+    for rows in (slice(0, 2), slice(2, 4)):
+        block = _Block(everyone, rows, memo)
+        np.testing.assert_array_equal(block.positions(table), expected[rows])
+    assert len([key for key in memo if key.startswith("positions.")]) == 1
