@@ -206,10 +206,13 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         starts = np.concatenate([starts, np.full(n_groups + 1 - starts.size, starts[-1])])
         return starts, slots, values
 
-    def _cells(self, rows: IntArray) -> tuple[IntArray, IntArray]:
-        """The cells of the groups at positions `rows` of `groups_`: each one's place in `rows`, and its index in
-        the cell arrays."""
-        first, counts = self.cell_starts_[rows], np.diff(self.cell_starts_)[rows]
+    def _cells(self, rows: IntArray, from_slot: int | None = None) -> tuple[IntArray, IntArray]:
+        """The cells of the groups at positions `rows` of `groups_` (those from slot `from_slot` on, when given: a
+        day's line reads a seventh of a week's cells): each one's place in `rows`, and its index in the cell arrays."""
+        first, end = self.cell_starts_[rows], self.cell_starts_[rows + 1]
+        if from_slot is not None:
+            first = _first_at_or_after(self.cell_slots_, first, end, np.full(rows.size, from_slot, dtype=np.int64))
+        counts = end - first
         place = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
         before = np.cumsum(counts) - counts
         return place, np.repeat(first - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
@@ -310,7 +313,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         slots, inside = self._slots(as_of - window_seconds - 1.0 + step * np.arange(1, n_steps + 1, dtype=np.float64))
         column = np.full(self.n_slots_, -1, dtype=np.int64)
         column[slots[inside]] = np.flatnonzero(inside)
-        place, cells = self._cells(rows)
+        place, cells = self._cells(rows, from_slot=int(slots[inside].min()) if inside.any() else self.n_slots_)
         at = column[self.cell_slots_[cells]]
         shown = at >= 0
         out = np.full((rows.size, n_steps), np.nan)
@@ -334,15 +337,7 @@ def _merged(
     maxima = np.full(cells.size, -np.inf)
     np.maximum.at(maxima, where.reshape(-1), new_values)
     row, slot = cells // n_slots, cells % n_slots
-    low, high = starts[row], starts[row + 1]
-    searching = low < high
-    while searching.any():
-        middle = (low + high) // 2
-        before = np.zeros(cells.size, dtype=bool)
-        before[searching] = slots[middle[searching]] < slot[searching]
-        low = np.where(searching & before, middle + 1, low)
-        high = np.where(searching & ~before, middle, high)
-        searching = low < high
+    low = _first_at_or_after(slots, starts[row], starts[row + 1], slot)
     found = low < starts[row + 1]
     found[found] = slots[low[found]] == slot[found]
     values[low[found]] = np.maximum(values[low[found]], maxima[found])
@@ -353,6 +348,21 @@ def _merged(
         np.insert(slots, low[added], slot[added]),
         np.insert(values, low[added], maxima[added]),
     )
+
+
+def _first_at_or_after(slots: IntArray, low: IntArray, high: IntArray, slot: IntArray) -> IntArray:
+    """Per search, the first index in [low, high) whose slot is at least `slot` (`high` where none): a binary search
+    in each row of sorted `slots`, all rows at once."""
+    low, high = low.copy(), high.copy()
+    searching = low < high
+    while searching.any():
+        middle = (low + high) // 2
+        before = np.zeros(low.size, dtype=bool)
+        before[searching] = slots[middle[searching]] < slot[searching]
+        low = np.where(searching & before, middle + 1, low)
+        high = np.where(searching & ~before, middle, high)
+        searching = low < high
+    return low
 
 
 def peak_of(line: FloatArray, as_of: float, step_seconds: int) -> tuple[FloatArray, FloatArray]:

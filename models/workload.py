@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import weakref
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -808,7 +809,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         for name, column in (("cpu_grid_", "cpu_cores"), ("memory_grid_", "memory_bytes")):
             old = getattr(self, name)
             if len(groups) == len(old_groups) and old.shape[1] == width:
-                self._slide_in_place(old, shift, usage, column, groups)
+                # The live loop's grids get spare columns; a training's slide once, in place (no second grid).
+                spare = not new_forecast_groups
+                setattr(self, name, self._slide_in_place(old, shift, usage, column, groups, spare))
                 continue
             slid = np.full((len(groups), width), np.nan)
             # Old column j is new column j + offset: both grids end at their grid end, the new one `shift` later.
@@ -819,19 +822,19 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
         self.forecast_groups_ = np.asarray(groups, dtype=str)
 
-    def _slide_in_place(self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index) -> None:
-        """`grid` (same rows and width as before) moved `shift` steps to the new end and maxed with `usage`, in place:
-        what the general slide gives (a new NaN grid, the old columns copied in, `np.fmax` with a grid of the usage)
-        without three grid-sized temporaries. A live pass brings a step or two: only the columns from its oldest
-        sample on are gridded and maxed."""
+    def _slide_in_place(
+        self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index, spare: bool
+    ) -> FloatArray:
+        """`grid` (same rows and width as before) moved `shift` steps to the new end and maxed with `usage`: what the
+        general slide gives (a new NaN grid, the old columns copied in, `np.fmax` with a grid of the usage) without
+        its three grid-sized temporaries. With `spare`, the grid becomes a window over a wider array
+        (`_SpareColumns`) that a pass moves forward, so a pass copies nothing (before: the whole grid, 320 MB a
+        resource at 10,000 containers); the columns move back once the spare ones are used up. A live pass brings
+        a step or two: only the columns from its oldest sample on are gridded and maxed."""
         width = grid.shape[1]
         shift = min(shift, width)
         if shift:
-            # Row blocks bound the temporary numpy makes for an overlapping copy.
-            for rows in range(0, grid.shape[0], _SLIDE_ROWS):
-                block = grid[rows : rows + _SLIDE_ROWS]
-                block[:, : width - shift] = block[:, shift:].copy()
-            grid[:, width - shift :] = np.nan
+            grid = _SPARE.moved(grid, shift, spare)
         step = self._step_seconds()
         oldest = float(usage["timestamp"].min())
         # Columns from the one holding the oldest sample to the end (all of them for an older sample).
@@ -839,6 +842,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if columns:
             recent = grid[:, width - columns :]
             np.fmax(recent, self._usage_grid(usage, column, groups, columns), out=recent)
+        return grid
 
     def fleet_statistics(self) -> FleetStatistics:
         """This fit's share of the fleet-level quantities (see `FleetStatistics`)."""
@@ -1014,38 +1018,44 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 for i, rec in enumerate(lines)
             ]
             recent[resource] = self._recent(resource, block, decision, recs[resource])
-        out = []
-        # Column by column, not `iterrows` (a Series per row: most of the time of 10,000 containers' objects).
-        rows = described[[*_DESCRIBED_COLUMNS, *CURRENT_COLUMNS]].to_dict("records")
-        kills = self.oom_kills_.reindex(groups, fill_value=0).tolist()
-        for i, row in enumerate(rows):
-            current = {c: (None if pd.isna(row[c]) else float(row[c])) for c in CURRENT_COLUMNS}
-            # Built, not validated (see `ResourceLines.recommendations`): every value is of its field's type.
-            out.append(
-                _BUILD_RECOMMENDATION(
-                    namespace=str(row["namespace"]),
-                    workload=str(row["workload"]),
-                    container=str(row["container"]),
-                    cpu=recs["cpu"][i],
-                    memory=recs["memory"][i],
-                    current=_BUILD_CURRENT(**current),
-                    history=_BUILD_HISTORY(
-                        first_sample=int(row["first_sample"]),
-                        last_sample=int(row["last_sample"]),
-                        pods=int(row["pods"]),
-                        replicas=int(row["replicas"]),
-                        samples=int(row["samples"]),
-                        cpu_samples=int(row["cpu_samples"]),
-                        memory_samples=int(row["memory_samples"]),
-                        cpu_recent_samples=round(float(evidence["cpu"][i]), 2),
-                        memory_recent_samples=round(float(evidence["memory"][i]), 2),
-                        oom_kills=int(kills[i]),
-                        recent_cpu_cores=recent["cpu"][i],
-                        recent_memory_bytes=recent["memory"][i],
-                    ),
-                )
+        # Column by column, each converted to Python values in C (`to_dict`, and `iterrows` before it, made a Python
+        # object per cell through pandas: most of the time of 10,000 containers' objects).
+        names = {c: described[c].to_numpy(dtype=object).tolist() for c in ("namespace", "workload", "container")}
+        counts = {c: described[c].to_numpy(dtype=np.int64).tolist() for c in _DESCRIBED_COLUMNS if c not in names}
+        currents = [
+            dict(zip(CURRENT_COLUMNS, values))
+            for values in zip(
+                *(floats_or_none(described[c].to_numpy(dtype=np.float64, na_value=np.nan)) for c in CURRENT_COLUMNS)
             )
-        return out
+        ]
+        recent_samples = {resource: [round(v, 2) for v in evidence[resource].tolist()] for resource in UNITS}
+        kills = self.oom_kills_.reindex(groups, fill_value=0).to_numpy(dtype=np.int64).tolist()
+        # Built, not validated (see `ResourceLines.recommendations`): every value is of its field's type.
+        return [
+            _BUILD_RECOMMENDATION(
+                namespace=str(names["namespace"][i]),
+                workload=str(names["workload"][i]),
+                container=str(names["container"][i]),
+                cpu=recs["cpu"][i],
+                memory=recs["memory"][i],
+                current=_BUILD_CURRENT(**currents[i]),
+                history=_BUILD_HISTORY(
+                    first_sample=counts["first_sample"][i],
+                    last_sample=counts["last_sample"][i],
+                    pods=counts["pods"][i],
+                    replicas=counts["replicas"][i],
+                    samples=counts["samples"][i],
+                    cpu_samples=counts["cpu_samples"][i],
+                    memory_samples=counts["memory_samples"][i],
+                    cpu_recent_samples=recent_samples["cpu"][i],
+                    memory_recent_samples=recent_samples["memory"][i],
+                    oom_kills=kills[i],
+                    recent_cpu_cores=recent["cpu"][i],
+                    recent_memory_bytes=recent["memory"][i],
+                ),
+            )
+            for i in range(len(described))
+        ]
 
     def vpa_checkpoint(self, namespace: str, workload: str, container: str, now: float) -> dict[str, Any] | None:
         """The VerticalPodAutoscalerCheckpoint status VPA would write for a container the `vpa` policy sizes (None
@@ -1119,7 +1129,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
     def _confidence_days(self, block: _Block) -> FloatArray:
         """VPA's confidence: min(history length, samples x sample interval), in days, per group."""
         hist = self.cpu_histogram_
-        index = block.positions("cpu_histogram", hist.groups_)
+        index = block.positions(hist.groups_)
         span = np.where(index >= 0, block.once("cpu.history_days", hist.history_days)[index], 0.0)
         count = np.where(index >= 0, hist.sample_count_[index], 0)
         covered = count * self.sample_interval_seconds_ / 86400.0
@@ -1145,7 +1155,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             "quality": [dict[str, LineQuality]() for _ in groups],
             "stale": np.zeros(len(groups), dtype=bool),
         }
-        own = block.positions("forecast", self.forecast_groups_)
+        own = block.positions(self.forecast_groups_)
         keys = np.full(len(groups), None, dtype=object)
         keys[own >= 0] = self.group_levels_[own[own >= 0]]
         for key, forecast in forecasts.items():
@@ -1217,7 +1227,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         current = self.workloads_.reindex(groups)
         # The foundation's line only where ours is missing (and a recommendation will be made).
         lines = ours["short_term"].copy()
-        position = block.positions(f"{resource}.short_term", short_term.groups_)
+        position = block.positions(short_term.groups_)
         needed = np.flatnonzero(~has_line & enough & (position >= 0))
         lines[needed] = short_term.predict(as_of, horizon_seconds, rows=position[needed])
         long_values = np.where(np.isnan(ours["long_term"]), long_values, ours["long_term"])
@@ -1322,7 +1332,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         steps = int((issued.at + model.horizon_steps * model.step_seconds - as_of) // step)
         if steps <= 0 or as_of < issued.at - step:
             return nothing, nothing, (0, 0)
-        own = block.positions("forecast", self.forecast_groups_)
+        own = block.positions(self.forecast_groups_)
         found = own >= 0
         keys, which = block.once(
             "levels", lambda: np.unique(np.asarray(getattr(self, "group_levels_", [])), return_inverse=True)
@@ -1353,7 +1363,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         # short-term line's steps of the same window (it keeps a week of them) bound it meanwhile.
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
         missing = np.flatnonzero(~np.isfinite(values) & recommended)
-        rows = block.positions(f"{resource}.short_term", short_term.groups_)[missing]
+        rows = block.positions(short_term.groups_)[missing]
         if (rows >= 0).any():
             step = short_term.step_seconds
             times = self.grid_end_ - steps * step + step * np.arange(steps, dtype=np.float64)
@@ -1367,7 +1377,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """The observed usage line (max over pods per step) of the last day before as_of; None where no sample. Empty
         beside no recommendation (`shown`): nothing to compare it with, and 288 floats per container add up."""
         short_term: SeasonalMaxReservation = getattr(self, f"{resource}_short_term_")
-        index = block.positions(f"{resource}.short_term", short_term.groups_)
+        index = block.positions(short_term.groups_)
         wanted = np.flatnonzero((index >= 0) & np.array([rec is not None for rec in shown], dtype=bool))
         recent = short_term.recent(as_of, 86400, rows=index[wanted])
         # A row without a gap is a plain list (`tolist` in C); only rows with a gap map NaN to None.
@@ -1492,23 +1502,78 @@ class _Block:
             self.memo[key] = make()
         return self.memo[key]
 
-    def positions(self, key: str, fitted: Any) -> IntArray:
-        """Where each group of the block is in `fitted` (a fitted table's groups named `key`), -1 where it is not."""
-        everywhere: IntArray = self.once(f"positions.{key}", lambda: pd.Index(fitted).get_indexer(self.everyone))
+    def positions(self, fitted: Any) -> IntArray:
+        """Where each group of the block is in `fitted` (a fitted table's groups), -1 where it is not: found once per
+        array for all the blocks (the memo holds the array, so its id names no other while the memo lives), and
+        without a lookup when the table has every group in order (a live pass's tables mostly do: the histograms',
+        the grids' and the workloads' groups are one list)."""
+        key = f"positions.{id(fitted)}"
+        if key not in self.memo:
+            everyone = self.once("everyone", lambda: np.asarray(self.everyone, dtype=object))
+            labels = np.asarray(fitted, dtype=object)
+            same = labels.shape == everyone.shape and bool((labels == everyone).all())
+            found = np.arange(len(everyone), dtype=np.intp) if same else pd.Index(fitted).get_indexer(self.everyone)
+            self.memo[key] = (fitted, found)
+        everywhere: IntArray = self.memo[key][1]
         return everywhere[self.rows]
 
     def aligned(self, key: str, values: Callable[[], FloatArray], fitted: Any) -> FloatArray:
         """`values()` (one per group of `fitted`, computed once and named `key`) for the block's groups: NaN where a
         group has none."""
-        index = self.positions(key, fitted)
+        index = self.positions(fitted)
         computed: FloatArray = self.once(key, values)
         result: FloatArray = np.full(index.size, np.nan)
         result[index >= 0] = computed[index[index >= 0]]
         return result
 
 
-#: Rows of the usage grid moved at once by `_slide_in_place` (its temporary: 256 x 4,320 steps x 8 B = 9 MB).
-_SLIDE_ROWS = 256
+class _SpareColumns:
+    """The wider arrays behind the usage grids `_slide_in_place` moves: a grid is a window of its array's columns,
+    and a pass moves the window, not the values. Only arrays made here are moved within (found by the window's
+    `base`), so a live grid of any other origin, a checkpoint's or a copy's, gets an array of its own at its first
+    move (for a moment, the grid twice: at 10,000 containers 320 MB more, once per resource after a resume); a
+    training moves its grid in place. A pickle or a copy of a window holds the window's values only."""
+
+    #: Spare columns after a grid's window: a day of 5-minute steps, so the values move once a day (7 % of a
+    #: 14-day grid's memory).
+    columns = 288
+    #: Rows moved at once when the window goes back (the temporary: 256 x 4,320 steps x 8 B = 9 MB).
+    rows = 256
+
+    def __init__(self) -> None:
+        self._made: weakref.WeakValueDictionary[int, FloatArray] = weakref.WeakValueDictionary()
+
+    def moved(self, grid: FloatArray, shift: int, spare: bool) -> FloatArray:
+        """`grid`'s values `shift` columns earlier, the columns that enter NaN (0 < shift <= width): its window
+        moved when it is one made here, else a new window over a new wider array (`spare`) or `grid` itself."""
+        width = grid.shape[1]
+        # Alive arrays have distinct ids, and one made here leaves `_made` as it dies: found, it is `grid.base`.
+        wide = self._made.get(id(grid.base))
+        if wide is not None:
+            start = (grid.ctypes.data - wide.ctypes.data) // grid.itemsize + shift
+            if start + width > wide.shape[1]:
+                start = 0
+                self._copy(wide, grid[:, shift:])
+            moved: FloatArray = wide[:, start : start + width]
+        elif spare:
+            wide = np.empty((grid.shape[0], width + self.columns))
+            self._made[id(wide)] = wide
+            self._copy(wide, grid[:, shift:])
+            moved = wide[:, :width]
+        else:
+            self._copy(grid, grid[:, shift:])
+            moved = grid
+        moved[:, width - shift :] = np.nan
+        return moved
+
+    def _copy(self, to: FloatArray, columns: FloatArray) -> None:
+        """`columns` to the first columns of `to`, by blocks of rows (numpy copies a block that overlaps its
+        destination through a temporary of the block's size)."""
+        for first in range(0, to.shape[0], self.rows):
+            to[first : first + self.rows, : columns.shape[1]] = columns[first : first + self.rows]
+
+
+_SPARE = _SpareColumns()
 #: The usage ceiling's settings (`ForecastSettings`), parameters of `WorkloadRecommender`.
 _CEILING_FIELDS = ("ceiling_near_limit_fraction", "ceiling_throttled_fraction")
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).

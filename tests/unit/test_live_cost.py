@@ -4,7 +4,10 @@ built without validation, the line names and qualities carried between passes, t
 from __future__ import annotations
 
 import copy
+import gzip
+import pickle
 from dataclasses import replace
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,8 @@ from pydantic import BaseModel, Field
 from models.ensemble import history_summary
 from models.pods import with_group_labels
 from models.store import LIVE, LIVE_CHECKPOINT, ModelStore
-from models.workload import WorkloadRecommender
+from models.workload import _SPARE, WorkloadRecommender, _Block
+from recommender.errors import ModelStoreError
 from recommender.resources import CurrentResources, History, LineModels, Peak, RecommendationSet
 from recommender.trusted import constructor
 from tests.conftest import make_usage
@@ -241,3 +245,111 @@ def test_a_trusted_constructor_refuses_a_model_with_aliases() -> None:
 
     with pytest.raises(TypeError, match="Aliased"):
         constructor(Aliased)
+
+
+@pytest.mark.parametrize("policy", ["forecast", "vpa"])
+def test_a_light_update_is_gzip_of_the_sets_json_byte_for_byte(
+    tmp_path: Path, history: pd.DataFrame, fitted: WorkloadRecommender, policy: str
+) -> None:
+    """orjson writes the recommendations and ISA-L compresses them, chunk by chunk: any gzip reader gets back
+    exactly `model_dump_json` (fitted, live-updated, stale two days on, under the `vpa` policy), and serve reads it."""
+    store = ModelStore(tmp_path)
+    model = fitted if policy == "forecast" else WorkloadRecommender(request_policy="vpa").fit(history)
+    live = copy.deepcopy(model).live_update(history[history["timestamp"] > model.data_end_])
+    for sequence, recommendations in enumerate(
+        (model.predict(), live.predict(), live.predict(as_of=live.data_end_ + 2 * 86400)), start=1
+    ):
+        update = store.publish_live(recommendations, version="v", last_sample=sequence)
+        written = (tmp_path / LIVE / update.file).read_bytes()
+        assert gzip.decompress(written) == recommendations.model_dump_json().encode()
+        assert store.load_live(update) == recommendations
+
+
+_ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1e-7, 1e16, 1e21, 5e-324])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    line=st.lists(_ANY_FLOAT | st.none(), max_size=20),
+    target=_ANY_FLOAT,
+    name=st.text(max_size=8),
+)
+def test_a_light_updates_recommendation_is_written_as_pydantic_writes_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    fitted: WorkloadRecommender,
+    line: list[float | None],
+    target: float,
+    name: str,
+) -> None:
+    """Any float (NaN, infinities, subnormal, exponents), None and text: orjson's JSON is pydantic's."""
+    first = fitted.predict().recommendations[0]
+    assert first.cpu is not None and first.history is not None
+    odd = first.model_copy(
+        update={
+            "container": name,
+            "cpu": first.cpu.model_copy(update={"target": target, "short_term": [x for x in line if x is not None]}),
+            "history": first.history.model_copy(update={"recent_cpu_cores": line}),
+        }
+    )
+    recommendations = RecommendationSet(as_of=1, horizon_seconds=300, step_seconds=300, recommendations=[odd])
+    root = tmp_path_factory.mktemp("store")
+    update = ModelStore(root).publish_live(recommendations, version="v", last_sample=1)
+    written = gzip.decompress((root / LIVE / update.file).read_bytes())
+    assert written == recommendations.model_dump_json().encode()
+
+
+def test_a_light_update_that_is_not_gzip_is_refused_naming_the_file(
+    tmp_path: Path, fitted: WorkloadRecommender
+) -> None:
+    store = ModelStore(tmp_path)
+    update = store.publish_live(fitted.predict(), version="v", last_sample=1)
+    path = tmp_path / LIVE / update.file
+    for broken in (b"not gzip", path.read_bytes()[:-9], gzip.compress(b"{}")):
+        path.write_bytes(broken)
+        forged = update.model_copy(
+            update={
+                "entry": update.entry.model_copy(update={"bytes": len(broken), "sha256": sha256(broken).hexdigest()})
+            }
+        )
+        with pytest.raises(ModelStoreError, match=f"{update.file}: not a valid recommendation set"):
+            store.load_live(forged)
+
+
+def test_grids_moved_over_spare_columns_pass_after_pass_are_the_general_slide(
+    history: pd.DataFrame, fitted: WorkloadRecommender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window moved over 3 spare columns, then back, pass after pass (one step, two, none), pickled and resumed
+    halfway: each pass's grids are the general slide's of the pass before, and no pass copies the grid but those
+    that move back."""
+    monkeypatch.setattr(_SPARE, "columns", 3)
+    last = history[history["timestamp"] == history["timestamp"].max()]
+    live = copy.deepcopy(fitted)
+    end = fitted.data_end_
+    for index, gap in enumerate([1, 1, 2, 1, 0, 1, 1, 1, 3, 1, 1]):
+        end += gap * STEP
+        usage = last.assign(timestamp=end, cpu_cores=last["cpu_cores"] * (1 + index / 10))
+        before = copy.deepcopy(live)
+        if index == 5:
+            live = pickle.loads(pickle.dumps(live))
+        live.live_update(usage)
+        for name in ("cpu_grid_", "memory_grid_"):
+            np.testing.assert_array_equal(getattr(live, name), _general_slide(before, live, usage, name))
+    assert live.cpu_grid_.base is not None and live.cpu_grid_.base.shape[1] == live.cpu_grid_.shape[1] + 3
+    trained = copy.deepcopy(fitted).partial_fit(usage)
+    assert trained.cpu_grid_.base is None, "a training's grid slides in place, without a wider copy"
+
+
+@pytest.mark.parametrize(
+    "fitted",
+    [["a", "b", "c", "d"], ["d", "c", "b", "a"], ["b", "d"], ["a", "b", "c", "e"], [], ["a", "b", "c", "d", "e"]],
+)
+def test_a_blocks_positions_are_pandas_lookups_found_once_per_table(fitted: list[str]) -> None:
+    """The same table in order needs no lookup; any other is pandas' `get_indexer` (-1: not there)."""
+    everyone = pd.Index(["a", "b", "c", "d"], dtype="string[pyarrow]")
+    table = np.asarray(fitted, dtype=str)
+    memo: dict[str, Any] = {}
+    expected = pd.Index(table).get_indexer(everyone)
+    for rows in (slice(0, 2), slice(2, 4)):
+        block = _Block(everyone, rows, memo)
+        np.testing.assert_array_equal(block.positions(table), expected[rows])
+    assert len([key for key in memo if key.startswith("positions.")]) == 1

@@ -147,3 +147,27 @@ def test_samples_merged_into_the_kept_cells_are_the_cells_of_one_fit_on_all(
     assert list(merged.groups_) == list(once.groups_) and merged.grid_origin_ == once.grid_origin_
     for name in ("cell_starts_", "cell_slots_", "cell_values_"):
         np.testing.assert_array_equal(getattr(merged, name), getattr(once, name))
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    samples=st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 60 * STEP), st.floats(0, 8)), min_size=1),
+    as_of=st.integers(-10 * STEP, 80 * STEP),
+    window_steps=st.integers(1, 60),
+    rows=st.lists(st.integers(0, 3), max_size=6),
+)
+def test_the_recent_line_is_the_dense_grids_slots_of_the_window(
+    samples: list[tuple[str, int, float]], as_of: int, window_steps: int, rows: list[int]
+) -> None:
+    """`recent` reads only the cells from the window's first slot on (a day of a week's): each step shows the dense
+    grid's slot holding its last second, NaN where none, for any window, inside the grid or not."""
+    model = SeasonalMaxReservation().fit(pd.DataFrame(samples, columns=["group", "timestamp", "value"]))
+    chosen = np.asarray([r for r in rows if r < len(model.groups_)], dtype=np.int64)
+    window = window_steps * STEP
+    times = as_of - window - 1.0 + STEP * np.arange(1, window_steps + 1, dtype=np.float64)
+    slots = np.floor((times - model.grid_origin_) / STEP).astype(np.int64)
+    inside = (slots >= 0) & (slots < model.n_slots_)
+    expected = np.full((chosen.size, window_steps), np.nan)
+    expected[:, inside] = model._dense(chosen)[:, slots[inside]]
+    expected[expected == -np.inf] = np.nan
+    np.testing.assert_array_equal(model.recent(as_of, window, rows=chosen), expected)
