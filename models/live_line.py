@@ -221,7 +221,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         fairness_tolerance: float = 0.005,
         validation_fraction: float = 0.0,
         adaptation_rate: float = 0.2,
-        own_adaptation_rate: float = 0.0,
+        own_adaptation_rate: float = 0.01,
         random_state: int = 0,
     ) -> None:
         self.target_violation = target_violation

@@ -199,3 +199,14 @@ def test_the_served_batch_reserves_the_larger_of_the_rise_and_the_issued_line() 
     updated = with_live_usage([forecast], {"a": LiveNodeUsage(AS_OF + 30, 7.0, 1.0)}, None, {"a": {"cpu": 3.0}})
     assert updated[0].cpu is not None and updated[0].cpu.live_line == 3.0
     assert updated[0].memory is None or updated[0].memory.live_line is None
+
+
+def test_the_node_line_keeps_the_fleet_factor_alone_while_containers_get_their_own() -> None:
+    """The containers' live line has a slow factor per container (`own_adaptation_rate`, issue 38); a node's room
+    knobs were chosen with the fleet's factor alone, so the node line does not take it from the shared settings."""
+    settings = LiveLineSettings()
+    containers = LiveLineForecaster.from_settings(settings, 0.05)
+    nodes = node_live_line(settings, ColocationSettings(), 300)
+    assert containers.own_adaptation_rate > 0 and nodes.own_adaptation_rate == 0.0
+    state = nodes.initial_scale().updated(np.ones(2), np.array([[2.0] * 12, [0.5] * 12]))
+    assert state.factors(2)[0] == state.factors(2)[1]  # one node missed every step, the other none: one factor
