@@ -13,8 +13,8 @@ containers; `validation_fraction` holds the newest of them out and draws the ble
 as keeps its p90 container violation there within half a point of the statistic's (off: it buys evenness with
 room). Quantile trees may join the blend's inputs (`quantile_trees`).
 
-Calibration is online (`AdaptiveScale`): adaptive conformal inference on a multiplicative factor, a log-factor per
-fleet (and optionally per container), moved after every interval by the observed violation share minus P, so the
+Calibration is online (`AdaptiveScale`): adaptive conformal inference on a multiplicative factor, a log-factor for
+the fleet and a slower one per container, moved after every interval by the observed violation share minus P, so the
 asked level holds while the fleet drifts, with no refit.
 """
 
@@ -388,19 +388,16 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         also no dearer and no less fair than the statistic on all the rows; the statistic alone (weight 0) always is.
         """
         level, start_cost = self.target_violation, min(self.baseline_costs_.values())
-        _, fresh_limit = (
-            matched_scores(np.exp(inputs[:newest] @ start), targets[:newest], weights[:newest], owners[:newest], level)
-            if newest
-            else (0.0, np.inf)
-        )
+        fresh = slice(0, newest)
+
+        def fresh_p90(coef: FloatArray) -> float:
+            return matched_scores(np.exp(inputs[fresh] @ coef), targets[fresh], weights[fresh], owners[fresh], level)[1]
+
+        fresh_limit = fresh_p90(start) + self.fairness_tolerance if newest else np.inf
         for weight in BLEND_WEIGHTS:
             coef = weight * blend + (1.0 - weight) * start
-            if newest:
-                _, fresh_p90 = matched_scores(
-                    np.exp(inputs[:newest] @ coef), targets[:newest], weights[:newest], owners[:newest], level
-                )
-                if fresh_p90 > fresh_limit + self.fairness_tolerance:
-                    continue
+            if newest and fresh_p90(coef) > fresh_limit:
+                continue
             cost, p90 = matched_scores(np.exp(inputs @ coef), targets, weights, owners, level)
             if cost <= start_cost and p90 <= self.fairness_limit_:
                 return coef, weight

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from models.placed import last_node_sample
-from models.store import FileEntry, PartitionFiles, VersionWriter
+from models.store import FileEntry, PartitionFiles, VersionWriter, recommendation_fragments
 from pipelines.ingest import SampleBounds, iter_usage_batches, sorted_samples
 from recommender.errors import InputFileError
 
@@ -289,5 +289,5 @@ class StoredWorkspace:
         return model
 
     def put_results(self, recommendations: Any, model: WorkloadRecommender) -> Kept:
-        fragment = b",".join(r.model_dump_json().encode() for r in recommendations.recommendations)
+        fragment = b",".join(recommendation_fragments(recommendations.recommendations))
         return Kept(files=self.files.write_results(fragment, model))

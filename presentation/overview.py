@@ -143,13 +143,14 @@ def _comparison(
         recommended_limit=None if learned is None else learned.limit,
         change=change,
         change_all_replicas=None if change is None else change * replicas,
-        usage_above_request_fraction=None
-        if request is None or not seen
-        else sum(v > request for v in seen) / len(seen),
-        usage_above_recommended_fraction=None
-        if written is None or not seen
-        else sum(v > written for v in seen) / len(seen),
+        usage_above_request_fraction=_share_above(seen, request),
+        usage_above_recommended_fraction=_share_above(seen, written),
     )
+
+
+def _share_above(seen: Sequence[float], level: float | None) -> float | None:
+    """The share of the usage steps `seen` above `level`; None without either."""
+    return None if level is None or not seen else sum(v > level for v in seen) / len(seen)
 
 
 def _resources(rec: WorkloadRecommendation) -> dict[str, dict[str, float]]:

@@ -105,13 +105,13 @@ function signed(format, v) {
   return el("span", { class: v < 0 ? "saving" : v > 0 ? "missing" : "", title: v < 0 ? "the request would shrink by this" : v > 0 ? "the request would grow by this" : "" }, text);
 }
 
-// Kubernetes quantities as the service writes them (recommender/units.py): CPU rounded up to whole milli-cores,
-// memory rounded up to whole MiB (Gi when a whole number of GiB).
 // A value on the grid of the quantities written (`recommender.limits.on_grid`): what cpuQuantity / memoryQuantity say.
 function onGrid(resource, value) {
   return resource === "cpu" ? Math.ceil(Number((value * 1000).toFixed(6))) / 1000
     : value < MIB ? Math.ceil(value) : Math.ceil(value / MIB) * MIB;
 }
+// Kubernetes quantities as the service writes them (recommender/units.py): CPU rounded up to whole milli-cores,
+// memory rounded up to whole MiB (Gi when a whole number of GiB).
 function cpuQuantity(cores) {
   const milli = Math.round(onGrid("cpu", cores) * 1000);
   return milli % 1000 ? milli + "m" : String(milli / 1000);
