@@ -33,6 +33,8 @@ from recommender.units import cpu_cores_from_quantity, memory_bytes_from_quantit
 
 Lookup = Callable[[WorkloadKey], WorkloadRecommendation | None]
 Matrix = npt.NDArray[np.float64]
+#: Candidate names (strings only) and their columns in the loads, as `NodeLoads.columns` gives them.
+Columns = tuple[Sequence[str], npt.NDArray[np.int64]]
 MAX_EXTENDER_SCORE = 10
 
 
@@ -281,7 +283,7 @@ class NodeLoads:
         states = {name: _node_state(totals[name], forecasts.get(name)) for name in names}
         return cls(timeline, index, columns[0], columns[1], capacity, matrix, states, columns[2], columns[3])
 
-    def columns(self, names: Sequence[object]) -> tuple[Sequence[str], npt.NDArray[np.int64]]:
+    def columns(self, names: Sequence[object]) -> Columns:
         """The names that are strings (in call order; anything else is left out) and their columns, the all-zeros
         last one for names not in `index`. A call naming only our nodes, the scheduler's usual, is one lookup each."""
         named = cast(Sequence[str], names)  # until a lookup fails
@@ -563,15 +565,16 @@ def judge(
     lookup: Lookup,
     settings: PlacementSettings,
     now: float,
+    columns: Columns | None = None,
 ) -> Judgement:
     """Filter and score every candidate node (names; anything else is left out); capacity from the call (`given`)
-    wins over the node list we read.
+    wins over the node list we read. `columns`: `loads.columns(candidates)` where the caller has it already.
 
     Nodes without a known allocatable, and every node for a pod we have learned nothing about, pass and get the
     neutral score: we do not steer what we cannot forecast. Only the pod's own line is computed per call; the rest
     is array arithmetic over the loads built once per cluster view.
     """
-    node_names, rows = loads.columns(candidates)
+    node_names, rows = loads.columns(candidates) if columns is None else columns
     pod_cpu, pod_memory, pod_known = pod_lines(pod, lookup, loads.timeline, settings)
     if not pod_known:
         return _neutral(node_names, rows, settings)
@@ -601,9 +604,11 @@ def judge(
     return Judgement(node_names, rows, known, cpu_pct, memory_pct, scores.astype(np.int64), fails, failed)
 
 
-def neutral(loads: NodeLoads, candidates: Sequence[object], settings: PlacementSettings) -> Judgement:
+def neutral(
+    loads: NodeLoads, candidates: Sequence[object], settings: PlacementSettings, columns: Columns | None = None
+) -> Judgement:
     """Every node passes with the neutral score."""
-    return _neutral(*loads.columns(candidates), settings)
+    return _neutral(*(loads.columns(candidates) if columns is None else columns), settings)
 
 
 def _neutral(node_names: Sequence[str], rows: npt.NDArray[np.int64], settings: PlacementSettings) -> Judgement:

@@ -178,6 +178,8 @@ def create_app(settings: ServingSettings, tls: CertificateReloader | None = None
         app.include_router(router)
     # The dashboard is public static files; every piece of data it shows comes from /api/v1 under its token.
     app.mount("/ui", StaticFiles(directory=dashboard.STATIC_DIR, html=True), name="ui")
+    # The extender's calls skip FastAPI's layers; inside the two below, they keep their body cap and latency metric.
+    app.add_middleware(extender.FastPath, state=app.state)
     app.add_middleware(BodyLimit, serve=settings.serve)
     app.add_middleware(LatencyMiddleware, metrics=app_metrics)
     return app

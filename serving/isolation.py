@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from recommender.errors import OverloadedError, RequestTooLargeError
@@ -228,12 +228,17 @@ class WorkPool:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-async def read_body(request: Request) -> bytes:
-    """The whole body; past the route's limit, `RequestTooLargeError` with the start of what was read."""
+async def read_body(receive: Receive) -> bytes:
+    """The whole body (from the ASGI `receive`, as Starlette's `Request.stream` reads it); past the route's limit,
+    `RequestTooLargeError` with the start of what was read; `ClientDisconnect` when the caller goes away."""
     chunks: list[bytes] = []
     try:
-        async for chunk in request.stream():
-            chunks.append(chunk)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return b"".join(chunks)
     except RequestTooLargeError as error:
         raise RequestTooLargeError(error.limit, b"".join(chunks)[:PREFIX_BYTES]) from None
-    return b"".join(chunks)

@@ -16,6 +16,7 @@ import hmac
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -293,10 +294,14 @@ async def require_token(request: Request) -> None:
 async def require_client_certificate(request: Request) -> None:
     """Dependency of /mutate and /scheduler/*: with serve.client_ca_file set, only a client whose certificate that CA
     signed (and, if listed, with one of serve.client_names as its common name) gets an answer."""
-    serve: ServeSettings = request.app.state.settings.serve
+    check_client_certificate(request.scope, request.app.state.settings.serve)
+
+
+def check_client_certificate(scope: Mapping[str, Any], serve: ServeSettings) -> None:
+    """`require_client_certificate` on an ASGI scope: `ClientCertificateError` unless the client may call."""
     if serve.client_ca_file is None:
         return
-    tls = request.scope.get("extensions", {}).get("tls", {})
+    tls = scope.get("extensions", {}).get("tls", {})
     name = tls.get("client_common_name")
     if name is None:
         raise ClientCertificateError("a client certificate signed by serve.client_ca_file is required")

@@ -202,7 +202,7 @@ async def _decided(body: bytes, request: Request) -> Answer:
 async def admission(request: Request) -> Response:
     metrics: Metrics = request.app.state.metrics
     try:
-        found = await _decided(await read_body(request), request)
+        found = await _decided(await read_body(request.receive), request)
     except RequestTooLargeError as error:
         uid = review_uid(error.prefix)
         if uid is None:
