@@ -86,16 +86,12 @@ class HostRecords:
             lengths[position] = len(records[position])
         return b"[" + b"".join(records.tolist()), np.cumsum(lengths) + 1  # after each record's comma
 
-    def answer(self, names: Sequence[str], rows: npt.NDArray[np.int64], scores: npt.NDArray[np.int64]) -> bytes:
-        """The JSON list of (name, score) for the candidates at `rows` (scores 0-10)."""
-        return scored(self.layout(names, rows), scores)
-
 
 Layout = tuple[bytes, npt.NDArray[np.int64]]
 
 
 def scored(layout: Layout, scores: npt.NDArray[np.int64]) -> bytes:
-    """A layout's answer with the scores (0-10) written into its slots."""
+    """The JSON list of (name, score) of a layout's candidates, with their scores (0-10) written into its slots."""
     blank, ends = layout
     if not len(ends):
         return b"[]"

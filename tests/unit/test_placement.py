@@ -142,13 +142,14 @@ def test_prioritize_answer_records_read_as_the_json_of_each_score() -> None:
     import numpy as np
     import orjson
 
-    from serving.cluster import HostRecords
+    from serving.cluster import HostRecords, scored
 
     known = ["a", 'quo"te', "ünï", "node-00010"]
     records = HostRecords(known)
     names = ["node-00010", "ghost\\n", "a", "a", 'quo"te', "ünï"]
     rows = np.array([3, 4, 0, 0, 1, 2])
     scores = np.array([10, 0, 5, 9, 1, 10])
-    answer = records.answer(names, rows, scores)
+    answer = scored(records.layout(names, rows), scores)
     assert orjson.loads(answer) == [{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)]
-    assert orjson.loads(records.answer([], np.array([], dtype=np.int64), np.array([], dtype=np.int64))) == []
+    none = np.array([], dtype=np.int64)
+    assert orjson.loads(scored(records.layout([], none), none)) == []
