@@ -255,15 +255,19 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         return max(int(self.horizon_seconds // self.step_seconds), 1)
 
     def training_set(
-        self, grids: Sequence[FloatArray], grid_end: int
+        self, grids: Sequence[FloatArray], grid_end: int, max_rows: int | None = None
     ) -> tuple[FloatArray, FloatArray, FloatArray, npt.NDArray[np.int64]]:
         """Features, targets (usage / scale) and weights (the scale) at the rolling origins of the grids' last
         `training_days` (grids of a fleet's partitions, all ending at `grid_end`), newest origin first and, within
         an origin, grid by grid: the rows of a fleet cut into partitions come in the order of one grid of it. Each
-        origin's block lies whole inside the grid; only data before an origin forms its features."""
+        origin's block lies whole inside the grid; only data before an origin forms its features. `max_rows`: past
+        it, a random subset of that many (`random_state`), in the same order, drawn before each container's features
+        are repeated for each step of its block: the whole set of 1,000 containers x 14 days (4 million rows of 25
+        features) took 1.4 GB, the peak of a training run."""
         n = self.horizon_steps
         stride = max(int(self.origin_stride_seconds // self.step_seconds), 1)
-        parts_x, parts_y, parts_w, parts_o = [], [], [], []
+        # Per origin and grid, one row per container: features, scale, fleet row and targets over the block.
+        blocks: list[tuple[FloatArray, FloatArray, npt.NDArray[np.int64], FloatArray]] = []
         firsts = np.cumsum([0, *(grid.shape[0] for grid in grids)])
         for offset in range(n, self.training_days * STEPS_PER_DAY + 1, stride):
             issued = grid_end - offset * self.step_seconds
@@ -276,14 +280,25 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
                     continue
                 features, scale = live_features(grid[rows], position, n, issued)
                 targets = grid[rows, position : position + n] / scale[:, None]
-                known = ~np.isnan(targets)
-                which, _ = np.nonzero(known)
-                parts_x.append(features[which])
-                parts_y.append(targets[known])
-                parts_w.append(scale[which])
-                parts_o.append(first_row + rows[which])
-        if not parts_x:
+                blocks.append((features, scale, first_row + rows, targets))
+        if not blocks:
             return np.empty((0, len(FEATURE_NAMES))), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+        bounds = np.cumsum([0, *(np.count_nonzero(~np.isnan(block[3])) for block in blocks)])
+        keep = None
+        if max_rows is not None and bounds[-1] > max_rows:
+            keep = np.sort(np.random.default_rng(self.random_state).choice(bounds[-1], max_rows, replace=False))
+        parts_x, parts_y, parts_w, parts_o = [], [], [], []
+        for (features, scale, fleet_rows, targets), start, stop in zip(blocks, bounds[:-1], bounds[1:]):
+            known = ~np.isnan(targets)
+            which, _ = np.nonzero(known)
+            values = targets[known]
+            if keep is not None:
+                chosen = keep[np.searchsorted(keep, start) : np.searchsorted(keep, stop)] - start
+                which, values = which[chosen], values[chosen]
+            parts_x.append(features[which])
+            parts_y.append(values)
+            parts_w.append(scale[which])
+            parts_o.append(fleet_rows[which])
         owners = np.concatenate(parts_o).astype(np.int64)
         return np.concatenate(parts_x), np.concatenate(parts_y), np.concatenate(parts_w), owners
 
@@ -308,12 +323,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
 
     def fit_grids(self, grids: Sequence[FloatArray], grid_end: int) -> Self:
         """`fit` on the grids of a fleet's partitions as on one grid of the whole fleet."""
-        features, targets, weights, owners = self.training_set(grids, int(grid_end))
-        if targets.size > self.max_training_rows:
-            keep = np.sort(
-                np.random.default_rng(self.random_state).choice(targets.size, self.max_training_rows, replace=False)
-            )
-            features, targets, weights, owners = features[keep], targets[keep], weights[keep], owners[keep]
+        features, targets, weights, owners = self.training_set(grids, int(grid_end), self.max_training_rows)
         minimum = max(10 * self.min_samples_leaf if self.quantile_trees else 0, 100 * self.horizon_steps)
         if targets.size < minimum:
             raise ValueError(

@@ -1399,7 +1399,11 @@ def selection_keys(models: list[WorkloadRecommender]) -> list[UInt64Array]:
     return [pd.util.hash_array(model.forecast_groups_.astype(object)) for model in models]
 
 
-def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: ForecastsElsewhere | None = None) -> None:
+def fit_fleet_forecasts(
+    models: list[WorkloadRecommender],
+    memory_elsewhere: ForecastsElsewhere | None = None,
+    chosen: Callable[[], None] | None = None,
+) -> None:
     """The forecasts of each model of `models` (partitions of one fleet, each fitted with `fit_forecasts=False` and
     the fleet's `data_end`), chosen and calibrated on all of their containers as one fleet: each partition gets
     what a fit on the whole fleet gives its containers. One forecast per resource and distinct set of risk levels
@@ -1407,7 +1411,8 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: For
 
     CPU's and memory's are independent: memory's goes `memory_elsewhere` (a process of the caller's, so the two share
     neither the GIL nor the address space's lock that every fresh page takes) while CPU's runs here (and memory's
-    too, after it, should that process break); without it, in two threads."""
+    too, after it, should that process break); without it, in two threads. `chosen`: called once the forecasts are
+    in, before the live lines are fitted (the caller's process can end then)."""
     forecaster = models[0]._forecaster()
     if len({model.grid_end_ for model in models}) > 1:
         raise ValueError("partitions of a fleet must share the grid end: fit them with the fleet's data_end")
@@ -1445,6 +1450,8 @@ def fit_fleet_forecasts(models: list[WorkloadRecommender], memory_elsewhere: For
                 memory_parts = fit_resource_forecasts(memory_grids, settings, grid_end, containers)
             for model, cpu_part, memory_part in zip(models, cpu_parts, memory_parts):
                 model.cpu_forecasts_[key], model.memory_forecasts_[key] = cpu_part, memory_part
+    if chosen is not None:
+        chosen()
     fit_live_lines(models)
 
 

@@ -152,20 +152,24 @@ def _libc() -> ctypes.CDLL | None:
 #: are reused from the heap: mapped on their own (a 1 MiB threshold) each one was fresh pages to fault in, 5-8 CPU
 #: seconds of a 1,000-container pass in the kernel (docs/benchmarks.md). A heap (the main one, and each thread's)
 #: grows and shrinks by at least `TOP_PAD_BYTES` at its top: with glibc's 128 KiB, the heaps of the choice's
-#: temporaries were given back and faulted in again over and over (1.2 of a pass's 3.5 system CPU seconds).
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+#: temporaries were given back and faulted in again over and over (1.2 of a pass's 3.5 system CPU seconds). Every
+#: thread allocates from the main heap (`M_ARENA_MAX` 1): a heap per thread (the reader's, the query threads', the
+#: CPU choice's) each kept the pages its thread had freed, 500-900 MiB of a 1,000-container run held free (against
+#: 100-190 in one heap, for the same CPU seconds; docs/benchmarks.md, "Training memory").
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -2, -3, -8
 MMAP_THRESHOLD_BYTES = 4 << 20
 TOP_PAD_BYTES = 64 << 20
 
 
 def map_big_blocks() -> None:
-    """Let freed big blocks leave the process at once and keep a heap's top padded (see `M_MMAP_THRESHOLD`; nothing
-    where glibc is not)."""
+    """Let freed big blocks leave the process at once, keep a heap's top padded and every thread on one heap (see
+    `M_MMAP_THRESHOLD`; nothing where glibc is not). Called before any other thread allocates."""
     libc = _libc()
     if libc is not None and hasattr(libc, "mallopt"):
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
         libc.mallopt(M_TRIM_THRESHOLD, 8 * MMAP_THRESHOLD_BYTES)
         libc.mallopt(M_TOP_PAD, TOP_PAD_BYTES)
+        libc.mallopt(M_ARENA_MAX, 1)
 
 
 def release_freed_memory() -> None:
@@ -193,6 +197,7 @@ def fork_side_process(stack: ExitStack, inherit: dict[str, Callable[..., Any]]) 
     threads. Shut down (and joined) with `stack`; a worker whose parent dies sees its pipe close."""
     if threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
         return None
+    release_freed_memory()  # pages the heap keeps free would stay in the child as this process reuses them
     _INHERITED.update(inherit)
     try:
         side = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
@@ -219,8 +224,12 @@ def memory_forecasts(
 
 
 def inherited(name: str, *args: Any) -> Any:
-    """In the side process: the call `name` it inherited at its fork (`fork_side_process`), given `args`."""
-    return _INHERITED[name](*args)
+    """In the side process: the call `name` it inherited at its fork (`fork_side_process`), given `args`; the pages
+    its temporaries freed then leave the process, which otherwise idles holding them until the run ends."""
+    try:
+        return _INHERITED[name](*args)
+    finally:
+        release_freed_memory()
 
 
 class InProcessExecutor:
@@ -594,6 +603,8 @@ class _Run:
     #: The partitions' models whose grids the side process inherited for memory's choice (`_start_side`); None until
     #: it is started. A partition fitted after the fork sends its grid with the call.
     side_models: list[WorkloadRecommender] | None = None
+    #: The side process's peak resident memory, for the manifest: read as it ends (`_end_side`).
+    side_peak: dict[str, float] = field(default_factory=dict)
     _version: VersionWriter | None = None
 
     def plan(self, containers: dict[WorkloadName, int] | None, default_size: int | None = None) -> None:
@@ -873,7 +884,12 @@ class _Run:
                 raise BrokenExecutor("the side process is gone")
             return asked
 
-        fit_fleet_forecasts(models, memory_elsewhere if known and self.side is not None else None)
+        def chosen() -> None:
+            if self.node_fit is None or self.node_fit.done():  # the side process's work is in (the node model's first)
+                self._end_side()
+
+        fit_fleet_forecasts(models, memory_elsewhere if known and self.side is not None else None, chosen)
+        release_freed_memory()  # the choice's and the live lines' temporaries: freed, but kept by the heap until now
         return replace(reduction, statistics=FleetStatistics.merge([m.fleet_statistics() for m in models]))
 
     def beside(self, function: Callable[..., Any], *args: Any) -> Future[Any] | None:
@@ -887,13 +903,19 @@ class _Run:
             self.side = None
             return None
 
-    def _side_peak(self) -> dict[str, float]:
-        """The side process's peak resident memory, for the manifest (its pages shared since the fork counted)."""
+    def _end_side(self) -> None:
+        """Keep the side process's peak resident memory (its pages shared since the fork counted) and end it, once
+        its work is in: idle to the run's end, it held what it inherited and this process has let go since (the
+        last partition's rows, the heap as it was: 200 MiB of its own at 1,000 containers)."""
         asked = self.beside(peak_rss_mib)
         try:
-            return {} if asked is None else {"side_peak_rss_mib": round(asked.result(), 1)}
+            if asked is not None:
+                self.side_peak = {"side_peak_rss_mib": round(asked.result(), 1)}
         except BrokenExecutor:
-            return {}
+            pass
+        if self.side is not None:
+            self.side.shutdown()
+            self.side = None
 
     def _oom_of(self, oom: pd.DataFrame | None, index: int, read: PartitionRead) -> pd.DataFrame | None:
         """A partition's OOM events: those its own read found, or its workloads' share of the run's."""
@@ -938,6 +960,7 @@ class _Run:
         order = sorted(results)
         first = results[order[0]]
         node_model, node_lines = self.node_lines()
+        self._end_side()
         fit_seconds = time.perf_counter() - self.started
         header = RecommendationSet(
             as_of=first.as_of,
@@ -1012,7 +1035,7 @@ class _Run:
                 "worker_peak_rss_mib_max": round(max(workers.values()), 1),
                 "worker_peak_rss_mib_sum": round(sum(workers.values()), 1),
                 "driver_peak_rss_mib": round(peak_rss_mib(), 1),
-                **self._side_peak(),
+                **self.side_peak,
                 **summarize_selection([results[i].choices for i in order]),
                 **vpa,
             },

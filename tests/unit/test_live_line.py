@@ -122,6 +122,21 @@ def test_the_blend_kept_is_as_fair_as_its_statistic_on_the_newest_rows_it_was_no
     assert cost <= min(model.baseline_costs_.values()) + 1e-12 and p90 <= model.fairness_limit_ + 1e-12
 
 
+def test_a_capped_training_set_is_the_whole_set_s_random_subset_in_order() -> None:
+    """Issue 41: the cap is drawn before each container's features are repeated for its block's steps (the whole set
+    of a 1,000-container fleet took 1.4 GB): the rows kept are those a subset of the whole set would keep, however
+    the fleet is cut into grids."""
+    grids, end = [bursty_grid(rows=13, seed=1), bursty_grid(rows=9, seed=2)], START + 12 * DAY
+    model = LiveLineForecaster(training_days=6)
+    whole = model.training_set(grids, end)
+    cap = whole[1].size // 3
+    keep = np.sort(np.random.default_rng(model.random_state).choice(whole[1].size, cap, replace=False))
+    for got, expected in zip(model.training_set(grids, end, max_rows=cap), whole, strict=True):
+        np.testing.assert_array_equal(got, expected[keep])
+    for got, expected in zip(model.training_set(grids, end, max_rows=whole[1].size), whole, strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_a_live_line_pickled_before_the_held_out_check_loads_as_the_whole_blend_it_was() -> None:
     grid = bursty_grid()
     model = LiveLineForecaster(target_violation=0.05, training_days=6).fit(grid, grid_end=START + 12 * DAY)

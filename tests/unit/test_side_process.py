@@ -206,7 +206,8 @@ def test_a_run_forgets_a_dead_side_process_and_fits_the_node_model_here() -> Non
     run.side = pool
     try:
         assert run.beside(os.getpid) is None  # the dead process is forgotten,
-        assert run.side is None and run._side_peak() == {}  # and nothing more is sent to it
+        run._end_side()
+        assert run.side is None and run.side_peak == {}  # and nothing more is sent to it
     finally:
         pool.shutdown()
     calls: list[str] = []
@@ -297,5 +298,8 @@ def test_a_partition_fitted_after_the_fork_sends_its_grid_and_gets_the_forecasts
     finally:
         t._INHERITED.clear()
     assert ("inherited", "memory") in side.tasks
+    # Its work in, the side process was asked its peak and ended (issue 41: idle, it held
+    # 200 MiB of its own to the run's end).
+    assert side.tasks[-1] == ("peak_rss_mib",) and run.side is None and run.side_peak["side_peak_rss_mib"] > 0
     for a, b in zip(threaded, parts):
         assert a.predict().model_dump() == b.predict().model_dump()
