@@ -65,16 +65,17 @@ def test_argsort_nan_last_orders_a_grid_with_gaps_as_numpy_does() -> None:
 
 
 @given(
-    st.integers(0, 40),
-    st.lists(st.integers(0, 39), max_size=12, unique=True),
-    st.lists(st.tuples(st.integers(0, 40), st.integers(-9, 9)), max_size=12),
+    st.sampled_from([0, 1, 7, 40, 100_000]),
+    st.lists(st.integers(0, 10**9), max_size=12, unique=True),
+    st.lists(st.tuples(st.integers(0, 10**9), st.integers(-9, 9)), max_size=12),
 )
 def test_spliced_is_numpys_delete_then_insert(size: int, gone: list[int], inserted: list[tuple[int, int]]) -> None:
-    """The cells kept copied by runs, the new ones landing where `np.insert` puts them at the positions of the array
-    before the deletion (several at one position: in their order), appended at the end too."""
+    """The cells kept copied by runs (long runs: 100,000 cells) or by numpy's masks (short ones), the new ones
+    landing where `np.insert` puts them at the positions of the array before the deletion (several at one position:
+    in their order), appended at the end too."""
     array = np.arange(size, dtype=np.int64) * 10
-    cut = np.asarray(sorted(g for g in gone if g < size), dtype=np.int64)
-    pairs = sorted((min(at, size), value) for at, value in inserted)
+    cut = np.asarray(sorted({g % size for g in gone} if size else ()), dtype=np.int64)
+    pairs = sorted((at % (size + 1), value) for at, value in inserted)
     at = np.asarray([p[0] for p in pairs], dtype=np.int64)
     new = np.asarray([p[1] for p in pairs], dtype=np.int64)
     expected = np.insert(np.delete(array, cut), at - np.searchsorted(cut, at), new)
