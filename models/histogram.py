@@ -259,7 +259,9 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
             # Each bucket's new weight summed in the samples' order (as a bincount over every bucket sums it), then
             # added once to what it held.
             new_cells, where = np.unique(codes * width + buckets.find(values), return_inverse=True)
-            added = np.bincount(where.reshape(-1), weights=sample_weights, minlength=new_cells.size).astype(np.float64)
+            added = np.bincount(where.reshape(-1), weights=sample_weights, minlength=new_cells.size).astype(
+                np.float64, copy=False
+            )
             cells, weights = _merged_cells(cells, weights, new_cells, added)
             np.minimum(first, new_first, out=first)
             np.maximum(last, new_last, out=last)

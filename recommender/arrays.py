@@ -45,8 +45,9 @@ def spliced(
 ) -> npt.NDArray[ScalarT]:
     """`array` without the cells at `gone` (sorted, distinct) and with `new` inserted before the cells at `at`
     (sorted; at `array.size`: appended), as `np.insert(np.delete(array, gone), ...)` at the positions `at` had before
-    the deletion. The cells kept are copied a run at a time (a run per row, when each row loses and gains a cell):
-    `np.delete` and `np.insert` copy them through a boolean mask, several times slower over 20 million cells."""
+    the deletion. Long runs of cells kept are copied a run at a time (a run per row, when each row loses and gains a
+    cell): `np.delete` and `np.insert` copy them through boolean masks, ten times slower over a week of slots a row;
+    short runs (under `_CELLS_PER_RUN` cells per cut) go through those masks, cheaper than a copy per run."""
     if array.size < _CELLS_PER_RUN * (2 * gone.size + at.size + 1):
         # Short runs (a histogram's few buckets a row): numpy's masked copies cost less than a copy per run.
         kept = np.delete(array, gone) if gone.size else array
