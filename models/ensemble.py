@@ -1097,18 +1097,18 @@ def history_summary(grid: FloatArray, recent_steps: int) -> FloatArray:
     # summarises the whole grid every pass.
     recent = np.fmax.reduce(grid[:, -recent_steps:], axis=1) if grid.shape[1] else np.full(grid.shape[0], np.nan)
     observed = np.fmax.reduce(grid, axis=1) if grid.shape[1] else np.full(grid.shape[0], np.nan)
-    known = np.count_nonzero(known_mask, axis=1).astype(np.float64)
-    any_known = known > 0
-    since = np.where(any_known, np.argmax(known_mask[:, ::-1], axis=1), grid.shape[1]).astype(np.float64)
-    result: FloatArray = np.stack(
-        [
-            np.where(np.isfinite(recent), recent, np.nan),
-            np.where(np.isfinite(observed), observed, np.nan),
-            known,
-            since,
-        ],
-        axis=1,
-    )
+    known = known_mask.sum(axis=1, dtype=np.int64).astype(np.float64)
+    # Most rows have their newest step: only the others are searched from the end (the live loop's every pass).
+    since = np.zeros(grid.shape[0])
+    if grid.shape[1]:
+        searched = np.flatnonzero(~known_mask[:, -1])
+        since[searched] = np.argmax(known_mask[searched, ::-1], axis=1)
+    since[known == 0] = grid.shape[1]
+    result: FloatArray = np.empty((grid.shape[0], 4))
+    result[:, 0] = np.where(np.isfinite(recent), recent, np.nan)
+    result[:, 1] = np.where(np.isfinite(observed), observed, np.nan)
+    result[:, 2] = known
+    result[:, 3] = since
     return result
 
 

@@ -10,7 +10,7 @@ containers of one sample, four such histograms to a fit), and is made dense by b
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Self
@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models._validation import factorize_groups, require_columns
 from models.migration import migrate_histogram_state
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, spliced
 
 #: The learned weights' attributes (`DecayingHistogram`).
 _WEIGHTS = ("weight_starts_", "weight_buckets_", "weight_values_")
@@ -99,6 +99,21 @@ def vpa_reference_timestamps(
     """
     first, last = _group_span(group_codes, timestamps, start.size)
     return _references(group_codes, timestamps, start, half_life, first, last)
+
+
+def _merged_cells(
+    cells: IntArray, weights: FloatArray, new_cells: IntArray, added: FloatArray
+) -> tuple[IntArray, FloatArray]:
+    """Sorted distinct cells and their weights with `added` summed in at `new_cells` (sorted, distinct): a cell kept
+    gets its weight plus the new one, a new cell the new one. Found by a binary search, inserted in one pass: a live
+    pass adds a cell or two per group to hundreds of thousands kept, which a sort of them all cost every pass."""
+    at = np.searchsorted(cells, new_cells)
+    found = at < cells.size
+    found[found] = cells[at[found]] == new_cells[found]
+    weights[at[found]] += added[found]
+    fresh = ~found
+    none = np.zeros(0, np.int64)
+    return spliced(cells, none, at[fresh], new_cells[fresh]), spliced(weights, none, at[fresh], added[fresh])
 
 
 def _group_span(group_codes: IntArray, timestamps: FloatArray, n_groups: int) -> tuple[FloatArray, FloatArray]:
@@ -244,12 +259,10 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
             # Each bucket's new weight summed in the samples' order (as a bincount over every bucket sums it), then
             # added once to what it held.
             new_cells, where = np.unique(codes * width + buckets.find(values), return_inverse=True)
-            added = np.bincount(where.reshape(-1), weights=sample_weights, minlength=new_cells.size)
-            cells, at = np.unique(np.concatenate([cells, new_cells]), return_inverse=True)
-            summed = np.zeros(cells.size)
-            summed[at[: weights.size]] = weights
-            summed[at[weights.size :]] += added
-            weights = summed
+            added = np.bincount(where.reshape(-1), weights=sample_weights, minlength=new_cells.size).astype(
+                np.float64, copy=False
+            )
+            cells, weights = _merged_cells(cells, weights, new_cells, added)
             np.minimum(first, new_first, out=first)
             np.maximum(last, new_last, out=last)
             count += np.bincount(codes, minlength=n_groups)
@@ -283,12 +296,21 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
     def quantile(self, q: float) -> FloatArray:
         """VPA's Percentile(q) of every group, in the order of `groups_`: the upper edge of the bucket where the
         cumulative weight (from the first non-empty bucket) reaches q x total; 0 for an empty histogram."""
-        check_is_fitted(self, "weight_starts_")
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"quantile must be within [0, 1], got {q}")
-        return self._by_blocks(lambda weights: self._quantile(weights, q))
+        return self.quantiles((q,))[0]
 
-    def _quantile(self, weights: FloatArray, q: float) -> FloatArray:
+    def quantiles(self, qs: Sequence[float]) -> list[FloatArray]:
+        """`quantile` of each of `qs`, from one pass over the weights (a recommendation reads three of them)."""
+        check_is_fitted(self, "weight_starts_")
+        for q in qs:
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"quantile must be within [0, 1], got {q}")
+        if not len(self.groups_):
+            return [np.zeros(0) for _ in qs]
+        table = self._by_blocks(lambda weights: self._quantiles(weights, qs))
+        return [table[:, i] for i in range(len(qs))]
+
+    def _quantiles(self, weights: FloatArray, qs: Sequence[float]) -> FloatArray:
+        """(groups x qs) quantiles of dense weights: the cumulative weights once, each q's bucket from them."""
         n_buckets = weights.shape[1]
         valid = weights >= self.epsilon
         non_empty = valid.any(axis=1)
@@ -297,11 +319,15 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
         index = np.arange(n_buckets)
         in_range = (index >= min_bucket[:, None]) & (index <= max_bucket[:, None])
         cumulative = np.cumsum(np.where(in_range, weights, 0.0), axis=1)
-        reached = (cumulative >= q * weights.sum(axis=1)[:, None]) & in_range & (index < max_bucket[:, None])
-        bucket = np.where(reached.any(axis=1), np.argmax(reached, axis=1), max_bucket)
+        total = weights.sum(axis=1)[:, None]
+        below_max = in_range & (index < max_bucket[:, None])
         starts = self.buckets.starts
-        upper_edge = np.where(bucket < n_buckets - 1, starts[np.minimum(bucket + 1, n_buckets - 1)], starts[bucket])
-        result: FloatArray = np.where(non_empty, upper_edge, 0.0)
+        result: FloatArray = np.empty((weights.shape[0], len(qs)))
+        for i, q in enumerate(qs):
+            reached = (cumulative >= q * total) & below_max
+            bucket = np.where(reached.any(axis=1), np.argmax(reached, axis=1), max_bucket)
+            upper_edge = np.where(bucket < n_buckets - 1, starts[np.minimum(bucket + 1, n_buckets - 1)], starts[bucket])
+            result[:, i] = np.where(non_empty, upper_edge, 0.0)
         return result
 
     def recent_samples(self) -> FloatArray:
@@ -558,3 +584,8 @@ class MemoryPeakHistogram(BaseEstimator):  # type: ignore[misc]
         """VPA percentile of the kept peaks of every group, in the order of `groups_`."""
         check_is_fitted(self, "histogram_")
         return self.histogram_.quantile(q)
+
+    def quantiles(self, qs: Sequence[float]) -> list[FloatArray]:
+        """`quantile` of each of `qs`, from one pass over the kept peaks' histogram."""
+        check_is_fitted(self, "histogram_")
+        return self.histogram_.quantiles(qs)

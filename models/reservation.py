@@ -8,6 +8,7 @@ daily spikes come a few minutes early or late. Honest, cheap and seasonal; the f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -20,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted
 from models._validation import factorize_groups, require_columns
 from models.histogram import DecayingHistogram
 from models.migration import migrate_seasonal_state
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, spliced
 
 SECONDS_PER_DAY = 86400
 
@@ -151,13 +152,12 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         origin = (np.floor(end / step) - n_slots + 1) * step
         inside = times >= origin
         if previous:
-            starts, cell_slots, cell_values = self._slid(origin, n_slots, len(labels))
+            cells, shift = self._slid(origin, n_slots, len(labels))
         else:
-            starts, cell_slots, cell_values = np.zeros(len(labels) + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)
+            cells, shift = _Cells(np.zeros(len(labels) + 1, np.int64), np.zeros(0, np.int64), np.zeros(0)), 0
         starts, cell_slots, cell_values = _merged(
-            starts,
-            cell_slots,
-            cell_values,
+            cells,
+            shift,
             group_codes[inside],
             ((times[inside] - origin) // step).astype(np.int64),
             values[inside],
@@ -190,21 +190,26 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         self.fallback_ = np.where(np.isfinite(fallback), fallback, np.nan)
         return self
 
-    def _slid(self, origin: float, n_slots: int, n_groups: int) -> tuple[IntArray, IntArray, FloatArray]:
-        """The kept cells moved by whole slots to a grid starting at `origin` (those that leave it go), as row
-        pointers for `n_groups` groups (new ones empty), slots and values: order is kept, so nothing is sorted."""
-        slots = self.cell_slots_ - int(round((origin - self.grid_origin_) / self.step_seconds))
-        kept = (slots >= 0) & (slots < n_slots)
+    def _slid(self, origin: float, n_slots: int, n_groups: int) -> tuple[_Cells, int]:
+        """The kept cells for a grid starting at `origin`, row pointers for `n_groups` groups (new ones empty), and
+        the whole slots they move by. The grid moves forward (a live pass: a slot or so): the kept cells as they are,
+        with the first of each row still to drop (`_Cells.keep_from`) and the shift still to apply, so `_merged`
+        copies the cells once; otherwise (settings changed) moved and cut here, and no shift left."""
+        shift = int(round((origin - self.grid_origin_) / self.step_seconds))
         starts = self.cell_starts_
+        starts = np.concatenate([starts, np.full(n_groups + 1 - starts.size, starts[-1])])
+        if shift >= 0 and n_slots >= self.n_slots_:
+            # Only the slots before `shift` leave: each row's first cells (its slots are sorted), found by a binary
+            # search per row rather than a comparison of every cell.
+            keep_from = _first_at_or_after(self.cell_slots_, starts[:-1], starts[1:], np.full(n_groups, shift))
+            return _Cells(starts, self.cell_slots_, self.cell_values_, keep_from), shift
+        slots = self.cell_slots_ - shift
+        kept = (slots >= 0) & (slots < n_slots)
         if not kept.all():
-            # A pass drops a cell or so per group: each pointer moves back by the cells dropped before it.
             gone = np.flatnonzero(~kept)
             starts = starts - np.searchsorted(gone, starts)
-            slots, values = slots[kept], self.cell_values_[kept]
-        else:
-            values = self.cell_values_.copy()
-        starts = np.concatenate([starts, np.full(n_groups + 1 - starts.size, starts[-1])])
-        return starts, slots, values
+            return _Cells(starts, slots[kept], self.cell_values_[kept]), 0
+        return _Cells(starts, slots, self.cell_values_), 0
 
     def _cells(self, rows: IntArray, from_slot: int | None = None) -> tuple[IntArray, IntArray]:
         """The cells of the groups at positions `rows` of `groups_` (those from slot `from_slot` on, when given: a
@@ -321,33 +326,46 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         return out
 
 
+@dataclass(frozen=True)
+class _Cells:
+    """Sparse cells: row pointers `starts`, each row's slots sorted, values; a row's cells before `keep_from` (by
+    row; None: none) are to drop. Read only: `_merged` writes new arrays."""
+
+    starts: IntArray
+    slots: IntArray
+    values: FloatArray
+    keep_from: IntArray | None = None
+
+
 def _merged(
-    starts: IntArray,
-    slots: IntArray,
-    values: FloatArray,
-    rows: IntArray,
-    new_slots: IntArray,
-    new_values: FloatArray,
-    n_slots: int,
+    cells: _Cells, shift: int, rows: IntArray, new_slots: IntArray, new_values: FloatArray, n_slots: int
 ) -> tuple[IntArray, IntArray, FloatArray]:
-    """Sparse cells (row pointers `starts`, each row's slots sorted, values) with samples (row, slot, value) maxed
-    in: a sample's cell is found by a binary search within its row, so a pass of one sample per group costs that,
-    not a sort of every cell kept (a week of 5-minute slots: 20 million cells at 10,000 groups)."""
-    cells, where = np.unique(rows * n_slots + new_slots, return_inverse=True)
-    maxima = np.full(cells.size, -np.inf)
+    """`cells` without their cells to drop, their slots less `shift`, with samples (row, slot, value; slots after
+    the shift) maxed in: a sample's cell is found by a binary search within its row, so a pass of one sample per
+    group costs that and one copy of the cells kept (`spliced`), not a sort of every cell kept (a week of 5-minute
+    slots: 20 million cells at 10,000 groups) nor a boolean mask over them."""
+    starts = cells.starts
+    keep_from = starts[:-1] if cells.keep_from is None else cells.keep_from
+    dropped = keep_from - starts[:-1]
+    gone = np.repeat(keep_from - np.cumsum(dropped), dropped) + np.arange(int(dropped.sum()))
+    unique, where = np.unique(rows * n_slots + new_slots, return_inverse=True)
+    maxima = np.full(unique.size, -np.inf)
     np.maximum.at(maxima, where.reshape(-1), new_values)
-    row, slot = cells // n_slots, cells % n_slots
-    low = _first_at_or_after(slots, starts[row], starts[row + 1], slot)
+    row, slot = unique // n_slots, unique % n_slots + shift
+    low = _first_at_or_after(cells.slots, keep_from[row], starts[row + 1], slot)
     found = low < starts[row + 1]
-    found[found] = slots[low[found]] == slot[found]
-    values[low[found]] = np.maximum(values[low[found]], maxima[found])
+    found[found] = cells.slots[low[found]] == slot[found]
     added = ~found
-    moved = np.concatenate([[0], np.cumsum(np.bincount(row[added], minlength=starts.size - 1))])
-    return (
-        starts + moved,
-        np.insert(slots, low[added], slot[added]),
-        np.insert(values, low[added], maxima[added]),
-    )
+    slots = spliced(cells.slots, gone, low[added], slot[added])
+    if shift:
+        slots -= shift
+    values = spliced(cells.values, gone, low[added], maxima[added])
+    # A cell kept lands where `spliced` put it: less the cells dropped before it, plus the cells inserted up to it.
+    at = low[found]
+    at = at - np.searchsorted(gone, at) + np.searchsorted(low[added], at, side="right")
+    values[at] = np.maximum(values[at], maxima[found])
+    counts = np.bincount(row[added], minlength=starts.size - 1) - dropped
+    return starts + np.concatenate([[0], np.cumsum(counts)]), slots, values
 
 
 def _first_at_or_after(slots: IntArray, low: IntArray, high: IntArray, slot: IntArray) -> IntArray:

@@ -1177,8 +1177,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             # The live loop's forecasts carry every group's (no refit since): the rows are their positions there.
             described = forecast.descriptions or forecast.described(own[rows])
             positions = own[rows].tolist() if forecast.descriptions else range(rows.size)
+            # One object for the rows of these levels, as their qualities are (nothing changes a built line's parts).
+            shared = _BUILD_LEVELS(short_term=levels[0], target=levels[1], long_term=levels[2])
             for position, row in zip(positions, rows.tolist()):
-                out["levels"][row] = _BUILD_LEVELS(short_term=levels[0], target=levels[1], long_term=levels[2])
+                out["levels"][row] = shared
                 out["names"][row] = {line: described.names[line][position] for line in _FORECAST_LINE}
                 out["names"][row]["peak"] = described.peak
                 out["quality"][row] = {line: described.quality[line][position] for line in _FORECAST_LINE}
@@ -1196,9 +1198,17 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         groups = block.groups
         fitted = histogram.groups_
         policy = self._part("vpa")
+        percentiles = (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
+
+        def nth(i: int) -> FloatArray:
+            """The i-th percentile of every fitted group: the three from one pass over the histogram's weights."""
+            every: list[FloatArray] = block.once(
+                f"{resource}.quantiles", functools.partial(histogram.quantiles, percentiles)
+            )
+            return every[i]
+
         lower, target, upper = (
-            block.aligned(f"{resource}.quantile.{q}", functools.partial(histogram.quantile, q), fitted)
-            for q in (policy.lower_bound_percentile, policy.target_percentile, policy.upper_bound_percentile)
+            block.aligned(f"{resource}.quantile.{i}", functools.partial(nth, i), fitted) for i in range(3)
         )
         step = short_term.step_seconds
         ours = self._forecast_lines(resource, block, as_of, horizon_seconds, step)

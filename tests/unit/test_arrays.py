@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.arrays import argsort_nan_last, maximum_at_cells
+from recommender.arrays import argsort_nan_last, maximum_at_cells, spliced
 
 cells = st.tuples(st.integers(1, 6), st.integers(1, 9), st.integers(0, 60), st.integers(0, 2**32 - 1))
 
@@ -62,3 +62,23 @@ def test_argsort_nan_last_orders_a_grid_with_gaps_as_numpy_does() -> None:
     grid[rng.random(grid.shape) < 0.01] = np.nan
     order = argsort_nan_last(grid, axis=1)
     np.testing.assert_array_equal(np.take_along_axis(grid, order, axis=1), np.sort(grid, axis=1))
+
+
+@given(
+    st.sampled_from([0, 1, 7, 40, 100_000]),
+    st.lists(st.integers(0, 10**9), max_size=12, unique=True),
+    st.lists(st.tuples(st.integers(0, 10**9), st.integers(-9, 9)), max_size=12),
+)
+def test_spliced_is_numpys_delete_then_insert(size: int, gone: list[int], inserted: list[tuple[int, int]]) -> None:
+    """The cells kept copied by runs (long runs: 100,000 cells) or by numpy's masks (short ones), the new ones
+    landing where `np.insert` puts them at the positions of the array before the deletion (several at one position:
+    in their order), appended at the end too."""
+    array = np.arange(size, dtype=np.int64) * 10
+    cut = np.asarray(sorted({g % size for g in gone} if size else ()), dtype=np.int64)
+    pairs = sorted((at % (size + 1), value) for at, value in inserted)
+    at = np.asarray([p[0] for p in pairs], dtype=np.int64)
+    new = np.asarray([p[1] for p in pairs], dtype=np.int64)
+    expected = np.insert(np.delete(array, cut), at - np.searchsorted(cut, at), new)
+    got = spliced(array, cut, at, new)
+    assert got.dtype == array.dtype
+    np.testing.assert_array_equal(got, expected)

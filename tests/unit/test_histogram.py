@@ -16,6 +16,7 @@ from models.histogram import (
     DecayingHistogram,
     ExponentialBuckets,
     MemoryPeakHistogram,
+    _merged_cells,
     vpa_reference_timestamps,
 )
 
@@ -137,6 +138,35 @@ def test_quantiles_are_monotone_and_bound_the_samples(rows: list[tuple[str, int,
     maxima = frame(rows).groupby("group")["value"].max().reindex(hist.groups_).to_numpy()
     # p100 is the upper edge of the bucket holding the largest sample.
     np.testing.assert_allclose(q100, hist.buckets.starts[hist.buckets.find(maxima) + 1])
+
+
+@given(samples, st.lists(st.floats(0, 1), min_size=1, max_size=4))
+@settings(max_examples=60, deadline=None)
+def test_quantiles_at_once_are_each_quantile(rows: list[tuple[str, int, float]], qs: list[float]) -> None:
+    """A recommendation reads its three percentiles from one pass over the weights: the same values, bit for bit."""
+    hist = DecayingHistogram(half_life_seconds=DAY).fit(frame(rows))
+    for q, values in zip(qs, hist.quantiles(qs)):
+        np.testing.assert_array_equal(values, hist.quantile(q))
+
+
+@given(
+    st.lists(st.integers(0, 500), max_size=40, unique=True),
+    st.lists(st.tuples(st.integers(0, 500), st.floats(0, 9)), max_size=40, unique_by=lambda p: p[0]),
+)
+def test_cells_merged_by_search_are_the_sorted_union(kept: list[int], new: list[tuple[int, float]]) -> None:
+    """A partial fit adds its samples' weights by a binary search and one insertion pass, not a sort of every cell:
+    the cells and sums (a cell kept plus its new weight) are those of the sorted union."""
+    cells = np.asarray(sorted(kept), dtype=np.int64)
+    weights = np.linspace(1.0, 2.0, cells.size)
+    new_cells = np.asarray(sorted(c for c, _ in new), dtype=np.int64)
+    added = np.asarray([w for _, w in sorted(new)], dtype=np.float64)
+    union, at = np.unique(np.concatenate([cells, new_cells]), return_inverse=True)
+    summed = np.zeros(union.size)
+    summed[at[: cells.size]] = weights
+    summed[at[cells.size :]] += added
+    got_cells, got_weights = _merged_cells(cells, weights.copy(), new_cells, added)
+    np.testing.assert_array_equal(got_cells, union)
+    np.testing.assert_array_equal(got_weights, summed)
 
 
 def memory_frame(rows: list[tuple[str, float, float]]) -> pd.DataFrame:

@@ -171,3 +171,39 @@ def test_the_recent_line_is_the_dense_grids_slots_of_the_window(
     expected[:, inside] = model._dense(chosen)[:, slots[inside]]
     expected[expected == -np.inf] = np.nan
     np.testing.assert_array_equal(model.recent(as_of, window, rows=chosen), expected)
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    passes=st.integers(1, 6),
+    steps_per_pass=st.integers(1, 3),
+    gap_steps=st.integers(0, 3 * DAY // STEP),
+)
+def test_a_grid_slid_pass_after_pass_is_one_fit_on_every_sample(
+    seed: int, passes: int, steps_per_pass: int, gap_steps: int
+) -> None:
+    """The live loop's pattern: each pass a step or so past the grid's end, so every full row drops its oldest cells
+    and gains its newest (`_merged` copies the cells kept once, by runs); some groups skip passes, one joins, one
+    stops, and a gap moves the grid days at once. The cells, in order, are those of one fit on every sample."""
+    rng = np.random.default_rng(seed)
+    history = 8 * DAY // STEP
+    frames = [series(rng.random(history), group="full"), series(rng.random(history // 3), group="short")]
+    frames.append(series(rng.random(50), start=2 * DAY, group="stopped"))
+    model = SeasonalMaxReservation().fit(pd.concat(frames, ignore_index=True))
+    seen = list(frames)
+    step = history + gap_steps
+    for index in range(passes):
+        times = STEP * (step + np.arange(steps_per_pass))
+        step += steps_per_pass
+        groups = ["full", "joined"] + (["short"] if index % 2 else [])
+        batch = pd.concat(
+            [pd.DataFrame({"group": g, "timestamp": times, "value": rng.random(times.size)}) for g in groups],
+            ignore_index=True,
+        )
+        model.partial_fit(batch)
+        seen.append(batch)
+    once = SeasonalMaxReservation().fit(pd.concat(seen, ignore_index=True))
+    assert list(model.groups_) == list(once.groups_) and model.grid_origin_ == once.grid_origin_
+    for name in ("cell_starts_", "cell_slots_", "cell_values_"):
+        np.testing.assert_array_equal(getattr(model, name), getattr(once, name))
