@@ -56,7 +56,8 @@ app = typer.Typer(
     # Plain help: rich markup would take "[default: 8080]" for a style tag and print "TCP port ." instead.
     rich_markup_mode=None,
 )
-err = Console(stderr=True)
+#: A message to a pipe or a log file stays one line, however long its paths (rich would fold it at 80 columns there).
+err = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 #: Wide enough for the recommendation table when stdout is a pipe or a file (rich assumes 80 columns there).
 out = Console(width=None if sys.stdout.isatty() else 150)
 

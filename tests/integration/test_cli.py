@@ -239,6 +239,12 @@ def test_bad_flags_and_outputs_are_one_line_and_leave_an_existing_output_whole(
     trained = cli("train", "--input", str(usage_csv), "--store", "store", "--as-of", "-1")
     assert trained.returncode == 2 and "--as-of -1: not a Unix time" in trained.stderr
     assert (tmp_path / "out.json").read_text() == "kept" and not (tmp_path / "store").exists()
+    # A message past 80 columns stays one line in a pipe or a log (rich folded it there, as a terminal would).
+    long_name = f"{'long-name-' * 8}.json"
+    wrote = cli("recommend", "--input", str(usage_csv), "--as-of", as_of, "--output", long_name)
+    assert wrote.returncode == 0 and wrote.stderr.rstrip("\n").splitlines()[-1].endswith(f"to {long_name}"), (
+        wrote.stderr
+    )
     for command in ("recommend", "train"):  # the bound is in the help too (without the wrapping's whitespace)
         assert "atmost7d,thelong-termline'sweek" in "".join(cli(command, "--help").stdout.split())
 
