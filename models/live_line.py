@@ -262,43 +262,46 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         an origin, grid by grid: the rows of a fleet cut into partitions come in the order of one grid of it. Each
         origin's block lies whole inside the grid; only data before an origin forms its features. `max_rows`: past
         it, a random subset of that many (`random_state`), in the same order, drawn before each container's features
-        are repeated for each step of its block: the whole set of 1,000 containers x 14 days (4 million rows of 25
-        features) took 1.4 GB, the peak of a training run."""
+        are repeated for each step of its block, and features are computed only for the containers a kept row needs:
+        the whole set of 1,000 containers x 14 days (4 million rows of 25 features) took 1.4 GB, the peak of a
+        training run, and at 10,000 containers most of its time."""
         n = self.horizon_steps
         stride = max(int(self.origin_stride_seconds // self.step_seconds), 1)
-        # Per origin and grid, one row per container: features, scale, fleet row and targets over the block.
-        blocks: list[tuple[FloatArray, FloatArray, npt.NDArray[np.int64], FloatArray]] = []
+        # Per origin and grid, the usable containers and their targets over the block; features come later, only for
+        # the containers a kept row needs (each row's features read its own row alone, so a subset's are the same).
+        blocks: list[tuple[FloatArray, int, int, npt.NDArray[np.int64], FloatArray]] = []
         firsts = np.cumsum([0, *(grid.shape[0] for grid in grids)])
         for offset in range(n, self.training_days * STEPS_PER_DAY + 1, stride):
-            issued = grid_end - offset * self.step_seconds
             for grid, first_row in zip(grids, firsts.tolist()):
                 position = grid.shape[1] - offset
                 if position < STEPS_PER_DAY:
                     continue
                 rows = np.flatnonzero(usable_rows(grid, position, self.min_history_steps))
-                if rows.size == 0:
-                    continue
-                features, scale = live_features(grid[rows], position, n, issued)
-                targets = grid[rows, position : position + n] / scale[:, None]
-                blocks.append((features, scale, first_row + rows, targets))
+                if rows.size:
+                    blocks.append((grid, position, first_row, rows, grid[rows, position : position + n]))
         if not blocks:
             return np.empty((0, len(FEATURE_NAMES))), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
-        bounds = np.cumsum([0, *(np.count_nonzero(~np.isnan(block[3])) for block in blocks)])
+        bounds = np.cumsum([0, *(np.count_nonzero(~np.isnan(block[4])) for block in blocks)])
         keep = None
         if max_rows is not None and bounds[-1] > max_rows:
             keep = np.sort(np.random.default_rng(self.random_state).choice(bounds[-1], max_rows, replace=False))
         parts_x, parts_y, parts_w, parts_o = [], [], [], []
-        for (features, scale, fleet_rows, targets), start, stop in zip(blocks, bounds[:-1], bounds[1:]):
-            known = ~np.isnan(targets)
-            which, _ = np.nonzero(known)
-            values = targets[known]
+        for (grid, position, first_row, rows, usage), start, stop in zip(blocks, bounds[:-1], bounds[1:]):
+            which, steps = np.nonzero(~np.isnan(usage))
             if keep is not None:
                 chosen = keep[np.searchsorted(keep, start) : np.searchsorted(keep, stop)] - start
-                which, values = which[chosen], values[chosen]
+                which, steps = which[chosen], steps[chosen]
+            if which.size == 0:
+                continue
+            needed, which = np.unique(which, return_inverse=True)  # the containers of the kept rows, in order
+            issued = grid_end - (grid.shape[1] - position) * self.step_seconds
+            features, scale = live_features(grid[rows[needed]], position, n, issued)
             parts_x.append(features[which])
-            parts_y.append(values)
+            parts_y.append(usage[needed[which], steps] / scale[which])
             parts_w.append(scale[which])
-            parts_o.append(fleet_rows[which])
+            parts_o.append(first_row + rows[needed[which]])
+        if not parts_x:  # nothing kept
+            return np.empty((0, len(FEATURE_NAMES))), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
         owners = np.concatenate(parts_o).astype(np.int64)
         return np.concatenate(parts_x), np.concatenate(parts_y), np.concatenate(parts_w), owners
 
