@@ -127,6 +127,35 @@ def usable_rows(grid: FloatArray, position: int, min_history_steps: int) -> npt.
     return known
 
 
+class UsableRows:
+    """`usable_rows` of one grid at many positions (the training's rolling origins), from running counts of its
+    known, positive and +inf cells: a position costs a subtraction per row instead of reading its week. A scale
+    is known where the week holds a positive value and no +inf, which would be its max (`container_scale`)."""
+
+    def __init__(self, grid: FloatArray, min_history_steps: int) -> None:
+        self.min_history_steps = min_history_steps
+        zero = np.zeros((grid.shape[0], 1), dtype=np.int32)
+        with np.errstate(invalid="ignore"):
+            cells = (~np.isnan(grid), np.isfinite(grid) & (grid > 0), np.isposinf(grid))
+        self.known, self.positive, self.infinite = (
+            np.hstack([zero, np.cumsum(c, axis=1, dtype=np.int32)]) for c in cells
+        )
+
+    def __call__(self, position: int) -> npt.NDArray[np.bool_]:
+        def count(running: npt.NDArray[np.int32], steps: int) -> npt.NDArray[np.int32]:
+            stop = max(position, 0)
+            counted: npt.NDArray[np.int32] = running[:, stop] - running[:, max(position - steps, 0)]
+            return counted
+
+        usable: npt.NDArray[np.bool_] = (
+            (count(self.known, STEPS_PER_WEEK) >= self.min_history_steps)
+            & (count(self.known, 12) > 0)
+            & (count(self.positive, STEPS_PER_WEEK) > 0)
+            & (count(self.infinite, STEPS_PER_WEEK) == 0)
+        )
+        return usable
+
+
 #: The recent-window statistics the line blends (each a ratio to the container's scale).
 BLEND_STATISTICS = (
     "max_3",
@@ -269,16 +298,20 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         stride = max(int(self.origin_stride_seconds // self.step_seconds), 1)
         # Per origin and grid, the usable containers and their targets over the block; features come later, only for
         # the containers a kept row needs (each row's features read its own row alone, so a subset's are the same).
-        blocks: list[tuple[FloatArray, int, int, npt.NDArray[np.int64], FloatArray]] = []
+        # Found grid by grid (one grid's running counts alive at a time), kept by (origin, grid).
+        found: dict[tuple[int, int], tuple[FloatArray, int, int, npt.NDArray[np.int64], FloatArray]] = {}
         firsts = np.cumsum([0, *(grid.shape[0] for grid in grids)])
-        for offset in range(n, self.training_days * STEPS_PER_DAY + 1, stride):
-            for grid, first_row in zip(grids, firsts.tolist()):
+        offsets = range(n, self.training_days * STEPS_PER_DAY + 1, stride)
+        for index, (grid, first_row) in enumerate(zip(grids, firsts.tolist())):
+            usable_at = UsableRows(grid, self.min_history_steps)
+            for offset in offsets:
                 position = grid.shape[1] - offset
                 if position < STEPS_PER_DAY:
                     continue
-                rows = np.flatnonzero(usable_rows(grid, position, self.min_history_steps))
+                rows = np.flatnonzero(usable_at(position))
                 if rows.size:
-                    blocks.append((grid, position, first_row, rows, grid[rows, position : position + n]))
+                    found[offset, index] = (grid, position, first_row, rows, grid[rows, position : position + n])
+        blocks = [found[key] for key in sorted(found)]
         if not blocks:
             return np.empty((0, len(FEATURE_NAMES))), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
         bounds = np.cumsum([0, *(np.count_nonzero(~np.isnan(block[4])) for block in blocks)])

@@ -20,6 +20,7 @@ from models.live_line import (
     STEPS_PER_DAY,
     AdaptiveScale,
     LiveLineForecaster,
+    UsableRows,
     blend_inputs,
     live_features,
     matched_cost,
@@ -63,6 +64,22 @@ def test_features_read_only_the_columns_before_the_issue(grid: np.ndarray, posit
     np.testing.assert_array_equal(scale, scale_after)
     assert before.shape == (3, len(FEATURE_NAMES))
     assert np.array_equal(usable_rows(grid, position, 12), usable_rows(changed, position, 12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    grid=arrays(
+        np.float64,
+        st.tuples(st.integers(1, 4), st.integers(1, 2400)),
+        elements=st.sampled_from([np.nan, 0.0, -1.0, 0.5, 3.0, np.inf, -np.inf]),
+    ),
+    min_history=st.integers(1, 300),
+)
+def test_running_counts_find_the_usable_rows_of_every_position(grid: np.ndarray, min_history: int) -> None:
+    """The training's rolling origins read `usable_rows` from running counts: the same rows at every position."""
+    usable = UsableRows(grid, min_history)
+    for position in range(0, grid.shape[1] + 1, 7):
+        np.testing.assert_array_equal(usable(position), usable_rows(grid, position, min_history))
 
 
 @settings(max_examples=60, deadline=None)
