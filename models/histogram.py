@@ -21,7 +21,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from models._validation import factorize_groups, require_columns
+from models._validation import factorize_groups, require_columns, united_labels
 from models.migration import migrate_histogram_state
 from recommender.arrays import FloatArray, IntArray, spliced
 
@@ -232,7 +232,7 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
             raise ValueError("histogram samples must be finite and non-negative")
         buckets = self.buckets
         previous = self.groups_ if hasattr(self, "groups_") else np.zeros(0, dtype=str)
-        labels = pd.Index(previous, dtype=object).append(local_labels).unique()
+        labels, positions = united_labels(previous, local_labels)
         n_groups = len(labels)
         k = len(previous)
         width = buckets.num_buckets
@@ -247,7 +247,7 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
             cell_rows = np.repeat(np.arange(k, dtype=np.int64), np.diff(self.weight_starts_))
             cells, weights = cell_rows * width + self.weight_buckets_, self.weight_values_.copy()
         if local_codes.size:
-            codes = labels.get_indexer(local_labels).astype(np.int64)[local_codes] if k else local_codes
+            codes = positions[local_codes] if k else local_codes
             new_first, new_last = _group_span(codes, times, n_groups)
             new_reference = _references(codes, times, reference, self.half_life_seconds, new_first, new_last)
             known = ~np.isnan(reference)
@@ -266,7 +266,7 @@ class DecayingHistogram(BaseEstimator):  # type: ignore[misc]
             np.minimum(first, new_first, out=first)
             np.maximum(last, new_last, out=last)
             count += np.bincount(codes, minlength=n_groups)
-        self.groups_ = np.asarray(labels, dtype=str)
+        self.groups_ = labels
         self.weight_starts_ = np.concatenate([[0], np.cumsum(np.bincount(cells // width, minlength=n_groups))])
         self.weight_buckets_ = cells % width
         self.weight_values_ = weights

@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from models._validation import factorize_groups, require_columns
+from models._validation import factorize_groups, require_columns, united_labels
 from models.histogram import DecayingHistogram
 from models.migration import migrate_seasonal_state
 from recommender.arrays import FloatArray, IntArray, spliced
@@ -138,8 +138,8 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
         require_columns(X, ("group", "timestamp", "value"), type(self).__name__)
         all_codes, new_labels = factorize_groups(X["group"])
         previous = hasattr(self, "cell_starts_")
-        labels = pd.Index(list(self.groups_) if previous else []).append(new_labels).unique()
-        all_codes = labels.get_indexer(new_labels).astype(np.int64)[all_codes]
+        labels, positions = united_labels(self.groups_ if previous else np.zeros(0, dtype=str), new_labels)
+        all_codes = positions[all_codes]
         present = X["value"].notna().to_numpy()
         group_codes = all_codes[present]
         times = X["timestamp"].to_numpy(dtype=np.float64)[present]
@@ -180,7 +180,7 @@ class SeasonalMaxReservation(BaseEstimator):  # type: ignore[misc]
             if filled.size:
                 grid_max[filled] = np.maximum.reduceat(cell_values, starts[filled])
             fallback = np.where(seen_now, np.fmax(fallback, grid_max), old_fallback)
-        self.groups_ = np.asarray(labels, dtype=str)
+        self.groups_ = labels
         self.cell_starts_ = starts
         self.cell_slots_ = cell_slots
         self.cell_values_ = cell_values

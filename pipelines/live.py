@@ -73,22 +73,30 @@ class PartitionedModel:
     starts: list[WorkloadName]
 
     def _partition_of(self, frame: pd.DataFrame) -> npt.NDArray[np.int64]:
-        """Each row's partition: the last start at or before its workload in label order (`assign_partitions`)."""
-        pairs = pd.MultiIndex.from_arrays([frame["namespace"].astype(str), frame["workload"].astype(str)])
-        unique = pairs.unique()
-        keys = np.asarray([label_key((str(namespace), str(workload))) for namespace, workload in unique])
+        """Each row's partition: the last start at or before its workload in label order (`assign_partitions`),
+        found once per distinct workload from integer codes (a MultiIndex's tuples took 0.1 s a pass at 10,000)."""
+        namespaces, namespace_names = pd.factorize(frame["namespace"].astype(str), use_na_sentinel=False)
+        workloads, workload_names = pd.factorize(frame["workload"].astype(str), use_na_sentinel=False)
+        width = max(len(workload_names), 1)
+        pair_codes, pairs = pd.factorize(namespaces.astype(np.int64) * width + workloads, use_na_sentinel=False)
+        names = [str(name) for name in namespace_names.tolist()], [str(name) for name in workload_names.tolist()]
+        keys = np.asarray([label_key((names[0][p // width], names[1][p % width])) for p in pairs.tolist()])
         starts = np.asarray([label_key(start) for start in self.starts])
         found = np.maximum(np.searchsorted(starts, keys, side="right") - 1, 0).astype(np.int64)
-        result: npt.NDArray[np.int64] = found[unique.get_indexer(pairs)]
+        result: npt.NDArray[np.int64] = found[pair_codes]
         return result
 
     def live_update(self, X: pd.DataFrame, oom_events: pd.DataFrame | None = None) -> PartitionedModel:
-        rows = self._partition_of(X)
-        kills = self._partition_of(oom_events) if oom_events is not None and len(oom_events) else None
+        usage = _by_partition(X, self._partition_of(X))
+        kills = (
+            _by_partition(oom_events, self._partition_of(oom_events))
+            if oom_events is not None and len(oom_events)
+            else None
+        )
         for index, model in self.models.items():
-            mine = X[rows == index]
-            if len(mine):
-                own = oom_events[kills == index] if oom_events is not None and kills is not None else None
+            mine = usage.get(index)
+            if mine is not None:
+                own = kills.get(index, oom_events.iloc[:0]) if oom_events is not None and kills is not None else None
                 model.live_update(mine, oom_events=own)
         return self
 
@@ -98,6 +106,15 @@ class PartitionedModel:
             self.models[index].predict(as_of=decision, horizon_seconds=horizon_seconds) for index in sorted(self.models)
         ]
         return sets[0].model_copy(update={"recommendations": [r for one in sets for r in one.recommendations]})
+
+
+def _by_partition(frame: pd.DataFrame, partitions: npt.NDArray[np.int64]) -> dict[int, pd.DataFrame]:
+    """The rows of each partition that has any, in their order: one stable sort and one take per partition, where a
+    mask per partition read every row 40 times a pass at 10,000 containers."""
+    order = np.argsort(partitions, kind="stable")
+    found, firsts = np.unique(partitions[order], return_index=True)
+    ends = np.append(firsts[1:], order.size)
+    return {int(p): frame.take(order[a:b]) for p, a, b in zip(found.tolist(), firsts.tolist(), ends.tolist())}
 
 
 def load_version_model(store: ModelStore, version: str) -> WorkloadRecommender | PartitionedModel:

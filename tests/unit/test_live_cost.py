@@ -353,3 +353,48 @@ def test_a_blocks_positions_are_pandas_lookups_found_once_per_table(fitted: list
         block = _Block(everyone, rows, memo)
         np.testing.assert_array_equal(block.positions(table), expected[rows])
     assert len([key for key in memo if key.startswith("positions.")]) == 1
+
+
+_LABELS = st.sampled_from(["", "a", "b", "a\x00", '["x", "y"]', "é"]) | st.text(max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(previous=st.lists(_LABELS, max_size=8), new=st.lists(_LABELS, max_size=8))
+def test_united_labels_are_what_a_pandas_index_appended_and_searched_gives(previous: list[str], new: list[str]) -> None:
+    """Any labels, repeated, NUL-ended (which numpy's strings drop) or new: the same labels, order and positions."""
+    from models._validation import united_labels
+
+    old = np.asarray(previous, dtype=str) if previous else np.zeros(0, dtype=str)
+    labels = pd.Index(old, dtype=object).append(pd.Index(new, dtype=str)).unique()
+    united, positions = united_labels(old, pd.Index(new, dtype=str))
+    assert united.dtype.kind == "U" and united.tolist() == np.asarray(labels, dtype=str).tolist()
+    assert positions.tolist() == labels.get_indexer(pd.Index(new, dtype=str)).tolist()
+
+
+_NAMES = st.sampled_from(["a", "b", "ab", "a b", 'a"', "é", "a\\"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_NAMES, _NAMES), min_size=1, max_size=30),
+    starts=st.lists(st.tuples(_NAMES, _NAMES | st.just("*")), max_size=4, unique=True),
+)
+def test_a_passs_rows_go_to_the_partition_of_their_workload_in_their_order(
+    rows: list[tuple[str, str]], starts: list[tuple[str, str]]
+) -> None:
+    """Each row goes to the last start at or before its workload in label order (a workload before every start to
+    the first partition), and each partition's frame is the rows a mask of it gives, in their order."""
+    from pipelines.live import PartitionedModel, _by_partition
+    from pipelines.partitions import FIRST, label_key
+
+    plan = [FIRST, *sorted(starts, key=label_key)]
+    frame = pd.DataFrame(rows, columns=["namespace", "workload"]).assign(value=np.arange(len(rows)))
+    frame.index = frame.index * 3 + 7  # labels that are not positions
+    parts = PartitionedModel({}, plan)._partition_of(frame)
+    keys = [label_key((namespace, workload)) for namespace, workload in rows]
+    expected = [max((i for i, start in enumerate(plan) if label_key(start) <= key), default=0) for key in keys]
+    assert parts.tolist() == expected
+    split = _by_partition(frame, parts)
+    assert sorted(split) == sorted(set(expected))
+    for index, mine in split.items():
+        pd.testing.assert_frame_equal(mine, frame[parts == index])
