@@ -789,9 +789,12 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         if not hasattr(self, "vpa_"):
             self.vpa_ = clone(self._part("vpa"))
         self.vpa_.partial_fit(*self._vpa_input(usage, oom_events))
-        if len(usage) > 1:
-            self.sample_steps_ = sample_steps(usage)
-            self.sample_interval_seconds_ = median_of_counts(*self.sample_steps_, default=60.0)
+        # A pass of one sample per pod shows no interval: the one learned before stands (VPA's 60 s default would make
+        # the bounds published until the next training those of a history sampled five times as often).
+        steps = sample_steps(usage)
+        if steps[0].size:
+            self.sample_steps_ = steps
+            self.sample_interval_seconds_ = median_of_counts(*steps, default=60.0)
         self.data_end_ = max(self.data_end_, int(usage["timestamp"].max()) if data_end is None else int(data_end))
         self.oom_kills_ = self.oom_kills_.add(oom_counts(kills), fill_value=0).astype(np.int64)
         # The forecast models' grid slides to the new end and takes the new samples, then they are refitted on it, except by `live_update`.

@@ -34,6 +34,8 @@ from recommender.progress import quiet  # noqa: E402
 
 COLUMNS = {"cpu": "cpu_cores", "memory": "memory_bytes"}
 FLOORS = {"cpu": 1e-3, "memory": float(1 << 20)}
+#: The simple lines `rolling.py` re-issues beside ours (name, look-back in 5-minute steps, quantile).
+ROLLING_LINES = (("roll_max_1h", 12, 1.0), ("roll_max_6h", 72, 1.0), ("roll_p95_3h", 36, 0.95), ("roll_p99_24h", 288, 0.99))
 
 
 def unix(day: str) -> int:
@@ -55,13 +57,14 @@ def scores(lines: np.ndarray, usage: np.ndarray, floor: float) -> dict[str, floa
     return out
 
 
-def rolling_max(grid: np.ndarray, grid_start: int, plan: ReplayPlan, steps: int) -> np.ndarray:
+def rolling_quantile(grid: np.ndarray, grid_start: int, plan: ReplayPlan, steps: int, q: float) -> np.ndarray:
+    """Per issue time, each row's q-quantile of its last `steps` samples (1: the max): `rolling.py`'s simple lines."""
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for issued in plan.issue_times():
             position = (issued - grid_start) // STEP_SECONDS
-            out.append(np.nanmax(grid[:, max(position - steps, 0) : position], axis=1))
+            out.append(np.nanquantile(grid[:, max(position - steps, 0) : position], q, axis=1))
     return np.asarray(out)
 
 
@@ -94,8 +97,8 @@ def main() -> None:
             drawn = np.repeat(lines.T, per_issue, axis=1)
             print(resource, name, scores(drawn, scored, FLOORS[resource]), f"{seconds:.0f} s", flush=True)
 
-        for name, steps in (("roll_max_1h", 12), ("roll_max_6h", 72)):
-            report(name, rolling_max(grid, grid_start, plan, steps), 0.0, resource, scored)
+        for name, steps, q in ROLLING_LINES:
+            report(name, rolling_quantile(grid, grid_start, plan, steps, q), 0.0, resource, scored)
         for variant, parameters in json.loads(args.variants).items():
             for level in (0.01, 0.05):
                 model = LiveLineForecaster(target_violation=level).set_params(**parameters)

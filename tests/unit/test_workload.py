@@ -182,6 +182,23 @@ def test_partial_fit_equals_one_fit(cut_days: float) -> None:
             np.testing.assert_allclose(x.short_term, y.short_term, rtol=1e-12)
 
 
+def test_a_pass_of_one_sample_per_pod_keeps_the_learned_sample_interval() -> None:
+    """A live pass reads one 5-minute step: it shows no interval between two samples of a pod, and the interval (the
+    bounds' confidence) stays the version's, not VPA's 60 s default."""
+    usage = make_usage(workloads=2, pods=3, days=3)
+    step = usage[usage["timestamp"] == usage["timestamp"].max()].assign(timestamp=lambda u: u["timestamp"] + 300)
+    model = WorkloadRecommender().fit(usage)
+    assert model.sample_interval_seconds_ == 300
+    before = {r.key: (r.cpu.lower_bound, r.cpu.upper_bound) for r in model.predict().recommendations}
+    model.partial_fit(step)
+    assert model.sample_interval_seconds_ == 300
+    # The same step fitted with the rest: the bounds of one fit and of the continued one agree.
+    whole = WorkloadRecommender().fit(pd.concat([usage, step])).predict()
+    for a, b in zip(whole.recommendations, model.predict().recommendations):
+        assert (a.cpu.lower_bound, a.cpu.upper_bound) == pytest.approx((b.cpu.lower_bound, b.cpu.upper_bound))
+    assert before  # the model served before the pass
+
+
 def test_forecast_lines_far_after_the_data_keep_the_time_of_day() -> None:
     usage = make_usage(workloads=1, pods=1, days=9)
     model = WorkloadRecommender(forecast=FleetForecaster(stale_after_seconds=1000 * 86400)).fit(usage)
