@@ -35,7 +35,12 @@ from recommender.progress import quiet  # noqa: E402
 COLUMNS = {"cpu": "cpu_cores", "memory": "memory_bytes"}
 FLOORS = {"cpu": 1e-3, "memory": float(1 << 20)}
 #: The simple lines `rolling.py` re-issues beside ours (name, look-back in 5-minute steps, quantile).
-ROLLING_LINES = (("roll_max_1h", 12, 1.0), ("roll_max_6h", 72, 1.0), ("roll_p95_3h", 36, 0.95), ("roll_p99_24h", 288, 0.99))
+ROLLING_LINES = (
+    ("roll_max_1h", 12, 1.0),
+    ("roll_max_6h", 72, 1.0),
+    ("roll_p95_3h", 36, 0.95),
+    ("roll_p99_24h", 288, 0.99),
+)
 
 
 def unix(day: str) -> int:
