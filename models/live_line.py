@@ -32,7 +32,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from models.forecast import check_grid, nan_quantiles
 from models.migration import migrate_live_line_state
-from recommender.arrays import FloatArray, IntArray
+from recommender.arrays import FloatArray, IntArray, quantile_of
 from recommender.settings import LiveLineSettings
 
 STEPS_PER_DAY = 288
@@ -114,6 +114,16 @@ def live_features(
     return features, scale
 
 
+def rows_features(
+    grid: FloatArray, rows: IntArray, position: int, horizon_steps: int, issued_at_seconds: int
+) -> tuple[FloatArray, FloatArray]:
+    """`live_features(grid[rows], ...)`, from a copy of those rows' last week before `position` only (all that the
+    features read): the training's 336 origins a resource copied each row's 14 days, 32 MB an origin at 1,000
+    containers and a fifth of the training set's time."""
+    first = max(position - STEPS_PER_WEEK, 0)
+    return live_features(grid[rows, first:position], position - first, horizon_steps, issued_at_seconds)
+
+
 def usable_rows(grid: FloatArray, position: int, min_history_steps: int) -> npt.NDArray[np.bool_]:
     """Rows the model may forecast at `position`: a known scale, at least `min_history_steps` samples in the last
     week and at least one in the last hour (cold starts and gaps take the fallback line)."""
@@ -189,27 +199,46 @@ def blend_inputs(features: FloatArray, trees: FloatArray | None = None) -> Float
 def matched_cost(line: FloatArray, usage: FloatArray, weights: FloatArray, target_violation: float) -> float:
     """Overprovision of `line` after one factor makes `target_violation` of the samples exceed it: the fleet's room
     at the asked risk (`(1 - P)`-quantile of usage / line x sum(line) / sum(usage) - 1, sums in cores or bytes)."""
-    return _room(float(np.quantile(usage / line, 1.0 - target_violation)), line, usage, weights)
+    factor = quantile_of(usage / line, 1.0 - target_violation)
+    return _room(factor, line, weights, float(np.sum(usage * weights)))
 
 
-def _room(factor: float, line: FloatArray, usage: FloatArray, weights: FloatArray) -> float:
-    """The overprovision of `line` scaled by `factor`, sums weighted to cores or bytes."""
-    return factor * float(np.sum(line * weights)) / float(np.sum(usage * weights)) - 1.0
+def _room(factor: float, line: FloatArray, weights: FloatArray, usage_total: float) -> float:
+    """The overprovision of `line` scaled by `factor` against `usage_total` (the usage's sum weighted by `weights`),
+    sums in cores or bytes."""
+    return factor * float(np.sum(line * weights)) / usage_total - 1.0
+
+
+class MatchedScores:
+    """`matched_cost` of a line and the p90 over containers of each one's share of samples above it once scaled to
+    the matched level (the harness's fairness figure), from one quantile, for any line over the same rows: the
+    blend's fit asks for both a thousand times a resource, so what does not depend on the line (the usage's
+    weighted sum, each container's sample count) is computed once."""
+
+    def __init__(
+        self, usage: FloatArray, weights: FloatArray, owners: npt.NDArray[np.int64], target_violation: float
+    ) -> None:
+        self.usage, self.weights, self.owners = usage, weights, owners
+        self.target_violation = target_violation
+        self.usage_total = float(np.sum(usage * weights))
+        counts = np.bincount(owners)
+        self.seen = counts > 0
+        self.counts = counts[self.seen]
+
+    def __call__(self, line: FloatArray) -> tuple[float, float]:
+        ratio = self.usage / line
+        factor = quantile_of(ratio, 1.0 - self.target_violation)
+        cost = _room(factor, line, self.weights, self.usage_total)
+        above = np.bincount(self.owners[ratio > factor], minlength=self.seen.size)[self.seen]
+        shares = above / self.counts
+        return cost, float(np.quantile(shares, 0.9)) if shares.size else 0.0
 
 
 def matched_scores(
     line: FloatArray, usage: FloatArray, weights: FloatArray, owners: npt.NDArray[np.int64], target_violation: float
 ) -> tuple[float, float]:
-    """`matched_cost` and the p90 over containers of each one's share of samples above `line` once it is scaled to
-    the matched level (the harness's fairness figure), from one quantile: the blend's fit asks for both thousands
-    of times."""
-    ratio = usage / line
-    factor = float(np.quantile(ratio, 1.0 - target_violation))
-    cost = _room(factor, line, usage, weights)
-    counts = np.bincount(owners)
-    seen = counts > 0
-    shares = np.bincount(owners, weights=ratio > factor)[seen] / counts[seen]
-    return cost, float(np.quantile(shares, 0.9)) if shares.size else 0.0
+    """`MatchedScores` of one line."""
+    return MatchedScores(usage, weights, owners, target_violation)(line)
 
 
 class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
@@ -328,7 +357,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
                 continue
             needed, which = np.unique(which, return_inverse=True)  # the containers of the kept rows, in order
             issued = grid_end - (grid.shape[1] - position) * self.step_seconds
-            features, scale = live_features(grid[rows[needed]], position, n, issued)
+            features, scale = rows_features(grid, rows[needed], position, n, issued)
             parts_x.append(features[which])
             parts_y.append(usage[needed[which], steps] / scale[which])
             parts_w.append(scale[which])
@@ -392,7 +421,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         blend = self._blend(start, inputs[newest:], targets[newest:], weights[newest:], owners[newest:])
         self.coef_, self.shrinkage_ = self._shrunk(start, blend, inputs, targets, weights, owners, newest)
         line = np.exp(inputs @ self.coef_)
-        self.level_ = float(np.quantile(targets / line, 1.0 - self.target_violation))
+        self.level_ = quantile_of(targets / line, 1.0 - self.target_violation)
         self.training_cost_ = matched_cost(line, targets, weights, self.target_violation)
         self.training_rows_ = int(targets.size)
         self.n_features_in_ = len(FEATURE_NAMES)
@@ -405,16 +434,21 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         within the tolerance of the `start` statistic's on the same rows (Powell's line searches from `start`: the
         cost is a quantile, flat between samples, where gradients say nothing)."""
         from scipy.optimize import minimize
+        from threadpoolctl import threadpool_limits
 
-        _, start_p90 = matched_scores(np.exp(inputs @ start), targets, weights, owners, self.target_violation)
-        limit = start_p90 + self.fairness_tolerance
+        scores = MatchedScores(targets, weights, owners, self.target_violation)
+        limit = scores(np.exp(inputs @ start))[1] + self.fairness_tolerance
 
         def cost(coef: FloatArray) -> float:
-            matched, p90 = matched_scores(np.exp(inputs @ coef), targets, weights, owners, self.target_violation)
+            matched, p90 = scores(np.exp(inputs @ coef))
             over = p90 - limit
             return matched + (0.0 if over <= 0 else 10.0 * (1.0 + over / self.target_violation))
 
-        found = minimize(cost, start, method="Powell", options={"maxiter": 20, "xtol": 1e-3, "ftol": 1e-4})
+        # A thousand (rows x 10) @ (10,) products a resource, 0.1-0.4 ms each on one thread: OpenBLAS's two threads,
+        # synchronised for each, took 1-6 ms once other work kept the cores busy (a 1,000-container training's live
+        # lines: 15-18 CPU s against 6.5-7). One thread does each row's same arithmetic, so the bits are the same.
+        with threadpool_limits(limits=1, user_api="blas"):
+            found = minimize(cost, start, method="Powell", options={"maxiter": 20, "xtol": 1e-3, "ftol": 1e-4})
         result: FloatArray = found.x if found.fun < cost(start) else start
         return result
 
@@ -471,7 +505,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         out = np.full(grid.shape[0], np.nan)
         rows = np.flatnonzero(usable_rows(grid, position, self.min_history_steps))
         if rows.size:
-            features, scale = live_features(grid[rows], position, self.horizon_steps, int(issued_at))
+            features, scale = rows_features(grid, rows, position, self.horizon_steps, int(issued_at))
             forecast = np.mean([t.predict(features) for t in self.trees_], axis=0) if self.trees_ else None
             out[rows] = self.level_ * np.exp(blend_inputs(features, forecast) @ self.coef_) * scale
         return out

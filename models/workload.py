@@ -1404,6 +1404,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
 #: Memory's forecasts chosen elsewhere (a side process): given the settings of one set of risk levels and the grid
 #: end, a future of `fit_resource_forecasts` on the fleet's memory grids. It may raise `BrokenExecutor`.
 ForecastsElsewhere = Callable[[ForecastSettings, int], "Future[list[ResourceForecast]]"]
+#: One resource's forecasts being chosen, one per partition.
+ResourceChoice = Future[list[ResourceForecast]]
 
 
 def selection_keys(models: list[WorkloadRecommender]) -> list[UInt64Array]:
@@ -1424,8 +1426,9 @@ def fit_fleet_forecasts(
 
     CPU's and memory's are independent: memory's goes `memory_elsewhere` (a process of the caller's, so the two share
     neither the GIL nor the address space's lock that every fresh page takes) while CPU's runs here (and memory's
-    too, after it, should that process break); without it, in two threads. `chosen`: called once the forecasts are
-    in, before the live lines are fitted (the caller's process can end then)."""
+    too, after it, should that process break); without it, in two threads. The live lines read no forecast: they are
+    fitted in the calling thread while the forecasts are chosen, which it otherwise only waits for. `chosen`: called
+    once the forecasts and the live lines are in (the caller's process can end then)."""
     forecaster = models[0]._forecaster()
     if len({model.grid_end_ for model in models}) > 1:
         raise ValueError("partitions of a fleet must share the grid end: fit them with the fleet's data_end")
@@ -1442,12 +1445,14 @@ def fit_fleet_forecasts(
     keys = sorted({key for model in models for key in model.group_levels_.tolist()})
     grid_end = models[0].grid_end_
     containers = selection_keys(models)
+    memory_grids = [m.memory_grid_ for m in models]
     # Otherwise CPU and memory in two threads: the work is mostly numpy sorting, which releases the GIL.
     with ThreadPoolExecutor(max_workers=1 if memory_elsewhere is not None else 2) as pool:
-        for key in keys:
+
+        def choose(key: str) -> tuple[ForecastSettings, ResourceChoice, ResourceChoice]:
+            """The futures of CPU's and memory's forecasts at the risk levels of `key`, and their settings."""
             levels = dict(zip((f"{line}_target_violation" for line in LINES), parse_level_key(key)))
             settings = clone(forecaster).set_params(**levels).settings()
-            memory_grids = [m.memory_grid_ for m in models]
             try:
                 if memory_elsewhere is None:
                     memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end, containers)
@@ -1456,6 +1461,11 @@ def fit_fleet_forecasts(
             except BrokenExecutor:  # the side process died before (killed, out of memory): memory's are chosen here
                 memory = pool.submit(fit_resource_forecasts, memory_grids, settings, grid_end, containers)
             cpu = pool.submit(fit_resource_forecasts, [m.cpu_grid_ for m in models], settings, grid_end, containers)
+            return settings, cpu, memory
+
+        choices = {key: choose(key) for key in keys}
+        fit_live_lines(models)
+        for key, (settings, cpu, memory) in choices.items():
             cpu_parts = cpu.result()
             try:
                 memory_parts = memory.result()
@@ -1465,7 +1475,6 @@ def fit_fleet_forecasts(
                 model.cpu_forecasts_[key], model.memory_forecasts_[key] = cpu_part, memory_part
     if chosen is not None:
         chosen()
-    fit_live_lines(models)
 
 
 def fit_live_lines(models: list[WorkloadRecommender]) -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recommender.arrays import argsort_nan_last, maximum_at_cells, spliced
+from recommender.arrays import argsort_nan_last, maximum_at_cells, quantile_of, spliced
 
 cells = st.tuples(st.integers(1, 6), st.integers(1, 9), st.integers(0, 60), st.integers(0, 2**32 - 1))
 
@@ -82,3 +82,33 @@ def test_spliced_is_numpys_delete_then_insert(size: int, gone: list[int], insert
     got = spliced(array, cut, at, new)
     assert got.dtype == array.dtype
     np.testing.assert_array_equal(got, expected)
+
+
+def same_float(a: float, b: float) -> bool:
+    return a == b or (np.isnan(a) and np.isnan(b))
+
+
+@given(
+    st.lists(
+        st.floats(allow_nan=False, width=64) | st.sampled_from([0.0, 1.0, 2.5, np.inf, -np.inf]),
+        min_size=1,
+        max_size=300,
+    ),
+    st.floats(0.0, 1.0) | st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0]),
+    st.booleans(),
+)
+def test_quantile_of_is_numpys_quantile_bit_for_bit(values: list[float], q: float, nan: bool) -> None:
+    array = np.array(values + [np.nan] * nan)
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert same_float(quantile_of(array, q), float(np.quantile(array, q)))
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99, 1 - 1e-9])
+def test_quantile_of_a_large_array_is_numpys_whether_its_sample_bounds_it_or_not(q: float) -> None:
+    """Issue 41: above 4,096 values a sample bounds the order statistics read from below, and where it misses (here
+    every sampled value is the largest) the whole array is read: numpy's value either way."""
+    values = np.random.default_rng(2).lognormal(size=100_003)
+    values[values > 1.0] = np.round(values[values > 1.0], 1)  # ties
+    assert quantile_of(values, q) == np.quantile(values, q)
+    values[:: values.size // 4096] = 1e9
+    assert quantile_of(values, q) == np.quantile(values, q)

@@ -18,13 +18,16 @@ from models.live_line import (
     BLEND_WEIGHTS,
     FEATURE_NAMES,
     STEPS_PER_DAY,
+    STEPS_PER_WEEK,
     AdaptiveScale,
     LiveLineForecaster,
+    MatchedScores,
     UsableRows,
     blend_inputs,
     live_features,
     matched_cost,
     matched_scores,
+    rows_features,
     usable_rows,
 )
 from pipelines.replay import ReplayPlan, replay_resource, run_replay
@@ -66,6 +69,18 @@ def test_features_read_only_the_columns_before_the_issue(grid: np.ndarray, posit
     assert np.array_equal(usable_rows(grid, position, 12), usable_rows(changed, position, 12))
 
 
+@pytest.mark.parametrize("position", [1, 12, STEPS_PER_DAY + 5, STEPS_PER_WEEK, STEPS_PER_WEEK + 1, 12 * STEPS_PER_DAY])
+def test_the_features_of_some_rows_are_those_of_the_rows_copied_whole(position: int) -> None:
+    """Issue 41: the training's origins copy only the week the features read, not each row's whole grid."""
+    grid = bursty_grid(rows=9, seed=4)
+    grid[2, position - 1 :] = np.nan  # a row with no sample at the issue
+    rows = np.array([7, 2, 5, 0])
+    features, scale = rows_features(grid, rows, position, 12, START + 7 * 3600)
+    whole, whole_scale = live_features(grid[rows], position, 12, START + 7 * 3600)
+    np.testing.assert_array_equal(features, whole)
+    np.testing.assert_array_equal(scale, whole_scale)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     grid=arrays(
@@ -100,6 +115,23 @@ def test_matched_cost_is_invariant_to_the_line_s_scale(line: np.ndarray, usage: 
     floored = np.maximum(usage, 1e-9)
     room = matched_cost(floored, usage, weights, 1e-9)
     assert -1e-7 <= room <= floored.sum() / usage.sum() - 1.0 + 1e-9
+
+
+def test_matched_scores_kept_for_many_lines_are_each_line_s_own() -> None:
+    """Issue 41: the blend's fit scores a thousand lines over the same rows with one `MatchedScores`; each score is
+    the line's room at the matched level and the p90 over containers of their share of samples above it."""
+    rng = np.random.default_rng(5)
+    usage, weights = rng.gamma(2.0, 1.0, 5000), rng.uniform(0.5, 3.0, 5000)
+    owners = np.sort(rng.choice(np.arange(0, 80, 2), 5000))  # every other container has no row
+    scores = MatchedScores(usage, weights, owners, 0.05)
+    for _ in range(4):
+        line = usage * rng.lognormal(0.3, 0.5, usage.size)
+        factor = np.quantile(usage / line, 0.95)
+        room = factor * np.sum(line * weights) / np.sum(usage * weights) - 1.0
+        above = np.array([np.mean(usage[owners == o] / line[owners == o] > factor) for o in np.unique(owners)])
+        cost, p90 = scores(line)
+        assert cost == pytest.approx(room, rel=1e-12) and p90 == pytest.approx(np.quantile(above, 0.9), rel=1e-12)
+        assert (cost, p90) == matched_scores(line, usage, weights, owners, 0.05)
 
 
 def test_the_fitted_blend_is_no_dearer_than_its_best_statistic_on_its_training_rows() -> None:

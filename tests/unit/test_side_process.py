@@ -303,3 +303,25 @@ def test_a_partition_fitted_after_the_fork_sends_its_grid_and_gets_the_forecasts
     assert side.tasks[-1] == ("peak_rss_mib",) and run.side is None and run.side_peak["side_peak_rss_mib"] > 0
     for a, b in zip(threaded, parts):
         assert a.predict().model_dump() == b.predict().model_dump()
+
+
+def test_the_live_lines_are_fitted_while_the_forecasts_are_chosen() -> None:
+    """Issue 41: the live lines read no forecast, so they are fitted while memory's are chosen elsewhere (the side
+    process, which had the node model's to fit first), not after both choices are in."""
+    threaded, beside = partitions(), partitions()
+    fit_fleet_forecasts(threaded)
+    fitted_before_waiting: list[bool] = []
+
+    class Chosen(Future[list[ResourceForecast]]):
+        def result(self, timeout: float | None = None) -> list[ResourceForecast]:
+            fitted_before_waiting.append(all(hasattr(m, "memory_live_line_") for m in beside))
+            return fit_resource_forecasts([m.memory_grid_ for m in beside], self.settings, self.grid_end)
+
+        def __init__(self, settings: ForecastSettings, grid_end: int) -> None:
+            super().__init__()
+            self.settings, self.grid_end = settings, grid_end
+
+    fit_fleet_forecasts(beside, Chosen)
+    assert fitted_before_waiting and all(fitted_before_waiting)
+    for a, b in zip(threaded, beside):
+        assert a.predict().model_dump() == b.predict().model_dump()
