@@ -212,6 +212,13 @@ def main() -> None:
     ):
         one = sub.add_parser(name, help=what)
         one.add_argument("--requests", type=int, default=3000, help="per run (bounded further by a 30 s cap)")
+        if name in ("extender", "serving"):
+            one.add_argument(
+                "--orders",
+                default="new,same",
+                help="the extender's candidate lists: `new`, the names in a new order each call as kube-scheduler "
+                "sends them (the headline), and/or `same`, the same list each call (a list the extender remembers)",
+            )
     isolation = sub.add_parser(
         "isolation", help="500 small reviews/s and probes with a 1 MB review every second, vs a bare endpoint"
     )
@@ -274,7 +281,10 @@ def main() -> None:
     elif args.name == "isolation":
         result = bench_isolation(args.seconds, args.rate, args.big)
     else:
-        result = bench_serving(args.name, args.requests)
+        orders = tuple(getattr(args, "orders", "new").split(","))
+        if not set(orders) <= {"new", "same"}:
+            raise SystemExit(f"--orders {args.orders}: `new` and/or `same`")
+        result = bench_serving(args.name, args.requests, orders)
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = (
         args.name
@@ -286,20 +296,24 @@ def main() -> None:
     print(json.dumps(result, indent=2))
 
 
-def bench_serving(name: str, requests: int) -> dict[str, object]:
+def bench_serving(name: str, requests: int, orders: tuple[str, ...]) -> dict[str, object]:
     from bench import serving
 
     chosen = ("webhook", "extender", "rest") if name == "serving" else (name,)
     result: dict[str, object] = {
         "benchmark": name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": f"python -m bench {name} --requests {requests}",
+        "command": f"python -m bench {name} --requests {requests}"
+        + (f" --orders {','.join(orders)}" if "extender" in chosen else ""),
         "cpu_count": os.cpu_count(),
     }
     with serving.rig() as rig:
         for one in chosen:
             print(f"running {one}", file=sys.stderr)
-            result[one] = getattr(serving, f"bench_{one}")(rig, requests if one != "extender" else min(requests, 500))
+            if one == "extender":
+                result[one] = serving.bench_extender(rig, min(requests, 500), orders)
+            else:
+                result[one] = getattr(serving, f"bench_{one}")(rig, requests)
     return result
 
 

@@ -5,6 +5,8 @@ requests are started on a fixed schedule (open loop) to measure latency at a giv
 and `--time-cap`. Latency is measured per request from its start to the end of the body; each request gets its
 keep-alive connection from a pool of `--concurrency`, all opened before timing starts, as the API server and
 the scheduler keep theirs. It runs on uvloop so that the client takes as little of the CPU as it can.
+With `--bodies FILE` (one body a line) the n-th request sends line n and the connections are opened with the lines
+after `--requests`, so a file of `--requests` + `--concurrency` lines sends every request a body of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import uvloop
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
-    body = args.body.read_bytes() if args.body else None
+    bodies = args.bodies.read_bytes().splitlines() if args.bodies else [args.body.read_bytes() if args.body else None]
     headers = dict(h.split(":", 1) for h in args.header)
     context = ssl.create_default_context(cafile=str(args.ca)) if args.ca else True
     limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
@@ -36,7 +38,12 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     async with httpx.AsyncClient(verify=context, limits=limits, timeout=10) as client:
         # Open every connection (TLS handshake) before timing, as long-lived API server connections are.
         await asyncio.gather(
-            *(client.request(args.method, args.url, content=body, headers=headers) for _ in range(args.concurrency))
+            *(
+                client.request(
+                    args.method, args.url, content=bodies[(args.requests + i) % len(bodies)], headers=headers
+                )
+                for i in range(args.concurrency)
+            )
         )
 
         async def worker() -> None:
@@ -52,7 +59,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                         await asyncio.sleep(delay)
                 sent = time.perf_counter()
                 try:
-                    response = await client.request(args.method, args.url, content=body, headers=headers)
+                    response = await client.request(
+                        args.method, args.url, content=bodies[index % len(bodies)], headers=headers
+                    )
                 except httpx.HTTPError:
                     errors += 1
                     continue
@@ -85,6 +94,7 @@ def main() -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("--method", default="POST")
     parser.add_argument("--body", type=Path)
+    parser.add_argument("--bodies", type=Path, help="one body a line, taken in turn (instead of --body)")
     parser.add_argument("--header", action="append", default=[], help="K:V, repeatable")
     parser.add_argument("--ca", type=Path, help="CA bundle to verify the server with")
     parser.add_argument("--requests", type=int, default=1000)

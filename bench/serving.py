@@ -8,9 +8,9 @@ The load generator (`bench.load`) runs as a separate process against each in tur
 - webhook: realistic AdmissionReviews (a Deployment's pod as the API server sends it, two containers with env,
   probes and mounts, about 5 KB); throughput
   closed loop, and latency at a fixed 500 reviews/s (open loop).
-- extender: prioritize with 1,000 and 5,000 candidate node names (nodeCacheCapable), one call at a time, the same
-  body each time (a list the extender remembers); and the CPU per call with the names in a new order each call, as
-  kube-scheduler's parallel filter sends them.
+- extender: prioritize with 1,000 and 5,000 candidate node names (nodeCacheCapable), one call at a time: latency
+  and each server's CPU per call with the names in a new order each call, as kube-scheduler's parallel filter sends
+  them (the headline), and with the same list each call (`same`: a list the extender remembers).
 - rest: GET of one workload container's recommendation (the 288-step lines), against a GET of as many bytes.
 - isolation: 500 small reviews/s and /healthz probes while a 1 MB review (200 containers with env, or 4,300 bare
   containers) arrives every second; the p99 of the small reviews and of the probes, against the bare endpoint under the same load.
@@ -116,7 +116,7 @@ def rig(nodes: int = 5000) -> Iterator[Rig]:
 def load(
     rig: Rig,
     url: str,
-    body: bytes | None,
+    body: bytes | list[bytes] | None,
     *,
     method: str = "POST",
     requests: int,
@@ -125,7 +125,7 @@ def load(
     time_cap: float = 30,
     headers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """One run of the load generator in its own process."""
+    """One run of the load generator in its own process; a list of bodies is sent one a request, in turn."""
     command = [
         sys.executable,
         "-m",
@@ -147,8 +147,8 @@ def load(
     ]
     if body is not None:
         path = rig.workdir / f"body-{time.monotonic_ns()}.json"
-        path.write_bytes(body)
-        command += ["--body", str(path)]
+        path.write_bytes(b"\n".join(body) if isinstance(body, list) else body)
+        command += ["--bodies" if isinstance(body, list) else "--body", str(path)]
     for header in headers:
         command += ["--header", header]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=time_cap + 60, check=True)
@@ -156,7 +156,7 @@ def load(
     return result
 
 
-def _pair(rig: Rig, path: str, body: bytes, **kwargs: Any) -> dict[str, Any]:
+def _pair(rig: Rig, path: str, body: bytes | list[bytes], **kwargs: Any) -> dict[str, Any]:
     ours = load(rig, rig.ours + path, body, **kwargs)
     reference = load(rig, rig.echo + "/echo", body, **kwargs)
     return {"ours": ours, "reference": reference}
@@ -285,50 +285,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_extender(rig: Rig, requests: int) -> dict[str, Any]:
-    """Latency of one call at a time, and each server's CPU per call: on a shared machine the CPU a call costs
-    is what waits for a core, so it says where the time goes whatever the load."""
+def bench_extender(rig: Rig, requests: int, orders: tuple[str, ...] = ("new", "same")) -> dict[str, Any]:
+    """Latency of one call at a time, and each server's CPU per call, for each of `orders`: `new`, every call
+    naming the nodes in a new order, so that the extender never sees a list again (kube-scheduler's case: its
+    parallel filter returns the feasible nodes in the order they pass), and `same`, one list every call. On a
+    shared machine the CPU a call costs is what waits for a core, so it says where the time goes whatever the load."""
     processes = {"ours": server_pid(rig.ours), "reference": server_pid(rig.echo)}
     rec = rig.recommendations[0]
     pod = k8s.pod("deployment", rec.workload, [k8s.container(rec.container, {"requests": {"cpu": "1"}})])
     pod["metadata"]["namespace"] = rec.namespace
     results = {}
     for nodes in (1000, 5000):
-        body = json.dumps({"Pod": pod, "NodeNames": [f"node-{i:05d}" for i in range(nodes)]}).encode()
-        scores = httpx.post(rig.ours + "/scheduler/prioritize", content=body, verify=str(rig.ca_file)).json()
-        assert len(scores) == nodes and len({s["Score"] for s in scores}) >= 1
-        before = histogram(rig, "/scheduler/prioritize")
-        cpu = {name: cpu_seconds(process) for name, process in processes.items()}
-        pair = _pair(rig, "/scheduler/prioritize", body, requests=requests, concurrency=1)
-        for name, process in processes.items():
-            pair[name]["server_cpu_ms_per_call"] = round((cpu_seconds(process) - cpu[name]) * 1000 / requests, 2)
-        pair["server_side"] = server_side(histogram(rig, "/scheduler/prioritize"), before)
-        pair["p50_ratio"] = round(pair["ours"]["p50_ms"] / pair["reference"]["p50_ms"], 2)
-        pair["p99_ratio"] = round(pair["ours"]["p99_ms"] / pair["reference"]["p99_ms"], 2)
-        pair["server_cpu_ms_per_call_new_order_each_call"] = cpu_per_call_in_new_orders(
-            rig, processes, pod, nodes, min(requests, 200)
-        )
-        results[f"prioritize_{nodes}_nodes"] = pair
+        names = [f"node-{i:05d}" for i in range(nodes)]
+        shuffler = random.Random(nodes)
+        for order in orders:
+            # `new`: one list for each timed call, one to open the connection and one to check the answer with.
+            lists = [shuffler.sample(names, nodes) for _ in range(requests + 2)] if order == "new" else [names]
+            bodies = [json.dumps({"Pod": pod, "NodeNames": each}).encode() for each in lists]
+            scores = httpx.post(rig.ours + "/scheduler/prioritize", content=bodies[-1], verify=str(rig.ca_file)).json()
+            assert [s["Host"] for s in scores] == lists[-1], "the answer names the candidates in call order"
+            before = histogram(rig, "/scheduler/prioritize")
+            cpu = {name: cpu_seconds(process) for name, process in processes.items()}
+            pair = _pair(
+                rig, "/scheduler/prioritize", bodies if order == "new" else bodies[0], requests=requests, concurrency=1
+            )
+            for name, process in processes.items():
+                pair[name]["server_cpu_ms_per_call"] = round((cpu_seconds(process) - cpu[name]) * 1000 / requests, 2)
+            pair["server_side"] = server_side(histogram(rig, "/scheduler/prioritize"), before)
+            pair["p50_ratio"] = round(pair["ours"]["p50_ms"] / pair["reference"]["p50_ms"], 2)
+            pair["p99_ratio"] = round(pair["ours"]["p99_ms"] / pair["reference"]["p99_ms"], 2)
+            results[f"prioritize_{nodes}_nodes" + ("" if order == "new" else f"_{order}_list")] = pair
     return results
-
-
-def cpu_per_call_in_new_orders(
-    rig: Rig, processes: dict[str, int], pod: dict[str, Any], nodes: int, calls: int
-) -> dict[str, float]:
-    """Each server's CPU per call when every call names the nodes in a new order, so that the extender never sees
-    a list again (its figure for kube-scheduler); one call at a time on one connection."""
-    shuffler = random.Random(0)
-    names = [f"node-{i:05d}" for i in range(nodes)]
-    bodies = [json.dumps({"Pod": pod, "NodeNames": shuffler.sample(names, nodes)}).encode() for _ in range(calls + 1)]
-    found = {}
-    with httpx.Client(verify=str(rig.ca_file), timeout=30) as client:
-        for name, url in (("ours", rig.ours + "/scheduler/prioritize"), ("reference", rig.echo + "/echo")):
-            client.post(url, content=bodies[-1]).raise_for_status()  # opens the connection
-            before = cpu_seconds(processes[name])
-            for body in bodies[:-1]:
-                client.post(url, content=body).raise_for_status()
-            found[name] = round((cpu_seconds(processes[name]) - before) * 1000 / calls, 2)
-    return found
 
 
 def bench_rest(rig: Rig, requests: int) -> dict[str, Any]:
