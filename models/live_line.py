@@ -15,7 +15,8 @@ room). Quantile trees may join the blend's inputs (`quantile_trees`).
 
 Calibration is online (`AdaptiveScale`): adaptive conformal inference on a multiplicative factor, a log-factor for
 the fleet and a slower one per container, moved after every interval by the observed violation share minus P, so the
-asked level holds while the fleet drifts, with no refit.
+asked level holds while the fleet drifts, with no refit. The share counts each pod's own samples (a line is learned
+on the per-step maximum over a workload's pods, and a request is judged on every pod's usage).
 """
 
 from __future__ import annotations
@@ -542,21 +543,31 @@ class AdaptiveScale:
         result: FloatArray = np.exp(self.fleet + own)
         return result
 
-    def updated(self, lines: FloatArray, observed: FloatArray) -> AdaptiveScale:
+    def updated(self, lines: FloatArray, observed: FloatArray, owners: IntArray | None = None) -> AdaptiveScale:
         """The state after an interval: `lines` (rows) the issued lines, `observed` (rows x steps) the usage since,
-        NaN where unknown (rows without a line or a sample teach nothing)."""
-        above = observed > lines[:, None]
-        known = ~np.isnan(observed) & ~np.isnan(lines)[:, None]
-        counts = known.sum(axis=1)
-        if counts.sum() == 0:
+        NaN where unknown (rows without a line or a sample teach nothing). With `owners`, `observed` holds the pods'
+        own usage (pods x steps), each pod's row of `lines` in `owners`: the level then holds for every pod's samples,
+        as a request is judged (VPA's histograms count each pod's), not for each step's busiest pod, which a line
+        learned on the per-step maximum over pods would otherwise be calibrated to."""
+        owners = np.arange(lines.size) if owners is None else owners
+        issued = lines[owners]
+        above = observed > issued[:, None]
+        known = ~np.isnan(observed) & ~np.isnan(issued)[:, None]
+        known_steps = known.sum(axis=1)
+        if known_steps.sum() == 0:
             return self
-        misses = (above & known).sum(axis=1)
+        counts = np.bincount(owners, weights=known_steps, minlength=lines.size)
+        misses = np.bincount(owners, weights=(above & known).sum(axis=1), minlength=lines.size)
+        # A row's pods seen in the interval: its misses count as a share of all of theirs.
+        pods = np.bincount(owners, weights=known_steps > 0, minlength=lines.size)
         seen = counts > 0
-        # A whole interval of every served row moves the fleet by rate x (violation share - P).
-        served = int(seen.sum()) * self.horizon_steps
+        # A whole interval of every served pod moves the fleet by rate x (violation share - P).
+        served = float(pods.sum()) * self.horizon_steps
         fleet = self.fleet + self.rate * (misses.sum() - self.target_violation * counts.sum()) / served
         own = self.own.copy() if self.own is not None and self.own.size == lines.size else np.zeros(lines.size)
-        own[seen] += self.own_rate * (misses[seen] - self.target_violation * counts[seen]) / self.horizon_steps
+        own[seen] += (
+            self.own_rate * (misses[seen] - self.target_violation * counts[seen]) / (pods[seen] * self.horizon_steps)
+        )
         return replace(self, fleet=float(fleet), own=own)
 
     def resized(self, index: npt.NDArray[np.int64]) -> AdaptiveScale:

@@ -40,6 +40,15 @@ def group_label(namespace: str, workload: str, container: str) -> str:
     return json.dumps([namespace, workload, container], ensure_ascii=False)
 
 
+def pod_pairs(rows: IntArray, pods: IntArray) -> tuple[IntArray, IntArray]:
+    """Each sample's (row, pod) pair as a code, in the order pairs first appear, and each pair's row: a pod's name
+    may recur under other rows (`rows`, `pods`: one integer code each a sample, both >= 0)."""
+    per_row = int(pods.max(initial=-1)) + 1
+    codes, found = pd.factorize(rows * per_row + pods)
+    owners: IntArray = np.asarray(found, dtype=np.int64) // max(per_row, 1)
+    return codes.astype(np.int64), owners
+
+
 def with_group_labels(usage: pd.DataFrame) -> pd.DataFrame:
     """The usage frame with a `group` column of labels, computed once per distinct key."""
     # Factorizing each column, then the combined integer code, is far cheaper than hashing string triples.

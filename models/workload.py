@@ -30,7 +30,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from models._validation import require_columns
+from models._validation import factorize_labels, require_columns
 from models.ensemble import (
     CONSTANT_FORECASTERS,
     LINE_DAYS,
@@ -64,6 +64,7 @@ from models.pods import (
     merge_pod_states,
     oom_counts,
     oom_frame,
+    pod_pairs,
     pod_states,
     sample_steps,
     with_group_labels,
@@ -746,17 +747,18 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         require_columns(X, USAGE_COLUMNS, type(self).__name__)
         if len(X) == 0:
             return self
-        self._continue(X, oom_events, None, new_forecast_groups=False)
+        usage = self._continue(X, oom_events, None, new_forecast_groups=False)
         for name, grid in (("cpu_forecasts_", self.cpu_grid_), ("memory_forecasts_", self.memory_grid_)):
             forecasts: dict[str, ResourceForecast] = getattr(self, name)
             setattr(self, name, {key: f.following(grid, self.grid_end_) for key, f in forecasts.items()})
-        self._issue_live_lines()
+        self._issue_live_lines(usage)
         return self
 
-    def _issue_live_lines(self) -> None:
+    def _issue_live_lines(self, usage: pd.DataFrame | None = None) -> None:
         """The live cadence's step: the online calibration learns from the steps completed since the last issue
-        (the grid's newest columns against the line then in force), then a line is issued from the grid's end."""
-        for resource in UNITS:
+        (the grid's newest columns against the line then in force; with `usage`, the pass's samples, each pod's
+        own samples where a container ran several), then a line is issued from the grid's end."""
+        for resource, column in zip(UNITS, ("cpu_cores", "memory_bytes")):
             model: LiveLineForecaster | None = getattr(self, f"{resource}_live_line_", None)
             if model is None:
                 continue
@@ -765,17 +767,40 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             issued: LiveIssue | None = getattr(self, f"{resource}_live_issued_")
             if issued is not None and issued.lines.size == grid.shape[0]:
                 done = min(int((self.grid_end_ - issued.at) // model.step_seconds), model.horizon_steps, grid.shape[1])
-                if done > 0:
+                pods = None if usage is None or done <= 0 else self._pod_usage(usage, column, done)
+                if pods is not None:
+                    scale = scale.updated(issued.lines, *pods)
+                elif done > 0:
                     scale = scale.updated(issued.lines, grid[:, grid.shape[1] - done :])
             lines = model.predict(grid, issued_at=self.grid_end_) * scale.factors(grid.shape[0])
             setattr(self, f"{resource}_live_scale_", scale)
             setattr(self, f"{resource}_live_issued_", LiveIssue(self.grid_end_, lines, scale.factors(grid.shape[0])))
 
+    def _pod_usage(self, usage: pd.DataFrame, column: str, steps: int) -> tuple[FloatArray, IntArray] | None:
+        """Each pod's own usage over the last `steps` of the grid (pods x steps) and its row of the grid, from a
+        pass's samples; None where every container ran one pod in them (the grid's per-step maxima are its usage)."""
+        groups = pd.Index(self.forecast_groups_)
+        rows = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
+        forecast = rows >= 0
+        pairs, owners = pod_pairs(rows[forecast], factorize_labels(usage["pod"])[0][forecast])
+        if owners.size == np.unique(owners).size:
+            return None
+        observed = usage_grid(
+            pairs,
+            usage["timestamp"].to_numpy(dtype=np.float64)[forecast],
+            usage[column].to_numpy(dtype=np.float64)[forecast],
+            owners.size,
+            self.grid_end_,
+            steps,
+            self._step_seconds(),
+        )
+        return observed, owners
+
     def _continue(
         self, X: pd.DataFrame, oom_events: pd.DataFrame | None, data_end: int | None, new_forecast_groups: bool
-    ) -> None:
+    ) -> pd.DataFrame:
         """Everything of `partial_fit` but the forecasts' refit (`data_end` as there); `new_forecast_groups`: let groups that now have
-        enough samples into the grid (only a refit can draw their lines)."""
+        enough samples into the grid (only a refit can draw their lines). Returns the samples with their group labels."""
         usage = with_group_labels(X)
         samples = _samples(usage)
         kills = oom_frame(oom_events, usage)
@@ -824,6 +849,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 slid[: len(old_groups), first + offset : old.shape[1] + offset] = old[:, first:]
             setattr(self, name, np.fmax(slid, self._usage_grid(usage, column, groups)))
         self.forecast_groups_ = np.asarray(groups, dtype=str)
+        return usage
 
     def _slide_in_place(
         self, grid: FloatArray, shift: int, usage: pd.DataFrame, column: str, groups: pd.Index, spare: bool

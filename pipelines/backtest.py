@@ -34,7 +34,7 @@ from models.ensemble import (
 from models.forecast import column_grid, nan_quantile, usage_grid
 from models.live_line import LiveLineForecaster
 from models.metrics import LineScore, PeakScore, line_churn, score_line, score_peak
-from models.pods import group_label, with_group_labels
+from models.pods import group_label, pod_pairs, with_group_labels
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.replay import STEP_SECONDS, ReplayPlan, served_lines
 from pipelines.settings import TrainingSettings
@@ -103,19 +103,17 @@ def load_fleet(path: Path, step_seconds: int, bounds: SampleBounds) -> Fleet:
     labels = pd.Index(usage["group"].cat.categories)
     # A (group, pod) pair as one integer, factorized: no string a row (a pod's name may recur in other groups).
     pod_names = pd.factorize(usage["pod"])[0].astype(np.int64)
-    pods, pod_labels = pd.factorize(groups * (int(pod_names.max(initial=-1)) + 1) + pod_names)
-    pod_group = np.zeros(len(pod_labels), dtype=np.int64)
-    pod_group[pods] = groups
+    pods, pod_group = pod_pairs(groups, pod_names)
     group_grid, pod_grid = {}, {}
     for resource, column in RESOURCES.items():
         values = usage[column].to_numpy(dtype=np.float64)
         group_grid[resource] = usage_grid(groups, times, values, len(labels), end, n_steps, step_seconds)
         pod_grid[resource] = usage_grid(
-            pods.astype(np.int64), times, values, len(pod_labels), end, n_steps, step_seconds
+            pods.astype(np.int64), times, values, len(pod_group), end, n_steps, step_seconds
         )
     first = np.full(len(labels), np.inf)
     np.minimum.at(first, groups, times)
-    return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage, pods.astype(np.int64))
+    return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage, pods)
 
 
 @dataclass
@@ -249,7 +247,14 @@ def live_lines(
     per_issue = LIVE_EVERY_SECONDS // fleet.step_seconds
     issued = {
         "ours_live": served_lines(
-            grid, fleet.origin, plan, model, limit_grids(fleet, resource), settings.forecast, step
+            grid,
+            fleet.origin,
+            plan,
+            model,
+            limit_grids(fleet, resource),
+            settings.forecast,
+            step,
+            (fleet.pod_grid[resource], fleet.pod_group) if fleet.pod_group.size > grid.shape[0] else None,
         )
     }
     positions = [(t - fleet.origin) // fleet.step_seconds for t in plan.issue_times()]

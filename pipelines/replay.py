@@ -19,9 +19,10 @@ import pandas as pd
 
 from models.forecast import STEPS_PER_DAY, column_grid, nan_quantile, usage_grid
 from models.live_line import STEPS_PER_WEEK, LiveLineForecaster
+from models.pods import pod_pairs
 from pipelines.ingest import SampleBounds, read_usage
 from pipelines.settings import TrainingSettings
-from recommender.arrays import FloatArray
+from recommender.arrays import FloatArray, IntArray
 from recommender.ceiling import LIMIT_COLUMNS, THROTTLED_COLUMNS, ceilings_at, within_ceiling
 from recommender.errors import ConfigurationError
 from recommender.progress import Step, quiet
@@ -65,8 +66,13 @@ def fallback_line(grid: FloatArray, position: int) -> FloatArray:
     return nan_quantile(grid[:, max(position - STEPS_PER_WEEK, 0) : position], 0.99)
 
 
+#: The pods' own usage grid (pods x steps, on the containers' grid) and each pod's container row: what the online
+#: calibration counts, so the level holds for every pod's samples (None: one pod a container, the grid itself).
+Pods = tuple[FloatArray, IntArray] | None
+
+
 def learned_issues(
-    grid: FloatArray, grid_start: int, plan: ReplayPlan, model: LiveLineForecaster, step: Step
+    grid: FloatArray, grid_start: int, plan: ReplayPlan, model: LiveLineForecaster, step: Step, pods: Pods = None
 ) -> FloatArray:
     """The (issues x rows) learned lines of one resource's grid (column 0 starts at `grid_start`), calibrated online,
     NaN where the model cannot serve (no fit yet, a cold start, a gap): the live loop's line before its fallback. The
@@ -90,7 +96,11 @@ def learned_issues(
             step(f"fitted at {pd.Timestamp(issued, unit='s')} UTC ({k}/{len(issues)} issued)", detail=True)
         if previous is not None:
             start, lines = previous
-            scale = scale.updated(lines, grid[:, start:position])
+            scale = (
+                scale.updated(lines, grid[:, start:position])
+                if pods is None
+                else scale.updated(lines, pods[0][:, start:position], pods[1])
+            )
         if fitted:
             recent = grid[:, max(position - STEPS_PER_WEEK - 288, 0) : position]
             out[k] = model.predict(recent, issued_at=issued) * scale.factors(grid.shape[0])
@@ -99,11 +109,11 @@ def learned_issues(
 
 
 def replay_resource(
-    grid: FloatArray, grid_start: int, plan: ReplayPlan, model: LiveLineForecaster, step: Step
+    grid: FloatArray, grid_start: int, plan: ReplayPlan, model: LiveLineForecaster, step: Step, pods: Pods = None
 ) -> FloatArray:
     """The (issues x rows) lines of one resource's grid (column 0 starts at `grid_start`): the learned line, the
     fallback where it cannot serve."""
-    out = learned_issues(grid, grid_start, plan, model, step)
+    out = learned_issues(grid, grid_start, plan, model, step, pods)
     for k, issued in enumerate(plan.issue_times()):
         position = (issued - grid_start) // STEP_SECONDS
         out[k] = np.where(np.isnan(out[k]), fallback_line(grid, position), out[k])
@@ -118,11 +128,12 @@ def served_lines(
     limits: tuple[FloatArray, FloatArray],
     forecast: ForecastSettings,
     step: Step,
+    pods: Pods = None,
 ) -> FloatArray:
     """`replay_resource`'s lines held under the usage ceiling at each issue (`recommender.ceiling`; `limits`: the
     grids of the containers' limits and throttled shares), as the live loop serves them; the online calibration
     moves on the raw lines. `replay` writes these and the backtest scores them."""
-    lines = replay_resource(grid, grid_start, plan, model, step)
+    lines = replay_resource(grid, grid_start, plan, model, step, pods)
     positions = [(issued - grid_start) // STEP_SECONDS for issued in plan.issue_times()]
     ceiling, evidence = ceilings_at(
         grid,
@@ -154,24 +165,23 @@ def run_replay(
     times = usage["timestamp"].to_numpy(dtype=np.float64)
     level = settings.forecast.short_term_target_violation
     issues = np.asarray(plan.issue_times(), dtype=np.int64)
+    # Each row's pod of its container, for the calibration to count every pod's samples (one pod each: the grid).
+    pod_codes, owners = pod_pairs(codes.astype(np.int64), pd.factorize(usage["pod"])[0].astype(np.int64))
     frames = []
     for resource, column in RESOURCES.items():
         step(f"replaying {resource}: {len(groups)} containers, {len(issues)} issues")
-        grid = usage_grid(
-            codes.astype(np.int64),
-            times,
-            usage[column].to_numpy(dtype=np.float64),
-            len(groups),
-            grid_end,
-            width,
-            STEP_SECONDS,
-        )
+        values = usage[column].to_numpy(dtype=np.float64)
+        grid = usage_grid(codes.astype(np.int64), times, values, len(groups), grid_end, width, STEP_SECONDS)
         model = LiveLineForecaster.from_settings(settings.live_line, level, STEP_SECONDS)
         limit, throttled = (
             column_grid(usage, column, codes, grid.shape, grid_end, STEP_SECONDS)
             for column in (LIMIT_COLUMNS[resource], THROTTLED_COLUMNS[resource])
         )
-        lines = served_lines(grid, grid_start, plan, model, (limit, throttled), settings.forecast, step)
+        pods = None
+        if owners.size > len(groups):
+            pod_grid = usage_grid(pod_codes, times, values, owners.size, grid_end, width, STEP_SECONDS)
+            pods = (pod_grid, owners)
+        lines = served_lines(grid, grid_start, plan, model, (limit, throttled), settings.forecast, step, pods)
         frames.append(_rows(lines, issues, plan.every_seconds, groups, resource))
     step("writing")
     return pd.concat(frames, ignore_index=True), time.monotonic() - started

@@ -239,6 +239,38 @@ def test_calibration_rises_after_misses_and_sinks_after_none(misses: int, level:
     assert state.updated(np.full(4, np.nan), observed) == state
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    observed=arrays(np.float64, (6, 12), elements=st.floats(0, 3) | st.just(np.nan)),
+    copies=st.integers(1, 4),
+    level=st.sampled_from([0.01, 0.05]),
+)
+def test_a_container_s_identical_pods_calibrate_as_its_one_pod(observed: np.ndarray, copies: int, level: float) -> None:
+    """Counting each pod's samples (`owners`) with every pod alike is counting the container's: its own and the
+    fleet's factors move as with one pod, so a one-pod fleet is calibrated as before."""
+    state = AdaptiveScale(level, 0.2, 0.05, horizon_steps=12)
+    lines = np.array([1.0, 1.0, np.nan, 2.0, 0.5, 1.5])
+    alone = state.updated(lines, observed)
+    owners = np.repeat(np.arange(6), copies)
+    pods = state.updated(lines, np.repeat(observed, copies, axis=0), owners)
+    assert pods.fleet == pytest.approx(alone.fleet, abs=1e-12)
+    np.testing.assert_allclose(pods.factors(6), alone.factors(6), rtol=1e-12)
+
+
+def test_calibration_counts_every_pod_s_samples_not_the_busiest_pod_s() -> None:
+    """One pod always above its container's line and three below: a quarter of the pods' samples miss (the share
+    the harness and VPA's histograms count), while every step's busiest pod does."""
+    state = AdaptiveScale(0.05, 1.0, 1.0, horizon_steps=12)
+    lines = np.ones(2)
+    observed = np.full((8, 12), 0.5)
+    observed[[0, 4]] = 2.0
+    owners = np.repeat([0, 1], 4)
+    per_pod = state.updated(lines, observed, owners)
+    assert per_pod.fleet == pytest.approx(0.25 - 0.05)
+    busiest = state.updated(lines, np.full((2, 12), 2.0))
+    assert busiest.fleet == pytest.approx(1.0 - 0.05)
+
+
 def test_online_calibration_brings_a_biased_line_to_the_asked_level() -> None:
     """A line fitted for 5 % on a calm week, run on a fleet that became burstier: the adaptive factor restores the
     level within half a point over the replayed days, where the fixed fit misses it."""
@@ -300,6 +332,30 @@ def test_replay_issues_every_interval_from_the_past_only(tmp_path: Path) -> None
     assert not np.allclose(a[~before]["value"], b[b["issued_at"] >= cut]["value"])
 
 
+def test_replay_calibrates_replicated_workloads_on_every_pod_s_samples(tmp_path: Path) -> None:
+    """Workloads of four pods with independent noise, replayed at 5 %: the share of the pods' own samples above their
+    line (what the harness counts) comes to the asked level, not the far smaller share a calibration on each step's
+    busiest pod would leave."""
+    rng = np.random.default_rng(4)
+    base = bursty_grid(rows=30, days=12, seed=5)
+    frames = []
+    for pod in range(4):
+        usage = tidy(base * rng.gamma(8.0, 1 / 8.0, base.shape))
+        frames.append(usage.assign(pod=usage["workload"].astype(str) + f"-{pod}"))
+    data = pd.concat(frames, ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
+    data.to_csv(tmp_path / "pods.csv", index=False)
+    plan = ReplayPlan(START + 8 * DAY, START + 12 * DAY, 3600, 2 * DAY)
+    at_5 = {"live_line": {"training_days": 6}, "forecast": {"short_term_target_violation": 0.05}}
+    lines, _ = run_replay(tmp_path / "pods.csv", plan, TrainingSettings.model_validate(at_5))
+    lines = lines[lines["resource"] == "cpu"]
+    scored = data.assign(step=data["timestamp"] // 300 * 300).merge(lines, on=["workload", "step"])
+    scored = scored[scored["issued_at"] >= START + 10 * DAY]  # after two days of calibration
+    per_pod = float(np.mean(scored["cpu_cores"] > scored["value"]))
+    busiest = scored.groupby(["workload", "step"]).agg(usage=("cpu_cores", "max"), line=("value", "first"))
+    assert abs(per_pod - 0.05) <= 0.01, per_pod
+    assert float(np.mean(busiest["usage"] > busiest["line"])) > 0.08
+
+
 @pytest.mark.parametrize(
     ("start", "end", "every", "message"),
     [
@@ -338,6 +394,26 @@ def test_train_fits_the_live_line_and_live_updates_issue_and_calibrate_it() -> N
     second = model.predict()
     assert all(r.cpu.live_short_term is not None for r in second.recommendations)
     assert second.recommendations[0].cpu.live_short_term.calibration_factor > 1
+
+
+def test_live_updates_calibrate_replicated_workloads_on_every_pod_s_samples() -> None:
+    """A live pass where one pod of four in each workload runs far above the line: a quarter of the pods' samples
+    miss, so the fleet's factor rises by about the rate x (1/4 - P), not by the rate x (1 - P) of a calibration on
+    each step's busiest pod."""
+    from models.settings import ModelSettings
+    from models.workload import WorkloadRecommender
+    from tests.conftest import make_usage
+
+    usage = make_usage(workloads=3, pods=4, days=5)
+    end = int(usage["timestamp"].max())
+    model = WorkloadRecommender.from_settings(ModelSettings()).fit(usage[usage["timestamp"] < end - 3600])
+    later = usage[usage["timestamp"] >= end - 3600].copy()
+    hot = later["pod"].str.endswith("-p0")
+    later.loc[hot, "cpu_cores"] *= 5
+    model.live_update(later)
+    scale = model.cpu_live_scale_
+    level, rate = scale.target_violation, scale.rate
+    assert rate * (0.25 - level) * 0.8 <= scale.fleet <= rate * (0.25 + 0.1 - level)
 
 
 def test_a_workload_with_a_risk_level_of_its_own_keeps_the_day_ahead_line() -> None:
