@@ -48,9 +48,9 @@ class ResourceComparison(BaseModel):
     )
     usage_above_recommended_fraction: float | None = Field(
         None,
-        description="Share of the last day's usage steps above the recommended request as written (on the quantity "
-        "grid): this container's own, beside the risk level the lines are calibrated to over the fleet; None "
-        "without both.",
+        description="Share of the last day's usage steps (each 5 minutes' busiest pod) above the recommended request "
+        "as written (on the quantity grid): this container's own, beside the risk level the lines are calibrated to "
+        "over the fleet; None without both.",
     )
     stale: bool = Field(
         False,

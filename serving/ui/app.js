@@ -522,7 +522,7 @@ function recommendationTable(rec, stepSeconds, row) {
       el("td", { class: "num" }, memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
       el("tr", {}, el("td", {}, "risk level (the fleet's share of samples above the lines; one container's own can differ)"),
         el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory"))),
-      el("tr", { "data-testid": "own-share" }, el("td", {}, "this container's own share of the last day above the recommended request"),
+      el("tr", { "data-testid": "own-share" }, el("td", {}, "this container's own share of the last day above the recommended request (its busiest pod, per 5 minutes)"),
         el("td", { class: "num" }, share("cpu_cores")), el("td", { class: "num" }, share("memory_bytes")))));
   if (!stale) return table;
   // What the lines hold, as the service names it per resource (`models.short_term`).

@@ -233,7 +233,9 @@ def each_container_states_its_own_share_above_the_request(s: Surfaces) -> None:
             assert found == expected if expected is None else found == pytest.approx(expected), (key, resource, found)
             page = s.pages.get(key)
             if page is not None:
-                cell = page.table["this container's own share of the last day above the recommended request"][i]
+                cell = page.table[
+                    "this container's own share of the last day above the recommended request (its busiest pod, per 5 minutes)"
+                ][i]
                 assert cell == (DASH if expected is None else f"{100 * expected:.1f} %"), (key, resource, cell)
 
 
