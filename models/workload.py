@@ -758,6 +758,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """The live cadence's step: the online calibration learns from the steps completed since the last issue
         (the grid's newest columns against the line then in force; with `usage`, the pass's samples, each pod's
         own samples where a container ran several), then a line is issued from the grid's end."""
+        pods = None if usage is None else self._pass_pods(usage)
         for resource, column in zip(UNITS, ("cpu_cores", "memory_bytes")):
             model: LiveLineForecaster | None = getattr(self, f"{resource}_live_line_", None)
             if model is None:
@@ -767,25 +768,29 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             issued: LiveIssue | None = getattr(self, f"{resource}_live_issued_")
             if issued is not None and issued.lines.size == grid.shape[0]:
                 done = min(int((self.grid_end_ - issued.at) // model.step_seconds), model.horizon_steps, grid.shape[1])
-                pods = None if usage is None or done <= 0 else self._pod_usage(usage, column, done)
-                if pods is not None:
-                    scale = scale.updated(issued.lines, *pods)
+                if done > 0 and usage is not None and pods is not None:
+                    observed = self._pod_grid(usage, pods, column, done)
+                    scale = scale.updated(issued.lines, observed, pods[1])
                 elif done > 0:
                     scale = scale.updated(issued.lines, grid[:, grid.shape[1] - done :])
             lines = model.predict(grid, issued_at=self.grid_end_) * scale.factors(grid.shape[0])
             setattr(self, f"{resource}_live_scale_", scale)
             setattr(self, f"{resource}_live_issued_", LiveIssue(self.grid_end_, lines, scale.factors(grid.shape[0])))
 
-    def _pod_usage(self, usage: pd.DataFrame, column: str, steps: int) -> tuple[FloatArray, IntArray] | None:
-        """Each pod's own usage over the last `steps` of the grid (pods x steps) and its row of the grid, from a
-        pass's samples; None where every container ran one pod in them (the grid's per-step maxima are its usage)."""
-        groups = pd.Index(self.forecast_groups_)
-        rows = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
+    def _pass_pods(self, usage: pd.DataFrame) -> tuple[IntArray, IntArray, npt.NDArray[np.bool_]] | None:
+        """A pass's samples as pods of the grid's rows: each sample's pod code, each pod's row, and which samples are
+        of a forecast row; None where every container ran one pod in them (the grid's per-step maxima are its usage)."""
+        rows = self._group_rows(usage, pd.Index(self.forecast_groups_))
         forecast = rows >= 0
         pairs, owners = pod_pairs(rows[forecast], factorize_labels(usage["pod"])[0][forecast])
-        if owners.size == np.unique(owners).size:
-            return None
-        observed = usage_grid(
+        return None if owners.size == np.unique(owners).size else (pairs, owners, forecast)
+
+    def _pod_grid(
+        self, usage: pd.DataFrame, pods: tuple[IntArray, IntArray, npt.NDArray[np.bool_]], column: str, steps: int
+    ) -> FloatArray:
+        """Each pod's own usage (`_pass_pods`) over the last `steps` of the grid, pods x steps."""
+        pairs, owners, forecast = pods
+        return usage_grid(
             pairs,
             usage["timestamp"].to_numpy(dtype=np.float64)[forecast],
             usage[column].to_numpy(dtype=np.float64)[forecast],
@@ -794,7 +799,6 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             steps,
             self._step_seconds(),
         )
-        return observed, owners
 
     def _continue(
         self, X: pd.DataFrame, oom_events: pd.DataFrame | None, data_end: int | None, new_forecast_groups: bool
@@ -954,9 +958,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """Per-step maxima (pods pooled) over the `steps` (default `_grid_steps`) before `grid_end_`, rows in
         `groups` order."""
         step = self._step_seconds()
-        codes = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
         return usage_grid(
-            codes.astype(np.int64),
+            self._group_rows(usage, groups),
             usage["timestamp"].to_numpy(dtype=np.float64),
             usage[column].to_numpy(dtype=np.float64),
             len(groups),
@@ -964,6 +967,13 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             self._grid_steps(groups) if steps is None else steps,
             step,
         )
+
+    @staticmethod
+    def _group_rows(usage: pd.DataFrame, groups: pd.Index) -> IntArray:
+        """Each sample's row in `groups` (-1: a group not among them)."""
+        found = groups.get_indexer(usage["group"].cat.categories.astype(str))[usage["group"].cat.codes.to_numpy()]
+        rows: IntArray = found.astype(np.int64)
+        return rows
 
     def _fit_forecasts(self) -> None:
         """One forecast per resource and distinct set of risk levels (the default, and each override in use), each on

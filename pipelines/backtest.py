@@ -108,9 +108,7 @@ def load_fleet(path: Path, step_seconds: int, bounds: SampleBounds) -> Fleet:
     for resource, column in RESOURCES.items():
         values = usage[column].to_numpy(dtype=np.float64)
         group_grid[resource] = usage_grid(groups, times, values, len(labels), end, n_steps, step_seconds)
-        pod_grid[resource] = usage_grid(
-            pods.astype(np.int64), times, values, len(pod_group), end, n_steps, step_seconds
-        )
+        pod_grid[resource] = usage_grid(pods, times, values, len(pod_group), end, n_steps, step_seconds)
     first = np.full(len(labels), np.inf)
     np.minimum.at(first, groups, times)
     return Fleet(origin, step_seconds, labels, group_grid, pod_grid, pod_group, first, usage, pods)
