@@ -82,8 +82,9 @@ def migrate_histogram_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def migrate_live_line_state(state: dict[str, Any]) -> dict[str, Any]:
     """A pickled `LiveLineForecaster`'s state, migrated: before its blend was checked on the newest training rows
-    (issue 38) it was fitted on all of them and kept whole."""
+    (issue 38) it was fitted on all of them and kept whole, and each container's factor sank as fast as it rose."""
     state.setdefault("validation_fraction", 0.0)
+    state.setdefault("own_sink_rate", state.get("own_adaptation_rate", 0.0))
     if "coef_" in state:
         state.setdefault("shrinkage_", 1.0)
     return state

@@ -264,10 +264,13 @@ def node_live_line(live: LiveLineSettings, colocation: ColocationSettings, step_
     """The (unfitted) learned live line of a node's pooled high-priority usage: the containers' model and settings,
     at the node room's risk level and horizon (one update: the room is re-issued every pass)."""
     model = LiveLineForecaster.from_settings(live, colocation.live_line_target_violation, step_seconds)
-    # The fleet's factor alone: a node's room knobs were chosen with it, and a node's own misses are what its margin
-    # and the rise tables answer for.
+    # The fleet's factor alone, at its own rate: a node's room knobs were chosen with it, and a node's own misses are
+    # what its margin and the rise tables answer for.
     result: LiveLineForecaster = model.set_params(
-        horizon_seconds=colocation.live_line_horizon_seconds, own_adaptation_rate=0.0
+        horizon_seconds=colocation.live_line_horizon_seconds,
+        adaptation_rate=colocation.live_line_adaptation_rate,
+        own_adaptation_rate=0.0,
+        own_sink_rate=0.0,
     )
     return result
 

@@ -241,6 +241,43 @@ def test_calibration_rises_after_misses_and_sinks_after_none(misses: int, level:
 
 @settings(max_examples=60, deadline=None)
 @given(
+    misses=st.integers(0, 12),
+    level=st.sampled_from([0.01, 0.05]),
+    rise=st.floats(0, 1),
+    sink=st.floats(0, 1),
+)
+def test_a_container_s_factor_rises_and_sinks_at_rates_of_their_own(
+    misses: int, level: float, rise: float, sink: float
+) -> None:
+    """Above the level a container's log-factor moves at `own_rate` x (share - P), below it at `own_sink_rate`, less
+    the containers' mean move: their factors move against each other only, and the fleet's is as without them.
+    Without a sink rate (a state pickled before it) a factor sinks as fast as it rises."""
+    observed = np.full((2, 12), 0.5)
+    observed[0, :misses] = 2.0  # the other row never reaches its line
+    share = misses / 12
+    state = AdaptiveScale(level, 0.2, rise, horizon_steps=12, own_sink_rate=sink)
+    after = state.updated(np.ones(2), observed)
+    assert after.own is not None
+    moved = (rise if share > level else sink) * (share - level)
+    assert after.own[0] - after.own[1] == pytest.approx(moved + sink * level, abs=1e-12)
+    assert after.own.sum() == pytest.approx(0.0, abs=1e-12)
+    assert after.fleet == pytest.approx(AdaptiveScale(level, 0.2, 0.0).updated(np.ones(2), observed).fleet)
+    before = AdaptiveScale(level, 0.2, rise, horizon_steps=12).updated(np.ones(2), observed).own
+    assert before is not None and before[0] - before[1] == pytest.approx(rise * share, abs=1e-12)
+
+
+def test_a_live_line_pickled_before_the_sink_rate_sinks_as_fast_as_it_rises() -> None:
+    grid = bursty_grid()
+    model = LiveLineForecaster(target_violation=0.05, training_days=6, own_adaptation_rate=0.03)
+    old = {k: v for k, v in model.fit(grid, grid_end=START + 12 * DAY).__dict__.items() if k != "own_sink_rate"}
+    loaded = LiveLineForecaster.__new__(LiveLineForecaster)
+    loaded.__setstate__(old)
+    assert loaded.initial_scale().own_sink_rate == 0.03
+    assert LiveLineForecaster().initial_scale().own_sink_rate == 0.08  # today's default: faster than the rise
+
+
+@settings(max_examples=60, deadline=None)
+@given(
     observed=arrays(np.float64, (6, 12), elements=st.floats(0, 3) | st.just(np.nan)),
     copies=st.integers(1, 4),
     level=st.sampled_from([0.01, 0.05]),
@@ -345,7 +382,9 @@ def test_replay_calibrates_replicated_workloads_on_every_pod_s_samples(tmp_path:
     data = pd.concat(frames, ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
     data.to_csv(tmp_path / "pods.csv", index=False)
     plan = ReplayPlan(START + 8 * DAY, START + 12 * DAY, 3600, 2 * DAY)
-    at_5 = {"live_line": {"training_days": 6}, "forecast": {"short_term_target_violation": 0.05}}
+    # The fleet's factor at 0.2 (the default before 2026-12-07) reaches the level within the two days replayed here.
+    live = {"training_days": 6, "adaptation_rate": 0.2}
+    at_5 = {"live_line": live, "forecast": {"short_term_target_violation": 0.05}}
     lines, _ = run_replay(tmp_path / "pods.csv", plan, TrainingSettings.model_validate(at_5))
     lines = lines[lines["resource"] == "cpu"]
     scored = data.assign(step=data["timestamp"] // 300 * 300).merge(lines, on=["workload", "step"])
