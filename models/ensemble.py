@@ -793,29 +793,6 @@ def cheapest_fallback(
     return cheapest_fair(restricted, reference, tolerance, min_gain)
 
 
-def choice_weights(
-    costs: FloatArray, chosen: int, reference: int, tolerance: float, temperature: float, allowed: Sequence[int] = ()
-) -> FloatArray:
-    """A weight per candidate (they sum to 1) for a soft choice among the fair candidates (`cheapest_fair`; among
-    `allowed` and the `reference` when given): exp(-(overprovision / the lowest - 1) / `temperature`), those under
-    1 % of the largest dropped. The weights move with the costs continuously, so a few containers joining or leaving
-    the fleet move the blend a little instead of flipping a hard choice between near-equal candidates whose lines for
-    one container may differ 10x. All on `chosen` (the hard choice) when `temperature` is 0 or nothing else is fair."""
-    weights = np.zeros(costs.shape[0])
-    weights[chosen] = 1.0
-    over = np.where(np.isnan(costs[:, 0]), np.inf, costs[:, 0])
-    fair = np.isfinite(over) & (over >= 0) & ~(costs[:, 1] > fairness_limit(costs, reference, tolerance))
-    if allowed:
-        fair &= np.isin(np.arange(costs.shape[0]), [*allowed, reference])
-    if temperature <= 0 or not fair[chosen] or np.count_nonzero(fair) < 2:
-        return weights
-    lowest = max(float(over[fair].min()), 1e-12)
-    soft = np.where(fair, np.exp(-(np.where(fair, over, lowest) / lowest - 1.0) / temperature), 0.0)
-    soft[soft < 0.01 * soft.max()] = 0.0
-    result: FloatArray = soft / soft.sum()
-    return result
-
-
 def origins_only(past_lines: Sequence[FloatArray], kept: npt.NDArray[np.bool_]) -> list[FloatArray]:
     """The past lines with the origins outside `kept` unknown (NaN): scored as lines never drawn, so a cost of them
     reads only the `kept` origins' usage (with `usage_totals(..., kept)`)."""
@@ -1230,48 +1207,26 @@ def rolling_lines(
     return past, usage_after(grid, origins, (horizon_days if constant else 1) * steps_per_day)
 
 
-def pick_lines(
-    lines: Sequence[FloatArray] | Mapping[int, FloatArray],
-    choice: IntArray,
-    axis: int,
-    blend: FloatArray | None = None,
-    blended: int = -1,
-) -> FloatArray:
+def pick_lines(lines: Sequence[FloatArray] | Mapping[int, FloatArray], choice: IntArray, axis: int) -> FloatArray:
     """Each container's line from its chosen candidate (`lines[m]`: containers along `axis`, a constant line may be
-    one step wide): only the chosen candidates are read, so the others need not exist. With `blend` (a weight per
-    candidate, `choice_weights`), the containers whose choice is `blended` take the weighted mean of the weighted
-    candidates' lines instead (over the candidates with a line there)."""
-    members = np.flatnonzero(blend > 0) if blend is not None else np.empty(0, dtype=np.int64)
-    mixed = np.flatnonzero(choice == blended) if members.size > 1 else np.empty(0, dtype=np.int64)
+    one step wide): only the chosen candidates are read, so the others need not exist."""
     if choice.size == 0:
         # No container: any candidate's shape with none along `axis`.
         available = list(lines.values()) if isinstance(lines, Mapping) else list(lines)
         return np.take(available[0], np.empty(0, dtype=np.int64), axis=axis) if available else np.empty((0, 0))
     shape = list(lines[int(choice[0])].shape)
     shape[axis] = choice.size
-    read = np.union1d(np.unique(choice), members) if mixed.size else np.unique(choice)
-    widest = max(lines[int(m)].shape[-1] for m in read)
+    widest = max(lines[int(m)].shape[-1] for m in np.unique(choice))
     shape[-1] = widest
     out = np.empty(shape)
-
-    def place(rows: IntArray, part: FloatArray) -> None:
+    for m in np.unique(choice):
+        rows = np.flatnonzero(choice == m)
+        part = np.take(lines[int(m)], rows, axis=axis)
         target_shape = list(part.shape)
         target_shape[-1] = widest
         index: list[Any] = [slice(None)] * out.ndim
         index[axis] = rows
         out[tuple(index)] = np.broadcast_to(part, target_shape)
-
-    for m in np.unique(choice):
-        place(np.flatnonzero(choice == m), np.take(lines[int(m)], np.flatnonzero(choice == m), axis=axis))
-    if mixed.size and blend is not None:
-        total, weight = 0.0, 0.0
-        for m in members:
-            part = np.take(lines[int(m)], mixed, axis=axis)
-            known = np.isfinite(part)
-            total = total + blend[m] * np.where(known, part, 0.0)
-            weight = weight + blend[m] * known
-        with np.errstate(invalid="ignore", divide="ignore"):
-            place(mixed, np.where(np.asarray(weight) > 0, total / weight, np.nan))
     return out
 
 
@@ -1314,7 +1269,6 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
         choice_min_gain: float = 0.05,
-        choice_temperature: float = 0.0,
         calibration_prior_samples: float = 20_000.0,
         group_prior_samples: float = 20_000.0,
         factor_min: float = 0.25,
@@ -1338,7 +1292,6 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
         self.choice_min_gain = choice_min_gain
-        self.choice_temperature = choice_temperature
         self.calibration_prior_samples = calibration_prior_samples
         self.group_prior_samples = group_prior_samples
         self.factor_min = factor_min
@@ -1396,23 +1349,9 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         if decided is not None:
             self._expand(decided, grid.shape[0], groups)
         self.rows_ = rows
-        self.fitted_ = {int(m): fit(int(m)) for m in self.drawn_candidates()}
+        self.fitted_ = {int(m): fit(int(m)) for m in np.unique(self.choice_)}
         self.summary_ = history_summary(grid, self.recent_steps)
         return self
-
-    def drawn_candidates(self) -> IntArray:
-        """The candidates whose lines the containers' lines are made of: the chosen ones, and the blend's where a
-        container is on the fleet's choice (`pick_lines`)."""
-        chosen = np.unique(self.choice_)
-        blend = self.blend()
-        if blend is None or not np.any(self.choice_ == self.fleet_choice_):
-            return chosen
-        return np.union1d(chosen, np.flatnonzero(blend > 0))
-
-    def blend(self) -> FloatArray | None:
-        """The fleet choice's weights per candidate (`choice_weights`); None in models stored before them."""
-        blend: FloatArray | None = getattr(self, "blend_", None)
-        return blend
 
     def take(self, partition: int) -> SelectedForecaster:
         """The decision made on a `FleetUsage` for the containers of one of its partitions: their own state, the
@@ -1476,7 +1415,6 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             self.fleet_costs_ = np.full((n_models, 2), np.nan)
             self.choice_ = np.zeros(n_groups, dtype=np.int64)
             self.fleet_choice_, self.validated_, self.small_fleet_ = 0, False, False
-            self.blend_ = np.zeros(n_models)
             self.own_factors_ = np.full(n_groups, np.nan)
             self.calibration_samples_ = np.zeros(n_groups)
             self.outliers_ = np.zeros(n_groups, dtype=bool)
@@ -1529,14 +1467,6 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 )
             if not self.validated_:
                 self.choice_ = np.full(n_groups, self.fleet_choice_, dtype=np.int64)
-            self.blend_ = choice_weights(
-                self.fleet_costs_,
-                self.fleet_choice_,
-                self.reference,
-                tolerance,
-                0.0 if self.small_fleet_ else self.choice_temperature,
-                () if self.validated_ else self.fallbacks,
-            )
             (
                 self.own_factors_,
                 self.calibration_samples_,
@@ -1545,7 +1475,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
                 self.group_samples_,
                 self.partition_sketches_,
             ) = calibration_parts(
-                pick_lines(past_lines, self.choice_, 1, self.blend_, self.fleet_choice_),
+                pick_lines(past_lines, self.choice_, axis=1),
                 past_usage,
                 self.groups_,
                 group_count,
@@ -1643,7 +1573,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
         """The final line from the candidates' current lines (`lines[m]`: containers x steps; only the chosen
         candidates are read) and `history_summary`."""
         check_is_fitted(self, "choice_")
-        picked = pick_lines(lines, self.choice_, 0, self.blend(), self.fleet_choice_) * self.factors_[:, None]
+        picked = pick_lines(lines, self.choice_, axis=0) * self.factors_[:, None]
         # Fast up belongs to the short-term line: a constant line is flat at its max, so it would take a spike's height.
         recent = 0 if self.constant else self.recent_steps
         finished = finish_line(picked, summary, recent, self.cold_start_factor, self.steps_per_day, self.stale_steps)
@@ -1665,7 +1595,7 @@ class SelectedForecaster(BaseEstimator):  # type: ignore[misc]
             full[rows] = line
             return full
 
-        return self.combine({int(m): drawn(self.fitted_[int(m)]) for m in self.drawn_candidates()}, self.summary_)
+        return self.combine({int(m): drawn(self.fitted_[int(m)]) for m in np.unique(self.choice_)}, self.summary_)
 
     def model_names(self) -> list[str]:
         """A short name of each candidate, e.g. `WindowQuantileForecaster(window_steps=36)`."""
@@ -1779,7 +1709,6 @@ def selected_forecaster(
         selection_min_containers=settings.selection_min_containers,
         fairness_tolerance=settings.fairness_tolerance,
         choice_min_gain=settings.choice_min_gain,
-        choice_temperature=settings.choice_temperature,
         calibration_prior_samples=settings.calibration_prior_samples,
         group_prior_samples=settings.group_prior_samples,
         factor_min=settings.calibration_factor_min,

@@ -424,7 +424,6 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         selection_min_containers: int = 30,
         fairness_tolerance: float = 1.0,
         choice_min_gain: float = 0.05,
-        choice_temperature: float = 0.0,
         calibration_prior_samples: float = 1e9,
         group_prior_samples: float = 1e9,
         calibration_factor_min: float = 0.25,
@@ -451,7 +450,6 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
         self.selection_min_containers = selection_min_containers
         self.fairness_tolerance = fairness_tolerance
         self.choice_min_gain = choice_min_gain
-        self.choice_temperature = choice_temperature
         self.calibration_prior_samples = calibration_prior_samples
         self.group_prior_samples = group_prior_samples
         self.calibration_factor_min = calibration_factor_min
@@ -474,13 +472,7 @@ class FleetForecaster(BaseEstimator):  # type: ignore[misc]
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Pickled before the choice was made on a sample of a big fleet, or before its time split: those refit with
         # today's defaults.
-        for name in (
-            "selection_max_containers",
-            "validation_days",
-            "selection_min_containers",
-            "choice_min_gain",
-            "choice_temperature",
-        ):
+        for name in ("selection_max_containers", "validation_days", "selection_min_containers", "choice_min_gain"):
             state.setdefault(name, ForecastSettings.model_fields[name].default)
         super().__setstate__(state)
 

@@ -251,14 +251,6 @@ class ForecastSettings(BaseModel):
         "containers joining or leaving the fleet break either way, while one container's lines under them may differ "
         "10x (a 1-day and a 14-day max); 0: always the cheapest.",
     )
-    choice_temperature: float = Field(
-        0.0,
-        ge=0,
-        description="Temperature of the soft choice, fraction of the cheapest fair candidate's matched overprovision: "
-        "the containers on the fleet's choice take a blend of the fair candidates' lines weighted by "
-        "exp(-(overprovision / the cheapest's - 1) / this), so a few containers joining or leaving the fleet move "
-        "the weights a little instead of flipping a hard choice; 0: the hard choice alone.",
-    )
     calibration_prior_samples: float = Field(
         1e9,
         gt=0,
