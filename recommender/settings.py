@@ -722,8 +722,9 @@ class ColocationSettings(BaseModel):
         description=(
             "Live room: factor on the node's climb (how far its pooled CPU usage rose into the newest measurement "
             "from the one a step before; a fall counts 0) added to the rise kept above the level "
-            "(`colocation.climbing_rise`): a node that has just started to climb may go on. 0 (off): CPU met its "
-            "goal without it and was not re-chosen."
+            "(`colocation.climbing_rise`): a node that has just started to climb may go on. 0 (off): on the "
+            "validation days of the --nodes backtest every factor tried (0.25-2) gave less CPU room at the same "
+            "violations (factor 1: +63.5 % against Koordinator's usage policy, +65.0 % without)."
         ),
     )
     memory_live_climb_factor: float = Field(
