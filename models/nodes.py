@@ -239,6 +239,14 @@ def measured_activity(history: dict[int, float], newest: int, window_seconds: in
     return max(changes) if changes else None
 
 
+def measured_climb(history: dict[int, float], newest: int, step_seconds: int) -> float | None:
+    """How far a node's live measurements (sample time -> value) rose into the `newest` from the one `step_seconds`
+    before it (negative: a fall); None without both (`colocation.climbing_rise` adds a factor of it to the rise)."""
+    if newest not in history or newest - step_seconds not in history:
+        return None
+    return history[newest] - history[newest - step_seconds]
+
+
 def _recent_rises(grid: FloatArray, steps: int) -> tuple[FloatArray, FloatArray]:
     """The levels the last `steps` rises of `grid` started from, and those rises (nodes x steps)."""
     recent = grid[:, -(steps + 1) :]

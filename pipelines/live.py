@@ -35,7 +35,7 @@ import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from models.live_line import AdaptiveScale, LiveLineForecaster
-from models.nodes import LiveNodeUsage, NodeForecaster, measured_activity, newest_node_usage
+from models.nodes import LiveNodeUsage, NodeForecaster, measured_activity, measured_climb, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
 from models.workload import WorkloadRecommender
 from pipelines.ingest import SampleBounds, no_samples_error, quarantine
@@ -163,12 +163,14 @@ def with_live_usage(
     measured: dict[str, LiveNodeUsage],
     activity: dict[str, dict[str, float | None]] | None = None,
     lines: dict[str, dict[str, float]] | None = None,
+    climbs: dict[str, dict[str, float | None]] | None = None,
 ) -> list[NodeForecast]:
     """The version's node lines with each measured node's live usage and its time (`serve` and `sync` then offer the
     room from it, `colocation.live_reclaimable`), its recent activity per resource (`activity`: which of the
-    calm or active rise tables the room reads) and its learned live line (`lines`, from `NodeLiveLines.issue`: the
-    room then reserves the larger of it and the rise, `colocation.line_reclaimable`; None where none was issued);
-    nodes not measured keep their last live usage, which ages out."""
+    calm or active rise tables the room reads), its learned live line (`lines`, from `NodeLiveLines.issue`: the
+    room then reserves the larger of it and the rise, `colocation.line_reclaimable`; None where none was issued) and
+    its climb into the newest measurement (`climbs`, from `NodeActivity.climbs`: `colocation.climbing_rise`); nodes
+    not measured keep their last live usage, which ages out."""
     out = []
     for node in nodes:
         found = measured.get(node.node)
@@ -178,6 +180,7 @@ def with_live_usage(
         update: dict[str, Any] = {"live_sample": found.sample}
         active = (activity or {}).get(node.node, {})
         issued = (lines or {}).get(node.node, {})
+        climbed = (climbs or {}).get(node.node, {})
         for resource, value in (("cpu", found.cpu_cores), ("memory", found.memory_bytes)):
             pooled = getattr(node, resource)
             if pooled is not None:
@@ -186,6 +189,7 @@ def with_live_usage(
                         "live_usage": value,
                         "live_activity": active.get(resource),
                         "live_line": issued.get(resource),
+                        "live_climb": climbed.get(resource),
                     }
                 )
         out.append(node.model_copy(update=update))
@@ -265,8 +269,9 @@ class NodeLiveLines:
 
 class NodeActivity:
     """Each node's live measurements of the last `window_seconds` (plus a step), and its activity from them
-    (`measured_activity` per resource, on the node model's `step_seconds`). Not checkpointed: after a restart the
-    activity is unknown for a window, and the whole rise table is served meanwhile."""
+    (`measured_activity` per resource, on the node model's `step_seconds`) and climb (`measured_climb`). Not
+    checkpointed: after a restart the activity is unknown for a window, and the whole rise table is served meanwhile;
+    the climb, for a step."""
 
     def __init__(self, window_seconds: int, step_seconds: int) -> None:
         self.window_seconds = window_seconds
@@ -286,11 +291,21 @@ class NodeActivity:
         """Per measured node and resource, its activity up to its newest measurement (None: not known yet)."""
         if self.window_seconds <= 0:
             return {}
+        return self._each(
+            measured, lambda history, newest: measured_activity(history, newest, self.window_seconds, self.step_seconds)
+        )
+
+    def climbs(self, measured: dict[str, LiveNodeUsage]) -> dict[str, dict[str, float | None]]:
+        """Per measured node and resource, its climb into its newest measurement (None: no measurement a step
+        before it)."""
+        return self._each(measured, lambda history, newest: measured_climb(history, newest, self.step_seconds))
+
+    def _each(
+        self, measured: dict[str, LiveNodeUsage], read: Callable[[dict[int, float], int], float | None]
+    ) -> dict[str, dict[str, float | None]]:
+        """`read` of each measured node's history per resource, up to its newest measurement."""
         return {
-            node: {
-                resource: measured_activity(history, usage.sample, self.window_seconds, self.step_seconds)
-                for resource, history in self._history.get(node, {}).items()
-            }
+            node: {resource: read(history, usage.sample) for resource, history in self._history.get(node, {}).items()}
             for node, usage in measured.items()
         }
 
@@ -536,7 +551,13 @@ class LiveLoop:
         began = time.perf_counter()
         # An unpartitioned model decides at its data end + 1, a partitioned one at the fleet's (the same time).
         recommendations = with_kinds(state.model.predict(horizon_seconds=state.horizon_seconds), state.kinds)
-        nodes = with_live_usage(state.nodes, self.measured, self.activity.of(self.measured), self.node_lines.issue())
+        nodes = with_live_usage(
+            state.nodes,
+            self.measured,
+            self.activity.of(self.measured),
+            self.node_lines.issue(),
+            self.activity.climbs(self.measured),
+        )
         recommendations = recommendations.model_copy(update={"nodes": nodes})
         phases["predict"] = time.perf_counter() - began
         began = time.perf_counter()

@@ -15,7 +15,8 @@ measured usage exceeded that. Methods:
 - ours_live: what the live loop serves, updated every step from the newest measured usage (a pod without metrics at
   its request, as Koordinator counts it): `colocation.live_reclaimable`, the measurement plus the rise the node's
   live rise table allows from that level (`models.nodes.level_rise_table`, learned at each decision from the days
-  before it, as the daily training does), capped by the forecast where the settings say so; the forecast-only value
+  before it, as the daily training does), plus the resource's `live_climb_factor` times the climb into that
+  measurement (`colocation.climbing_rise`), capped by the forecast where the settings say so; the forecast-only value
   while the measurement is stale;
 - ours_live_line: the live loop's room from the node's learned live line (`models.live_line` fitted on the node
   grid, `models.nodes.node_live_line`): re-issued every step, the cadence of the live loop's passes on 5-minute data,
@@ -230,6 +231,15 @@ def last_measured(values: FloatArray, measured: npt.NDArray[np.bool_]) -> tuple[
     gathered = np.take_along_axis(values, np.maximum(before, 0), axis=1)
     age = np.where(before >= 0, np.arange(n)[None, :] - before, np.inf)
     return np.where(before >= 0, gathered, np.nan), age
+
+
+def climbs(values: FloatArray, measured: npt.NDArray[np.bool_]) -> FloatArray:
+    """Per step, how far `values` rose into it from the step before (negative: a fall); NaN unless both were
+    `measured` (`models.nodes.measured_climb` of the live loop's measurements)."""
+    change = np.diff(values, axis=1, prepend=np.nan)
+    both = measured & np.concatenate([np.zeros((values.shape[0], 1), dtype=bool), measured[:, :-1]], axis=1)
+    result: FloatArray = np.where(both, change, np.nan)
+    return result
 
 
 def forward_max(line: FloatArray, steps: int) -> FloatArray:
@@ -713,7 +723,13 @@ def run_node_backtest(
             cap = short_flat if mine.live_forecast_cap else np.nan
             # The activity known with the live level: up to the step it was measured at.
             live_activity = None if activity is None else last_measured(activity, full_measured)[0][:, start:end]
-            live_rise = rise_tables.rise(live_level, live_activity)
+            # The climb into the newest measurement (where the step before it was measured too), as the live loop's.
+            climb = last_measured(climbs(np.nan_to_num(hp_used["usage"]), full_measured), full_measured)[0][
+                :, start:end
+            ]
+            live_rise = colocation.climbing_rise(
+                rise_tables.rise(live_level, live_activity), climb, mine.live_climb_factor
+            )
 
             def live_room(rise: FloatArray) -> Callable[[float], FloatArray]:
                 def served(fraction: float) -> FloatArray:

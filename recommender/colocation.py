@@ -23,8 +23,9 @@ the measured level plus only the rise possible before the next update, optionall
 (off by default: capped, the held-out violations were several times Koordinator's) but never below the measured usage
 itself; `live_reclaimable`. `rise` depends on the level (`level_rise`): the largest 5-minute rise the node showed in
 the last days from a level near the current one (Mondrian by node and level band: a node idling can jump by a whole
-burst, a node already busy only by what is left), a table the daily training learns (`models.nodes.level_rise_table`).
-With a learned live line of the node's pooled usage (`line_reclaimable`), the reserved usage is the larger of the
+burst, a node already busy only by what is left), a table the daily training learns (`models.nodes.level_rise_table`),
+plus a factor times the node's climb into the newest measurement (`climbing_rise`: a burst that ramps over several
+steps goes on). With a learned live line of the node's pooled usage (`line_reclaimable`), the reserved usage is the larger of the
 level plus its rise and the line:
     batch = max(0, allocatable - margin - max(system, reserved) - max(last_usage + rise, factor x line)).
 
@@ -289,6 +290,16 @@ def activity_rise(
     now = np.asarray(activity, dtype=np.float64)
     bound = np.asarray(edge, dtype=np.float64)[:, None]
     result: FloatArray = np.where(np.isnan(now) | np.isnan(bound), whole, np.where(now <= bound, calm, active))
+    return result
+
+
+def climbing_rise(rise: ArrayLike, climb: ArrayLike, factor: float) -> FloatArray:
+    """The rise kept above a live level: the rise table's (`level_rise`) plus `factor` times the node's `climb`, how
+    far its pooled usage rose into the newest measurement from the one a step before (a fall, or an unknown climb,
+    NaN, adds nothing). A node that has just started to climb may go on: the fleet's memory bursts ramp over two or
+    more 5-minute steps, which a table binned by level alone does not see coming."""
+    step = np.maximum(np.nan_to_num(np.asarray(climb, dtype=np.float64)), 0.0)
+    result: FloatArray = np.asarray(rise, dtype=np.float64) + factor * step
     return result
 
 

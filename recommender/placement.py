@@ -373,8 +373,10 @@ def node_reclaimable(
     measured = pooled.last_usage if pooled is not None else None
     live = live_level(state.forecast, resource, now, settings)
     if live is not None and pooled is not None:
-        # The live loop's fresh measurement: its level plus the rise possible before the next update from it.
-        rise = live_rise(pooled, live[0])
+        # The live loop's fresh measurement: its level plus the rise possible before the next update from it, and
+        # more while the node is climbing.
+        climb = float("nan") if pooled.live_climb is None else pooled.live_climb
+        rise = float(colocation.climbing_rise(live_rise(pooled, live[0]), climb, mine.live_climb_factor))
         cap = float(column[ahead[0], loads.index[name]]) if mine.live_forecast_cap else float("nan")
         long_cap = state.long_term[resource] if mine.live_forecast_cap else float("nan")
         live_margin = allocatable * mine.live_margin_fraction

@@ -278,6 +278,12 @@ class NodeResourceLines(BaseModel):
         description="The node's activity up to live_usage, from the live loop's measurements (None: unknown, "
         "live_rise is kept).",
     )
+    live_climb: float | None = Field(
+        None,
+        description="How far the pooled usage rose into live_usage from the live loop's measurement a step before, "
+        "cores or bytes (negative: a fall; None: not measured a step apart). The live room keeps "
+        "live_climb_factor times it on top of the rise (`colocation.climbing_rise`).",
+    )
     live_line: float | None = Field(
         None,
         description="The learned live line of the pooled usage over the next hour, issued by the live loop from the "

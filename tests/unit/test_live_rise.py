@@ -18,13 +18,14 @@ from models.nodes import (
     level_rise_table,
     live_rise_reference,
     measured_activity,
+    measured_climb,
     node_activity,
 )
 from models.workload import FleetForecaster
 from pipelines.live import NodeActivity, with_live_usage
-from pipelines.node_backtest import live_rise_tables
+from pipelines.node_backtest import climbs, live_rise_tables
 from recommender import colocation as c
-from recommender.placement import live_rise, node_reclaimable
+from recommender.placement import NodeLoads, live_rise, node_reclaimable
 from recommender.resources import NodeResourceLines
 from recommender.settings import ColocationSettings
 from tests.unit.test_nodes import AS_OF, COLOCATION, FAST, alternating, view
@@ -126,14 +127,21 @@ def test_the_model_stores_each_nodes_table_and_the_served_room_reads_it() -> Non
     assert live_rise(lines.model_copy(update={"live_rise": None}), 8.0) == 6.0  # older versions: the week's largest
 
 
-def test_the_served_live_room_is_the_level_plus_the_tables_rise() -> None:
+def measured_node(live_rise: list[float]) -> tuple[NodeLoads, NodeResourceLines]:
+    """Node "a" of the test view measured by the live loop at 7 of its 10 cores, with this rise table; and its CPU
+    lines, for a test to set more on."""
     loads = view(AS_OF)
     forecast = loads.states["a"].forecast
     assert forecast is not None and forecast.cpu is not None
     forecast.live_sample = AS_OF + 30
     forecast.cpu.live_usage = 7.0
-    forecast.cpu.live_rise = [3.0] * 50 + [0.5] * 50  # from 7 of 10 cores only half a core more
+    forecast.cpu.live_rise = live_rise
     forecast.cpu.live_rise_reference = 10.0
+    return loads, forecast.cpu
+
+
+def test_the_served_live_room_is_the_level_plus_the_tables_rise() -> None:
+    loads, _ = measured_node([3.0] * 50 + [0.5] * 50)  # from 7 of 10 cores only half a core more
     found = node_reclaimable(loads, "a", "cpu", AS_OF + 60, COLOCATION)
     assert found is not None and found.policy == "live"
     margin = 10.0 * COLOCATION.cpu_live_margin_fraction
@@ -240,3 +248,59 @@ def test_the_served_rise_is_the_calm_or_the_active_tables_by_the_measured_activi
     assert live_rise(lines.model_copy(update={"live_activity": 0.5}), 1.0) == 1.0
     assert live_rise(lines.model_copy(update={"live_activity": 0.6}), 1.0) == 5.0
     assert live_rise(lines.model_copy(update={"live_activity": 0.2, "live_rise_calm": None}), 1.0) == 6.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float64, 6, elements=st.floats(0, 100)),
+    arrays(np.float64, 6, elements=st.floats(-50, 50) | st.just(float("nan"))),
+    st.floats(0, 5),
+)
+def test_the_climb_adds_its_factor_times_a_rise_into_the_level_and_nothing_for_a_fall(
+    rise: np.ndarray, climb: np.ndarray, factor: float
+) -> None:
+    found = c.climbing_rise(rise, climb, factor)
+    rising = np.nan_to_num(climb) > 0
+    np.testing.assert_allclose(found[~rising], rise[~rising])  # a fall, no change or unknown: the table's rise
+    np.testing.assert_allclose(found[rising], rise[rising] + factor * climb[rising])
+    np.testing.assert_allclose(c.climbing_rise(rise, climb, 0.0), rise)  # factor 0: off
+
+
+def test_the_climb_is_the_change_into_the_newest_measurement_from_one_a_step_before() -> None:
+    history = {0: 1.0, 300: 1.5, 600: 4.0, 960: 2.0}
+    assert measured_climb(history, 600, 300) == pytest.approx(2.5)
+    assert measured_climb(history, 300, 300) == pytest.approx(0.5)
+    assert measured_climb(history, 960, 300) is None  # no measurement a step before
+    assert measured_climb(history, 900, 300) is None  # not measured then
+    # the backtest's climbs: the same, NaN unless both steps were measured
+    values = np.array([[1.0, 1.5, 4.0, 2.0, 3.0]])
+    measured = np.array([[True, True, True, False, True]])
+    np.testing.assert_allclose(climbs(values, measured), [[np.nan, 0.5, 2.5, np.nan, np.nan]])
+
+
+def test_the_live_loop_publishes_each_nodes_climb_and_the_served_room_keeps_its_factor_of_it() -> None:
+    activity = NodeActivity(window_seconds=0, step_seconds=300)  # the climb needs no activity window
+    for sample, cpu in ((0, 1.0), (300, 3.0)):
+        activity.add({"a": LiveNodeUsage(sample, cpu, 2.0)})
+    newest = {"a": LiveNodeUsage(300, 3.0, 2.0)}
+    assert activity.climbs(newest) == {"a": {"cpu": pytest.approx(2.0), "memory": pytest.approx(0.0)}}
+    nodes = NodeForecaster(FleetForecaster.from_settings(FAST)).fit(alternating()).predict()
+    updated = {n.node: n for n in with_live_usage(nodes, newest, climbs=activity.climbs(newest))}
+    cpu = updated["a"].cpu
+    assert cpu is not None and cpu.live_climb == pytest.approx(2.0)
+
+    loads, lines = measured_node([0.5] * 100)
+    lines.live_climb = 1.0  # the node rose by a core into 7
+    climbing = COLOCATION.model_copy(update={"cpu_live_climb_factor": 1.5, "live_line": False})
+    margin = 10.0 * COLOCATION.cpu_live_margin_fraction
+    found = node_reclaimable(loads, "a", "cpu", AS_OF + 60, climbing)
+    assert found is not None and found.batch == pytest.approx(10.0 - margin - 7.0 - 0.5 - 1.5)
+    lines.live_climb = -1.0  # a fall keeps the table's rise alone
+    found = node_reclaimable(loads, "a", "cpu", AS_OF + 60, climbing)
+    assert found is not None and found.batch == pytest.approx(10.0 - margin - 7.5)
+
+
+def test_memory_keeps_a_climb_and_a_smaller_flat_margin_by_default() -> None:
+    defaults = ColocationSettings()
+    assert defaults.memory_live_climb_factor == 2.25 and defaults.cpu_live_climb_factor == 0.0
+    assert defaults.memory_live_line_margin_fraction == defaults.memory_live_margin_fraction == 0.075

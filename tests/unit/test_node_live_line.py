@@ -21,7 +21,8 @@ from recommender.placement import node_reclaimable
 from recommender.progress import quiet
 from recommender.settings import ColocationSettings, LiveLineSettings
 from tests.unit.test_live_line import START, bursty_grid
-from tests.unit.test_nodes import AS_OF, COLOCATION, node_result, view
+from tests.unit.test_live_rise import measured_node
+from tests.unit.test_nodes import AS_OF, COLOCATION, node_result
 
 
 def summary(reclaimed: float, violations: int) -> MethodSummary:
@@ -181,17 +182,13 @@ def test_the_live_loop_issues_the_node_line_from_the_version_grid_and_its_measur
 
 
 def test_the_served_batch_reserves_the_larger_of_the_rise_and_the_issued_line() -> None:
-    loads = view(AS_OF)
+    loads, lines = measured_node([0.5] * 100)
     forecast = loads.states["a"].forecast
-    assert forecast is not None and forecast.cpu is not None
-    forecast.live_sample = AS_OF + 30
-    forecast.cpu.live_usage = 7.0
-    forecast.cpu.live_rise = [0.5] * 100
-    forecast.cpu.live_rise_reference = 10.0
+    assert forecast is not None
     margin = 10.0 * COLOCATION.cpu_live_line_margin_fraction
     factor = COLOCATION.cpu_live_line_factor
     for line, reserved in ((9.0 / factor, 9.0), (7.2 / factor, 7.5)):
-        forecast.cpu.live_line = line
+        lines.live_line = line
         found = node_reclaimable(loads, "a", "cpu", AS_OF + 60, COLOCATION)
         assert found is not None and found.batch == pytest.approx(10.0 - margin - reserved)
     off = node_reclaimable(loads, "a", "cpu", AS_OF + 60, COLOCATION.model_copy(update={"live_line": False}))
