@@ -55,7 +55,8 @@ class Reclaimable(BaseModel):
         description=(
             "Our batch allocatable now. While the live loop's measurement of the node is at most fresh_seconds old "
             "(policy live): allocatable - live margin - the live high-priority usage plus the largest 5-minute rise "
-            "the node showed from about that level (its live rise table; colocation.live_reclaimable). Otherwise "
+            "the node showed from about that level (its live rise table), plus colocation.*_live_climb_factor times its climb into "
+            "that measurement (colocation.climbing_rise, colocation.live_reclaimable). Otherwise "
             "allocatable - margin - the highest short-term reservation over the batch window, forecast-only with the "
             "wider forecast-only margin (colocation.*_forecast_only_margin_fraction) except within fresh_seconds of "
             "the training's last sample, where the measured usage + rise allowance floor it with the normal margin."
