@@ -56,8 +56,8 @@ class KillOnFit(WorkerPlugin):  # type: ignore[misc]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
-    # One death per task is enough to call it failed (keeps the failure tests short), and a worker holds one task
-    # at a time, so a death counts against the task that caused it only, not against one queued behind it.
+    # One death per task is enough to call it failed (keeps the failure tests short). The saturation holds back
+    # queues of many tasks only: a death also counts against a task queued behind the one that caused it.
     with dask.config.set({"distributed.scheduler.allowed-failures": 1, "distributed.scheduler.worker-saturation": 1.0}):
         with local_cluster(
             n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0"
@@ -141,10 +141,15 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
     store_path = tmp_path / "store"
     before = train_from_file(BUNDLED, settings(store_path))
     client.register_plugin(KillOnFit(str(tmp_path / "unused"), index=1, every_time=True), name="kill-always")
+    # A worker's death also counts against a task queued behind the killing one on it (4 tasks on 2 workers are too
+    # few for the scheduler to hold them back), so partition 1 may take another down with it (seen in CI: 2 of 4):
+    # the tests hold that partition 1 fails and is named, and that what is published lacks exactly what failed.
     try:
-        with pytest.raises(DistributedTrainingError, match=r"1 of 4 partition\(s\) failed.*partition 1 \(google-2019/"):
+        with pytest.raises(
+            DistributedTrainingError, match=r"[123] of 4 partition\(s\) failed.*partition 1 \(google-2019/"
+        ):
             train_on(client, settings(store_path))
-        tolerated = train_on(client, settings(store_path, failure_tolerance_fraction=0.25))
+        tolerated = train_on(client, settings(store_path, failure_tolerance_fraction=0.75))
     finally:
         client.unregister_worker_plugin("kill-always")
     store = ModelStore(store_path)
@@ -152,11 +157,12 @@ def test_failures_beyond_tolerance_publish_nothing(tmp_path: Path, client: Clien
     assert store.versions() == sorted([before.version, tolerated.version])
     assert not list((store_path / "versions").glob(".incoming-*"))
     assert store.latest_name() == tolerated.version
-    assert tolerated.row_counts["failed_partitions"] == 1
-    assert len(tolerated.skipped) == 1
-    ((workload, why),) = tolerated.skipped.items()
-    assert workload.startswith("google-2019/") and why.startswith("partition 1 (")
-    assert len(store.load().recommendations.recommendations) == 3
+    failed = tolerated.row_counts["failed_partitions"]
+    assert failed in (1, 2, 3) and len(tolerated.skipped) == failed
+    reasons = sorted(tolerated.skipped.values())
+    assert all(workload.startswith("google-2019/") for workload in tolerated.skipped)
+    assert any(why.startswith("partition 1 (") for why in reasons), reasons
+    assert len(store.load().recommendations.recommendations) == 4 - failed
 
 
 def test_a_stopped_workers_run_leaves_nothing_after_the_next_run(tmp_path: Path, usage_csv: Path) -> None:
