@@ -689,6 +689,8 @@ def run_node_backtest(
         )
         activity = node_activity(grid, activity_steps) if activity_steps else None
         line_model = node_live_line(settings.live_line, col, step_seconds)
+        # The nodes' high-priority usage that the live level and its climb read, the same in every scenario.
+        measured_usage = np.nan_to_num(hp_used["usage"])
         for scenario in SCENARIOS:
             measured = np.ones((n_nodes, end - start), dtype=bool) if scenario == "complete" else ~outages
             full_measured = np.concatenate([np.ones((n_nodes, start), dtype=bool), measured], axis=1)
@@ -702,7 +704,7 @@ def run_node_backtest(
             offers.batch["ours"] = colocation.reclaimable(
                 alloc[:, None], margin, 0.0, 0.0, ahead, last_usage, limit, jump, unmeasured_margin=blind_margin
             )
-            live, _ = last_measured(np.nan_to_num(hp_used["usage"]), full_measured)
+            live, _ = last_measured(measured_usage, full_measured)
 
             def forecast_only(fraction: float) -> FloatArray:
                 """What `serve` offers between trainings (no measurement after the decision) at this margin."""
@@ -724,9 +726,7 @@ def run_node_backtest(
             # The activity known with the live level: up to the step it was measured at.
             live_activity = None if activity is None else last_measured(activity, full_measured)[0][:, start:end]
             # The climb into the newest measurement (where the step before it was measured too), as the live loop's.
-            climb = last_measured(climbs(np.nan_to_num(hp_used["usage"]), full_measured), full_measured)[0][
-                :, start:end
-            ]
+            climb = last_measured(climbs(measured_usage, full_measured), full_measured)[0][:, start:end]
             live_rise = colocation.climbing_rise(
                 rise_tables.rise(live_level, live_activity), climb, mine.live_climb_factor
             )
