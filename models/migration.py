@@ -37,8 +37,14 @@ def migrate_workload_state(
     # Before issue 38 there was no learned live line: such a version keeps its day-ahead lines until refitted.
     state.setdefault("live_line", None)
     state.setdefault("live_line_enabled", True)
-    # Before issue 39 no line was held under the usage ceiling: such a version holds them with the defaults.
-    for name in ("ceiling_near_limit_fraction", "ceiling_throttled_fraction"):
+    # Before issue 39 no line was held under the usage ceiling, and before pods were counted (issue 38) the lines
+    # kept the busiest pod's level: such a version takes the defaults (it counts pods from its next training on).
+    for name in (
+        "ceiling_near_limit_fraction",
+        "ceiling_throttled_fraction",
+        "cpu_pod_spread_half_life_seconds",
+        "memory_pod_spread_half_life_seconds",
+    ):
         state.setdefault(name, ForecastSettings.model_fields[name].default)
     # Before issue 16 the parameters were the settings groups themselves (None: the defaults).
     if "histogram" in state:

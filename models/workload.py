@@ -54,6 +54,7 @@ from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
 from models.live_line import AdaptiveScale, LiveIssue, LiveLineForecaster
 from models.migration import migrate_workload_state
+from models.pod_spread import PodSpread
 from models.pods import (
     CURRENT_COLUMNS,
     SAMPLE_COLUMNS,
@@ -553,6 +554,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         forecast_enabled: bool = True,
         target_violation_overrides: dict[str, float] | None = None,
         memory_peak_margin_fraction: float = 0.15,
+        cpu_pod_spread_half_life_seconds: float = 7 * 86400.0,
+        memory_pod_spread_half_life_seconds: float = 0.0,
         ceiling_near_limit_fraction: float = 0.95,
         ceiling_throttled_fraction: float = 0.05,
         request_policy: Literal["forecast", "vpa"] = "forecast",
@@ -576,6 +579,8 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         self.forecast_enabled = forecast_enabled
         self.target_violation_overrides = target_violation_overrides
         self.memory_peak_margin_fraction = memory_peak_margin_fraction
+        self.cpu_pod_spread_half_life_seconds = cpu_pod_spread_half_life_seconds
+        self.memory_pod_spread_half_life_seconds = memory_pod_spread_half_life_seconds
         self.ceiling_near_limit_fraction = ceiling_near_limit_fraction
         self.ceiling_throttled_fraction = ceiling_throttled_fraction
         self.request_policy = request_policy
@@ -637,7 +642,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             target_violation_overrides=dict(forecast.target_violation_overrides),
             memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
             # An old store's settings group, pickled before these fields existed, lacks them: their defaults then.
-            **{name: getattr(forecast, name, ForecastSettings.model_fields[name].default) for name in _CEILING_FIELDS},
+            **{name: getattr(forecast, name, ForecastSettings.model_fields[name].default) for name in _FORECAST_FIELDS},
             **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
             live_line=LiveLineForecaster.from_settings(
                 settings.live_line, forecast.short_term_target_violation, res.step_seconds
@@ -652,6 +657,26 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         """The sub-estimator parameter `name`, or the settings' default one; read it, never fit it."""
         given = getattr(self, name)
         return given if given is not None else getattr(_default_parts(), name)
+
+    def _pod_spread(self, resource: str) -> PodSpread | None:
+        """A new `PodSpread` on the buckets of the resource's histogram; None when pods are not counted."""
+        half_life: float = getattr(self, f"{resource}_pod_spread_half_life_seconds")
+        if not half_life:
+            return None
+        histogram = self._part(f"{resource}_histogram")
+        return PodSpread(
+            half_life_seconds=half_life,
+            step_seconds=self._step_seconds(),
+            first_bucket_size=histogram.first_bucket_size,
+            max_value=histogram.max_value,
+            epsilon=histogram.epsilon,
+        )
+
+    def pod_ratios(self, resource: str, violation: float, groups: pd.Index) -> FloatArray:
+        """Per group, the factor that brings a line learned on each step's busiest pod to `violation` of every pod's
+        samples (`PodSpread.ratios`; 1 where a group ran one pod at a time, or pods are not counted)."""
+        spread: PodSpread | None = getattr(self, f"{resource}_pod_spread_", None)
+        return np.ones(len(groups)) if spread is None else spread.ratios(violation, groups)
 
     def _forecaster(self) -> FleetForecaster:
         forecaster: FleetForecaster = self._part("forecast")
@@ -701,6 +726,9 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             setattr(self, f"{resource}_short_term_", clone(self._part("short_term")).fit(values))
         self.cpu_histogram_ = clone(self._part("cpu_histogram")).fit(samples["cpu"])
         self.memory_histogram_ = clone(self._part("memory_histogram")).fit(samples["memory"], oom_events=kills)
+        for resource, values in samples.items():
+            spread = self._pod_spread(resource)
+            setattr(self, f"{resource}_pod_spread_", None if spread is None else spread.fit(values))
         # Usage under-reports what an OOM-killed container needed: its memory target never drops below VPA's bumped one.
         self.oom_kills_ = oom_counts(kills)
         self.pods_ = pod_states(usage)
@@ -813,6 +841,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             getattr(self, f"{resource}_short_term_").partial_fit(values)
         self.cpu_histogram_.partial_fit(samples["cpu"])
         self.memory_histogram_.partial_fit(samples["memory"], oom_events=kills)
+        for resource, values in samples.items():
+            # A version stored before pods were counted starts counting them now.
+            spread = getattr(self, f"{resource}_pod_spread_", None) or self._pod_spread(resource)
+            setattr(self, f"{resource}_pod_spread_", None if spread is None else spread.partial_fit(values))
         self.pods_ = merge_pod_states(self.pods_, pod_states(usage))
         self.workloads_ = describe_workloads(self.pods_)
         if not hasattr(self, "vpa_"):
@@ -1206,13 +1238,22 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                 f"{resource}.lines.{key}", functools.partial(forecast.lines, as_of, horizon_seconds, step)
             )
             short, request, long_term = (line[own[rows]] for line in drawn)
-            out["short_term"][rows], out["request"][rows], out["long_term"][rows] = short, request, long_term
+            levels = parse_level_key(key)
+            # Learned on each step's busiest pod, held for every pod: each line at its level of the pods' own samples.
+            short_ratio, request_ratio, long_ratio = (
+                block.once(
+                    f"{resource}.pod_ratio.{level:g}",
+                    functools.partial(self.pod_ratios, resource, level, block.everyone),
+                )[block.rows][rows]
+                for level in levels
+            )
+            out["short_term"][rows] = short * short_ratio[:, None]
+            out["request"][rows], out["long_term"][rows] = request * request_ratio, long_term * long_ratio
             out["peak"][rows] = block.once(f"{resource}.peak.{key}", forecast.peak.predict)[own[rows]]
             # Steps without a sample up to the decision time, not only to the data's end: a model used days later
             # (or a decision long after the last row) must not call a silent container fresh.
             late = max(int((as_of - (forecast.recent_end or forecast.grid_end)) // step), 0)
             out["stale"][rows] = forecast.short_term.summary_[own[rows], 3] + late >= forecast.short_term.stale_steps
-            levels = parse_level_key(key)
             # The live loop's forecasts carry every group's (no refit since): the rows are their positions there.
             described = forecast.descriptions or forecast.described(own[rows])
             positions = own[rows].tolist() if forecast.descriptions else range(rows.size)
@@ -1640,7 +1681,13 @@ class _SpareColumns:
 
 _SPARE = _SpareColumns()
 #: The usage ceiling's settings (`ForecastSettings`), parameters of `WorkloadRecommender`.
-_CEILING_FIELDS = ("ceiling_near_limit_fraction", "ceiling_throttled_fraction")
+#: The `ForecastSettings` fields that are parameters of the workload model itself.
+_FORECAST_FIELDS = (
+    "ceiling_near_limit_fraction",
+    "ceiling_throttled_fraction",
+    "cpu_pod_spread_half_life_seconds",
+    "memory_pod_spread_half_life_seconds",
+)
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).
 _DESCRIBED_COLUMNS = (
     "namespace", "workload", "container", "first_sample", "last_sample", "pods", "replicas", "samples",

@@ -164,10 +164,12 @@ def _baselines(
     fleet: Fleet, settings: TrainingSettings, decision_days: list[int], step: Step
 ) -> dict[str, dict[str, FloatArray]]:
     """VPA target (the `vpa` request policy: VPA's recommender exactly), Koordinator mid and the foundation's
-    short-term line at each decision, from the real estimators."""
+    short-term line at each decision, from the real estimators, and the factors that hold each of our lines for
+    every pod (`pods/LINE`)."""
     per_day = fleet.steps_per_day
     out: dict[str, dict[str, list[FloatArray]]] = {
-        r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": []} for r in RESOURCES
+        r: {"vpa": [], "koordinator_mid": [], "foundation_short_term": [], **{f"pods/{line}": [] for line in LINES}}
+        for r in RESOURCES
     }
     frame = fleet.frame
     # The foundation's rules only, with every workload on the `vpa` policy.
@@ -195,6 +197,9 @@ def _baselines(
             out[resource]["vpa"].append(vpa)
             out[resource]["koordinator_mid"].append(mid)
             out[resource]["foundation_short_term"].append(short)
+            for line in LINES:
+                level = settings.forecast.target_for(line)
+                out[resource][f"pods/{line}"].append(model.pod_ratios(resource, level, fleet.groups))
     return {r: {m: np.stack(v) for m, v in methods.items()} for r, methods in out.items()}
 
 
@@ -292,7 +297,11 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
             step(f"{resource}: {line} candidates ({len(candidates)} models x {fleet.days} days)")
             lines = daily_candidate_lines(grid, candidates, per_day, constant)
             ours, choices = selected_lines(grid, lines, selector, decision_days, per_day)
-            getattr(decisions, line)["ours"] = ours if line == "short_term" else ours[:, :, 0]
+            # Held for every pod, as `recommend` holds it (`WorkloadRecommender.pod_ratios`).
+            ratios = baselines[resource][f"pods/{line}"][:, :, None]
+            getattr(decisions, line)["ours"] = (
+                ours * ratios if line == "short_term" else ours[:, :, 0] * ratios[:, :, 0]
+            )
             decisions.choices[line] = choices
         grid_based = _grid_baselines(grid, resource, decision_days, per_day)
         from_model = baselines[resource]

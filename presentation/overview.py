@@ -50,7 +50,8 @@ class ResourceComparison(BaseModel):
         None,
         description="Share of the last day's usage steps (each 5 minutes' busiest pod) above the recommended request "
         "as written (on the quantity grid): this container's own, beside the risk level the lines are calibrated to "
-        "over the fleet; None without both.",
+        "over the fleet (which counts every pod's samples: a busiest pod passes a request more often); None without "
+        "both.",
     )
     stale: bool = Field(
         False,

@@ -500,7 +500,8 @@ function recommendationTable(rec, stepSeconds, row) {
     ["long-term reservation", (r) => rec[r]?.long_term],
     ["forecast peak", (r) => rec[r]?.peak.value],
     ["recommended limit", (r) => rec[r]?.limit],
-    ["ceiling: max(limit, highest sample)", (r) => rec[r]?.ceiling],
+    // On the same grid as the limit it bounds: a limit floored at the highest sample is that sample rounded up.
+    ["ceiling: max(limit, highest sample)", (r) => rec[r]?.ceiling == null ? null : onGrid(r, rec[r].ceiling)],
   ];
   const peakTime = (r) => !rec[r] ? "" : rec[r].peak.at === null ? noPeakTime(rec[r].short_term, stepSeconds)
     : " at " + fmt.time(rec[r].peak.at);
@@ -520,9 +521,9 @@ function recommendationTable(rec, stepSeconds, row) {
     el("tbody", {}, rows.map(([label, value]) => el("tr", {}, el("td", {}, label),
       el("td", { class: "num" }, cpu(value("cpu")), label === "forecast peak" ? peakTime("cpu") : ""),
       el("td", { class: "num" }, memory(value("memory")), label === "forecast peak" ? peakTime("memory") : ""))),
-      el("tr", {}, el("td", {}, "risk level (the fleet's share of samples above the lines; one container's own can differ)"),
+      el("tr", {}, el("td", {}, "risk level (the share of every pod's samples the lines are built to leave above them, over the fleet; one container's own can differ)"),
         el("td", { class: "num" }, level("cpu")), el("td", { class: "num" }, level("memory"))),
-      el("tr", { "data-testid": "own-share" }, el("td", {}, "this container's own share of the last day above the recommended request (its busiest pod, per 5 minutes)"),
+      el("tr", { "data-testid": "own-share" }, el("td", {}, "this container's own share of the last day above the recommended request (its busiest pod per 5 minutes, which passes it more often than its pods do on average)"),
         el("td", { class: "num" }, share("cpu_cores")), el("td", { class: "num" }, share("memory_bytes")))));
   if (!stale) return table;
   // What the lines hold, as the service names it per resource (`models.short_term`).

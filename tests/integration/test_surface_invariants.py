@@ -218,6 +218,13 @@ def the_request_shown_is_the_request_written(s: Surfaces) -> None:
             )
 
 
+#: The page's row of a container's own share above its request.
+OWN_SHARE = (
+    "this container's own share of the last day above the recommended request (its busiest pod per 5 minutes, "
+    "which passes it more often than its pods do on average)"
+)
+
+
 @invariant
 def each_container_states_its_own_share_above_the_request(s: Surfaces) -> None:
     """Beside the fleet's risk level, the container's own share of the last day above the request it is given
@@ -233,9 +240,7 @@ def each_container_states_its_own_share_above_the_request(s: Surfaces) -> None:
             assert found == expected if expected is None else found == pytest.approx(expected), (key, resource, found)
             page = s.pages.get(key)
             if page is not None:
-                cell = page.table[
-                    "this container's own share of the last day above the recommended request (its busiest pod, per 5 minutes)"
-                ][i]
+                cell = page.table[OWN_SHARE][i]
                 assert cell == (DASH if expected is None else f"{100 * expected:.1f} %"), (key, resource, cell)
 
 

@@ -281,3 +281,42 @@ def test_memory_request_stays_within_the_week_peak_and_the_limit_above_it() -> N
     assert memory.target <= peak * 1.15 + 1e-6
     assert memory.limit_floor == pytest.approx(peak * 1.15)
     assert memory.limit is not None and memory.limit >= memory.limit_floor and memory.limit_rule is not None
+
+
+def _replicas(days: int = 15, seed: int = 2) -> pd.DataFrame:
+    """One workload of four pods at different loads (a skewed load balancer), 5-minute samples."""
+    rng = np.random.default_rng(seed)
+    times = np.arange(1_700_000_000, 1_700_000_000 + days * 86400, 300)
+    frames = [
+        pd.DataFrame(
+            {
+                "timestamp": times,
+                "namespace": "ns",
+                "workload": "web",
+                "pod": f"web-{p}",
+                "container": "main",
+                "cpu_cores": level * rng.lognormal(0.0, 0.3, times.size),
+                "memory_bytes": level * 1e9 * rng.lognormal(0.0, 0.05, times.size),
+            }
+        )
+        for p, level in enumerate((1.0, 0.7, 0.5, 0.4))
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_a_request_of_several_pods_holds_the_level_for_every_pods_samples() -> None:
+    usage = _replicas()
+    window = usage[usage["timestamp"] >= usage["timestamp"].max() - 14 * 86400]
+
+    def request(**params: float) -> tuple[float, float]:
+        model = WorkloadRecommender(**params).fit(usage)
+        rec = model.predict().recommendations[0]
+        return rec.cpu.target, rec.memory.target
+
+    cpu, memory = request()
+    busiest_cpu, busiest_memory = request(cpu_pod_spread_half_life_seconds=0.0)
+    # A small fleet's line is its own 14-day (1 - P) quantile: of every pod's samples, not of each step's busiest.
+    assert np.mean(window["cpu_cores"] > cpu) == pytest.approx(0.01, abs=0.004)
+    assert np.mean(window["cpu_cores"] > busiest_cpu) < 0.004
+    # Memory keeps the busiest pod's level (off by default).
+    assert memory == busiest_memory
