@@ -87,7 +87,9 @@ class PodSpread(BaseEstimator):  # type: ignore[misc]
         pairs, owners = pod_pairs(groups, pods)
         # Only groups kept already or with two pods in this batch are read further (a fleet of one pod a container,
         # as Bitbrains' VMs are, costs a factorisation).
-        kept = np.isin(np.asarray(labels, dtype=str), self.groups_)
+        kept = (
+            np.isin(np.asarray(labels, dtype=str), self.groups_) if self.groups_.size else np.zeros(len(labels), bool)
+        )
         candidate = kept | (np.bincount(owners, minlength=len(labels)) > 1)
         if not candidate.any():
             return self
