@@ -193,6 +193,11 @@ class ResourceForecast:
         return f"{names[choice]} {scored} x{model.factors_[group]:.3g}"
 
 
+def _per_pod(quality: LineQuality, pod_factor: float) -> LineQuality:
+    """A line's quality with the factor that holds it for every pod (the shared object where that is 1)."""
+    return quality if pod_factor == 1.0 else quality.model_copy(update={"pod_factor": pod_factor})
+
+
 @dataclass(frozen=True)
 class LineDescriptions:
     """Per line (`target`, `short_term`, `long_term`) and group, the chosen model's name and quality, and the peak
@@ -1259,11 +1264,15 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             positions = own[rows].tolist() if forecast.descriptions else range(rows.size)
             # One object for the rows of these levels, as their qualities are (nothing changes a built line's parts).
             shared = _BUILD_LEVELS(short_term=levels[0], target=levels[1], long_term=levels[2])
-            for position, row in zip(positions, rows.tolist()):
+            ratios = {"short_term": short_ratio, "target": request_ratio, "long_term": long_ratio}
+            for at, (position, row) in enumerate(zip(positions, rows.tolist())):
                 out["levels"][row] = shared
                 out["names"][row] = {line: described.names[line][position] for line in _FORECAST_LINE}
                 out["names"][row]["peak"] = described.peak
-                out["quality"][row] = {line: described.quality[line][position] for line in _FORECAST_LINE}
+                out["quality"][row] = {
+                    line: _per_pod(described.quality[line][position], float(ratios[line][at]))
+                    for line in _FORECAST_LINE
+                }
         return out
 
     def _resource(

@@ -49,6 +49,12 @@ class LineQuality(BaseModel):
         "matched risk level on the backtest, alpha x sum(line) / sum(usage) - 1.",
     )
     calibration_factor: float = Field(description="Scale applied to the chosen line so its violations meet the target.")
+    pod_factor: float = Field(
+        1.0,
+        description="Scale applied after it so the line holds for every pod's samples, not only each step's busiest "
+        "pod's: the pods' (1 - P) quantile over the busiest pod's (`models.pod_spread`); 1 where the container ran one "
+        "pod at a time, and for memory, which keeps the busiest pod's level.",
+    )
 
 
 class LineModels(BaseModel):

@@ -560,6 +560,14 @@ function windowUsed(name, rec, asOf) {
   return had < window ? `${had.toFixed(1)} of ${window} days (all its data)` : `${window} days`;
 }
 
+// The calibration factor, and where the line was brought from each step's busiest pod to every pod's samples, that
+// factor too (`pod_factor`, 1 for a container of one pod at a time): the two scales between the model and the line.
+function calibration(quality) {
+  const own = "×" + quality.calibration_factor.toFixed(2);
+  const pods = quality.pod_factor ?? 1;
+  return pods === 1 ? own : `${own}, ×${pods.toFixed(2)} for every pod`;
+}
+
 function modelsTable(rec, asOf) {
   const lineNames = { target: "request (target)", short_term: "short-term reservation", long_term: "long-term reservation", peak: "peak" };
   const body = [];
@@ -573,7 +581,7 @@ function modelsTable(rec, asOf) {
         el("td", { class: "num" }, windowUsed(models[line], rec, asOf)),
         el("td", { class: "num" }, quality ? fmt.cost(quality.cost) : el("span", { class: "muted" }, "rule")),
         el("td", { class: "num" }, quality ? fmt.cost(quality.next_best_cost) : ""),
-        el("td", { class: "num" }, quality ? "×" + quality.calibration_factor.toFixed(2) : "")));
+        el("td", { class: "num" }, quality ? calibration(quality) : "")));
     }
   }
   if (!body.length) return state("no-data", "This version does not record which models drew the lines.");

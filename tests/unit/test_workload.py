@@ -308,13 +308,19 @@ def test_a_request_of_several_pods_holds_the_level_for_every_pods_samples() -> N
     usage = _replicas()
     window = usage[usage["timestamp"] >= usage["timestamp"].max() - 14 * 86400]
 
-    def request(**params: float) -> tuple[float, float]:
+    def request(**params: float) -> tuple[float, float, float]:
         model = WorkloadRecommender(**params).fit(usage)
         rec = model.predict().recommendations[0]
-        return rec.cpu.target, rec.memory.target
+        assert rec.cpu.models is not None and rec.memory.models is not None
+        # The factor is stated beside the calibration's, for every line; memory's is 1.
+        factors = {line: quality.pod_factor for line, quality in rec.cpu.models.quality.items()}
+        assert all(q.pod_factor == 1.0 for q in rec.memory.models.quality.values())
+        return rec.cpu.target, rec.memory.target, factors["target"]
 
-    cpu, memory = request()
-    busiest_cpu, busiest_memory = request(cpu_pod_spread_half_life_seconds=0.0)
+    cpu, memory, factor = request()
+    busiest_cpu, busiest_memory, none = request(cpu_pod_spread_half_life_seconds=0.0)
+    assert none == 1.0 and 0.5 < factor < 1.0
+    assert cpu == pytest.approx(busiest_cpu * factor)
     # A small fleet's line is its own 14-day (1 - P) quantile: of every pod's samples, not of each step's busiest.
     assert np.mean(window["cpu_cores"] > cpu) == pytest.approx(0.01, abs=0.004)
     assert np.mean(window["cpu_cores"] > busiest_cpu) < 0.004
