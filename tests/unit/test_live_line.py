@@ -100,7 +100,8 @@ def test_running_counts_find_the_usable_rows_of_every_position(grid: np.ndarray,
 @settings(max_examples=60, deadline=None)
 @given(
     line=arrays(np.float64, 50, elements=st.floats(0.01, 100)),
-    usage=arrays(np.float64, 50, elements=st.floats(0, 100)),
+    # Subnormal usage (2e-313 cores) has a few bits of precision left: 3 x its ratio is not 3 x to 1e-9.
+    usage=arrays(np.float64, 50, elements=st.floats(0, 100, allow_subnormal=False)),
     level=st.sampled_from([0.01, 0.05, 0.2]),
 )
 def test_matched_cost_is_invariant_to_the_line_s_scale(line: np.ndarray, usage: np.ndarray, level: float) -> None:
