@@ -102,28 +102,29 @@ class PodSpread(BaseEstimator):  # type: ignore[misc]
         )
         pod_group = owners[per_pod.index.get_level_values("pair").to_numpy()]
         pod_steps = per_pod.index.get_level_values("step").to_numpy()
-        frame = pd.DataFrame({"group": pod_group, "step": pod_steps, "value": per_pod["value"].to_numpy()})
-        cells = frame.groupby(["group", "step"])["value"].agg(["max", "size"])
+        pod_values = per_pod["value"].to_numpy()
+        cells = (
+            pd.DataFrame({"group": pod_group, "step": pod_steps, "value": pod_values})
+            .groupby(["group", "step"])["value"]
+            .agg(["max", "size"])
+        )
         cell_group = cells.index.get_level_values("group").to_numpy()
-        crowded = np.unique(cell_group[cells["size"].to_numpy() > 1])
+        cell_steps = cells.index.get_level_values("step").to_numpy()
         tracked = kept.copy()
-        tracked[crowded] = True
+        tracked[cell_group[cells["size"].to_numpy() > 1]] = True
         if not tracked.any():
             return self
-        keep_pods, keep_cells = tracked[frame["group"].to_numpy()], tracked[cell_group]
+        keep_pods, keep_cells = tracked[pod_group], tracked[cell_group]
         local = pd.Index(np.asarray(labels, dtype=str)[tracked])
         code_of = np.cumsum(tracked) - 1  # a tracked group's code among `local`
         seconds = float(self.step_seconds)
         self.pods_.add_samples(
-            code_of[frame["group"].to_numpy()[keep_pods]],
-            local,
-            pod_steps[keep_pods] * seconds,
-            frame["value"].to_numpy()[keep_pods],
+            code_of[pod_group[keep_pods]], local, pod_steps[keep_pods] * seconds, pod_values[keep_pods]
         )
         self.busiest_.add_samples(
             code_of[cell_group[keep_cells]],
             local,
-            cells.index.get_level_values("step").to_numpy()[keep_cells] * seconds,
+            cell_steps[keep_cells] * seconds,
             cells["max"].to_numpy()[keep_cells],
         )
         self.groups_ = self.pods_.groups_

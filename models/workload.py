@@ -1244,16 +1244,18 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             )
             short, request, long_term = (line[own[rows]] for line in drawn)
             levels = parse_level_key(key)
-            # Learned on each step's busiest pod, held for every pod: each line at its level of the pods' own samples.
-            short_ratio, request_ratio, long_ratio = (
-                block.once(
+            # Learned on each step's busiest pod, held for every pod: each line (by its JSON name) at its level of the
+            # pods' own samples.
+            ratios = {
+                line: block.once(
                     f"{resource}.pod_ratio.{level:g}",
                     functools.partial(self.pod_ratios, resource, level, block.everyone),
                 )[block.rows][rows]
-                for level in levels
-            )
-            out["short_term"][rows] = short * short_ratio[:, None]
-            out["request"][rows], out["long_term"][rows] = request * request_ratio, long_term * long_ratio
+                for line, level in zip(("short_term", "target", "long_term"), levels)
+            }
+            out["short_term"][rows] = short * ratios["short_term"][:, None]
+            out["request"][rows] = request * ratios["target"]
+            out["long_term"][rows] = long_term * ratios["long_term"]
             out["peak"][rows] = block.once(f"{resource}.peak.{key}", forecast.peak.predict)[own[rows]]
             # Steps without a sample up to the decision time, not only to the data's end: a model used days later
             # (or a decision long after the last row) must not call a silent container fresh.
@@ -1264,7 +1266,6 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             positions = own[rows].tolist() if forecast.descriptions else range(rows.size)
             # One object for the rows of these levels, as their qualities are (nothing changes a built line's parts).
             shared = _BUILD_LEVELS(short_term=levels[0], target=levels[1], long_term=levels[2])
-            ratios = {"short_term": short_ratio, "target": request_ratio, "long_term": long_ratio}
             for at, (position, row) in enumerate(zip(positions, rows.tolist())):
                 out["levels"][row] = shared
                 out["names"][row] = {line: described.names[line][position] for line in _FORECAST_LINE}
@@ -1689,8 +1690,8 @@ class _SpareColumns:
 
 
 _SPARE = _SpareColumns()
-#: The usage ceiling's settings (`ForecastSettings`), parameters of `WorkloadRecommender`.
-#: The `ForecastSettings` fields that are parameters of the workload model itself.
+#: The `ForecastSettings` fields that are parameters of the workload model itself (the usage ceiling's, the pod
+#: spread's).
 _FORECAST_FIELDS = (
     "ceiling_near_limit_fraction",
     "ceiling_throttled_fraction",

@@ -298,10 +298,8 @@ def decide(fleet: Fleet, settings: TrainingSettings, step: Step = quiet) -> tupl
             lines = daily_candidate_lines(grid, candidates, per_day, constant)
             ours, choices = selected_lines(grid, lines, selector, decision_days, per_day)
             # Held for every pod, as `recommend` holds it (`WorkloadRecommender.pod_ratios`).
-            ratios = baselines[resource][f"pods/{line}"][:, :, None]
-            getattr(decisions, line)["ours"] = (
-                ours * ratios if line == "short_term" else ours[:, :, 0] * ratios[:, :, 0]
-            )
+            held = ours * baselines[resource][f"pods/{line}"][:, :, None]
+            getattr(decisions, line)["ours"] = held if line == "short_term" else held[:, :, 0]
             decisions.choices[line] = choices
         grid_based = _grid_baselines(grid, resource, decision_days, per_day)
         from_model = baselines[resource]
