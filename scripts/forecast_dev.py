@@ -23,13 +23,16 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from models.forecast import usage_grid  # noqa: E402
 from models.metrics import CHURN_FACTOR, line_churn  # noqa: E402
+from models.recommendation import stale_hold  # noqa: E402
 from models.workload import fit_resource_forecast  # noqa: E402
+from recommender.ceiling import LIMIT_COLUMNS  # noqa: E402
 from recommender.settings import ForecastSettings  # noqa: E402
 
 
@@ -56,6 +59,10 @@ def main() -> None:
     settings = ForecastSettings(**json.loads(args.settings)).with_target_violation(args.target_violation)
     steps = (settings.selection_days + settings.history_days + 1) * 288
 
+    data = harness.load_tidy(args.data)
+    data.resources = tuple(r for r in data.resources if r in args.resources.split(","))
+    asked = current_requests(data.df)
+
     # Each container's request and long-term values at each decision, for the churn figure.
     constant_lines: dict[tuple[str, tuple[str, ...]], dict[int, tuple[float, float]]] = {}
 
@@ -78,6 +85,16 @@ def main() -> None:
                 )
                 forecast = fit_resource_forecast(grid, settings, T)
                 short, request, long_term = forecast.lines(T, 86400, 300)
+                # A stale container's lines hold its current request, as `recommend` holds them (scored as 0, every
+                # sample of one that resumes would count as a miss). The CLI's last fallback, the VPA-sized target,
+                # has no counterpart here: without a request or limit such a container stays at 0.
+                last = np.array([w.ts[-1] if len(w.ts) else -np.inf for w in windows])
+                stale = T - last >= settings.stale_after_seconds
+                if stale.any():
+                    now = np.array([asked_at(asked[resource], s.key, T) for s in eligible], dtype=np.float64)
+                    held = stale_hold(now[:, 0], now[:, 1], request)
+                    short = np.where(stale[:, None], held[:, None], short)
+                    request, long_term = (np.where(stale, held, line) for line in (request, long_term))
                 peak = forecast.peak.predict()
                 line_peak = np.max(short, axis=1)
                 if args.peak_rule != "model":
@@ -98,8 +115,6 @@ def main() -> None:
             )
             return out
 
-    data = harness.load_tidy(args.data)
-    data.resources = tuple(r for r in data.resources if r in args.resources.split(","))
     result = harness.evaluate(data, InProcess(), 7.0, args.first_decision, None, args.day_stride)
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f} %"  # noqa: E731
     for resource in data.resources:
@@ -118,6 +133,34 @@ def main() -> None:
             )
         peak = result["results"][resource]["peak"]
         print(f"{resource} peak: MdAPE {pct(peak['mdape'])}, days above {pct(peak['under_forecast'])}")
+
+
+Asked = dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def current_requests(df: pd.DataFrame) -> dict[str, Asked]:
+    """Per resource and container (the harness's key), its rows' times, requests and limits (NaN where the file
+    has no such column), for `asked_at`."""
+    out: dict[str, Asked] = {}
+    for resource, request_column in (("cpu", "cpu_request_cores"), ("memory", "memory_request_bytes")):
+        table: Asked = {}
+        for key, rows in df.groupby(["namespace", "workload", "container"], sort=False):
+            rows = rows.sort_values("timestamp")
+            requests, limits = (
+                rows[c].to_numpy(dtype=np.float64) if c in rows else np.full(len(rows), np.nan)
+                for c in (request_column, LIMIT_COLUMNS[resource])
+            )
+            table[tuple(str(k) for k in key)] = (rows["timestamp"].to_numpy(), requests, limits)
+        out[resource] = table
+    return out
+
+
+def asked_at(table: Asked, key: tuple[str, ...], at: int) -> tuple[float, float]:
+    """A container's request and limit on its last row before `at` (NaN, NaN without one)."""
+    empty = np.empty(0)
+    times, requests, limits = table.get(key, (empty, empty, empty))
+    row = int(np.searchsorted(times, at, "left")) - 1
+    return (float(requests[row]), float(limits[row])) if row >= 0 else (np.nan, np.nan)
 
 
 def decisions_by_container(

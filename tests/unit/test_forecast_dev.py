@@ -6,6 +6,7 @@ import importlib.util
 import pathlib
 
 import numpy as np
+import pandas as pd
 
 from models.metrics import line_churn
 
@@ -31,3 +32,25 @@ def test_decisions_by_container_keeps_each_containers_decisions_in_their_rows() 
     long_term = forecast_dev.decisions_by_container(lines, "cpu", 1)
     assert line_churn(long_term, ~np.isnan(long_term)) == 0.5  # 1x, then 0.5x
     assert forecast_dev.decisions_by_container(lines, "gpu", 0).shape == (0, 0)
+
+
+def test_asked_at_reads_the_last_row_before_the_decision_and_nan_without_one() -> None:
+    rows = pd.DataFrame(
+        {
+            "timestamp": [300, 100, 200, 100],
+            "namespace": ["ns", "ns", "ns", "ns"],
+            "workload": ["a", "a", "a", "b"],
+            "container": ["main"] * 4,
+            "cpu_limit_cores": [3.0, 1.0, 2.0, 8.0],
+            "memory_request_bytes": [30.0, 10.0, 20.0, np.nan],
+        }
+    )
+    asked = forecast_dev.current_requests(rows)
+    # Rows sorted by time: at 250 the row of 200 holds; the file has no CPU request column (NaN), no memory limit.
+    assert np.isnan(forecast_dev.asked_at(asked["cpu"], ("ns", "a", "main"), 250)[0])
+    assert forecast_dev.asked_at(asked["cpu"], ("ns", "a", "main"), 250)[1] == 2.0
+    assert forecast_dev.asked_at(asked["memory"], ("ns", "a", "main"), 301)[0] == 30.0
+    assert np.isnan(forecast_dev.asked_at(asked["memory"], ("ns", "a", "main"), 301)[1])
+    # Nothing before the decision (the row at 100 is not before 100), or an unknown container: NaN for both.
+    assert all(np.isnan(forecast_dev.asked_at(asked["cpu"], ("ns", "b", "main"), 100)))
+    assert all(np.isnan(forecast_dev.asked_at(asked["cpu"], ("ns", "z", "main"), 1000)))
