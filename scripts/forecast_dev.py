@@ -21,6 +21,7 @@ import json
 import pathlib
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,7 @@ from models.metrics import CHURN_FACTOR, line_churn  # noqa: E402
 from models.recommendation import stale_hold  # noqa: E402
 from models.workload import fit_resource_forecast  # noqa: E402
 from recommender.ceiling import LIMIT_COLUMNS  # noqa: E402
-from recommender.settings import ForecastSettings  # noqa: E402
+from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings  # noqa: E402
 
 
 def main() -> None:
@@ -86,10 +87,11 @@ def main() -> None:
                 forecast = fit_resource_forecast(grid, settings, T)
                 short, request, long_term = forecast.lines(T, 86400, 300)
                 # A stale container's lines hold its current request, as `recommend` holds them (scored as 0, every
-                # sample of one that resumes would count as a miss). The CLI's last fallback, the VPA-sized target,
-                # has no counterpart here: without a request or limit such a container stays at 0.
+                # sample of one that resumes would count as a miss), where it has the evidence `recommend` asks for
+                # any recommendation (`PolicySettings.min_samples` by recent weight); without it, or without a request
+                # or limit (the CLI's last fallback, the VPA-sized target, has no counterpart here), it stays at 0.
                 last = np.array([w.ts[-1] if len(w.ts) else -np.inf for w in windows])
-                stale = T - last >= settings.stale_after_seconds
+                stale = (T - last >= settings.stale_after_seconds) & has_evidence(windows, resource)
                 if stale.any():
                     now = np.array([asked_at(asked[resource], s.key, T) for s in eligible], dtype=np.float64)
                     held = stale_hold(now[:, 0], now[:, 1], request)
@@ -133,6 +135,19 @@ def main() -> None:
             )
         peak = result["results"][resource]["peak"]
         print(f"{resource} peak: MdAPE {pct(peak['mdape'])}, days above {pct(peak['under_forecast'])}")
+
+
+def has_evidence(windows: list[Any], resource: str) -> np.ndarray:
+    """Per window (a harness `Series`), whether its samples of `resource`, each halved per 24 h of age before the
+    newest (`HistogramSettings`' half-lives), weigh `PolicySettings.min_samples`, as `recommend` asks."""
+    histogram, policy = HistogramSettings(), PolicySettings()
+    half_life = histogram.cpu_half_life_seconds if resource == "cpu" else histogram.memory_half_life_seconds
+    weights = []
+    for w in windows:
+        known = w.ts[~np.isnan(w.values(resource))]
+        weights.append(np.exp2((known - known.max()) / half_life).sum() if known.size else 0.0)
+    enough: np.ndarray = np.rint(np.array(weights)) >= policy.min_samples
+    return enough
 
 
 Asked = dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]

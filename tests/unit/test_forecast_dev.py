@@ -54,3 +54,27 @@ def test_asked_at_reads_the_last_row_before_the_decision_and_nan_without_one() -
     # Nothing before the decision (the row at 100 is not before 100), or an unknown container: NaN for both.
     assert all(np.isnan(forecast_dev.asked_at(asked["cpu"], ("ns", "b", "main"), 100)))
     assert all(np.isnan(forecast_dev.asked_at(asked["cpu"], ("ns", "z", "main"), 1000)))
+
+
+class _Window:
+    """The two things `has_evidence` reads of a harness `Series`."""
+
+    def __init__(self, ts: list[float], cpu: list[float]) -> None:
+        self.ts, self.cpu = np.asarray(ts, dtype=np.int64), np.asarray(cpu, dtype=np.float64)
+
+    def values(self, resource: str) -> np.ndarray:
+        return self.cpu
+
+
+def test_has_evidence_counts_samples_by_weight_before_the_newest_as_recommend_does() -> None:
+    hour = [300 * i for i in range(12)]
+    windows = [
+        _Window(hour, [1.0] * 12),  # an hour of fresh samples: 11.9, counts as 12
+        _Window(hour[:11], [1.0] * 11),  # one short
+        _Window([0, *(3 * DAY + t for t in hour)], [1.0] * 13),  # a gap, then an hour: enough
+        _Window([0], [1.0]),  # one sample, long ago (a stale container): never enough
+        _Window(hour, [np.nan] * 12),  # no known sample
+        # An old day and one new sample: the old ones weigh 2^-20 each, far from 12.
+        _Window([*(t for t in range(0, DAY, 300)), 21 * DAY], [1.0] * 289),
+    ]
+    assert forecast_dev.has_evidence(windows, "cpu").tolist() == [True, False, True, False, False, False]
