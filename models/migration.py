@@ -19,6 +19,14 @@ from recommender.settings import ForecastSettings
 
 #: The settings groups `WorkloadRecommender` took as parameters before they became scalars and sub-estimators.
 SETTINGS_PARAMETERS = ("histogram", "policy", "reservation", "forecast")
+#: The `ForecastSettings` fields that are parameters of `WorkloadRecommender` itself (the usage ceiling's, issue 39;
+#: the pod spread's, issue 38). A version pickled before one of them existed takes its default.
+FORECAST_PARAMETERS = (
+    "ceiling_near_limit_fraction",
+    "ceiling_throttled_fraction",
+    "cpu_pod_spread_half_life_seconds",
+    "memory_pod_spread_half_life_seconds",
+)
 
 
 def migrate_workload_state(
@@ -39,12 +47,7 @@ def migrate_workload_state(
     state.setdefault("live_line_enabled", True)
     # Before issue 39 no line was held under the usage ceiling, and before pods were counted (issue 38) the lines
     # kept the busiest pod's level: such a version takes the defaults (it counts pods from its next training on).
-    for name in (
-        "ceiling_near_limit_fraction",
-        "ceiling_throttled_fraction",
-        "cpu_pod_spread_half_life_seconds",
-        "memory_pod_spread_half_life_seconds",
-    ):
+    for name in FORECAST_PARAMETERS:
         state.setdefault(name, ForecastSettings.model_fields[name].default)
     # Before issue 16 the parameters were the settings groups themselves (None: the defaults).
     if "histogram" in state:

@@ -53,7 +53,7 @@ from models.ensemble import (
 from models.forecast import STEPS_PER_DAY, nan_quantile, usage_grid
 from models.histogram import DecayingHistogram, MemoryPeakHistogram
 from models.live_line import AdaptiveScale, LiveIssue, LiveLineForecaster
-from models.migration import migrate_workload_state
+from models.migration import FORECAST_PARAMETERS, migrate_workload_state
 from models.pod_spread import PodSpread
 from models.pods import (
     CURRENT_COLUMNS,
@@ -647,7 +647,10 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             target_violation_overrides=dict(forecast.target_violation_overrides),
             memory_peak_margin_fraction=forecast.memory_peak_margin_fraction,
             # An old store's settings group, pickled before these fields existed, lacks them: their defaults then.
-            **{name: getattr(forecast, name, ForecastSettings.model_fields[name].default) for name in _FORECAST_FIELDS},
+            **{
+                name: getattr(forecast, name, ForecastSettings.model_fields[name].default)
+                for name in FORECAST_PARAMETERS
+            },
             **{name: getattr(settings.policy, name) for name in POLICY_PARAMETERS},
             live_line=LiveLineForecaster.from_settings(
                 settings.live_line, forecast.short_term_target_violation, res.step_seconds
@@ -1690,14 +1693,6 @@ class _SpareColumns:
 
 
 _SPARE = _SpareColumns()
-#: The `ForecastSettings` fields that are parameters of the workload model itself (the usage ceiling's, the pod
-#: spread's).
-_FORECAST_FIELDS = (
-    "ceiling_near_limit_fraction",
-    "ceiling_throttled_fraction",
-    "cpu_pod_spread_half_life_seconds",
-    "memory_pod_spread_half_life_seconds",
-)
 #: The columns of `workloads_` a recommendation's identity and history are made of (`predict`).
 _DESCRIBED_COLUMNS = (
     "namespace", "workload", "container", "first_sample", "last_sample", "pods", "replicas", "samples",

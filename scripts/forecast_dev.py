@@ -30,11 +30,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from models.forecast import usage_grid  # noqa: E402
+from models.histogram import DecayingHistogram  # noqa: E402
 from models.metrics import CHURN_FACTOR, line_churn  # noqa: E402
 from models.recommendation import stale_hold  # noqa: E402
 from models.workload import fit_resource_forecast  # noqa: E402
 from recommender.ceiling import LIMIT_COLUMNS  # noqa: E402
-from recommender.settings import ForecastSettings, HistogramSettings, PolicySettings  # noqa: E402
+from recommender.settings import (  # noqa: E402
+    ForecastSettings,
+    HistogramSettings,
+    PolicySettings,
+    ReservationSettings,
+)
 
 
 def main() -> None:
@@ -138,15 +144,26 @@ def main() -> None:
 
 
 def has_evidence(windows: list[Any], resource: str) -> np.ndarray:
-    """Per window (a harness `Series`), whether its samples of `resource`, each halved per 24 h of age before the
-    newest (`HistogramSettings`' half-lives), weigh `PolicySettings.min_samples`, as `recommend` asks."""
-    histogram, policy = HistogramSettings(), PolicySettings()
-    half_life = histogram.cpu_half_life_seconds if resource == "cpu" else histogram.memory_half_life_seconds
-    weights = []
-    for w in windows:
-        known = w.ts[~np.isnan(w.values(resource))]
-        weights.append(np.exp2((known - known.max()) / half_life).sum() if known.size else 0.0)
-    enough: np.ndarray = np.rint(np.array(weights)) >= policy.min_samples
+    """Per window (a harness `Series`), whether its samples of `resource` support a recommendation as `recommend`
+    asks: `PolicySettings.min_samples` of them by recent weight, from the decaying histogram `recommend` counts them
+    with (`WorkloadRecommender.recent_samples`: VPA's CPU histogram, memory's long-term one)."""
+    half_life = (
+        HistogramSettings().cpu_half_life_seconds
+        if resource == "cpu"
+        else ReservationSettings().long_term_memory_half_life_seconds
+    )
+    samples = pd.DataFrame(
+        {
+            "group": np.concatenate([np.full(len(w.ts), i) for i, w in enumerate(windows)]),
+            "timestamp": np.concatenate([w.ts for w in windows]).astype(np.float64),
+            "value": np.concatenate([w.values(resource) for w in windows]),
+        }
+    )
+    histogram = DecayingHistogram(half_life_seconds=half_life).fit(samples)
+    recent = np.zeros(len(windows))
+    at = pd.Index(histogram.groups_).get_indexer(np.arange(len(windows)).astype(str))  # labels are strings
+    recent[at >= 0] = np.nan_to_num(histogram.recent_samples())[at[at >= 0]]
+    enough: np.ndarray = np.rint(recent) >= PolicySettings().min_samples
     return enough
 
 
