@@ -539,8 +539,8 @@ class AdaptiveScale:
     exp(fleet + own[row]); after each interval both log-factors move by `rate` x (observed violation share - P),
     the fleet's on the fleet's samples, each container's on its own: at `own_rate` when its share was above P, at
     `own_sink_rate` when below (None: `own_rate`, as states pickled before it were), less the interval's mean move of
-    the containers' factors, so the fleet's factor alone holds the level. Rows are containers in a fixed order;
-    `resized` keeps the factors of rows that stay."""
+    the containers' factors, so the fleet's factor alone holds the level. Rows are containers in a fixed order (a new
+    version takes the factors over container by container: `models.workload.continue_calibration`)."""
 
     target_violation: float
     rate: float
@@ -586,11 +586,3 @@ class AdaptiveScale:
         # leave the fleet's factor behind it, and the level with it (5.9 % at 5 % on the development half).
         own[seen] += moves - moves.mean()
         return replace(self, fleet=float(fleet), own=own)
-
-    def resized(self, index: npt.NDArray[np.int64]) -> AdaptiveScale:
-        """The state for a new row order: row i takes old row `index[i]` (-1: a new container, factor 1)."""
-        old = self.own if self.own is not None else np.zeros(0)
-        own = np.zeros(index.size)
-        found = (index >= 0) & (index < old.size)
-        own[found] = old[index[found]]
-        return replace(self, own=own)

@@ -1587,6 +1587,42 @@ def fit_live_lines(models: list[WorkloadRecommender]) -> None:
         model._issue_live_lines()
 
 
+def continue_calibration(previous: list[WorkloadRecommender], models: list[WorkloadRecommender]) -> None:
+    """The live line's online calibration of `previous` (a version's models, a partition each, as the live loop
+    continued them) carried into `models` (the next version's), container by container, and their first lines
+    issued again with it. A version starts at factor 1, and `train` publishes one a day, so without this the loop
+    threw each day's calibration away, the containers' slow factors with it (`replay` carries it across its refits,
+    and is what the line is judged by). Each container keeps its whole log-factor (fleet + own); the fleet's is
+    their mean, so a container the old version did not have starts there. Not carried across a change of the risk
+    level, or into a model without a learned line."""
+    carried_into: list[WorkloadRecommender] = []
+    for resource in UNITS:
+        logs: dict[str, float] = {}
+        levels: set[float] = set()
+        for model in previous:
+            scale: AdaptiveScale | None = getattr(model, f"{resource}_live_scale_", None)
+            if scale is None:
+                continue
+            levels.add(scale.target_violation)
+            factors = np.log(scale.factors(len(model.forecast_groups_)))
+            logs.update(zip(model.forecast_groups_.tolist(), factors.tolist()))
+        for model in models:
+            scale = getattr(model, f"{resource}_live_scale_", None)
+            if scale is None or levels != {scale.target_violation}:
+                continue
+            carried = np.array([logs.get(group, np.nan) for group in model.forecast_groups_.tolist()])
+            known = ~np.isnan(carried)
+            if not known.any():
+                continue
+            fleet = float(np.mean(carried[known]))
+            own = np.where(known, carried - fleet, 0.0)
+            setattr(model, f"{resource}_live_scale_", replace(scale, fleet=fleet, own=own))
+            setattr(model, f"{resource}_live_issued_", None)
+            carried_into += [model] if all(model is not other for other in carried_into) else []
+    for model in carried_into:
+        model._issue_live_lines()
+
+
 def _significant(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits - 1}e}")
 

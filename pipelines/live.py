@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from models.live_line import AdaptiveScale, LiveLineForecaster
 from models.nodes import LiveNodeUsage, NodeForecaster, measured_activity, measured_climb, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
-from models.workload import WorkloadRecommender
+from models.workload import WorkloadRecommender, continue_calibration
 from pipelines.ingest import SampleBounds, no_samples_error, quarantine
 from pipelines.partitions import WorkloadName, label_key
 from pipelines.prometheus import PrometheusClient
@@ -115,6 +115,11 @@ def _by_partition(frame: pd.DataFrame, partitions: npt.NDArray[np.int64]) -> dic
     found, firsts = np.unique(partitions[order], return_index=True)
     ends = np.append(firsts[1:], order.size)
     return {int(p): frame.take(order[a:b]) for p, a, b in zip(found.tolist(), firsts.tolist(), ends.tolist())}
+
+
+def _models_of(model: WorkloadRecommender | PartitionedModel) -> list[WorkloadRecommender]:
+    """A state's models: its one model, or its partitions' in plan order."""
+    return [model.models[i] for i in sorted(model.models)] if isinstance(model, PartitionedModel) else [model]
 
 
 def load_version_model(store: ModelStore, version: str) -> WorkloadRecommender | PartitionedModel:
@@ -223,6 +228,15 @@ class NodeLiveLines:
         self.rows = {str(name): row for row, name in enumerate(model.nodes_)}
         self.step_seconds = int(model.step_seconds)
         self.end = int(model.grid_end_)
+
+    def continued_from(self, previous: NodeLiveLines) -> NodeLiveLines:
+        """These lines with the fleet factor of `previous` (the version before, in this process) where the level is
+        the same: a version's line starts at factor 1, as the containers' does (`continue_calibration`)."""
+        for resource, scale in self.scales.items():
+            old = previous.scales.get(resource)
+            if old is not None and old.target_violation == scale.target_violation:
+                self.scales[resource] = replace(scale, fleet=old.fleet)
+        return self
 
     def add(self, measured: dict[str, LiveNodeUsage]) -> None:
         """Each measurement into the column of its step; a measurement past the grids' end slides them forward."""
@@ -423,8 +437,10 @@ class LiveLoop:
         rec = loaded.recommendations
         return LoopState(version, model, last, rec.horizon_seconds, list(rec.nodes), kinds)
 
-    def resume(self, now: float) -> LoopState:
-        """The checkpoint when it continues the latest version and is recent enough, else the latest version."""
+    def resume(self, now: float, replaced: LoopState | None = None) -> LoopState:
+        """The checkpoint when it continues the latest version and is recent enough, else the latest version, with
+        the live line's calibration of the state it replaces (`replaced`, the loop's own when it follows a new
+        version, else a checkpoint of an older one) when that is recent enough (`_calibrated`)."""
         latest = self.store.latest_name()
         if latest is None:
             raise ModelStoreError(f"{self.store}: no model version published yet (run `recommender train`)")
@@ -447,7 +463,20 @@ class LiveLoop:
             log.info("the checkpoint continues another version; starting from version %s", latest)
         else:
             log.info("no checkpoint: starting from version %s", latest)
-        return self._from_version(latest, now)
+        donor = replaced if replaced is not None else saved if isinstance(saved, LoopState) else None
+        return self._calibrated(self._from_version(latest, now), donor, now)
+
+    def _calibrated(self, fresh: LoopState, donor: LoopState | None, now: float) -> LoopState:
+        """`fresh` with the live line's online calibration of `donor` (the state of the version before) carried over
+        container by container (`continue_calibration`): a version starts at factor 1 and `train` publishes one a
+        day, which threw each day's calibration away. Not from a state older than `live.max_gap_seconds`."""
+        if donor is None or donor.schema != CHECKPOINT_SCHEMA or donor.version == fresh.version:
+            return fresh
+        if now - donor.last_sample > self.settings.live.max_gap_seconds:
+            return fresh
+        continue_calibration(_models_of(donor.model), _models_of(fresh.model))
+        log.info("carried the live line's calibration of version %s into version %s", donor.version, fresh.version)
+        return fresh
 
     def checkpoint(self) -> None:
         """Write the state now (a clean stop, or `checkpoint_interval_seconds` after the last one)."""
@@ -482,10 +511,10 @@ class LiveLoop:
         if self.state is None or (latest is not None and latest != self.state.version):
             if self.state is not None:
                 log.info("version %s published: continuing it instead of %s", latest, self.state.version)
-            self.state = self.resume(now)
+            self.state = self.resume(now, replaced=self.state)
             self.node_lines = NodeLiveLines(
                 self.store.load_node_model(self.state.version) if self.settings.colocation.live_line else None
-            )
+            ).continued_from(self.node_lines)
         state = self.state
         start, end = self._window(state, now)
         if start > end:

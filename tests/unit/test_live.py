@@ -183,6 +183,35 @@ def test_a_restart_resumes_from_a_recent_checkpoint_of_the_latest_version_only(
     assert store.load_live_checkpoint() is None
 
 
+def test_a_new_version_keeps_the_live_calibration_of_the_state_it_replaces(tmp_path: Path) -> None:
+    """The loop that follows a new version, or restarts from a checkpoint of the one before, carries the live line's
+    calibration over (`continue_calibration`): a version starts at factor 1, and one comes every day. A state older
+    than the longest gap the loop replays carries nothing."""
+    usage = make_usage(workloads=3, pods=1, days=5)
+    end = int(usage["timestamp"].max())
+    old = WorkloadRecommender().fit(usage[usage["timestamp"] < end - 7200])
+    hour = usage[(usage["timestamp"] >= end - 7200) & (usage["timestamp"] < end - 3600)]
+    old.live_update(hour.assign(cpu_cores=hour["cpu_cores"] * 5))
+    assert old.cpu_live_scale_.fleet > 0
+    store = ModelStore(tmp_path)
+    first = publish(store, old)
+    publish(store, WorkloadRecommender().fit(usage[usage["timestamp"] < end - 3600]))
+    settings = Settings(store=StoreSettings(path=str(tmp_path)), live=LiveSettings(max_gap_seconds=DAY))
+    now = float(end)
+    loop = LiveLoop(settings, store, clock=lambda: now)
+    replaced = LoopState(first, old, old.data_end_, DAY, [], {})
+
+    def fleet_factor(state: LoopState) -> float:
+        assert isinstance(state.model, WorkloadRecommender)
+        return float(state.model.cpu_live_scale_.fleet)
+
+    assert fleet_factor(loop.resume(now)) == 0.0  # no state before it: the version as fitted
+    assert fleet_factor(loop.resume(now, replaced=replaced)) == pytest.approx(old.cpu_live_scale_.fleet)
+    store.write_live_checkpoint(replaced)  # a restart after the new version came out
+    assert fleet_factor(loop.resume(now)) == pytest.approx(old.cpu_live_scale_.fleet)
+    assert fleet_factor(loop.resume(now + 2 * DAY, replaced=replaced)) == 0.0
+
+
 def test_live_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="interval_seconds"):
         LiveSettings(interval_seconds=0)

@@ -346,25 +346,29 @@ def tidy(grid: np.ndarray, resource: str = "cpu_cores") -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def test_replay_issues_every_interval_from_the_past_only(tmp_path: Path) -> None:
-    """No peeking: every sample from a cut on is changed, and every line issued before the cut stays as it was."""
+@pytest.mark.parametrize("every", [3600, 300])
+def test_replay_issues_every_interval_from_the_past_only(tmp_path: Path, every: int) -> None:
+    """No peeking: every sample from a cut on is changed, and every line issued before the cut stays as it was; at
+    the issue's hourly contract and at the live loop's own cadence (a line every 5-minute step), the cut inside an
+    hour."""
     grid = bursty_grid(rows=12, days=10)
     original = tidy(grid)
     original.to_csv(tmp_path / "a.csv", index=False)
-    cut = START + 9 * DAY + 5 * 3600
+    cut = START + 9 * DAY + 5 * 3600 + 25 * 60
     changed = original.copy()
     later = changed["timestamp"] >= cut
     changed.loc[later, ["cpu_cores", "memory_bytes"]] *= 7.0
     changed.to_csv(tmp_path / "b.csv", index=False)
-    plan = ReplayPlan(START + 8 * DAY, START + 10 * DAY, 3600, DAY)
+    plan = ReplayPlan(START + 8 * DAY, START + 10 * DAY, every, DAY)
     run_settings = TrainingSettings.model_validate({"live_line": {"training_days": 6}})
     a, _ = run_replay(tmp_path / "a.csv", plan, run_settings)
     b, _ = run_replay(tmp_path / "b.csv", plan, run_settings)
     assert list(a.columns) == ["namespace", "workload", "container", "resource", "issued_at", "step", "value"]
     assert set(a["resource"]) == {"cpu", "memory"}
-    assert ((a["step"] >= a["issued_at"]) & (a["step"] < a["issued_at"] + 3600)).all()
-    assert ((a["issued_at"] - plan.start) % 3600 == 0).all() and (a["step"] % 300 == 0).all()
-    assert len(a) == 12 * 2 * 48 * 12  # every container, resource, issue and step
+    assert ((a["step"] >= a["issued_at"]) & (a["step"] < a["issued_at"] + every)).all()
+    assert ((a["issued_at"] - plan.start) % every == 0).all() and (a["step"] % 300 == 0).all()
+    assert len(a) == 12 * 2 * (2 * DAY // 300)  # every container, resource and step, each under one issue
+    assert not a.duplicated(["workload", "container", "resource", "step"]).any()
     before = a["issued_at"] < cut
     pd.testing.assert_frame_equal(a[before].reset_index(drop=True), b[b["issued_at"] < cut].reset_index(drop=True))
     assert not np.allclose(a[~before]["value"], b[b["issued_at"] >= cut]["value"])
@@ -434,6 +438,45 @@ def test_train_fits_the_live_line_and_live_updates_issue_and_calibrate_it() -> N
     second = model.predict()
     assert all(r.cpu.live_short_term is not None for r in second.recommendations)
     assert second.recommendations[0].cpu.live_short_term.calibration_factor > 1
+
+
+def test_a_new_version_continues_the_live_calibration_container_by_container() -> None:
+    """The next version (a fresh fit, factor 1) takes each container's whole log-factor from the version the live
+    loop continued, and issues its first line with it; a container the old version did not have starts at their
+    mean (the fleet's); a new risk level starts afresh."""
+    from models.settings import ModelSettings
+    from models.workload import WorkloadRecommender, continue_calibration
+    from recommender.settings import ForecastSettings
+    from tests.conftest import make_usage
+
+    usage = make_usage(workloads=4, pods=1, days=5)
+    end = int(usage["timestamp"].max())
+    old = WorkloadRecommender.from_settings(ModelSettings())
+    old.fit(usage[(usage["timestamp"] < end - 7200) & (usage["workload"] != "w3")])
+    hour = usage[(usage["timestamp"] >= end - 7200) & (usage["timestamp"] < end - 3600) & (usage["workload"] != "w3")]
+    old.live_update(hour.assign(cpu_cores=np.where(hour["workload"] == "w0", hour["cpu_cores"] * 5, hour["cpu_cores"])))
+    scale = old.cpu_live_scale_
+    logs = dict(zip(old.forecast_groups_.tolist(), np.log(scale.factors(old.forecast_groups_.size)).tolist()))
+    assert scale.own is not None and np.ptp(scale.own) > 0  # w0 rose against the others
+
+    new = WorkloadRecommender.from_settings(ModelSettings()).fit(usage[usage["timestamp"] < end - 3600])
+    assert np.allclose(new.cpu_live_scale_.factors(new.forecast_groups_.size), 1.0)
+    fresh_lines = new.cpu_live_issued_.lines.copy()
+    continue_calibration([old], [new])
+    groups = new.forecast_groups_.tolist()
+    carried = np.log(new.cpu_live_scale_.factors(len(groups)))
+    for group, value in zip(groups, carried.tolist()):
+        expected = logs.get(group, float(np.mean(list(logs.values()))))
+        assert value == pytest.approx(expected), group
+    issued = new.cpu_live_issued_
+    assert issued.at == new.grid_end_
+    assert np.allclose(issued.lines, fresh_lines * np.exp(carried))
+    assert np.allclose(issued.factors, np.exp(carried))
+
+    other = ModelSettings(forecast=ForecastSettings(short_term_target_violation=0.05))
+    at_5 = WorkloadRecommender.from_settings(other).fit(usage[usage["timestamp"] < end - 3600])
+    continue_calibration([old], [at_5])
+    assert np.allclose(at_5.cpu_live_scale_.factors(at_5.forecast_groups_.size), 1.0)
 
 
 def test_live_updates_calibrate_replicated_workloads_on_every_pod_s_samples() -> None:

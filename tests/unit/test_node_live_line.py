@@ -175,6 +175,12 @@ def test_the_live_loop_issues_the_node_line_from_the_version_grid_and_its_measur
     lines.add({"a": LiveNodeUsage(end + 300, 1e3, 1e12), "b": LiveNodeUsage(end + 300, 1e3, 1e12)})
     lines.issue()
     assert lines.scales["cpu"].fleet > before
+    # The next version's lines start from this calibration, not from factor 1 (a node model at another level does not).
+    assert NodeLiveLines(model).continued_from(lines).scales["cpu"].fleet == lines.scales["cpu"].fleet
+    assert NodeLiveLines(model).scales["cpu"].fleet == 0.0
+    other = grid_model(grid, end)
+    other.cpu_live_line_ = LiveLineForecaster(target_violation=0.01, training_days=6).fit(grid, grid_end=end)
+    assert NodeLiveLines(other).continued_from(lines).scales["cpu"].fleet == 0.0
     # A node not measured for over an hour gets no line (the rise tables serve it); a measured one keeps its own.
     lines.add({"a": LiveNodeUsage(end + 300 * 20, 2.0, 2e9)})
     assert set(lines.issue()) == {"a"}
