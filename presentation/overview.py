@@ -118,6 +118,16 @@ class Overview(BaseModel):
     workloads: list[WorkloadSummary]
 
 
+#: Decimals a derived figure (a change, a sum) keeps: CPU to the nanocore, Kubernetes' finest CPU quantity, memory to
+#: the byte. Sums and differences of decimal quantities otherwise show binary noise (42.218999999999994 cores).
+_DECIMALS: dict[Resource, int] = {"cpu": 9, "memory": 0}
+
+
+def _tidy(resource: Resource, value: float) -> float:
+    """A sum or difference of quantities, as exact as the quantities are (`_DECIMALS`)."""
+    return round(value, _DECIMALS[resource]) + 0.0  # + 0.0: -0.0 shows as 0.0
+
+
 def _current(rec: WorkloadRecommendation, resource: str) -> float | None:
     current = rec.current
     if resource == "cpu":
@@ -142,8 +152,8 @@ def _comparison(
         current_request=request,
         recommended=written,
         recommended_limit=None if learned is None else learned.limit,
-        change=change,
-        change_all_replicas=None if change is None else change * replicas,
+        change=None if change is None else _tidy(resource, change),
+        change_all_replicas=None if change is None else _tidy(resource, change * replicas),
         usage_above_request_fraction=_share_above(seen, request),
         usage_above_recommended_fraction=_share_above(seen, written),
     )
@@ -248,12 +258,13 @@ def _totals(rows: Sequence[WorkloadSummary]) -> Totals:
                     sums[f"{resource}_request{suffix}"] += comparison.current_request * factor
                     sums[f"{resource}_recommended{suffix}"] += comparison.recommended * factor
     values = {}
-    for resource, unit in (("cpu", "cores"), ("memory", "bytes")):
+    units: tuple[tuple[Resource, str], ...] = (("cpu", "cores"), ("memory", "bytes"))
+    for resource, unit in units:
         for suffix in ("", "_all_replicas"):
             request, recommended = sums[f"{resource}_request{suffix}"], sums[f"{resource}_recommended{suffix}"]
-            values[f"{resource}_request_{unit}{suffix}"] = request
-            values[f"{resource}_recommended_{unit}{suffix}"] = recommended
-            values[f"{resource}_change_{unit}{suffix}"] = recommended - request
+            values[f"{resource}_request_{unit}{suffix}"] = _tidy(resource, request)
+            values[f"{resource}_recommended_{unit}{suffix}"] = _tidy(resource, recommended)
+            values[f"{resource}_change_{unit}{suffix}"] = _tidy(resource, recommended - request)
     return Totals(
         containers=len(rows),
         at_risk=sum(bool(row.risks) for row in rows),

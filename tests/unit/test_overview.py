@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from presentation.overview import overview
+from presentation.report import as_csv
 from presentation.settings import OverviewSettings
 from recommender.resources import (
     CurrentResources,
@@ -223,3 +226,48 @@ def test_a_stale_container_is_marked_and_left_out_of_every_total() -> None:
         assert totals.model_dump(exclude={"stale", "containers"}) == fresh_only.model_dump(
             exclude={"stale", "containers"}
         )
+
+
+#: A current request as clusters write them: whole millicores (or a few more decimals, as normalised traces have).
+_MILLICORES = st.integers(1, 64_000).map(lambda m: m / 1000) | st.decimals("0.0001", "64", places=4).map(float)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            _MILLICORES, st.integers(1, 64 << 10), st.floats(0.001, 64), st.integers(1, 64 << 10), st.integers(1, 50)
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_changes_and_totals_are_as_exact_as_the_quantities(
+    containers: list[tuple[float, int, float, int, int]],
+) -> None:
+    """Every change and total is a nanocore or a byte figure, never binary noise (-1.0168000000000004 cores), and
+    a change is still recommended - current: the JSON, the CSV and the dashboard show what a quantity can be."""
+    recs = [
+        _rec(
+            "ns",
+            f"w{i}",
+            "main",
+            cpu,
+            float(memory_mib * MIB),
+            CurrentResources(cpu_request_cores=request, memory_request_bytes=float(request_mib * MIB)),
+            replicas=count,
+        )
+        for i, (request, request_mib, cpu, memory_mib, count) in enumerate(containers)
+    ]
+    result = overview(_set(*recs), SETTINGS)
+    for row in result.workloads:
+        for comparison, decimals in ((row.cpu_cores, 9), (row.memory_bytes, 0)):
+            for value in (comparison.change, comparison.change_all_replicas):
+                assert value is not None and round(value, decimals) == value
+            assert comparison.recommended is not None and comparison.current_request is not None
+            assert comparison.change == pytest.approx(comparison.recommended - comparison.current_request, abs=1e-9)
+    for name, value in result.cluster.model_dump().items():
+        if isinstance(value, float):
+            assert round(value, 9 if "cpu" in name else 0) == value, name
+    for line in as_csv(result).splitlines()[1:]:
+        assert "0000000" not in line and "9999999" not in line, line
