@@ -14,8 +14,8 @@ as keeps its p90 container violation there within half a point of the statistic'
 room). Quantile trees may join the blend's inputs (`quantile_trees`).
 
 Calibration is online (`AdaptiveScale`): adaptive conformal inference on a multiplicative factor, a log-factor for
-the fleet and a slower one per container, moved after every interval by the observed violation share minus P, so the
-asked level holds while the fleet drifts, with no refit. A container's factor sinks faster than it rises (one hour
+the fleet and a slower one per container, moved after every interval by the observed violation share against P (the
+fleet's relative to P), so the asked level holds while the fleet drifts, with no refit. A container's factor sinks faster than it rises (one hour
 above its line raised it for many, and a container its line never reached gave its room back slowly), and the
 containers' factors move against each other only: the fleet's factor holds the level. The share counts each pod's own samples (a line is learned
 on the per-step maximum over a workload's pods, and a request is judged on every pod's usage).
@@ -257,7 +257,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
     `learning_rate`, `max_leaf_nodes`, `min_samples_leaf`) to the blend, fitted out of fold by time so the blend
     weighs honest forecasts; `fairness_tolerance` how much the blend's p90 container violation may exceed its best
     statistic's; `validation_fraction` the newest share of the training rows the blend is not fitted on but checked
-    on (`_shrunk`); `adaptation_rate`, `own_adaptation_rate` and `own_sink_rate` the online calibration's
+    on (`_shrunk`); `fleet_adaptation_rate`, `own_adaptation_rate` and `own_sink_rate` the online calibration's
     (`AdaptiveScale`).
     Fitted: `coef_` (an exponent per input), `level_` (the factor that puts P of the training samples above the
     line), `trees_` (the two fold models, or empty), `training_rows_`, `training_cost_`, `baseline_costs_` (each
@@ -282,7 +282,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         min_samples_leaf: int = 3000,
         fairness_tolerance: float = 0.005,
         validation_fraction: float = 0.0,
-        adaptation_rate: float = 0.05,
+        fleet_adaptation_rate: float = 0.0025,
         own_adaptation_rate: float = 0.02,
         own_sink_rate: float = 0.08,
         random_state: int = 0,
@@ -302,7 +302,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         self.min_samples_leaf = min_samples_leaf
         self.fairness_tolerance = fairness_tolerance
         self.validation_fraction = validation_fraction
-        self.adaptation_rate = adaptation_rate
+        self.fleet_adaptation_rate = fleet_adaptation_rate
         self.own_adaptation_rate = own_adaptation_rate
         self.own_sink_rate = own_sink_rate
         self.random_state = random_state
@@ -502,7 +502,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         """The online calibration's state before any interval was observed (factor 1)."""
         return AdaptiveScale(
             self.target_violation,
-            self.adaptation_rate,
+            self.fleet_adaptation_rate,
             self.own_adaptation_rate,
             self.horizon_steps,
             own_sink_rate=self.own_sink_rate,
@@ -536,14 +536,16 @@ class LiveIssue:
 @dataclass(frozen=True)
 class AdaptiveScale:
     """Online calibration of a line by adaptive conformal inference: the line is multiplied by
-    exp(fleet + own[row]); after each interval both log-factors move by `rate` x (observed violation share - P),
-    the fleet's on the fleet's samples, each container's on its own: at `own_rate` when its share was above P, at
-    `own_sink_rate` when below (None: `own_rate`, as states pickled before it were), less the interval's mean move of
-    the containers' factors, so the fleet's factor alone holds the level. Rows are containers in a fixed order (a new
+    exp(fleet + own[row]); after each interval the fleet's log-factor moves by `fleet_rate` x (observed violation
+    share / P - 1), on the fleet's samples: a miss relative to the level, so the level is restored as fast at 1 % as
+    at 5 % (an absolute move, rate x (share - P), took months to close a 0.4-point gap at 1 %). Each container's
+    log-factor moves on its own samples by `own_rate` x (share - P) when its share was above P, by `own_sink_rate` x
+    (share - P) when below (None: `own_rate`, as states pickled before it were), less the interval's mean move of the
+    containers' factors, so the fleet's factor alone holds the level. Rows are containers in a fixed order (a new
     version takes the factors over container by container: `models.workload.continue_calibration`)."""
 
     target_violation: float
-    rate: float
+    fleet_rate: float
     own_rate: float
     #: Steps one issued line covers: an update that saw fewer (the live loop's passes see one or two) moves the
     #: factors by that share of a whole interval's move, so the calibration's speed is per hour, not per pass.
@@ -551,6 +553,13 @@ class AdaptiveScale:
     fleet: float = 0.0
     own: FloatArray | None = None
     own_sink_rate: float | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A state pickled before the fleet's move was relative to the level held an absolute `rate`: the same moves.
+        if "rate" in state:
+            state = {**state, "fleet_rate": state["rate"] * state["target_violation"]}
+            del state["rate"]
+        self.__dict__.update(state)
 
     def factors(self, n_rows: int) -> FloatArray:
         own = self.own if self.own is not None and self.own.size == n_rows else np.zeros(n_rows)
@@ -575,9 +584,10 @@ class AdaptiveScale:
         # A row's pods seen in the interval: its misses count as a share of all of theirs.
         pods = np.bincount(owners, weights=known_steps > 0, minlength=lines.size)
         seen = counts > 0
-        # A whole interval of every served pod moves the fleet by rate x (violation share - P).
+        # A whole interval of every served pod moves the fleet by fleet_rate x (violation share / P - 1).
         served = float(pods.sum()) * self.horizon_steps
-        fleet = self.fleet + self.rate * (misses.sum() - self.target_violation * counts.sum()) / served
+        relative = (misses.sum() / self.target_violation - counts.sum()) / served
+        fleet = self.fleet + self.fleet_rate * relative
         own = self.own.copy() if self.own is not None and self.own.size == lines.size else np.zeros(lines.size)
         excess = misses[seen] - self.target_violation * counts[seen]
         sink = self.own_rate if self.own_sink_rate is None else self.own_sink_rate

@@ -276,7 +276,7 @@ def node_live_line(live: LiveLineSettings, colocation: ColocationSettings, step_
     # what its margin and the rise tables answer for.
     result: LiveLineForecaster = model.set_params(
         horizon_seconds=colocation.live_line_horizon_seconds,
-        adaptation_rate=colocation.live_line_adaptation_rate,
+        fleet_adaptation_rate=colocation.live_line_fleet_adaptation_rate,
         own_adaptation_rate=0.0,
         own_sink_rate=0.0,
     )

@@ -435,14 +435,16 @@ class LiveLineSettings(BaseModel):
         '1.00x / 1.09x with 0.0 / 0.7 points (CPU / memory; 1 %: level) (docs/benchmarks.md, "The live '
         'short-term line").',
     )
-    adaptation_rate: float = Field(
-        0.05,
+    fleet_adaptation_rate: float = Field(
+        0.0025,
         ge=0,
         description="Online calibration (adaptive conformal inference): the fleet's log-factor moves by this x "
-        "(observed violation share - the risk level) per interval of samples; 0 keeps the fitted line as it is. "
-        "The faster the factor moves the more room the lines need at the same risk; 0.05 (0.2 before 2026-12-07) "
-        "was chosen on the development half with the two per-container rates below, holding the raw violation within "
-        "0.3 points of the level there, on those VMs' August and on NAB.",
+        "(observed violation share / the risk level - 1) per interval of samples, a miss relative to the level, so "
+        "the level comes back as fast at 1 % as at 5 %; 0 keeps the fitted line as it is. The faster the factor "
+        "moves the more room the lines need at the same risk. 0.0025 moves as the absolute rate 0.05 chosen on the "
+        "development half did at 5 % (0.05 x (share - 5 %)), with the two per-container rates below; at 1 % it moves "
+        "five times as fast as that did, which held the raw violation of the line re-issued every 5-minute step at "
+        "0.82-0.92 % on the development VMs (0.56-0.74 % before) for the same room (docs/benchmarks.md).",
     )
     own_adaptation_rate: float = Field(
         0.02,
@@ -720,14 +722,14 @@ class ColocationSettings(BaseModel):
             "rise tables below set the served risk)."
         ),
     )
-    live_line_adaptation_rate: float = Field(
-        0.2,
+    live_line_fleet_adaptation_rate: float = Field(
+        0.002,
         ge=0,
         description=(
-            "The node line's online calibration: its fleet log-factor moves by this x (observed violation share - "
-            "the level) per interval (`live_line.adaptation_rate` for the nodes; no factor per node). 0.2, the rate "
-            "the factor, the margin and the rise tables below were chosen with (the containers' line moved to 0.05 "
-            "with its per-container factors)."
+            "The node line's online calibration: its fleet log-factor moves by this x (observed violation share / "
+            "the level - 1) per interval (`live_line.fleet_adaptation_rate` for the nodes; no factor per node). "
+            "0.002: at the node line's 1 % the moves of the absolute rate 0.2 (0.2 x (share - 1 %)) the factor, the "
+            "margin and the rise tables below were chosen with."
         ),
     )
     cpu_live_line_factor: float = Field(

@@ -9,7 +9,7 @@ days of history at the start, with the simple rolling lines beside it: pooled vi
 matched 1 % and 5 % and the p90 container violation there (percent).
 
 Usage: .venv/bin/python scripts/live_dev.py [--data eval-data/dev.csv.gz] [--start 2013-07-16] [--end 2013-08-01]
-           [--variants '{"default": {}, "calm": {"adaptation_rate": 0}}'] [--resources cpu,memory]
+           [--variants '{"default": {}, "calm": {"fleet_adaptation_rate": 0}}'] [--resources cpu,memory]
 """
 
 from __future__ import annotations

@@ -279,6 +279,37 @@ def test_a_live_line_pickled_before_the_sink_rate_sinks_as_fast_as_it_rises() ->
 
 @settings(max_examples=60, deadline=None)
 @given(
+    misses=st.integers(0, 12),
+    level=st.sampled_from([0.01, 0.05]),
+    rate=st.floats(0.01, 1),
+)
+def test_states_pickled_with_an_absolute_fleet_rate_move_as_they_did(misses: int, level: float, rate: float) -> None:
+    """A calibration stored before the fleet's move was relative to the level (`rate` x (share - P)) and a fitted
+    line stored with `adaptation_rate` load as a relative rate of that x P: their factors move exactly as before, and
+    a relative rate moves as fast at 1 % as at 5 % for the same share of P."""
+    observed = np.full((2, 12), 0.5)
+    observed[0, :misses] = 2.0
+    share = misses / 24
+    old = AdaptiveScale.__new__(AdaptiveScale)
+    old.__setstate__({"target_violation": level, "rate": rate, "own_rate": 0.0, "horizon_steps": 12, "fleet": 0.1})
+    assert old.fleet_rate == pytest.approx(rate * level) and old.fleet == 0.1
+    assert old.updated(np.ones(2), observed).fleet == pytest.approx(0.1 + rate * (share - level))
+    model = LiveLineForecaster(target_violation=level)
+    state = {k: v for k, v in model.__dict__.items() if k != "fleet_adaptation_rate"} | {"adaptation_rate": rate}
+    loaded = LiveLineForecaster.__new__(LiveLineForecaster)
+    loaded.__setstate__(state)
+    assert loaded.initial_scale().fleet_rate == pytest.approx(rate * level)
+    # Twice the level's share above the line (100 samples, one interval): the same move at 1 % as at 5 %.
+    for p in (0.01, 0.05):
+        above = np.full((1, 100), 0.5)
+        above[0, : int(round(200 * p))] = 2.0
+        assert AdaptiveScale(p, 0.0025, 0.0, horizon_steps=100).updated(np.ones(1), above).fleet == pytest.approx(
+            0.0025
+        )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
     observed=arrays(np.float64, (6, 12), elements=st.floats(0, 3) | st.just(np.nan)),
     copies=st.integers(1, 4),
     level=st.sampled_from([0.01, 0.05]),
@@ -298,7 +329,7 @@ def test_a_container_s_identical_pods_calibrate_as_its_one_pod(observed: np.ndar
 def test_calibration_counts_every_pod_s_samples_not_the_busiest_pod_s() -> None:
     """One pod always above its container's line and three below: a quarter of the pods' samples miss (the share
     the harness and VPA's histograms count), while every step's busiest pod does."""
-    state = AdaptiveScale(0.05, 1.0, 1.0, horizon_steps=12)
+    state = AdaptiveScale(0.05, 0.05, 1.0, horizon_steps=12)  # the fleet moves by 0.05 x (share / 5 % - 1)
     lines = np.ones(2)
     observed = np.full((8, 12), 0.5)
     observed[[0, 4]] = 2.0
@@ -318,12 +349,12 @@ def test_online_calibration_brings_a_biased_line_to_the_asked_level() -> None:
     start, end = START + 8 * DAY, START + 10 * DAY
     plan = ReplayPlan(start, end, 3600, 30 * DAY)
     shares = {}
-    for rate in (0.0, 2.0):
-        model = LiveLineForecaster(target_violation=0.05, training_days=6, adaptation_rate=rate)
+    for rate in (0.0, 0.1):
+        model = LiveLineForecaster(target_violation=0.05, training_days=6, fleet_adaptation_rate=rate)
         lines = replay_resource(grid, START, plan, model, quiet)
         usage = grid[:, 8 * STEPS_PER_DAY :].reshape(60, -1, 12)
         shares[rate] = float(np.nanmean(usage > lines.T[:, :, None]))
-    assert abs(shares[2.0] - 0.05) <= 0.005 < abs(shares[0.0] - 0.05)
+    assert abs(shares[0.1] - 0.05) <= 0.005 < abs(shares[0.0] - 0.05)
 
 
 def tidy(grid: np.ndarray, resource: str = "cpu_cores") -> pd.DataFrame:
@@ -387,8 +418,9 @@ def test_replay_calibrates_replicated_workloads_on_every_pod_s_samples(tmp_path:
     data = pd.concat(frames, ignore_index=True).sort_values(["namespace", "workload", "pod", "container", "timestamp"])
     data.to_csv(tmp_path / "pods.csv", index=False)
     plan = ReplayPlan(START + 8 * DAY, START + 12 * DAY, 3600, 2 * DAY)
-    # The fleet's factor at 0.2 (the default before 2026-12-07) reaches the level within the two days replayed here.
-    live = {"training_days": 6, "adaptation_rate": 0.2}
+    # The fleet's factor at 0.01 (0.2 x 5 %, the default before 2026-12-07) reaches the level within the two days
+    # replayed here.
+    live = {"training_days": 6, "fleet_adaptation_rate": 0.01}
     at_5 = {"live_line": live, "forecast": {"short_term_target_violation": 0.05}}
     lines, _ = run_replay(tmp_path / "pods.csv", plan, TrainingSettings.model_validate(at_5))
     lines = lines[lines["resource"] == "cpu"]
@@ -495,8 +527,8 @@ def test_live_updates_calibrate_replicated_workloads_on_every_pod_s_samples() ->
     later.loc[hot, "cpu_cores"] *= 5
     model.live_update(later)
     scale = model.cpu_live_scale_
-    level, rate = scale.target_violation, scale.rate
-    assert rate * (0.25 - level) * 0.8 <= scale.fleet <= rate * (0.25 + 0.1 - level)
+    level, rate = scale.target_violation, scale.fleet_rate
+    assert rate * (0.25 / level - 1) * 0.8 <= scale.fleet <= rate * ((0.25 + 0.1) / level - 1)
 
 
 def test_a_workload_with_a_risk_level_of_its_own_keeps_the_day_ahead_line() -> None:

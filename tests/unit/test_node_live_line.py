@@ -211,6 +211,7 @@ def test_the_node_line_keeps_the_fleet_factor_alone_while_containers_get_their_o
     containers = LiveLineForecaster.from_settings(settings, 0.05)
     nodes = node_live_line(settings, ColocationSettings(), 300)
     assert containers.own_adaptation_rate > 0 and nodes.own_adaptation_rate == nodes.own_sink_rate == 0.0
-    assert nodes.adaptation_rate == ColocationSettings().live_line_adaptation_rate != containers.adaptation_rate
+    assert nodes.fleet_adaptation_rate == ColocationSettings().live_line_fleet_adaptation_rate
+    assert nodes.fleet_adaptation_rate != containers.fleet_adaptation_rate
     state = nodes.initial_scale().updated(np.ones(2), np.array([[2.0] * 12, [0.5] * 12]))
     assert state.factors(2)[0] == state.factors(2)[1]  # one node missed every step, the other none: one factor
