@@ -553,6 +553,10 @@ class AdaptiveScale:
     fleet: float = 0.0
     own: FloatArray | None = None
     own_sink_rate: float | None = None
+    #: The last update's pooled miss (sum of misses / P - samples) and its served samples (pods x horizon steps):
+    #: what a fleet fitted in partitions adds up into one fleet factor (`models.workload.pool_calibration`).
+    last_relative_sum: float = 0.0
+    last_served: float = 0.0
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # A state pickled before the fleet's move was relative to the level held an absolute `rate`: the same moves.
@@ -586,8 +590,8 @@ class AdaptiveScale:
         seen = counts > 0
         # A whole interval of every served pod moves the fleet by fleet_rate x (violation share / P - 1).
         served = float(pods.sum()) * self.horizon_steps
-        relative = (misses.sum() / self.target_violation - counts.sum()) / served
-        fleet = self.fleet + self.fleet_rate * relative
+        relative_sum = float(misses.sum() / self.target_violation - counts.sum())
+        fleet = self.fleet + self.fleet_rate * relative_sum / served
         own = self.own.copy() if self.own is not None and self.own.size == lines.size else np.zeros(lines.size)
         excess = misses[seen] - self.target_violation * counts[seen]
         sink = self.own_rate if self.own_sink_rate is None else self.own_sink_rate
@@ -595,4 +599,4 @@ class AdaptiveScale:
         # The containers' factors move against each other only: a drift of them all (more sink than rise) would
         # leave the fleet's factor behind it, and the level with it (5.9 % at 5 % on the development half).
         own[seen] += moves - moves.mean()
-        return replace(self, fleet=float(fleet), own=own)
+        return replace(self, fleet=float(fleet), own=own, last_relative_sum=relative_sum, last_served=served)

@@ -1592,9 +1592,9 @@ def continue_calibration(previous: list[WorkloadRecommender], models: list[Workl
     continued them) carried into `models` (the next version's), container by container, and their first lines
     issued again with it. A version starts at factor 1, and `train` publishes one a day, so without this the loop
     threw each day's calibration away, the containers' slow factors with it (`replay` carries it across its refits,
-    and is what the line is judged by). Each container keeps its whole log-factor (fleet + own); the fleet's is
-    their mean, so a container the old version did not have starts there. Not carried across a change of the risk
-    level, or into a model without a learned line."""
+    and is what the line is judged by). Each container keeps its whole log-factor (fleet + own); the fleet's, one
+    for every partition, is their mean, so a container the old version did not have starts there. Not carried
+    across a change of the risk level, or into a model without a learned line."""
     carried_into: list[WorkloadRecommender] = []
     for resource in UNITS:
         logs: dict[str, float] = {}
@@ -1606,21 +1606,54 @@ def continue_calibration(previous: list[WorkloadRecommender], models: list[Workl
             levels.add(scale.target_violation)
             factors = np.log(scale.factors(len(model.forecast_groups_)))
             logs.update(zip(model.forecast_groups_.tolist(), factors.tolist()))
+        found: list[tuple[WorkloadRecommender, AdaptiveScale, FloatArray]] = []
         for model in models:
             scale = getattr(model, f"{resource}_live_scale_", None)
-            if scale is None or levels != {scale.target_violation}:
-                continue
-            carried = np.array([logs.get(group, np.nan) for group in model.forecast_groups_.tolist()])
-            known = ~np.isnan(carried)
-            if not known.any():
-                continue
-            fleet = float(np.mean(carried[known]))
-            own = np.where(known, carried - fleet, 0.0)
+            if scale is not None and levels == {scale.target_violation}:
+                found.append((model, scale, np.array([logs.get(g, np.nan) for g in model.forecast_groups_.tolist()])))
+        known = np.concatenate([carried for _, _, carried in found]) if found else np.empty(0)
+        if not np.isfinite(known).any():
+            continue
+        fleet = float(np.nanmean(known))
+        for model, scale, carried in found:
+            own = np.where(np.isnan(carried), 0.0, carried - fleet)
             setattr(model, f"{resource}_live_scale_", replace(scale, fleet=fleet, own=own))
             setattr(model, f"{resource}_live_issued_", None)
             carried_into += [model] if all(model is not other for other in carried_into) else []
     for model in carried_into:
         model._issue_live_lines()
+
+
+def pool_calibration(models: list[WorkloadRecommender], before: list[dict[str, AdaptiveScale | None]]) -> None:
+    """One fleet factor for a fleet fitted in partitions, as for one model: after a live pass in which each
+    partition's model moved its own (`before`: each one's scales before the pass), the fleet's factor moves by the
+    partitions' misses added up (`AdaptiveScale.last_relative_sum` over `last_served`), every partition takes it, and
+    the lines in force are rescaled to it. Without this each partition calibrated its containers alone, so a
+    container's line depended on the partition its name sorted into (`replay` and `backtest` calibrate the fleet as
+    one). The containers' own factors stay centred within their partition."""
+    for resource in UNITS:
+        key = f"{resource}_live_scale_"
+        scales: list[AdaptiveScale | None] = [getattr(model, key, None) for model in models]
+        present = [(m, s, b[resource]) for m, s, b in zip(models, scales, before) if s is not None]
+        if len(present) < 2:
+            continue
+        rows = np.array([m.forecast_groups_.size for m, _, _ in present], dtype=np.float64)
+        start = np.array([s.fleet if b is None else b.fleet for _, s, b in present])
+        moved = [s for _, s, b in present if b is not None and s is not b]
+        served = sum(s.last_served for s in moved)
+        shift = present[0][1].fleet_rate * sum(s.last_relative_sum for s in moved) / served if served > 0 else 0.0
+        fleet = float(np.average(start, weights=np.maximum(rows, 1.0))) + shift
+        for model, scale, _ in present:
+            change = fleet - scale.fleet
+            setattr(model, key, replace(scale, fleet=fleet))
+            issued: LiveIssue | None = getattr(model, f"{resource}_live_issued_", None)
+            if issued is not None and change != 0.0:
+                factor = np.exp(change)
+                setattr(
+                    model,
+                    f"{resource}_live_issued_",
+                    replace(issued, lines=issued.lines * factor, factors=issued.factors * factor),
+                )
 
 
 def _significant(value: float, digits: int = 6) -> float:

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from models.live_line import AdaptiveScale, LiveLineForecaster
 from models.nodes import LiveNodeUsage, NodeForecaster, measured_activity, measured_climb, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
-from models.workload import WorkloadRecommender, continue_calibration
+from models.workload import WorkloadRecommender, continue_calibration, pool_calibration
 from pipelines.ingest import SampleBounds, no_samples_error, quarantine
 from pipelines.partitions import WorkloadName, label_key
 from pipelines.prometheus import PrometheusClient
@@ -93,11 +93,14 @@ class PartitionedModel:
             if oom_events is not None and len(oom_events)
             else None
         )
+        ordered = [self.models[index] for index in sorted(self.models)]
+        before = [{r: getattr(m, f"{r}_live_scale_", None) for r in ("cpu", "memory")} for m in ordered]
         for index, model in self.models.items():
             mine = usage.get(index)
             if mine is not None:
                 own = kills.get(index, oom_events.iloc[:0]) if oom_events is not None and kills is not None else None
                 model.live_update(mine, oom_events=own)
+        pool_calibration(ordered, before)
         return self
 
     def predict(self, horizon_seconds: int) -> RecommendationSet:

@@ -178,42 +178,79 @@ def test_the_history_summary_is_the_masked_one(rows: int, columns: int, recent_s
     np.testing.assert_array_equal(history_summary(grid, recent_steps), _summary_by_masking(grid, recent_steps))
 
 
-def test_a_version_fitted_in_partitions_is_continued_as_one(tmp_path: Path) -> None:
-    """The streaming Prometheus path writes a fleet of more than `scale.partition_samples` in partitions: the loop
-    continues each partition's model with its workloads' rows and publishes what one model continued gives."""
+def _continued(tmp_path: Path, name: str, scale: dict[str, Any], later: pd.DataFrame, as_of: int) -> Any:
+    """The live loop over a version of the bundled data trained up to `as_of` (`scale`: how it is partitioned),
+    after one pass per 5-minute step of `later`: the loop and its last update."""
     from cli.settings import Settings
     from models.settings import StoreSettings
-    from pipelines.live import LiveLoop, PartitionedModel
+    from pipelines.live import LiveLoop
     from pipelines.settings import LiveSettings
     from pipelines.train import train_from_file
     from tests.conftest import BUNDLED
 
-    as_of = 1559347200
+    settings = Settings(
+        forecast={},
+        scale=scale,
+        store=StoreSettings(path=tmp_path / name),
+        live=LiveSettings(leader_election=False, metrics_port=None),
+    )
+    train_from_file(BUNDLED, settings, as_of=as_of)
+    loop = LiveLoop(settings, ModelStore(tmp_path / name), clock=lambda: float(as_of + 3 * STEP))
+    loop.state = loop.resume(float(as_of + 3 * STEP))
+    update = None
+    for t in sorted(later["timestamp"].unique()):
+        rows = later[later["timestamp"] == t].reset_index(drop=True)
+        update = loop.apply(rows, rows.iloc[:0], int(t), {}, {})
+    return loop, update
+
+
+def _bundled_steps(as_of: int) -> pd.DataFrame:
+    from tests.conftest import BUNDLED
+
     usage = pd.read_csv(BUNDLED)
-    later = usage[(usage["timestamp"] >= as_of) & (usage["timestamp"] < as_of + 3 * STEP)]
+    return usage[(usage["timestamp"] >= as_of) & (usage["timestamp"] < as_of + 3 * STEP)]
+
+
+def test_a_version_fitted_in_partitions_is_continued_as_one(tmp_path: Path) -> None:
+    """The streaming Prometheus path writes a fleet of more than `scale.partition_samples` in partitions: the loop
+    continues each partition's model with its workloads' rows and publishes what one model continued gives."""
+    from pipelines.live import PartitionedModel
+
+    as_of = 1559347200
+    later = _bundled_steps(as_of)
     published = []
     for name, scale in (("whole", {}), ("parts", {"partition_containers": 1})):
-        settings = Settings(
-            forecast={},
-            scale=scale,
-            store=StoreSettings(path=tmp_path / name),
-            live=LiveSettings(leader_election=False, metrics_port=None),
-        )
-        train_from_file(BUNDLED, settings, as_of=as_of)
-        store = ModelStore(tmp_path / name)
-        loop = LiveLoop(settings, store, clock=lambda: float(as_of + 3 * STEP))
-        loop.state = loop.resume(float(as_of + 3 * STEP))
+        loop, update = _continued(tmp_path, name, scale, later, as_of)
         assert isinstance(loop.state.model, PartitionedModel) == (name == "parts")
-        for t in sorted(later["timestamp"].unique()):
-            rows = later[later["timestamp"] == t].reset_index(drop=True)
-            update = loop.apply(rows, rows.iloc[:0], int(t), {}, {})
         assert update is not None
-        published.append(store.load_live(update))
+        published.append(loop.store.load_live(update))
     whole, parts = published
     assert len(parts.recommendations) == 4 and parts.as_of == whole.as_of
     assert [r.model_dump(mode="json") for r in parts.recommendations] == [
         r.model_dump(mode="json") for r in whole.recommendations
     ]
+
+
+def test_a_fleet_fitted_in_partitions_moves_one_fleet_factor(tmp_path: Path) -> None:
+    """A pass in which one partition's containers run far above their lines: every partition takes the fleet factor
+    that model of the whole fleet takes from the same samples, and its lines in force carry it."""
+    from pipelines.live import PartitionedModel
+
+    as_of = 1559347200
+    later = _bundled_steps(as_of)
+    hot = later["workload"] == sorted(later["workload"].unique())[0]
+    later = later.assign(cpu_cores=np.where(hot, later["cpu_cores"] * 5, later["cpu_cores"]))
+    fleets = {}
+    for name, scale in (("whole", {}), ("parts", {"partition_containers": 2})):
+        model = _continued(tmp_path, name, scale, later, as_of)[0].state.model
+        models = list(model.models.values()) if isinstance(model, PartitionedModel) else [model]
+        assert (len(models) > 1) == (name == "parts")
+        fleets[name] = [m.cpu_live_scale_.fleet for m in models]
+        for m in models:
+            groups = m.forecast_groups_.size
+            np.testing.assert_allclose(m.cpu_live_issued_.factors, m.cpu_live_scale_.factors(groups), rtol=1e-12)
+    assert fleets["whole"][0] > 0  # the hot workload's misses raised it
+    assert fleets["parts"] == pytest.approx([fleets["whole"][0]] * len(fleets["parts"]), rel=1e-9)
 
 
 @pytest.mark.parametrize(
