@@ -1595,7 +1595,7 @@ def continue_calibration(previous: list[WorkloadRecommender], models: list[Workl
     and is what the line is judged by). Each container keeps its whole log-factor (fleet + own); the fleet's, one
     for every partition, is their mean, so a container the old version did not have starts there. Not carried
     across a change of the risk level, or into a model without a learned line."""
-    carried_into: list[WorkloadRecommender] = []
+    carried_into: dict[int, WorkloadRecommender] = {}  # by identity, in the order first carried into
     for resource in UNITS:
         logs: dict[str, float] = {}
         levels: set[float] = set()
@@ -1619,12 +1619,12 @@ def continue_calibration(previous: list[WorkloadRecommender], models: list[Workl
             own = np.where(np.isnan(carried), 0.0, carried - fleet)
             setattr(model, f"{resource}_live_scale_", replace(scale, fleet=fleet, own=own))
             setattr(model, f"{resource}_live_issued_", None)
-            carried_into += [model] if all(model is not other for other in carried_into) else []
-    for model in carried_into:
+            carried_into[id(model)] = model
+    for model in carried_into.values():
         model._issue_live_lines()
 
 
-def pool_calibration(models: list[WorkloadRecommender], before: list[dict[str, AdaptiveScale | None]]) -> None:
+def pool_calibration(models: list[WorkloadRecommender], before: list[dict[Resource, AdaptiveScale | None]]) -> None:
     """One fleet factor for a fleet fitted in partitions, as for one model: after a live pass in which each
     partition's model moved its own (`before`: each one's scales before the pass), the fleet's factor moves by the
     partitions' misses added up (`AdaptiveScale.last_relative_sum` over `last_served`), every partition takes it, and

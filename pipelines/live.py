@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from models.live_line import AdaptiveScale, LiveLineForecaster
 from models.nodes import LiveNodeUsage, NodeForecaster, measured_activity, measured_climb, newest_node_usage
 from models.store import MODEL, LiveUpdate, ModelStore
-from models.workload import WorkloadRecommender, continue_calibration, pool_calibration
+from models.workload import UNITS, WorkloadRecommender, continue_calibration, pool_calibration
 from pipelines.ingest import SampleBounds, no_samples_error, quarantine
 from pipelines.partitions import WorkloadName, label_key
 from pipelines.prometheus import PrometheusClient
@@ -86,6 +86,10 @@ class PartitionedModel:
         result: npt.NDArray[np.int64] = found[pair_codes]
         return result
 
+    def in_plan_order(self) -> list[WorkloadRecommender]:
+        """The partitions' models in plan order (the order their recommendations are listed in)."""
+        return [self.models[index] for index in sorted(self.models)]
+
     def live_update(self, X: pd.DataFrame, oom_events: pd.DataFrame | None = None) -> PartitionedModel:
         usage = _by_partition(X, self._partition_of(X))
         kills = (
@@ -93,8 +97,8 @@ class PartitionedModel:
             if oom_events is not None and len(oom_events)
             else None
         )
-        ordered = [self.models[index] for index in sorted(self.models)]
-        before = [{r: getattr(m, f"{r}_live_scale_", None) for r in ("cpu", "memory")} for m in ordered]
+        ordered = self.in_plan_order()
+        before = [{r: getattr(m, f"{r}_live_scale_", None) for r in UNITS} for m in ordered]
         for index, model in self.models.items():
             mine = usage.get(index)
             if mine is not None:
@@ -105,9 +109,7 @@ class PartitionedModel:
 
     def predict(self, horizon_seconds: int) -> RecommendationSet:
         decision = max(model.data_end_ for model in self.models.values()) + 1
-        sets = [
-            self.models[index].predict(as_of=decision, horizon_seconds=horizon_seconds) for index in sorted(self.models)
-        ]
+        sets = [model.predict(as_of=decision, horizon_seconds=horizon_seconds) for model in self.in_plan_order()]
         return sets[0].model_copy(update={"recommendations": [r for one in sets for r in one.recommendations]})
 
 
@@ -122,7 +124,7 @@ def _by_partition(frame: pd.DataFrame, partitions: npt.NDArray[np.int64]) -> dic
 
 def _models_of(model: WorkloadRecommender | PartitionedModel) -> list[WorkloadRecommender]:
     """A state's models: its one model, or its partitions' in plan order."""
-    return [model.models[i] for i in sorted(model.models)] if isinstance(model, PartitionedModel) else [model]
+    return model.in_plan_order() if isinstance(model, PartitionedModel) else [model]
 
 
 def load_version_model(store: ModelStore, version: str) -> WorkloadRecommender | PartitionedModel:
