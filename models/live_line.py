@@ -39,6 +39,7 @@ from recommender.arrays import FloatArray, IntArray, quantile_of
 from recommender.settings import LiveLineSettings
 
 STEPS_PER_DAY = 288
+SECONDS_PER_HOUR = 3600
 STEPS_PER_WEEK = 7 * STEPS_PER_DAY
 #: Look-back windows of the recent features, 5-minute steps: 15 min, 1 h, 6 h, 24 h.
 WINDOWS = (3, 12, 72, STEPS_PER_DAY)
@@ -250,9 +251,10 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
     quantile-tree forecast among its inputs.
 
     Parameters: `target_violation` P, `horizon_seconds` the block a line covers, `origin_stride_seconds` the spacing
-    of the rolling training origins, `training_days` how far back they go, `max_training_rows` a cap on the
-    (origin, step) rows fitted (a random subset above it: a big fleet costs no more than this), `min_history_steps`
-    the samples a container needs in its last week; `quantile_trees` adds scikit-learn's
+    of the rolling training origins (None: the block, so the origins' blocks tile the training days), `training_days`
+    how far back they go, `max_training_rows` a cap on the (origin, step) rows fitted (a random subset above it: a
+    big fleet costs no more than this), `min_history_steps` the samples a container needs in its last week;
+    `quantile_trees` adds scikit-learn's
     `HistGradientBoostingRegressor(loss="quantile")` at `trees_quantile` (its own parameters `max_iter`,
     `learning_rate`, `max_leaf_nodes`, `min_samples_leaf`) to the blend, fitted out of fold by time so the blend
     weighs honest forecasts; `fairness_tolerance` how much the blend's p90 container violation may exceed its best
@@ -270,7 +272,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         target_violation: float = 0.01,
         horizon_seconds: int = 3600,
         step_seconds: int = 300,
-        origin_stride_seconds: int = 3600,
+        origin_stride_seconds: int | None = None,
         training_days: int = 14,
         max_training_rows: int = 100_000,
         min_history_steps: int = 288,
@@ -308,11 +310,20 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         self.random_state = random_state
 
     @classmethod
-    def from_settings(cls, settings: LiveLineSettings, target_violation: float, step_seconds: int = 300) -> Self:
-        """The model of these settings (each field but `enabled` is the parameter of its name) at a risk level."""
-        return cls(
-            target_violation=target_violation, step_seconds=step_seconds, **settings.model_dump(exclude={"enabled"})
-        )
+    def from_settings(
+        cls,
+        settings: LiveLineSettings,
+        target_violation: float,
+        step_seconds: int = 300,
+        horizon_seconds: int | None = None,
+    ) -> Self:
+        """The model of these settings (each field but `enabled` is the parameter of its name) at a risk level;
+        `horizon_seconds`, where given, instead of the settings': a caller that holds each line for its own cadence
+        (`replay --every`, the backtest's hourly issues) fits the model for that block."""
+        fields = settings.model_dump(exclude={"enabled"})
+        if horizon_seconds is not None:
+            fields["horizon_seconds"] = horizon_seconds
+        return cls(target_violation=target_violation, step_seconds=step_seconds, **fields)
 
     @property
     def horizon_steps(self) -> int:
@@ -330,7 +341,9 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         the whole set of 1,000 containers x 14 days (4 million rows of 25 features) took 1.4 GB, the peak of a
         training run, and at 10,000 containers most of its time."""
         n = self.horizon_steps
-        stride = max(int(self.origin_stride_seconds // self.step_seconds), 1)
+        # By default the origins' blocks tile the training days: each step is a target once.
+        stride_seconds = self.horizon_seconds if self.origin_stride_seconds is None else self.origin_stride_seconds
+        stride = max(int(stride_seconds // self.step_seconds), 1)
         # Per origin and grid, the usable containers and their targets over the block; features come later, only for
         # the containers a kept row needs (each row's features read its own row alone, so a subset's are the same).
         # Found grid by grid (one grid's running counts alive at a time), kept by (origin, grid).
@@ -504,7 +517,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
             self.target_violation,
             self.fleet_adaptation_rate,
             self.own_adaptation_rate,
-            self.horizon_steps,
+            max(SECONDS_PER_HOUR // self.step_seconds, 1),
             own_sink_rate=self.own_sink_rate,
         )
 
@@ -519,7 +532,10 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         if rows.size:
             features, scale = rows_features(grid, rows, position, self.horizon_steps, int(issued_at))
             forecast = np.mean([t.predict(features) for t in self.trees_], axis=0) if self.trees_ else None
-            out[rows] = self.level_ * np.exp(blend_inputs(features, forecast) @ self.coef_) * scale
+            # Summed row by row (not a BLAS product, whose rounding follows the number of rows): a container's line
+            # is the same bits whichever partition, or whole fleet, it is predicted in.
+            logs = np.sum(blend_inputs(features, forecast) * self.coef_, axis=1)
+            out[rows] = self.level_ * np.exp(logs) * scale
         return out
 
 
@@ -536,9 +552,10 @@ class LiveIssue:
 @dataclass(frozen=True)
 class AdaptiveScale:
     """Online calibration of a line by adaptive conformal inference: the line is multiplied by
-    exp(fleet + own[row]); after each interval the fleet's log-factor moves by `fleet_rate` x (observed violation
-    share / P - 1), on the fleet's samples: a miss relative to the level, so the level is restored as fast at 1 % as
-    at 5 % (an absolute move, rate x (share - P), took months to close a 0.4-point gap at 1 %). Each container's
+    exp(fleet + own[row]); an hour of samples moves the fleet's log-factor by `fleet_rate` x (observed violation
+    share / P - 1), on the fleet's samples (an update that saw less, that share of it): a miss relative to the level,
+    so the level is restored as fast at 1 % as at 5 % (an absolute move, rate x (share - P), took months to close a
+    0.4-point gap at 1 %). Each container's
     log-factor moves on its own samples by `own_rate` x (share - P) when its share was above P, by `own_sink_rate` x
     (share - P) when below (None: `own_rate`, as states pickled before it were), less the interval's mean move of the
     containers' factors, so the fleet's factor alone holds the level. Rows are containers in a fixed order (a new
@@ -547,9 +564,10 @@ class AdaptiveScale:
     target_violation: float
     fleet_rate: float
     own_rate: float
-    #: Steps one issued line covers: an update that saw fewer (the live loop's passes see one or two) moves the
-    #: factors by that share of a whole interval's move, so the calibration's speed is per hour, not per pass.
-    horizon_steps: int = 12
+    #: Steps of an hour: an update moves the factors by the share of an hour of samples it saw (the live loop's
+    #: passes see one or two steps), so the rates are per hour of every served pod's samples, whatever the cadence
+    #: and whatever block a line covers (a line for the next step, re-issued every step, adapts as fast an hour).
+    steps_per_hour: int = 12
     fleet: float = 0.0
     own: FloatArray | None = None
     own_sink_rate: float | None = None
@@ -563,6 +581,10 @@ class AdaptiveScale:
         if "rate" in state:
             state = {**state, "fleet_rate": state["rate"] * state["target_violation"]}
             del state["rate"]
+        # One pickled before the rates were per hour moved per block its line covered: the same moves.
+        if "horizon_steps" in state:
+            state = {**state, "steps_per_hour": state["horizon_steps"]}
+            del state["horizon_steps"]
         self.__dict__.update(state)
 
     def factors(self, n_rows: int) -> FloatArray:
@@ -588,14 +610,14 @@ class AdaptiveScale:
         # A row's pods seen in the interval: its misses count as a share of all of theirs.
         pods = np.bincount(owners, weights=known_steps > 0, minlength=lines.size)
         seen = counts > 0
-        # A whole interval of every served pod moves the fleet by fleet_rate x (violation share / P - 1).
-        served = float(pods.sum()) * self.horizon_steps
+        # An hour of every served pod moves the fleet by fleet_rate x (violation share / P - 1).
+        served = float(pods.sum()) * self.steps_per_hour
         relative_sum = float(misses.sum() / self.target_violation - counts.sum())
         fleet = self.fleet + self.fleet_rate * relative_sum / served
         own = self.own.copy() if self.own is not None and self.own.size == lines.size else np.zeros(lines.size)
         excess = misses[seen] - self.target_violation * counts[seen]
         sink = self.own_rate if self.own_sink_rate is None else self.own_sink_rate
-        moves = np.where(excess > 0, self.own_rate, sink) * excess / (pods[seen] * self.horizon_steps)
+        moves = np.where(excess > 0, self.own_rate, sink) * excess / (pods[seen] * self.steps_per_hour)
         # The containers' factors move against each other only: a drift of them all (more sink than rise) would
         # leave the fleet's factor behind it, and the level with it (5.9 % at 5 % on the development half).
         own[seen] += moves - moves.mean()

@@ -803,12 +803,16 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
             scale: AdaptiveScale = getattr(self, f"{resource}_live_scale_")
             issued: LiveIssue | None = getattr(self, f"{resource}_live_issued_")
             if issued is not None and issued.lines.size == grid.shape[0]:
-                done = min(int((self.grid_end_ - issued.at) // model.step_seconds), model.horizon_steps, grid.shape[1])
+                # The steps the line in force covered: from its issue on, as many as its block holds (a pass after a
+                # gap brings more, which the day-ahead line served).
+                since = int((self.grid_end_ - issued.at) // model.step_seconds)
+                done = min(since, model.horizon_steps) if since <= grid.shape[1] else 0
+                stop = grid.shape[1] - (since - done)
                 if done > 0 and usage is not None and pods is not None:
-                    observed = self._pod_grid(usage, pods, column, done)
+                    observed = self._pod_grid(usage, pods, column, done, issued.at + done * model.step_seconds)
                     scale = scale.updated(issued.lines, observed, pods[1])
                 elif done > 0:
-                    scale = scale.updated(issued.lines, grid[:, grid.shape[1] - done :])
+                    scale = scale.updated(issued.lines, grid[:, stop - done : stop])
             lines = model.predict(grid, issued_at=self.grid_end_) * scale.factors(grid.shape[0])
             setattr(self, f"{resource}_live_scale_", scale)
             setattr(self, f"{resource}_live_issued_", LiveIssue(self.grid_end_, lines, scale.factors(grid.shape[0])))
@@ -822,16 +826,21 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
         return None if owners.size == np.unique(owners).size else (pairs, owners, forecast)
 
     def _pod_grid(
-        self, usage: pd.DataFrame, pods: tuple[IntArray, IntArray, npt.NDArray[np.bool_]], column: str, steps: int
+        self,
+        usage: pd.DataFrame,
+        pods: tuple[IntArray, IntArray, npt.NDArray[np.bool_]],
+        column: str,
+        steps: int,
+        end: int,
     ) -> FloatArray:
-        """Each pod's own usage (`_pass_pods`) over the last `steps` of the grid, pods x steps."""
+        """Each pod's own usage (`_pass_pods`) over the `steps` of the grid before `end`, pods x steps."""
         pairs, owners, forecast = pods
         return usage_grid(
             pairs,
             usage["timestamp"].to_numpy(dtype=np.float64)[forecast],
             usage[column].to_numpy(dtype=np.float64)[forecast],
             owners.size,
-            self.grid_end_,
+            end,
             steps,
             self._step_seconds(),
         )

@@ -245,7 +245,7 @@ def live_lines(
         LIVE_RETRAIN_SECONDS,
     )
     model = LiveLineForecaster.from_settings(
-        settings.live_line, settings.forecast.short_term_target_violation, fleet.step_seconds
+        settings.live_line, settings.forecast.short_term_target_violation, fleet.step_seconds, LIVE_EVERY_SECONDS
     )
     per_issue = LIVE_EVERY_SECONDS // fleet.step_seconds
     issued = {

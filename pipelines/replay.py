@@ -1,8 +1,9 @@
 """`recommender replay`: the live loop's short-term line replayed on a usage file, issued every interval.
 
 At each issue time t = start + k x every, the line for every container covers the 5-minute steps of
-[t, t + every) and is built from rows before t only: the learned model (`models.live_line`) fitted on the grid's
-columns before its fit time (a fit at `start` and every `retrain_every_seconds` after, as the daily training would
+[t, t + every) and is built from rows before t only: the learned model (`models.live_line`), fitted for that block
+(`--every 5m`: the next step, as the live loop's line; `--every 1h`: the next hour), on the grid's columns before
+its fit time (a fit at `start` and every `retrain_every_seconds` after, as the daily training would
 have made it), its online calibration moved by what the previous interval showed, and the fallback line where the
 model cannot serve a container (cold start, a gap). The output is one row per (container, resource, issue, step):
 the evaluation contract `../shared/eval/rolling.py --lines` reads.
@@ -172,7 +173,7 @@ def run_replay(
         step(f"replaying {resource}: {len(groups)} containers, {len(issues)} issues")
         values = usage[column].to_numpy(dtype=np.float64)
         grid = usage_grid(codes.astype(np.int64), times, values, len(groups), grid_end, width, STEP_SECONDS)
-        model = LiveLineForecaster.from_settings(settings.live_line, level, STEP_SECONDS)
+        model = LiveLineForecaster.from_settings(settings.live_line, level, STEP_SECONDS, plan.every_seconds)
         limit, throttled = (
             column_grid(usage, column, codes, grid.shape, grid_end, STEP_SECONDS)
             for column in (LIMIT_COLUMNS[resource], THROTTLED_COLUMNS[resource])

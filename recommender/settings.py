@@ -377,17 +377,29 @@ class LiveLineSettings(BaseModel):
         True, description="False: the short-term line is the day-ahead one alone (no learned line is fitted)."
     )
     horizon_seconds: int = Field(
-        3600,
+        300,
         ge=300,
         le=86400,
-        description="Seconds one issued line covers (1 h): the live loop re-issues it every interval, so it needs "
-        "to reach only past the next few passes; an hour still covers a missed pass or a slow read.",
+        description="Seconds one issued line covers, and the block the model is fitted to forecast (300: the next "
+        "5-minute step). The live loop re-issues the line every interval (60 s), so the next step is all it needs to "
+        "reach, and the newest samples say most about it: on the development half, re-issued every step, the "
+        "next step's model needed 63.9 / 205.3 % CPU / memory room at 1 % against 123.1 / 247.7 % for an hour's "
+        "model, and 17.1 / 91.3 % at 5 % against 16.2 / 84.6 % with its misses spread more evenly over the "
+        'containers in memory (docs/benchmarks.md, "The next step\'s line"). A loop that misses passes for longer '
+        "than this serves the day-ahead line until its next pass. `replay` and `backtest` fit their model for the "
+        "block each of their lines is held (`--every`), not this.",
     )
     training_days: int = Field(
         14, ge=1, le=60, description="Days of rolling origins the model is fitted on (14, the grid's history)."
     )
-    origin_stride_seconds: int = Field(
-        3600, ge=300, description="Spacing of the training origins, seconds (1 h: neighbours add little)."
+    origin_stride_seconds: int | None = Field(
+        None,
+        ge=300,
+        description="Spacing of the training origins, seconds. Unset: the block a line covers (`horizon_seconds`), "
+        "so the origins' blocks tile the training days and every step is a target once: hourly origins for an "
+        "hour's line (neighbours added little), every step for the next step's line, which with hourly origins "
+        "saw a twelfth of the steps (on the development half, re-issued every step: 75.0 / 213.4 % CPU / memory "
+        "room at 1 % with hourly origins, 63.9 / 205.3 % with every step's).",
     )
     max_training_rows: int = Field(
         100_000,
@@ -439,7 +451,8 @@ class LiveLineSettings(BaseModel):
         0.0025,
         ge=0,
         description="Online calibration (adaptive conformal inference): the fleet's log-factor moves by this x "
-        "(observed violation share / the risk level - 1) per interval of samples, a miss relative to the level, so "
+        "(observed violation share / the risk level - 1) per hour of every served pod's samples (a pass that saw "
+        "less, that share), a miss relative to the level, so "
         "the level comes back as fast at 1 % as at 5 %; 0 keeps the fitted line as it is. The faster the factor "
         "moves the more room the lines need at the same risk. 0.0025 moves as the absolute rate 0.05 chosen on the "
         "development half did at 5 % (0.05 x (share - 5 %)), with the two per-container rates below; at 1 % it moves "
@@ -727,7 +740,7 @@ class ColocationSettings(BaseModel):
         ge=0,
         description=(
             "The node line's online calibration: its fleet log-factor moves by this x (observed violation share / "
-            "the level - 1) per interval (`live_line.fleet_adaptation_rate` for the nodes; no factor per node). "
+            "the level - 1) per hour of samples (`live_line.fleet_adaptation_rate` for the nodes; no factor per node). "
             "0.002: at the node line's 1 % the moves of the absolute rate 0.2 (0.2 x (share - 1 %)) the factor, the "
             "margin and the rise tables below were chosen with."
         ),

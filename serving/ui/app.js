@@ -462,9 +462,11 @@ function resourceChart(kind, rec, lines, stepHours) {
   // The peak is marked where the line rises to it after the decision time (null: the line is highest now).
   const peak = learned.peak.at === null ? undefined : [(learned.peak.at - lines.as_of) / HOUR, learned.peak.value];
   const live = learned.live_short_term;
-  // The learned live line over its block (the next hour), drawn over the short-term line whose first hour it is.
-  const liveLine = live ? [flat("live short-term line (learned, next hour)", "live_short_term", COLORS.live, live.value,
-    (live.issued_at - lines.as_of) / HOUR, (live.until - lines.as_of) / HOUR, { width: 4 })] : [];
+  // The learned live line over its block (the next step, re-issued every pass), drawn over the short-term line whose
+  // first step it is, with a dot at its start: a 5-minute block is a sliver of a two-day chart.
+  const liveStart = live ? (live.issued_at - lines.as_of) / HOUR : 0;
+  const liveLine = live ? [flat(`live short-term line (learned, ${liveBlock(live)})`, "live_short_term", COLORS.live,
+    live.value, liveStart, (live.until - lines.as_of) / HOUR, { width: 4, marker: [liveStart, live.value] })] : [];
   // Drawn wide and light first, so a narrow line on the same value stays visible on top.
   return chart(`${title} of ${rec.container}`, format, [
     flat("limit", "limit", COLORS.limit, own.limit, -past, ahead, { width: 2.5 }),
@@ -480,6 +482,13 @@ function resourceChart(kind, rec, lines, stepHours) {
 
 // Why a peak has no time (`peak.at` null): the line is highest at the decision time and falls, or it holds its
 // highest from some step to the horizon's end, so no one time stands out.
+// The block a live line covers, as its label says it ("next 5 min", "next 1 h").
+function liveBlock(live) {
+  if (!live) return "next step";
+  const minutes = Math.round((live.until - live.issued_at) / 60);
+  return minutes % 60 === 0 ? `next ${minutes / 60} h` : `next ${minutes} min`;
+}
+
 function noPeakTime(line, stepSeconds) {
   const top = Math.max(...line), first = line.indexOf(top);
   if (line.slice(first).some((v) => v < top)) return " now (highest at the decision time)";
@@ -496,7 +505,8 @@ function recommendationTable(rec, stepSeconds, row) {
     ["lower bound", (r) => rec[r]?.lower_bound],
     ["upper bound", (r) => rec[r]?.upper_bound],
     ["uncapped target", (r) => rec[r]?.uncapped_target],
-    ["live short-term line (learned, next hour)", (r) => rec[r]?.live_short_term?.value],
+    [`live short-term line (learned, ${liveBlock(rec.cpu?.live_short_term ?? rec.memory?.live_short_term)})`,
+      (r) => rec[r]?.live_short_term?.value],
     ["long-term reservation", (r) => rec[r]?.long_term],
     ["forecast peak", (r) => rec[r]?.peak.value],
     ["recommended limit", (r) => rec[r]?.limit],

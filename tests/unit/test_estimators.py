@@ -31,13 +31,21 @@ from models.vpa import VpaRecommender
 from models.workload import FleetForecaster, WorkloadRecommender, vpa_estimator
 from recommender import colocation
 from recommender.resources import NodeForecast, RecommendationSet
-from recommender.settings import ColocationSettings, ForecastSettings, HistogramSettings, PolicySettings
+from recommender.settings import (
+    ColocationSettings,
+    ForecastSettings,
+    HistogramSettings,
+    LiveLineSettings,
+    PolicySettings,
+)
 from tests.conftest import make_usage
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "models-13284e9"
-#: The settings the stored models were fitted with (see the fixture's README).
+#: The settings the stored models were fitted with (see the fixture's README; the live line's block was an hour).
 OLD_SETTINGS = ModelSettings(
-    policy=PolicySettings(safety_margin_fraction=0.2), forecast=ForecastSettings(selection_days=1, history_days=1)
+    policy=PolicySettings(safety_margin_fraction=0.2),
+    forecast=ForecastSettings(selection_days=1, history_days=1),
+    live_line=LiveLineSettings(horizon_seconds=3600),
 )
 
 

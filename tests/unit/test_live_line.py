@@ -34,6 +34,7 @@ from pipelines.replay import ReplayPlan, replay_resource, run_replay
 from pipelines.settings import TrainingSettings
 from recommender.errors import ConfigurationError
 from recommender.progress import quiet
+from recommender.settings import LiveLineSettings
 
 DAY = 86400
 START = 1_700_006_400  # a midnight, UTC
@@ -228,7 +229,7 @@ def test_cold_starts_and_gaps_get_no_learned_line() -> None:
     rate=st.floats(0.01, 5),
 )
 def test_calibration_rises_after_misses_and_sinks_after_none(misses: int, level: float, rate: float) -> None:
-    state = AdaptiveScale(level, rate, rate, horizon_steps=12)
+    state = AdaptiveScale(level, rate, rate, steps_per_hour=12)
     lines = np.ones(4)
     observed = np.full((4, 12), 0.5)
     observed[0, :misses] = 2.0
@@ -256,14 +257,14 @@ def test_a_container_s_factor_rises_and_sinks_at_rates_of_their_own(
     observed = np.full((2, 12), 0.5)
     observed[0, :misses] = 2.0  # the other row never reaches its line
     share = misses / 12
-    state = AdaptiveScale(level, 0.2, rise, horizon_steps=12, own_sink_rate=sink)
+    state = AdaptiveScale(level, 0.2, rise, steps_per_hour=12, own_sink_rate=sink)
     after = state.updated(np.ones(2), observed)
     assert after.own is not None
     moved = (rise if share > level else sink) * (share - level)
     assert after.own[0] - after.own[1] == pytest.approx(moved + sink * level, abs=1e-12)
     assert after.own.sum() == pytest.approx(0.0, abs=1e-12)
     assert after.fleet == pytest.approx(AdaptiveScale(level, 0.2, 0.0).updated(np.ones(2), observed).fleet)
-    before = AdaptiveScale(level, 0.2, rise, horizon_steps=12).updated(np.ones(2), observed).own
+    before = AdaptiveScale(level, 0.2, rise, steps_per_hour=12).updated(np.ones(2), observed).own
     assert before is not None and before[0] - before[1] == pytest.approx(rise * share, abs=1e-12)
 
 
@@ -303,7 +304,7 @@ def test_states_pickled_with_an_absolute_fleet_rate_move_as_they_did(misses: int
     for p in (0.01, 0.05):
         above = np.full((1, 100), 0.5)
         above[0, : int(round(200 * p))] = 2.0
-        assert AdaptiveScale(p, 0.0025, 0.0, horizon_steps=100).updated(np.ones(1), above).fleet == pytest.approx(
+        assert AdaptiveScale(p, 0.0025, 0.0, steps_per_hour=100).updated(np.ones(1), above).fleet == pytest.approx(
             0.0025
         )
 
@@ -317,7 +318,7 @@ def test_states_pickled_with_an_absolute_fleet_rate_move_as_they_did(misses: int
 def test_a_container_s_identical_pods_calibrate_as_its_one_pod(observed: np.ndarray, copies: int, level: float) -> None:
     """Counting each pod's samples (`owners`) with every pod alike is counting the container's: its own and the
     fleet's factors move as with one pod, so a one-pod fleet is calibrated as before."""
-    state = AdaptiveScale(level, 0.2, 0.05, horizon_steps=12)
+    state = AdaptiveScale(level, 0.2, 0.05, steps_per_hour=12)
     lines = np.array([1.0, 1.0, np.nan, 2.0, 0.5, 1.5])
     alone = state.updated(lines, observed)
     owners = np.repeat(np.arange(6), copies)
@@ -329,7 +330,7 @@ def test_a_container_s_identical_pods_calibrate_as_its_one_pod(observed: np.ndar
 def test_calibration_counts_every_pod_s_samples_not_the_busiest_pod_s() -> None:
     """One pod always above its container's line and three below: a quarter of the pods' samples miss (the share
     the harness and VPA's histograms count), while every step's busiest pod does."""
-    state = AdaptiveScale(0.05, 0.05, 1.0, horizon_steps=12)  # the fleet moves by 0.05 x (share / 5 % - 1)
+    state = AdaptiveScale(0.05, 0.05, 1.0, steps_per_hour=12)  # the fleet moves by 0.05 x (share / 5 % - 1)
     lines = np.ones(2)
     observed = np.full((8, 12), 0.5)
     observed[[0, 4]] = 2.0
@@ -405,6 +406,50 @@ def test_replay_issues_every_interval_from_the_past_only(tmp_path: Path, every: 
     assert not np.allclose(a[~before]["value"], b[b["issued_at"] >= cut]["value"])
 
 
+def test_replay_fits_its_model_for_the_block_each_line_is_held(tmp_path: Path) -> None:
+    """`--every 1h` holds each line for an hour, so its model is the hour's whatever block the settings give the live
+    loop's model; `--every 5m` holds each for a step, and the next step's model (the default) issues other lines."""
+    tidy(bursty_grid(rows=12, days=10)).to_csv(tmp_path / "a.csv", index=False)
+    hourly = ReplayPlan(START + 8 * DAY, START + 9 * DAY, 3600, DAY)
+    fitted = {
+        horizon: run_replay(
+            tmp_path / "a.csv",
+            hourly,
+            TrainingSettings.model_validate({"live_line": {"training_days": 6, "horizon_seconds": horizon}}),
+        )[0]
+        for horizon in (300, 3600)
+    }
+    pd.testing.assert_frame_equal(fitted[300], fitted[3600])
+    assert TrainingSettings().live_line.horizon_seconds == 300
+    every_step = ReplayPlan(START + 8 * DAY, START + 9 * DAY, 300, DAY)
+    stepwise, _ = run_replay(
+        tmp_path / "a.csv", every_step, TrainingSettings.model_validate({"live_line": {"training_days": 6}})
+    )
+    first_hour = fitted[300]["issued_at"] == hourly.start
+    first_step = stepwise["issued_at"] == hourly.start
+    assert not np.allclose(fitted[300][first_hour]["value"].to_numpy()[::12], stepwise[first_step]["value"])
+
+
+@pytest.mark.parametrize("level", [0.01, 0.05])
+def test_the_calibration_moves_as_fast_an_hour_whatever_block_a_line_covers(level: float) -> None:
+    """A line for the next step, calibrated after each of an hour's twelve steps, moves the fleet's factor (and a
+    container's, at one rate up and down) as far as a line for the hour calibrated once after it: the rates are per
+    hour of samples, so the cadence does not change how fast the level is restored."""
+    rng = np.random.default_rng(3)
+    observed = rng.gamma(2.0, 0.5, (4, 12))
+    lines = np.full(4, 1.5)
+    hour, step = (
+        LiveLineForecaster(target_violation=level, horizon_seconds=horizon, own_sink_rate=0.02).initial_scale()
+        for horizon in (3600, 300)
+    )
+    assert hour.steps_per_hour == step.steps_per_hour == 12
+    hour = hour.updated(lines, observed)
+    for column in range(12):
+        step = step.updated(lines, observed[:, [column]])
+    assert step.fleet == pytest.approx(hour.fleet) and hour.fleet != 0.0
+    assert step.own == pytest.approx(hour.own) and np.ptp(hour.own) > 0
+
+
 def test_replay_calibrates_replicated_workloads_on_every_pod_s_samples(tmp_path: Path) -> None:
     """Workloads of four pods with independent noise, replayed at 5 %: the share of the pods' own samples above their
     line (what the harness counts) comes to the asked level, not the far smaller share a calibration on each step's
@@ -448,7 +493,8 @@ def test_replay_plans_that_make_no_sense_are_refused(start: int, end: int, every
 
 def test_train_fits_the_live_line_and_live_updates_issue_and_calibrate_it() -> None:
     """`fit` (train) fits the learned line and issues it; the recommendation says so and its short-term line's first
-    hour is that value; `live_update` (the live loop) learns from the steps since, and issues the next line."""
+    step (the block the line covers, the next 5 minutes) is that value; `live_update` (the live loop) learns from the
+    steps since, and issues the next line."""
     from models.settings import ModelSettings
     from models.workload import WorkloadRecommender
     from tests.conftest import make_usage
@@ -459,8 +505,8 @@ def test_train_fits_the_live_line_and_live_updates_issue_and_calibrate_it() -> N
     first = model.predict()
     for rec in first.recommendations:
         live = rec.cpu.live_short_term
-        assert live is not None and live.until - live.issued_at == 3600
-        assert rec.cpu.short_term[:12] == [live.value] * 12
+        assert live is not None and live.until - live.issued_at == 300
+        assert rec.cpu.short_term[0] == live.value
         assert rec.cpu.peak.value >= live.value
     before = model.cpu_live_issued_
     later = usage[usage["timestamp"] >= end - 3600].assign(cpu_cores=lambda f: f["cpu_cores"] * 5)
@@ -483,7 +529,8 @@ def test_a_new_version_continues_the_live_calibration_container_by_container() -
 
     usage = make_usage(workloads=4, pods=1, days=5)
     end = int(usage["timestamp"].max())
-    old = WorkloadRecommender.from_settings(ModelSettings())
+    hourly = ModelSettings(live_line=LiveLineSettings(horizon_seconds=3600))
+    old = WorkloadRecommender.from_settings(hourly)
     old.fit(usage[(usage["timestamp"] < end - 7200) & (usage["workload"] != "w3")])
     hour = usage[(usage["timestamp"] >= end - 7200) & (usage["timestamp"] < end - 3600) & (usage["workload"] != "w3")]
     old.live_update(hour.assign(cpu_cores=np.where(hour["workload"] == "w0", hour["cpu_cores"] * 5, hour["cpu_cores"])))
@@ -491,7 +538,7 @@ def test_a_new_version_continues_the_live_calibration_container_by_container() -
     logs = dict(zip(old.forecast_groups_.tolist(), np.log(scale.factors(old.forecast_groups_.size)).tolist()))
     assert scale.own is not None and np.ptp(scale.own) > 0  # w0 rose against the others
 
-    new = WorkloadRecommender.from_settings(ModelSettings()).fit(usage[usage["timestamp"] < end - 3600])
+    new = WorkloadRecommender.from_settings(hourly).fit(usage[usage["timestamp"] < end - 3600])
     assert np.allclose(new.cpu_live_scale_.factors(new.forecast_groups_.size), 1.0)
     fresh_lines = new.cpu_live_issued_.lines.copy()
     continue_calibration([old], [new])
@@ -505,23 +552,24 @@ def test_a_new_version_continues_the_live_calibration_container_by_container() -
     assert np.allclose(issued.lines, fresh_lines * np.exp(carried))
     assert np.allclose(issued.factors, np.exp(carried))
 
-    other = ModelSettings(forecast=ForecastSettings(short_term_target_violation=0.05))
+    other = hourly.model_copy(update={"forecast": ForecastSettings(short_term_target_violation=0.05)})
     at_5 = WorkloadRecommender.from_settings(other).fit(usage[usage["timestamp"] < end - 3600])
     continue_calibration([old], [at_5])
     assert np.allclose(at_5.cpu_live_scale_.factors(at_5.forecast_groups_.size), 1.0)
 
 
 def test_live_updates_calibrate_replicated_workloads_on_every_pod_s_samples() -> None:
-    """A live pass where one pod of four in each workload runs far above the line: a quarter of the pods' samples
-    miss, so the fleet's factor rises by about the rate x (1/4 - P), not by the rate x (1 - P) of a calibration on
-    each step's busiest pod."""
+    """A live pass where one pod of four in each workload runs far above the line (an hour's line, so the pass's hour
+    is its block): a quarter of the pods' samples miss, so the fleet's factor rises by about the rate x (1/4 - P),
+    not by the rate x (1 - P) of a calibration on each step's busiest pod."""
     from models.settings import ModelSettings
     from models.workload import WorkloadRecommender
     from tests.conftest import make_usage
 
     usage = make_usage(workloads=3, pods=4, days=5)
     end = int(usage["timestamp"].max())
-    model = WorkloadRecommender.from_settings(ModelSettings()).fit(usage[usage["timestamp"] < end - 3600])
+    hourly = ModelSettings(live_line=LiveLineSettings(horizon_seconds=3600))
+    model = WorkloadRecommender.from_settings(hourly).fit(usage[usage["timestamp"] < end - 3600])
     later = usage[usage["timestamp"] >= end - 3600].copy()
     hot = later["pod"].str.endswith("-p0")
     later.loc[hot, "cpu_cores"] *= 5
@@ -529,6 +577,28 @@ def test_live_updates_calibrate_replicated_workloads_on_every_pod_s_samples() ->
     scale = model.cpu_live_scale_
     level, rate = scale.target_violation, scale.fleet_rate
     assert rate * (0.25 / level - 1) * 0.8 <= scale.fleet <= rate * ((0.25 + 0.1) / level - 1)
+
+
+@pytest.mark.parametrize("pods", [1, 2])
+def test_a_pass_after_a_gap_calibrates_the_line_on_the_steps_it_covered(pods: int) -> None:
+    """The next step's line, and a pass that brings an hour: only the hour's first step was under that line (the
+    day-ahead line served the rest), so the calibration counts it alone; a burst in the hour's last step moves
+    nothing, one in its first step does."""
+    from models.settings import ModelSettings
+    from models.workload import WorkloadRecommender
+    from tests.conftest import make_usage
+
+    usage = make_usage(workloads=3, pods=pods, days=5)
+    end = int(usage["timestamp"].max())
+    fleets = []
+    for burst in (0, 11):
+        model = WorkloadRecommender.from_settings(ModelSettings()).fit(usage[usage["timestamp"] < end - 3600])
+        hour = usage[usage["timestamp"] >= end - 3600].copy()
+        step = (hour["timestamp"] - (end - 3600)) // 300
+        hour.loc[step == burst, "cpu_cores"] *= 50
+        model.live_update(hour)
+        fleets.append(model.cpu_live_scale_.fleet)
+    assert fleets[0] > 0 > fleets[1]
 
 
 def test_a_workload_with_a_risk_level_of_its_own_keeps_the_day_ahead_line() -> None:
