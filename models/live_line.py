@@ -260,7 +260,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
     weighs honest forecasts; `fairness_tolerance` how much the blend's p90 container violation may exceed its best
     statistic's; `validation_fraction` the newest share of the training rows the blend is not fitted on but checked
     on (`_shrunk`); `fleet_adaptation_rate`, `own_adaptation_rate` and `own_sink_rate` the online calibration's
-    (`AdaptiveScale`).
+    (`AdaptiveScale`); `floor_at_last_step`: a line issued (`issue`) is never below the step just seen.
     Fitted: `coef_` (an exponent per input), `level_` (the factor that puts P of the training samples above the
     line), `trees_` (the two fold models, or empty), `training_rows_`, `training_cost_`, `baseline_costs_` (each
     statistic alone, on the same rows: what the blend had to beat), `fairness_limit_`, `shrinkage_` (the blend's
@@ -287,6 +287,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         fleet_adaptation_rate: float = 0.0025,
         own_adaptation_rate: float = 0.02,
         own_sink_rate: float = 0.08,
+        floor_at_last_step: bool = False,
         random_state: int = 0,
     ) -> None:
         self.target_violation = target_violation
@@ -307,6 +308,7 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         self.fleet_adaptation_rate = fleet_adaptation_rate
         self.own_adaptation_rate = own_adaptation_rate
         self.own_sink_rate = own_sink_rate
+        self.floor_at_last_step = floor_at_last_step
         self.random_state = random_state
 
     @classmethod
@@ -520,6 +522,19 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
             max(SECONDS_PER_HOUR // self.step_seconds, 1),
             own_sink_rate=self.own_sink_rate,
         )
+
+    def issue(self, X: Any, issued_at: int, factors: FloatArray) -> FloatArray:
+        """The lines served from the grid's end: `predict` times the calibration's `factors`, with
+        `floor_at_last_step` at least the grid's newest step where it has a sample. A blend fitted on a fleet
+        whose usage follows its daily cycle can weigh the same time yesterday most; after a step up it then forecast
+        the next step at the old level (0.29 cores for a container that had just moved from 0.25 to 1), where a level
+        the container is at is not forecast to vanish within the step."""
+        grid = check_grid(X, type(self).__name__)
+        lines = self.predict(grid, issued_at=issued_at) * factors
+        if not self.floor_at_last_step or grid.shape[1] == 0:
+            return lines
+        result: FloatArray = np.where(np.isnan(lines), np.nan, np.fmax(lines, grid[:, -1]))
+        return result
 
     def predict(self, X: Any, issued_at: int = 0, position: int | None = None) -> FloatArray:
         """Per row of the grid, the line for the block starting at column `position` (default: the grid's end,

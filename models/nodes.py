@@ -279,6 +279,8 @@ def node_live_line(live: LiveLineSettings, colocation: ColocationSettings, step_
         fleet_adaptation_rate=colocation.live_line_fleet_adaptation_rate,
         own_adaptation_rate=0.0,
         own_sink_rate=0.0,
+        # The node room already reserves the newest usage plus its rise.
+        floor_at_last_step=False,
     )
     return result
 

@@ -813,7 +813,7 @@ class WorkloadRecommender(BaseEstimator):  # type: ignore[misc]
                     scale = scale.updated(issued.lines, observed, pods[1])
                 elif done > 0:
                     scale = scale.updated(issued.lines, grid[:, stop - done : stop])
-            lines = model.predict(grid, issued_at=self.grid_end_) * scale.factors(grid.shape[0])
+            lines = model.issue(grid, self.grid_end_, scale.factors(grid.shape[0]))
             setattr(self, f"{resource}_live_scale_", scale)
             setattr(self, f"{resource}_live_issued_", LiveIssue(self.grid_end_, lines, scale.factors(grid.shape[0])))
 

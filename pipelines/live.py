@@ -279,7 +279,7 @@ class NodeLiveLines:
             if previous is not None and previous[0] < self.end:
                 since = grid[:, grid.shape[1] - (self.end - previous[0]) // self.step_seconds :]
                 self.scales[resource] = self.scales[resource].updated(previous[1], since)
-            lines = model.predict(grid, issued_at=self.end) * self.scales[resource].factors(grid.shape[0])
+            lines = model.issue(grid, self.end, self.scales[resource].factors(grid.shape[0]))
             self._issued[resource] = (self.end, lines)
             for row in np.flatnonzero(np.isfinite(lines)):
                 out.setdefault(names[row], {})[resource] = float(lines[row])

@@ -104,7 +104,7 @@ def learned_issues(
             )
         if fitted:
             recent = grid[:, max(position - STEPS_PER_WEEK - 288, 0) : position]
-            out[k] = model.predict(recent, issued_at=issued) * scale.factors(grid.shape[0])
+            out[k] = model.issue(recent, issued, scale.factors(grid.shape[0]))
             previous = (position, out[k])
     return out
 

@@ -479,6 +479,14 @@ class LiveLineSettings(BaseModel):
         "gave its room back slowly; on the development half at 5 % it took CPU from 29.0 / 8.3 % (room / p90) with "
         "0.02 to 27.3 / 8.4 %.",
     )
+    floor_at_last_step: bool = Field(
+        True,
+        description="A line issued is never below the newest step's usage (where it has a sample): a level the "
+        "container is at is not forecast to vanish within the next step. A blend fitted on a fleet that follows its "
+        "daily cycle can weigh the same time yesterday most, and after a step up it then forecast the old level "
+        "(0.29 cores for a container that had just moved from 0.25 to 1 core), until the calibration caught up hours "
+        'later. Cost on the development half: docs/benchmarks.md, "The next step\'s line".',
+    )
 
 
 class WebhookPolicy(BaseModel):

@@ -251,11 +251,13 @@ def test_a_click_opens_the_workload_page_with_its_charts(page: Any, base: str) -
             for s in ("limit", "usage", "short_term", "long_term")
         }
         assert colors == {"limit": "#8c8c8c", "usage": "#d62728", "short_term": "#08306b", "long_term": "#6baed6"}
-        # The learned live line over its hour, where it serves the container (the busiest one has the history for it).
+        # The learned live line over its block (the next step), where it serves the container (the busiest one has
+        # the history for it), with a dot at its start: five minutes are a sliver of the chart.
         live = rec["cpu" if i == 0 else "memory"]["live_short_term"]
-        assert live is not None and live["until"] - live["issued_at"] == 3600
+        assert live is not None and live["until"] - live["issued_at"] == 300
         drawn = svg.locator("path[data-series=live_short_term]")
         assert drawn.count() == 1 and drawn.get_attribute("stroke") == "#ff7f0e"
+        assert svg.locator("circle[data-series=live_short_term-marker]").count() == 1
         svg.hover(
             position={"x": box["width"] * 0.3, "y": box["height"] / 2}
         )  # in the observed day: the values read off

@@ -84,10 +84,7 @@ def test_a_step_up_lifts_the_short_term_line_and_the_request_at_once_and_an_oom_
     new = next(r for r in after.recommendations if r.workload == "w0")
     assert old.cpu is not None and new.cpu is not None
     assert old.cpu.short_term[0] < 2.0 and old.cpu.target < 2.0
-    # The learned line's next step weighs the same time yesterday too (this fixture's daily cycle), so it rises at
-    # least halfway at once; the day-ahead line after it takes the new level whole, as the request does.
-    assert new.cpu.short_term[0] >= (old.cpu.short_term[0] + 3.0) / 2 and min(new.cpu.short_term[1:12]) >= 3.0
-    assert new.cpu.target >= 3.0
+    assert new.cpu.short_term[0] >= 3.0 and new.cpu.target >= 3.0
     other = next(r for r in after.recommendations if r.workload == "w1")
     assert other.cpu == next(r for r in live.predict().recommendations if r.workload == "w1").cpu
     kill = rows.assign(timestamp=end + 700)[["timestamp", "namespace", "workload", "pod", "container"]]

@@ -30,11 +30,12 @@ from models.live_line import (
     rows_features,
     usable_rows,
 )
+from models.nodes import node_live_line
 from pipelines.replay import ReplayPlan, replay_resource, run_replay
 from pipelines.settings import TrainingSettings
 from recommender.errors import ConfigurationError
 from recommender.progress import quiet
-from recommender.settings import LiveLineSettings
+from recommender.settings import ColocationSettings, LiveLineSettings
 
 DAY = 86400
 START = 1_700_006_400  # a midnight, UTC
@@ -428,6 +429,30 @@ def test_replay_fits_its_model_for_the_block_each_line_is_held(tmp_path: Path) -
     first_hour = fitted[300]["issued_at"] == hourly.start
     first_step = stepwise["issued_at"] == hourly.start
     assert not np.allclose(fitted[300][first_hour]["value"].to_numpy()[::12], stepwise[first_step]["value"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    newest=arrays(np.float64, 12, elements=st.floats(0, 1e3) | st.just(np.nan)),
+    factor=st.floats(0.1, 10),
+)
+def test_an_issued_line_is_never_below_the_step_just_seen(newest: np.ndarray, factor: float) -> None:
+    """`issue` serves the calibrated line, at least the grid's newest step where it has a sample (a container with
+    no line keeps none); the node line's model, whose room keeps the newest usage itself, has no floor."""
+    grid = bursty_grid(rows=12, days=10)
+    grid[:, -1] = newest
+    model = LiveLineForecaster(training_days=6, floor_at_last_step=True).fit(grid[:, :-1], grid_end=START)
+    factors = np.full(12, factor)
+    raw = model.predict(grid, issued_at=START) * factors
+    issued = model.issue(grid, START, factors)
+    served = ~np.isnan(raw)
+    assert np.array_equal(np.isnan(issued), ~served)
+    seen = served & ~np.isnan(newest)
+    assert np.all(issued[seen] >= newest[seen]) and np.all(issued[served] >= raw[served])
+    assert np.array_equal(issued[served & np.isnan(newest)], raw[served & np.isnan(newest)])
+    assert np.array_equal(model.set_params(floor_at_last_step=False).issue(grid, START, factors), raw, equal_nan=True)
+    assert node_live_line(LiveLineSettings(), ColocationSettings(), 300).floor_at_last_step is False
+    assert LiveLineForecaster.from_settings(LiveLineSettings(), 0.01).floor_at_last_step is True
 
 
 @pytest.mark.parametrize("level", [0.01, 0.05])
