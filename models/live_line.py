@@ -349,7 +349,9 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
         # Per origin and grid, the usable containers and their targets over the block; features come later, only for
         # the containers a kept row needs (each row's features read its own row alone, so a subset's are the same).
         # Found grid by grid (one grid's running counts alive at a time), kept by (origin, grid).
-        found: dict[tuple[int, int], tuple[FloatArray, int, int, npt.NDArray[np.int64], FloatArray]] = {}
+        # The usable rows are kept as bits and the targets read from the grid again when used: an origin every
+        # step (the next step's line) kept 4,032 row lists and target blocks, another grid's worth of memory.
+        found: dict[tuple[int, int], tuple[FloatArray, int, int, npt.NDArray[np.uint8], int]] = {}
         firsts = np.cumsum([0, *(grid.shape[0] for grid in grids)])
         offsets = range(n, self.training_days * STEPS_PER_DAY + 1, stride)
         for index, (grid, first_row) in enumerate(zip(grids, firsts.tolist())):
@@ -358,18 +360,21 @@ class LiveLineForecaster(BaseEstimator):  # type: ignore[misc]
                 position = grid.shape[1] - offset
                 if position < STEPS_PER_DAY:
                     continue
-                rows = np.flatnonzero(usable_at(position))
-                if rows.size:
-                    found[offset, index] = (grid, position, first_row, rows, grid[rows, position : position + n])
+                usable = usable_at(position)
+                known = int(np.count_nonzero(~np.isnan(grid[usable, position : position + n])))
+                if known:
+                    found[offset, index] = (grid, position, first_row, np.packbits(usable), known)
         blocks = [found[key] for key in sorted(found)]
         if not blocks:
             return np.empty((0, len(FEATURE_NAMES))), np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
-        bounds = np.cumsum([0, *(np.count_nonzero(~np.isnan(block[4])) for block in blocks)])
+        bounds = np.cumsum([0, *(block[4] for block in blocks)])
         keep = None
         if max_rows is not None and bounds[-1] > max_rows:
             keep = np.sort(np.random.default_rng(self.random_state).choice(bounds[-1], max_rows, replace=False))
         parts_x, parts_y, parts_w, parts_o = [], [], [], []
-        for (grid, position, first_row, rows, usage), start, stop in zip(blocks, bounds[:-1], bounds[1:]):
+        for (grid, position, first_row, bits, _), start, stop in zip(blocks, bounds[:-1], bounds[1:]):
+            rows = np.flatnonzero(np.unpackbits(bits, count=grid.shape[0]))
+            usage = grid[rows, position : position + n]
             which, steps = np.nonzero(~np.isnan(usage))
             if keep is not None:
                 chosen = keep[np.searchsorted(keep, start) : np.searchsorted(keep, stop)] - start
