@@ -37,9 +37,9 @@ from models.forecast import check_grid, nan_quantiles
 from models.migration import migrate_live_line_state
 from recommender.arrays import FloatArray, IntArray, quantile_of
 from recommender.settings import LiveLineSettings
+from recommender.units import SECONDS_PER_HOUR
 
 STEPS_PER_DAY = 288
-SECONDS_PER_HOUR = 3600
 STEPS_PER_WEEK = 7 * STEPS_PER_DAY
 #: Look-back windows of the recent features, 5-minute steps: 15 min, 1 h, 6 h, 24 h.
 WINDOWS = (3, 12, 72, STEPS_PER_DAY)

@@ -91,9 +91,9 @@ def migrate_histogram_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def migrate_live_line_state(state: dict[str, Any]) -> dict[str, Any]:
     """A pickled `LiveLineForecaster`'s state, migrated: before its blend was checked on the newest training rows
-    (issue 38) it was fitted on all of them and kept whole, its lines had no floor, each container's factor sank as fast as it rose, and the
-    fleet's factor moved by an absolute `adaptation_rate` x (share - P), the same moves as a relative
-    `fleet_adaptation_rate` of that x P."""
+    (issue 38) it was fitted on all of them and kept whole, its lines had no floor, each container's factor sank as
+    fast as it rose, and the fleet's factor moved by an absolute `adaptation_rate` x (share - P), the same moves as a
+    relative `fleet_adaptation_rate` of that x P."""
     state.setdefault("validation_fraction", 0.0)
     state.setdefault("floor_at_last_step", False)
     state.setdefault("own_sink_rate", state.get("own_adaptation_rate", 0.0))

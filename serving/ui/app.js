@@ -480,8 +480,6 @@ function resourceChart(kind, rec, lines, stepHours) {
   ], kind);
 }
 
-// Why a peak has no time (`peak.at` null): the line is highest at the decision time and falls, or it holds its
-// highest from some step to the horizon's end, so no one time stands out.
 // The block a live line covers, as its label says it ("next 5 min", "next 1 h").
 function liveBlock(live) {
   if (!live) return "next step";
@@ -489,6 +487,8 @@ function liveBlock(live) {
   return minutes % 60 === 0 ? `next ${minutes / 60} h` : `next ${minutes} min`;
 }
 
+// Why a peak has no time (`peak.at` null): the line is highest at the decision time and falls, or it holds its
+// highest from some step to the horizon's end, so no one time stands out.
 function noPeakTime(line, stepSeconds) {
   const top = Math.max(...line), first = line.indexOf(top);
   if (line.slice(first).some((v) => v < top)) return " now (highest at the decision time)";
